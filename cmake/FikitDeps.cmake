@@ -1,0 +1,45 @@
+# Every dependency comes from a Debian package (scripts/setup.sh installs them) or the CUDA toolkit.
+find_package(Threads REQUIRED)
+
+# Only the driver API headers are needed to build: no GPU, no libcuda at build time.
+find_package(CUDAToolkit QUIET)
+if(NOT CUDAToolkit_FOUND OR NOT EXISTS "${CUDAToolkit_INCLUDE_DIRS}/cuda.h")
+  message(FATAL_ERROR "FIKIT needs the CUDA toolkit headers (cuda.h, cupti.h). Install the CUDA toolkit "
+                      "into /usr/local/cuda, or pass -DCUDAToolkit_ROOT=/path/to/cuda.")
+endif()
+add_library(fikit_cuda_headers INTERFACE)
+target_include_directories(fikit_cuda_headers SYSTEM INTERFACE ${CUDAToolkit_INCLUDE_DIRS})
+find_path(FIKIT_CUPTI_INCLUDE_DIR cupti.h HINTS ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}/extras/CUPTI/include)
+if(FIKIT_CUPTI_INCLUDE_DIR)
+  target_include_directories(fikit_cuda_headers SYSTEM INTERFACE ${FIKIT_CUPTI_INCLUDE_DIR})
+else()
+  message(FATAL_ERROR "cupti.h not found in the CUDA toolkit (${CUDAToolkit_INCLUDE_DIRS})")
+endif()
+
+find_package(SQLite3 REQUIRED)
+find_package(Boost 1.74 REQUIRED)            # Asio is header-only
+find_package(spdlog REQUIRED)                # used header-only: the GPU machine has another soname
+find_package(fmt REQUIRED)
+
+# LLVM's libunwind (libunwind-14-dev) ships a position-independent static archive, so the hook can
+# carry it inside libfikit_hook.so; the nongnu libunwind-dev archive is not PIC and cannot.
+find_path(FIKIT_UNWIND_INCLUDE_DIR libunwind.h PATHS /usr/include/libunwind /usr/lib/llvm-14/include NO_DEFAULT_PATH)
+find_library(FIKIT_UNWIND_STATIC NAMES libunwind.a PATHS /usr/lib/llvm-14/lib NO_DEFAULT_PATH)
+if(NOT FIKIT_UNWIND_INCLUDE_DIR OR NOT FIKIT_UNWIND_STATIC)
+  message(FATAL_ERROR "LLVM libunwind not found: install libunwind-14-dev (scripts/setup.sh does)")
+endif()
+add_library(fikit_unwind INTERFACE)
+target_include_directories(fikit_unwind SYSTEM INTERFACE ${FIKIT_UNWIND_INCLUDE_DIR})
+target_link_libraries(fikit_unwind INTERFACE ${FIKIT_UNWIND_STATIC})
+
+# spdlog + fmt compiled into each program (header-only), so binaries built here run on the GPU
+# machine, whose spdlog has a different soname.
+add_library(fikit_spdlog INTERFACE)
+target_link_libraries(fikit_spdlog INTERFACE spdlog::spdlog_header_only fmt::fmt-header-only)
+
+if(FIKIT_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(FIKIT_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()

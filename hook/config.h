@@ -1,0 +1,28 @@
+#pragma once
+// Hook settings, read once from the environment (fikit-run sets them). See docs/user-guide.md.
+#include <cstdint>
+
+namespace fikit::hook {
+
+enum class ModeKind : uint8_t { Off, Measure, Share, Auto };
+enum class TimingKind : uint8_t { Auto, Cupti, Events };
+
+struct Config {
+  ModeKind mode = ModeKind::Off;        // FIKIT_MODE=off|measure|share|auto (unset: off)
+  char task_key[128] = {};              // FIKIT_TASK_KEY, else derived from executable + arguments
+  char db_path[512] = {};               // FIKIT_DB, else $XDG_DATA_HOME/fikit/profiles.db (~/.local/share/...)
+  int priority = 5;                     // FIKIT_PRIORITY, 0 (highest) .. 9
+  char scheduler_host[64] = "127.0.0.1";// FIKIT_SCHEDULER=HOST:PORT
+  uint16_t scheduler_port = 47800;
+  uint32_t measure_runs = 10;           // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
+  uint32_t run_iterations = 0;          // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
+  uint32_t backtrace_depth = 4;         // FIKIT_BACKTRACE_DEPTH: caller frames kept in the kernel ID
+  TimingKind timing = TimingKind::Auto; // FIKIT_TIMING=auto|cupti|events
+  uint32_t daemon_timeout_ms = 100;     // FIKIT_DAEMON_TIMEOUT_MS: no answer -> passthrough
+  char command_line[1024] = {};         // /proc/self/cmdline, spaces between arguments (for the profile DB)
+};
+
+// Parsed on first use; never fails (bad values are logged and replaced by defaults).
+const Config& config() noexcept;
+
+}  // namespace fikit::hook

@@ -1,0 +1,50 @@
+#pragma once
+// The seam between the interception core (hook/*.cpp: entry table, wrappers, kernel IDs) and the
+// modes that act on launches (hook/measure/, hook/share/). The core calls a Mode only when the mode
+// is not `off` and the stream is not capturing; the off path is a plain call of the real function.
+#include <cuda.h>
+#include <cstdint>
+
+#include "config.h"
+
+namespace fikit::hook {
+
+enum class OpKind : uint8_t { Kernel, Graph, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset };
+enum class SyncKind : uint8_t { Stream, Context, Event, Memcpy };
+
+struct LaunchInfo {
+  OpKind kind;
+  // The stream the op is queued on. A launch through a _ptsz entry point on the default stream (0)
+  // arrives here as CU_STREAM_PER_THREAD, so a mode that records events on it hits the same stream.
+  CUstream stream;
+  CUfunction func;                                 // Kernel only
+  uint32_t grid[3], block[3], shared_mem;          // Kernel only (zero otherwise)
+  uint64_t bytes;                                  // memcpy / memset
+  uint64_t id;                                     // kernel ID (kernelid/), set for every op
+};
+
+class Mode {
+ public:
+  virtual ~Mode() = default;
+  // Launching thread, before the real driver call. May wait (share mode: for a grant), but bounded.
+  virtual void before_launch(const LaunchInfo& op) noexcept = 0;
+  // Launching thread, after the real call returned `result`.
+  virtual void after_launch(const LaunchInfo& op, CUresult result) noexcept = 0;
+  // After a synchronising call (stream/context/event synchronize, synchronous memcpy) returned.
+  virtual void after_sync(SyncKind kind) noexcept = 0;
+  // Process exit: flush, say goodbye. Bounded (about a second at most).
+  virtual void shutdown() noexcept = 0;
+};
+
+// The active mode; nullptr means passthrough. One relaxed atomic load on every launch.
+Mode* current_mode() noexcept;
+// Replace the active mode (auto: measure -> share once enough runs are recorded). The old mode
+// object is never deleted: another thread may still be inside it.
+void set_mode(Mode* mode) noexcept;
+
+// Factories. nullptr means the mode could not start (the reason is logged): run as passthrough.
+Mode* make_measure_mode(const Config& cfg) noexcept;   // hook/measure/
+Mode* make_share_mode(const Config& cfg) noexcept;     // hook/share/
+Mode* make_auto_mode(const Config& cfg) noexcept;      // hook/measure/: measure until cfg.measure_runs, then share
+
+}  // namespace fikit::hook

@@ -1,0 +1,114 @@
+#pragma once
+// The profile store: per task key, per kernel ID, duration and gap statistics measured by the hook,
+// read by the scheduler and fikit-profile. Schema and migrations: docs/schema.md.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "histogram.h"
+
+namespace fikit::profiledb {
+
+// Running statistics of one quantity (nanoseconds): mergeable across runs and processes.
+struct Accumulator {
+  uint64_t count = 0;
+  double sum = 0, sum_sq = 0;
+  uint64_t min = UINT64_MAX, max = 0;
+  Histogram hist;                       // log-spaced buckets, ~1 % relative error on percentiles
+  void add(uint64_t ns);
+  void merge(const Accumulator& other);
+  double mean() const;
+  double stddev() const;
+};
+
+// What one measured run contributes for one kernel ID.
+struct KernelSample {
+  uint64_t kernel_id = 0;
+  std::string name, call_site;
+  std::array<uint32_t, 3> grid{}, block{};
+  uint32_t shared_mem = 0;
+  Accumulator duration;
+  Accumulator gap;                      // gap after this op when it is not an iteration boundary
+  uint64_t boundary_count = 0;          // gaps after this op that spanned a host synchronisation
+};
+
+// GPU timeline of a run, for `fikit-profile trace` (bounded: the first N ops of the run).
+struct TraceOp {
+  uint64_t kernel_id = 0;
+  uint64_t stream = 0;
+  uint64_t start_ns = 0, end_ns = 0;    // GPU clock, ns
+};
+
+struct RunSummary {
+  uint64_t gpu_ops = 0;
+  uint64_t busy_ns = 0;                 // union of op intervals
+  uint64_t wall_ns = 0;                 // first op start to last op end
+  uint64_t iterations = 0;              // host synchronisations that ended an iteration
+};
+
+// Read side: what the scheduler and the CLI see for one kernel.
+struct KernelProfile {
+  uint64_t kernel_id = 0;
+  std::string name, call_site;
+  std::array<uint32_t, 3> grid{}, block{};
+  uint32_t shared_mem = 0;
+  uint64_t count = 0;
+  double dur_mean = 0, dur_stddev = 0;
+  uint64_t dur_min = 0, dur_p50 = 0, dur_p90 = 0, dur_max = 0;
+  uint64_t gap_count = 0;
+  double gap_mean = 0;
+  uint64_t gap_p10 = 0, gap_p50 = 0, gap_p90 = 0;
+  uint64_t boundary_count = 0;
+};
+
+struct TaskInfo {
+  std::string key, command_line;
+  int64_t created_unix = 0;
+  uint64_t runs_measured = 0;
+  std::string state;                    // "measuring" | "ready"
+};
+
+// Every failure is a DbError with a kind the CLI maps to an exit code.
+class DbError : public std::runtime_error {
+ public:
+  enum class Kind { Missing, Locked, Corrupt, NotFound, Io };
+  DbError(Kind kind, const std::string& what) : std::runtime_error(what), kind_(kind) {}
+  Kind kind() const { return kind_; }
+ private:
+  Kind kind_;
+};
+
+class Database {
+ public:
+  enum class Open { ReadOnly, ReadWrite, Create };
+  // Opens (and with Create, creates and migrates) the database. WAL, busy timeout.
+  explicit Database(const std::string& path, Open how = Open::ReadOnly);
+  ~Database();
+  Database(const Database&) = delete;
+  Database& operator=(const Database&) = delete;
+
+  // One transaction: merge a run's kernels into the task's statistics, count the run, store its
+  // summary and its trace (replacing the previous trace). Safe with concurrent writers.
+  void add_run(const std::string& task_key, const std::string& command_line, const RunSummary& run,
+               const std::vector<KernelSample>& kernels, const std::vector<TraceOp>& trace);
+
+  std::vector<TaskInfo> tasks();
+  std::optional<TaskInfo> task(const std::string& key);
+  std::vector<KernelProfile> kernels(const std::string& key);     // by total GPU time, descending
+  std::vector<RunSummary> runs(const std::string& key);
+  std::vector<TraceOp> last_trace(const std::string& key);
+  // Gap histogram of the task (all kernels merged), non-boundary gaps.
+  Histogram gap_histogram(const std::string& key);
+  bool delete_task(const std::string& key);                        // false: no such key
+
+  static std::string default_path();   // $XDG_DATA_HOME/fikit/profiles.db or ~/.local/share/fikit/profiles.db
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace fikit::profiledb

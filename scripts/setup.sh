@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs FIKIT's build dependencies from Debian packages. Idempotent; quiet when all is present.
+# Usage: scripts/setup.sh            (needs root or sudo only when something is missing)
+set -euo pipefail
+
+packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev
+          libunwind-14-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -eq 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
+    echo "setup: error: missing packages (${missing[*]}) and no root or sudo to install them" >&2; exit 1
+  fi
+  # libunwind-14-dev (LLVM's, position-independent static archive: the hook links it in) conflicts
+  # with the nongnu libunwind-dev; apt replaces that one, which FIKIT does not use.
+  if dpkg-query -W -f='${Status}' libunwind-dev 2>/dev/null | grep -q "install ok installed"; then
+    echo "setup: note: replacing libunwind-dev with libunwind-14-dev (they conflict; see docs/user-guide.md)" >&2
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  if ! "${sudo[@]}" apt-get update -qq >/dev/null || \
+     ! "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/fikit-apt.log 2>&1; then
+    echo "setup: error: apt-get install failed; see /tmp/fikit-apt.log" >&2; tail -n 20 /tmp/fikit-apt.log >&2 || true
+    exit 1
+  fi
+fi
+
+cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
+if [ ! -f "$cuda_root/include/cuda.h" ] || [ ! -f "$cuda_root/include/cupti.h" ]; then
+  echo "setup: error: CUDA toolkit headers not found under $cuda_root (need include/cuda.h and include/cupti.h)." >&2
+  echo "       Install the CUDA toolkit (no GPU needed to build) or set CUDAToolkit_ROOT." >&2
+  exit 1
+fi
