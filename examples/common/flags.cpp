@@ -1,0 +1,131 @@
+#include "flags.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "cuda_check.h"
+
+namespace fikit::examples {
+namespace {
+
+std::string format_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+}  // namespace
+
+Flags::Flags(std::string usage_line, std::string summary)
+    : usage_line_(std::move(usage_line)), summary_(std::move(summary)) {}
+
+void Flags::add(std::string name, uint64_t* value, std::string help) {
+  flags_.push_back({std::move(name), Kind::Count, value, std::move(help), std::to_string(*value)});
+}
+
+void Flags::add(std::string name, double* value, std::string help) {
+  flags_.push_back({std::move(name), Kind::Number, value, std::move(help), format_number(*value)});
+}
+
+void Flags::add_switch(std::string name, bool* value, std::string help) {
+  flags_.push_back({std::move(name), Kind::Switch, value, std::move(help), *value ? "on" : "off"});
+}
+
+bool Flags::assign(const Flag& flag, const std::string& text, std::string* error) const {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  if (flag.kind == Kind::Count) {
+    // strtoull accepts "-1" (wrapping it), so a sign is rejected before converting.
+    const unsigned long long v = std::strtoull(begin, &end, 10);
+    if (text.empty() || text[0] == '-' || text[0] == '+' || *end != '\0' || errno == ERANGE) {
+      *error = "--" + flag.name + " needs a non-negative integer, got '" + text + "'";
+      return false;
+    }
+    *static_cast<uint64_t*>(flag.value) = v;
+  } else {
+    const double v = std::strtod(begin, &end);
+    if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 0) {
+      *error = "--" + flag.name + " needs a non-negative number, got '" + text + "'";
+      return false;
+    }
+    *static_cast<double*>(flag.value) = v;
+  }
+  return true;
+}
+
+Flags::Outcome Flags::try_parse(int argc, const char* const* argv, std::string* error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") return Outcome::Help;
+    if (arg.rfind("--", 0) != 0) {
+      *error = "unexpected argument '" + arg + "' (see --help)";
+      return Outcome::Error;
+    }
+    std::string name = arg.substr(2);
+    std::string inline_value;
+    const bool has_inline = name.find('=') != std::string::npos;
+    if (has_inline) {
+      inline_value = name.substr(name.find('=') + 1);
+      name.resize(name.find('='));
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags_)
+      if (f.name == name) flag = &f;
+    if (flag == nullptr) {
+      *error = "unknown flag '--" + name + "' (see --help)";
+      return Outcome::Error;
+    }
+    if (flag->kind == Kind::Switch) {
+      if (has_inline) {
+        *error = "--" + name + " takes no value";
+        return Outcome::Error;
+      }
+      *static_cast<bool*>(flag->value) = true;
+      continue;
+    }
+    if (!has_inline) {
+      if (i + 1 >= argc) {
+        *error = "--" + name + " needs a value";
+        return Outcome::Error;
+      }
+      inline_value = argv[++i];
+    }
+    if (!assign(*flag, inline_value, error)) return Outcome::Error;
+  }
+  return Outcome::Ok;
+}
+
+void Flags::parse(int argc, char** argv) {
+  set_program_name(argc > 0 ? argv[0] : nullptr);
+  std::string error;
+  switch (try_parse(argc, argv, &error)) {
+    case Outcome::Ok:
+      return;
+    case Outcome::Help:
+      std::fputs(help_text().c_str(), stdout);
+      std::exit(0);
+    case Outcome::Error:
+      fail(error);
+  }
+}
+
+void Flags::fail(const std::string& reason) {
+  std::fprintf(stderr, "%s: %s\n", program_name(), reason.c_str());
+  std::exit(kExitUsage);
+}
+
+std::string Flags::help_text() const {
+  std::string text = "Usage: " + usage_line_ + "\n" + summary_ + "\n\nOptions:\n";
+  for (const Flag& f : flags_) {
+    std::string left = "  --" + f.name + (f.kind == Kind::Switch ? "" : " N");
+    if (left.size() < 24) left.resize(24, ' ');
+    text += left + " " + f.help + " (default " + f.default_text + ")\n";
+  }
+  text += "  --help                 show this help and exit\n";
+  return text;
+}
+
+}  // namespace fikit::examples

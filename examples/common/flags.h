@@ -1,0 +1,47 @@
+#pragma once
+// Minimal "--name value" / "--name=value" / "--switch" parsing for the example programs, with a
+// --help text generated from the registered flags and their defaults.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fikit::examples {
+
+class Flags {
+ public:
+  Flags(std::string usage_line, std::string summary);
+
+  // Registers a flag bound to `value`; its current value is the default shown by --help.
+  void add(std::string name, uint64_t* value, std::string help);
+  void add(std::string name, double* value, std::string help);    // rejects negative values
+  void add_switch(std::string name, bool* value, std::string help);
+
+  enum class Outcome { Ok, Help, Error };
+  // Parses argv[1..]. Error leaves a one-line reason in *error; Help means --help was given.
+  Outcome try_parse(int argc, const char* const* argv, std::string* error);
+  // try_parse plus the usual handling: --help prints help_text() and exits 0; an error prints
+  // "<program>: <reason>" and exits kExitUsage.
+  void parse(int argc, char** argv);
+
+  std::string help_text() const;
+
+  // For checks across flags after parse(): prints "<program>: <reason>" and exits kExitUsage.
+  [[noreturn]] static void fail(const std::string& reason);
+
+ private:
+  enum class Kind { Count, Number, Switch };
+  struct Flag {
+    std::string name;
+    Kind kind;
+    void* value;
+    std::string help;
+    std::string default_text;
+  };
+  bool assign(const Flag& flag, const std::string& text, std::string* error) const;
+
+  std::string usage_line_;
+  std::string summary_;
+  std::vector<Flag> flags_;
+};
+
+}  // namespace fikit::examples

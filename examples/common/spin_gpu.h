@@ -1,0 +1,37 @@
+#pragma once
+// The GPU side every example shares: device 0's primary context, the spin kernel loaded from PTX,
+// and one stream to launch it on. Driver API only, so the same binary runs on a real GPU and on
+// the simulated libcuda.so.1 (tests/simgpu), whichever the loader finds.
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace fikit::examples {
+
+struct LaunchShape {
+  uint32_t blocks = 132;    // one block per SM of an H100/H200
+  uint32_t threads = 128;
+};
+
+class SpinGpu {
+ public:
+  explicit SpinGpu(LaunchShape shape);   // exits via die_cuda on any failure
+  ~SpinGpu();
+  SpinGpu(const SpinGpu&) = delete;
+  SpinGpu& operator=(const SpinGpu&) = delete;
+
+  // Queues one spin kernel of `duration_ns` on the stream; returns at once.
+  void launch(uint64_t duration_ns);
+  // Waits until everything launched so far has finished.
+  void synchronize();
+
+ private:
+  LaunchShape shape_;
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+  CUmodule module_ = nullptr;
+  CUfunction spin_ = nullptr;
+  CUstream stream_ = nullptr;
+};
+
+}  // namespace fikit::examples

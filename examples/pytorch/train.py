@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""Training loop on random data (a background, low-priority job). Runs for --duration-s or until
+SIGTERM/SIGINT, then prints one JSON line:
+{"example":"train","model":..,"iterations":..,"iterations_per_s":..,"wall_s":..}"""
+import argparse
+import time
+
+import torch
+import torchvision
+
+from example_common import StopFlag, print_json_line
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Training loop on random data (PyTorch).")
+    parser.add_argument("--model", choices=("resnet50", "resnet18"), default="resnet50")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--duration-s", type=float, default=30.0)
+    args = parser.parse_args()
+    if args.batch < 1 or args.duration_s <= 0:
+        parser.error("--batch must be >= 1 and --duration-s > 0")
+
+    stop = StopFlag()
+    model = getattr(torchvision.models, args.model)(weights=None).cuda().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    images = torch.randn(args.batch, 3, 224, 224, device="cuda")
+    labels = torch.randint(0, 1000, (args.batch,), device="cuda")
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss_fn(model(images), labels).backward()
+        optimizer.step()
+        torch.cuda.synchronize()   # one iteration ends here, as in a real loop reading loss.item()
+
+    step()   # first iteration allocates and picks kernels: not counted
+    iterations = 0
+    start = time.perf_counter()
+    while not stop.stopped and time.perf_counter() - start < args.duration_s:
+        step()
+        iterations += 1
+    wall_s = time.perf_counter() - start
+
+    print_json_line({"example": "train", "model": args.model, "iterations": iterations,
+                     "iterations_per_s": round(iterations / wall_s, 3) if wall_s > 0 else 0.0,
+                     "wall_s": round(wall_s, 6)})
+
+
+if __name__ == "__main__":
+    main()

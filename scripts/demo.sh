@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# README's main job: a high-priority inference-like service (fikit-example-infer) and a low-priority
+# training-like job (fikit-example-train) share one GPU, first uncoordinated, then under FIKIT;
+# prints one comparison table. Runs on a real GPU when `nvidia-smi -L` works, else on the simulated
+# driver built with the tests.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: scripts/demo.sh [--quick] [--prefix DIR] [--build DIR] [--help]
+
+Installs dependencies and builds (scripts/setup.sh, scripts/build.sh), then runs the example pair
+HP = fikit-example-infer (priority 0) and LP = fikit-example-train (priority 5) in four setups:
+  alone            each program by itself
+  default sharing  both at once, no FIKIT (the driver time-slices)
+  FIKIT measure    each alone under the hook in measure mode (builds the profiles)
+  FIKIT share      both at once under fikit-run --mode share, with fikit-scheduler running
+and prints one table: HP request time p50/p99, LP kernels/s, and both relative to running alone.
+
+Options:
+  --quick       fewer requests and shorter runs (about half a minute on the simulator)
+  --prefix DIR  take the programs from an install prefix (DIR/bin, DIR/lib; e.g. .dist) and skip
+                setup and build: for a GPU machine that did not build FIKIT itself
+  --build DIR   build folder (default: $FIKIT_BUILD_DIR or build). With no GPU the simulated
+                driver comes from PREFIX/lib/fikit/sim, else DIR/tests/simgpu
+  --help        show this help
+
+Exit status: 0 all setups ran; 1 a run failed; 2 bad usage.
+EOF
+}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+quick=0
+prefix=""
+build=${FIKIT_BUILD_DIR:-build}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) quick=1 ;;
+    --prefix) [ $# -ge 2 ] || { echo "demo: --prefix needs a directory" >&2; exit 2; }; prefix=$2; shift ;;
+    --prefix=*) prefix=${1#--prefix=} ;;
+    --build) [ $# -ge 2 ] || { echo "demo: --build needs a directory" >&2; exit 2; }; build=$2; shift ;;
+    --build=*) build=${1#--build=} ;;
+    --help|-h) usage; exit 0 ;;
+    *) echo "demo: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+
+if [ -z "$prefix" ]; then
+  "$root/scripts/setup.sh"
+  FIKIT_BUILD_DIR="$build" "$root/scripts/build.sh"
+  prefix="$root/.dist"          # build.sh installs there
+fi
+prefix=$(cd "$prefix" && pwd) || { echo "demo: no such prefix: $prefix" >&2; exit 2; }
+bin="$prefix/bin"
+for example in fikit-example-infer fikit-example-train; do
+  [ -x "$bin/$example" ] || { echo "demo: $bin/$example not found (build or install FIKIT first)" >&2; exit 1; }
+done
+
+# ---- GPU: real if the NVIDIA driver answers, else the simulated one (one private device) ----
+if nvidia-smi -L >/dev/null 2>&1; then
+  unset FIKIT_SIMGPU_NAME
+  echo "GPU: real, $(nvidia-smi -L | head -n 1)"
+else
+  # The installed copy first (it matches the installed programs), then the build tree's.
+  sim_dir=""
+  for dir in "$prefix/lib/fikit/sim" "$build/tests/simgpu"; do
+    if [ -e "$dir/libcuda.so.1" ]; then sim_dir=$dir; break; fi
+  done
+  if [ -z "$sim_dir" ]; then
+    echo "demo: no GPU (nvidia-smi -L failed) and no simulated driver in $prefix/lib/fikit/sim or $build/tests/simgpu" >&2
+    echo "      build with the tests (scripts/build.sh) or pass --build DIR" >&2
+    exit 1
+  fi
+  export LD_LIBRARY_PATH="$sim_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export FIKIT_SIMGPU_NAME="fikit-demo-$$"
+  echo "GPU: simulated (no GPU answered nvidia-smi -L), driver $sim_dir/libcuda.so.1, device $FIKIT_SIMGPU_NAME"
+fi
+
+# HP as in docs MEASURED.md's synthetic pair: 50 kernels of 5 us, 20 us of host work before each,
+# 0.5 ms between requests. LP: 10 us kernels back to back, one synchronisation per 100.
+if [ "$quick" = 1 ]; then hp_requests=300 lp_alone_s=1 measure_requests=50; else hp_requests=1000 lp_alone_s=3 measure_requests=200; fi
+hp_shape=(--warmup 10 --kernels 50 --kernel-us 5 --cpu-us 20 --think-us 500)
+hp_args=(--requests "$hp_requests" "${hp_shape[@]}")
+lp_args=(--kernel-us 10 --sync-every 100)
+run_limit_s=120                  # no single run may hang the demo
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/fikit-demo.XXXXXX")
+# Background processes still running (cleared once reaped, so a reused pid is never signalled).
+lp_pid="" scheduler_pid=""
+cleanup() {
+  for pid in $lp_pid $scheduler_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+  # The simulated device lives in shared memory until removed (what `fikit-simgpu reset` does).
+  if [ -n "${FIKIT_SIMGPU_NAME:-}" ]; then rm -f "/dev/shm/$FIKIT_SIMGPU_NAME"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+failed=0
+
+# run NAME CMD...: runs in the foreground, the JSON line to $work/NAME.json, stderr to NAME.err.
+run() {
+  local name=$1; shift
+  if ! timeout "$run_limit_s" "$@" >"$work/$name.json" 2>"$work/$name.err"; then
+    echo "demo: run '$name' failed: $*" >&2; tail -n 5 "$work/$name.err" >&2; failed=1; rm -f "$work/$name.json"
+  fi
+}
+
+# pair NAME HP_CMD... :: LP_CMD...: LP starts first and keeps the GPU busy for HP's whole run, then
+# gets SIGTERM and reports. LP's rate covers its whole run, a little more than HP's.
+pair() {
+  local name=$1; shift
+  local hp=() lp=()
+  while [ "$1" != "::" ]; do hp+=("$1"); shift; done
+  shift; lp=("$@")
+  "${lp[@]}" >"$work/$name-lp.json" 2>"$work/$name-lp.err" &
+  lp_pid=$!
+  sleep 0.3
+  run "$name-hp" "${hp[@]}"
+  kill -TERM "$lp_pid" 2>/dev/null || true
+  if ! wait "$lp_pid"; then
+    echo "demo: LP of '$name' failed" >&2; tail -n 5 "$work/$name-lp.err" >&2; failed=1; rm -f "$work/$name-lp.json"
+  fi
+  lp_pid=""
+}
+
+echo "running: alone"
+run alone-hp "$bin/fikit-example-infer" "${hp_args[@]}"
+run alone-lp "$bin/fikit-example-train" "${lp_args[@]}" --duration-s "$lp_alone_s"
+echo "running: default sharing"
+pair default "$bin/fikit-example-infer" "${hp_args[@]}" :: "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
+
+# ---- FIKIT: needs the hook (found by fikit-run in ../lib) and the scheduler ----
+missing=()
+[ -x "$bin/fikit-run" ] || missing+=(fikit-run)
+[ -e "$prefix/lib/libfikit_hook.so" ] || missing+=(libfikit_hook.so)
+[ -x "$bin/fikit-scheduler" ] || missing+=(fikit-scheduler)
+fikit_note=""
+if [ ${#missing[@]} -gt 0 ]; then
+  fikit_note="FIKIT: not built yet (missing ${missing[*]})"
+else
+  db="$work/profiles.db"
+  port=$(python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  fikit=("$bin/fikit-run" --db "$db" --scheduler "127.0.0.1:$port")
+  echo "running: FIKIT measure (each alone)"
+  run measure-hp "${fikit[@]}" --mode measure --task-key demo-hp --priority 0 -- \
+      "$bin/fikit-example-infer" --requests "$measure_requests" "${hp_shape[@]}"
+  run measure-lp "${fikit[@]}" --mode measure --task-key demo-lp --priority 5 -- \
+      "$bin/fikit-example-train" "${lp_args[@]}" --duration-s "$lp_alone_s"
+
+  echo "running: FIKIT share (fikit-scheduler on 127.0.0.1:$port)"
+  "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" >"$work/scheduler.log" 2>&1 &
+  scheduler_pid=$!
+  sleep 0.5
+  if ! kill -0 "$scheduler_pid" 2>/dev/null; then
+    echo "demo: fikit-scheduler exited at start:" >&2; tail -n 5 "$work/scheduler.log" >&2; failed=1
+  else
+    pair fikit "${fikit[@]}" --mode share --task-key demo-hp --priority 0 -- "$bin/fikit-example-infer" "${hp_args[@]}" \
+      :: "${fikit[@]}" --mode share --task-key demo-lp --priority 5 -- "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
+  fi
+fi
+
+# ---- the table ----
+python3 - "$work" "$fikit_note" <<'EOF'
+import json, os, sys
+
+work, note = sys.argv[1], sys.argv[2]
+
+def load(name):
+    try:
+        with open(os.path.join(work, name + ".json")) as f:
+            return json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+alone_hp, alone_lp = load("alone-hp"), load("alone-lp")
+rows = [("alone", alone_hp, alone_lp), ("default sharing", load("default-hp"), load("default-lp")),
+        ("FIKIT measure (alone)", load("measure-hp"), load("measure-lp")),
+        ("FIKIT share (HP 0, LP 5)", load("fikit-hp"), load("fikit-lp"))]
+
+def num(v, fmt):
+    return "-" if v is None else fmt.format(v)
+
+def ratio(v, base):
+    return None if v is None or not base else v / base
+
+header = ("setup", "HP p50 us", "HP p99 us", "LP kernels/s", "HP p99 vs alone", "LP thr vs alone")
+lines = []
+for setup, hp, lp in rows:
+    if setup.startswith("FIKIT") and hp is None and lp is None and note:
+        lines.append((setup, "-", "-", "-", "-", "-"))
+        continue
+    p50 = hp["jct_us"]["p50"] if hp else None
+    p99 = hp["jct_us"]["p99"] if hp else None
+    kps = lp["kernels_per_s"] if lp else None
+    base_p99 = alone_hp["jct_us"]["p99"] if alone_hp else None
+    base_kps = alone_lp["kernels_per_s"] if alone_lp else None
+    lines.append((setup, num(p50, "{:.0f}"), num(p99, "{:.0f}"), num(kps, "{:.0f}"),
+                  num(ratio(p99, base_p99), "{:.2f}x"), num(ratio(kps, base_kps), "{:.2f}x")))
+
+widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
+fmt = "  ".join(("{:<%d}" if i == 0 else "{:>%d}") % w for i, w in enumerate(widths))
+print()
+print(fmt.format(*header))
+print("  ".join("-" * w for w in widths))
+for line in lines:
+    print(fmt.format(*line))
+if note:
+    print(note)
+EOF
+exit "$failed"

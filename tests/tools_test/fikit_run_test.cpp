@@ -1,0 +1,220 @@
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(int fd) {
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  return text;
+}
+
+// Runs `args` with the test's environment minus LD_PRELOAD and FIKIT_*, plus `extra_env`.
+Result run(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("LD_PRELOAD=", 0) == 0 || entry.rfind("FIKIT_", 0) == 0) continue;
+    env_strings.push_back(entry);
+  }
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args_copy = args;
+  for (auto& s : args_copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  // stderr goes to a file so that a chatty child cannot fill one pipe while we drain the other.
+  char err_path[] = "/tmp/fikit-run-test-err-XXXXXX";
+  const int err_fd = mkstemp(err_path);
+  int out_pipe[2];
+  if (err_fd < 0 || pipe(out_pipe) != 0) return {};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out_pipe[1], 1);
+    dup2(err_fd, 2);
+    close(out_pipe[0]);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(99);
+  }
+  close(out_pipe[1]);
+  Result r;
+  r.out = slurp(out_pipe[0]);
+  close(out_pipe[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  lseek(err_fd, 0, SEEK_SET);
+  r.err = slurp(err_fd);
+  close(err_fd);
+  unlink(err_path);
+  return r;
+}
+
+std::map<std::string, std::string> parse_env(const std::string& text) {
+  std::map<std::string, std::string> vars;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);)
+    if (const size_t eq = line.find('='); eq != std::string::npos) vars[line.substr(0, eq)] = line.substr(eq + 1);
+  return vars;
+}
+
+size_t line_count(const std::string& text) {
+  size_t n = 0;
+  for (char c : text) n += c == '\n';
+  return n;
+}
+
+class FikitRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("fikit-run-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    hook_ = (dir_ / "libdummy_hook.so").string();
+    std::ofstream(hook_) << "not a real library\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // fikit-run --hook <dummy> ARGS...
+  Result run_with_hook(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+    args.insert(args.begin(), {FIKIT_RUN_PATH, "--hook", hook_});
+    return run(args, env);
+  }
+
+  fs::path dir_;
+  std::string hook_;
+};
+
+TEST_F(FikitRun, HelpAndVersionExitZero) {
+  const Result help = run({FIKIT_RUN_PATH, "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("Usage: fikit-run"), std::string::npos);
+  EXPECT_NE(help.out.find("--priority"), std::string::npos);
+  const Result version = run({FIKIT_RUN_PATH, "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_NE(version.out.find("fikit-run"), std::string::npos);
+}
+
+TEST_F(FikitRun, BadUsageExitsTwoWithOneLine) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--priority", "10", "/bin/true"},        {"--priority", "-1", "/bin/true"},
+      {"--priority", "x", "/bin/true"},         {"--bogus", "/bin/true"},
+      {"--mode", "fast", "/bin/true"},          {"--scheduler", "localhost", "/bin/true"},
+      {"--scheduler", ":47800", "/bin/true"},   {"--scheduler", "127.0.0.1:0", "/bin/true"},
+      {"--scheduler", "127.0.0.1:70000", "/bin/true"}, {"--measure-runs", "0", "/bin/true"},
+      {"--priority"},                           {},
+      {"--priority", "3"},                      {"--"},
+  };
+  for (const auto& args : bad) {
+    const Result r = run_with_hook(args);
+    std::string shown;
+    for (const auto& a : args) shown += a + " ";
+    EXPECT_EQ(r.exit_code, 2) << shown;
+    EXPECT_EQ(line_count(r.err), 1u) << shown << "stderr: " << r.err;
+    EXPECT_EQ(r.err.rfind("fikit-run: ", 0), 0u) << r.err;
+  }
+}
+
+TEST_F(FikitRun, MissingProgramIs127AndNonExecutableIs126) {
+  EXPECT_EQ(run_with_hook({"fikit-no-such-program-anywhere"}).exit_code, 127);
+  EXPECT_EQ(run_with_hook({(dir_ / "missing").string()}).exit_code, 127);
+  const std::string plain = (dir_ / "plain-file").string();
+  std::ofstream(plain) << "#!/bin/sh\nexit 0\n";
+  chmod(plain.c_str(), 0644);
+  const Result r = run_with_hook({plain});
+  EXPECT_EQ(r.exit_code, 126);
+  EXPECT_NE(r.err.find(plain), std::string::npos);
+}
+
+TEST_F(FikitRun, MissingHookExitsThree) {
+  EXPECT_EQ(run({FIKIT_RUN_PATH, "--hook", (dir_ / "nope.so").string(), "/bin/true"}).exit_code, 3);
+  // An explicit FIKIT_HOOK that is missing is an error too, not a silent fallback.
+  EXPECT_EQ(run({FIKIT_RUN_PATH, "/bin/true"}, {"FIKIT_HOOK=" + (dir_ / "nope.so").string()}).exit_code, 3);
+}
+
+TEST_F(FikitRun, DefaultsAndPrependedPreload) {
+  const Result r = run_with_hook({"/usr/bin/env"}, {"LD_PRELOAD=/opt/other.so", "FIKIT_DB=/kept.db"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto vars = parse_env(r.out);
+  EXPECT_EQ(vars["LD_PRELOAD"], fs::canonical(hook_).string() + ":/opt/other.so");
+  EXPECT_EQ(vars["FIKIT_MODE"], "auto");
+  EXPECT_EQ(vars["FIKIT_PRIORITY"], "5");
+  EXPECT_EQ(vars["FIKIT_DB"], "/kept.db");   // not given on the command line: left alone
+  EXPECT_EQ(vars.count("FIKIT_TASK_KEY"), 0u);
+  EXPECT_EQ(vars.count("FIKIT_SCHEDULER"), 0u);
+}
+
+TEST_F(FikitRun, FlagsBecomeEnvironment) {
+  const Result r = run_with_hook({"--priority", "0", "--task-key", "demo-hp", "--mode=share", "--scheduler",
+                                  "127.0.0.1:9999", "--db", "/tmp/p.db", "--measure-runs", "7",
+                                  "--run-iterations", "3", "--", "/usr/bin/env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto vars = parse_env(r.out);
+  EXPECT_EQ(vars["LD_PRELOAD"], fs::canonical(hook_).string());
+  EXPECT_EQ(vars["FIKIT_PRIORITY"], "0");
+  EXPECT_EQ(vars["FIKIT_TASK_KEY"], "demo-hp");
+  EXPECT_EQ(vars["FIKIT_MODE"], "share");
+  EXPECT_EQ(vars["FIKIT_SCHEDULER"], "127.0.0.1:9999");
+  EXPECT_EQ(vars["FIKIT_DB"], "/tmp/p.db");
+  EXPECT_EQ(vars["FIKIT_MEASURE_RUNS"], "7");
+  EXPECT_EQ(vars["FIKIT_RUN_ITERATIONS"], "3");
+}
+
+TEST_F(FikitRun, HookAlreadyPreloadedIsNotAddedTwice) {
+  const std::string hook = fs::canonical(hook_).string();
+  const Result r = run_with_hook({"/usr/bin/env"}, {"LD_PRELOAD=/opt/a.so " + hook});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(parse_env(r.out)["LD_PRELOAD"], "/opt/a.so " + hook);
+}
+
+TEST_F(FikitRun, HookFoundInInstalledLayout) {
+  fs::create_directories(dir_ / "bin");
+  fs::create_directories(dir_ / "lib");
+  fs::copy_file(FIKIT_RUN_PATH, dir_ / "bin" / "fikit-run");
+  std::ofstream(dir_ / "lib" / "libfikit_hook.so") << "dummy\n";
+  const Result r = run({(dir_ / "bin" / "fikit-run").string(), "/usr/bin/env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(parse_env(r.out)["LD_PRELOAD"], fs::canonical(dir_ / "lib" / "libfikit_hook.so").string());
+}
+
+TEST_F(FikitRun, ProgramExitStatusAndArgumentsPassThrough) {
+  EXPECT_EQ(run_with_hook({"/bin/sh", "-c", "exit 42"}).exit_code, 42);
+  EXPECT_EQ(run_with_hook({"/bin/sh", "-c", "exit 0"}).exit_code, 0);
+  // Options after the program belong to the program, not to fikit-run.
+  const Result r = run_with_hook({"/bin/sh", "-c", "echo \"$1 $2\"", "sh", "--priority", "99"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "--priority 99\n");
+}
+
+TEST_F(FikitRun, ProgramFoundOnPath) {
+  const Result r = run_with_hook({"sh", "-c", "exit 7"});
+  EXPECT_EQ(r.exit_code, 7) << r.err;
+}
+
+}  // namespace

@@ -1,0 +1,126 @@
+// fikit-run: puts libfikit_hook.so in front of LD_PRELOAD, passes the settings to the hook through
+// FIKIT_* environment variables, and replaces itself with the program (exec), so the program's
+// exit status, signals and process id are its own.
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "run_options.h"
+
+namespace {
+
+constexpr int kExitUsage = 2;
+constexpr int kExitNoHook = 3;
+constexpr int kExitNotExecutable = 126;
+constexpr int kExitNotFound = 127;
+
+bool readable_file(const std::string& path) { return access(path.c_str(), R_OK) == 0; }
+
+std::string absolute(const std::string& path) {
+  char resolved[PATH_MAX];
+  return realpath(path.c_str(), resolved) != nullptr ? resolved : path;
+}
+
+std::string own_directory() {
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return {};
+  std::string path(exe, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/'));
+}
+
+// --hook, then $FIKIT_HOOK: an explicit choice that is missing is an error, not a reason to fall
+// back to another copy. Then the installed layout, then the build tree.
+std::string find_hook(const std::optional<std::string>& flag, std::string* error) {
+  if (flag) {
+    if (readable_file(*flag)) return absolute(*flag);
+    *error = "hook library not found: " + *flag + " (from --hook)";
+    return {};
+  }
+  if (const char* env = std::getenv("FIKIT_HOOK"); env != nullptr && *env != '\0') {
+    if (readable_file(env)) return absolute(env);
+    *error = std::string("hook library not found: ") + env + " (from FIKIT_HOOK)";
+    return {};
+  }
+  const std::string installed = own_directory() + "/../lib/libfikit_hook.so";
+  if (readable_file(installed)) return absolute(installed);
+  if (readable_file(FIKIT_BUILD_TREE_HOOK)) return FIKIT_BUILD_TREE_HOOK;
+  *error = "hook library not found (looked in " + installed + " and " FIKIT_BUILD_TREE_HOOK
+           "); build it or pass --hook PATH";
+  return {};
+}
+
+// LD_PRELOAD entries are separated by colons or spaces; the hook goes first so its dlsym and
+// cu* symbols win, and is not added twice when fikit-run is nested.
+std::string prepend_preload(const std::string& hook, const char* existing) {
+  if (existing == nullptr || *existing == '\0') return hook;
+  std::string list = existing;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = list.find_first_of(": ", start);
+    const std::string entry = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (entry == hook) return list;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return hook + ":" + list;
+}
+
+void set_env(const char* name, const std::string& value) { setenv(name, value.c_str(), 1); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string error;
+  const auto opts = fikit::run::parse_run_options(argc, argv, &error);
+  if (!opts) {
+    std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
+    return kExitUsage;
+  }
+  if (opts->help) {
+    std::fputs(fikit::run::usage_text().c_str(), stdout);
+    return 0;
+  }
+  if (opts->version) {
+    std::printf("fikit-run (FIKIT) %s\n", FIKIT_VERSION);
+    return 0;
+  }
+
+  const std::string hook = find_hook(opts->hook, &error);
+  if (hook.empty()) {
+    std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
+    return kExitNoHook;
+  }
+
+  set_env("LD_PRELOAD", prepend_preload(hook, std::getenv("LD_PRELOAD")));
+  set_env("FIKIT_MODE", opts->mode);
+  set_env("FIKIT_PRIORITY", std::to_string(opts->priority));
+  // Settings not given on the command line keep whatever the environment already says.
+  if (opts->task_key) set_env("FIKIT_TASK_KEY", *opts->task_key);
+  if (opts->scheduler) set_env("FIKIT_SCHEDULER", *opts->scheduler);
+  if (opts->db) set_env("FIKIT_DB", *opts->db);
+  if (opts->measure_runs) set_env("FIKIT_MEASURE_RUNS", *opts->measure_runs);
+  if (opts->run_iterations) set_env("FIKIT_RUN_ITERATIONS", *opts->run_iterations);
+
+  std::vector<char*> args;
+  for (const std::string& a : opts->command) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execvp(args[0], args.data());
+
+  // Only reached when exec failed; same codes as a POSIX shell.
+  const int exec_errno = errno;
+  const std::string& program = opts->command[0];
+  if (exec_errno == ENOENT) {
+    std::fprintf(stderr, "fikit-run: %s: %s\n", program.c_str(),
+                 program.find('/') == std::string::npos ? "command not found" : "no such file");
+    return kExitNotFound;
+  }
+  std::fprintf(stderr, "fikit-run: cannot run %s: %s\n", program.c_str(), std::strerror(exec_errno));
+  return kExitNotExecutable;
+}

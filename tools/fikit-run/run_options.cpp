@@ -1,0 +1,159 @@
+#include "run_options.h"
+
+#include <cstdint>
+#include <cstdlib>
+
+namespace fikit::run {
+namespace {
+
+// Lengths of the hook's fixed Config buffers (hook/config.h): reject here what it would truncate.
+constexpr size_t kMaxTaskKey = 127, kMaxDbPath = 511, kMaxSchedulerHost = 63;
+
+bool parse_uint(const std::string& text, uint64_t max, uint64_t* out) {
+  if (text.empty() || text.size() > 10) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > max) return false;
+  *out = v;
+  return true;
+}
+
+bool valid_host_port(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon > kMaxSchedulerHost) return false;
+  for (size_t i = 0; i < colon; ++i)
+    if (text[i] == ' ' || text[i] == '\t' || text[i] == ':') return false;
+  uint64_t port = 0;
+  return parse_uint(text.substr(colon + 1), 65535, &port) && port > 0;
+}
+
+}  // namespace
+
+std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, std::string* error) {
+  RunOptions opts;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.empty() || arg[0] != '-') break;   // the program: everything after belongs to it
+    if (arg == "--help" || arg == "-h") {
+      opts.help = true;
+      return opts;
+    }
+    if (arg == "--version") {
+      opts.version = true;
+      return opts;
+    }
+    std::string name = arg, value;
+    bool has_value = false;
+    if (const size_t eq = arg.find('='); eq != std::string::npos && arg.rfind("--", 0) == 0) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_value = true;
+    }
+    static const char* const kValued[] = {"--priority", "--task-key", "--mode", "--scheduler", "--db",
+                                          "--measure-runs", "--run-iterations", "--hook"};
+    bool known = false;
+    for (const char* k : kValued) known = known || name == k;
+    if (!known) {
+      *error = "unknown option '" + name + "' (see --help)";
+      return std::nullopt;
+    }
+    if (!has_value) {
+      if (i + 1 >= argc) {
+        *error = name + " needs a value";
+        return std::nullopt;
+      }
+      value = argv[++i];
+    }
+
+    uint64_t number = 0;
+    if (name == "--priority") {
+      if (!parse_uint(value, 9, &number)) {
+        *error = "--priority must be an integer from 0 (highest) to 9 (lowest), got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.priority = static_cast<int>(number);
+    } else if (name == "--mode") {
+      if (value != "auto" && value != "measure" && value != "share" && value != "off") {
+        *error = "--mode must be auto, measure, share or off, got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.mode = value;
+    } else if (name == "--scheduler") {
+      if (!valid_host_port(value)) {
+        *error = "--scheduler must be HOST:PORT (port 1-65535), got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.scheduler = value;
+    } else if (name == "--task-key") {
+      if (value.empty() || value.size() > kMaxTaskKey) {
+        *error = "--task-key must be 1 to " + std::to_string(kMaxTaskKey) + " characters";
+        return std::nullopt;
+      }
+      opts.task_key = value;
+    } else if (name == "--db") {
+      if (value.empty() || value.size() > kMaxDbPath) {
+        *error = "--db must be a path of 1 to " + std::to_string(kMaxDbPath) + " characters";
+        return std::nullopt;
+      }
+      opts.db = value;
+    } else if (name == "--measure-runs") {
+      if (!parse_uint(value, UINT32_MAX, &number) || number == 0) {
+        *error = "--measure-runs must be a positive integer, got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.measure_runs = value;
+    } else if (name == "--run-iterations") {
+      if (!parse_uint(value, UINT32_MAX, &number)) {
+        *error = "--run-iterations must be a non-negative integer, got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.run_iterations = value;
+    } else {   // --hook
+      if (value.empty()) {
+        *error = "--hook needs a path";
+        return std::nullopt;
+      }
+      opts.hook = value;
+    }
+  }
+  for (; i < argc; ++i) opts.command.emplace_back(argv[i]);
+  if (opts.command.empty()) {
+    *error = "no program given (usage: fikit-run [options] [--] PROGRAM ARGS...)";
+    return std::nullopt;
+  }
+  return opts;
+}
+
+std::string usage_text() {
+  return R"(Usage: fikit-run [options] [--] PROGRAM [ARGS...]
+Runs PROGRAM with FIKIT's hook (libfikit_hook.so) preloaded, so that its GPU kernels are measured
+(measure mode) or scheduled into a higher-priority program's idle gaps (share mode). The exit status
+is PROGRAM's own.
+
+Options:
+  --priority N        0 (highest) .. 9 (lowest); sets FIKIT_PRIORITY (default 5)
+  --task-key K        profile key; sets FIKIT_TASK_KEY (default: derived from the command line)
+  --mode M            auto|measure|share|off; sets FIKIT_MODE (default auto: measure, then share)
+  --scheduler H:P     fikit-scheduler's UDP address; sets FIKIT_SCHEDULER (default 127.0.0.1:47800)
+  --db PATH           profile database; sets FIKIT_DB (default ~/.local/share/fikit/profiles.db)
+  --measure-runs T    runs measured before auto mode shares; sets FIKIT_MEASURE_RUNS (default 10)
+  --run-iterations N  synchronisations that make one run; sets FIKIT_RUN_ITERATIONS (0: process lifetime)
+  --hook PATH         the hook library (default: $FIKIT_HOOK, else ../lib/libfikit_hook.so next to
+                      fikit-run, else the build tree's hook/libfikit_hook.so)
+  --help              show this help and exit
+  --version           show the version and exit
+
+Exit status: PROGRAM's own; 2 bad usage; 3 hook library not found; 126 PROGRAM not executable;
+127 PROGRAM not found.
+)";
+}
+
+}  // namespace fikit::run

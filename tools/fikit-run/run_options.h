@@ -1,0 +1,22 @@
+#pragma once
+// fikit-run's command line: what to run and the FIKIT_* settings to hand to the hook.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fikit::run {
+
+struct RunOptions {
+  std::string mode = "auto";       // FIKIT_MODE
+  int priority = 5;                // FIKIT_PRIORITY
+  std::optional<std::string> task_key, scheduler, db, measure_runs, run_iterations, hook;
+  std::vector<std::string> command;   // program and its arguments
+  bool help = false, version = false;
+};
+
+// Parses argv[1..]. On bad usage returns nullopt with a one-line reason in *error.
+std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, std::string* error);
+
+std::string usage_text();
+
+}  // namespace fikit::run
