@@ -1,0 +1,403 @@
+// Driver entry points: initialisation, the device, contexts, modules and functions, error strings.
+// Compiled with __CUDA_API_VERSION_INTERNAL, so cuda.h declares every exported ABI name as is.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "driver_state.h"
+#include "ptx.h"
+#include "segment.h"
+
+using namespace fikit::simgpu;
+using namespace fikit::simgpu::driver;
+
+namespace {
+
+constexpr int kDriverVersion = 13000;
+constexpr char kDeviceName[] = "FIKIT simulated GPU";
+constexpr size_t kTotalMem = 141ull << 30;
+
+uint64_t env_u64(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  unsigned long long x = std::strtoull(v, &end, 10);
+  if (*end != '\0') {
+    log_error("ignoring %s=%s: not a whole number", name, v);
+    return fallback;
+  }
+  return x;
+}
+
+CUresult init_once() {
+  g_settings.kernel_ns = env_u64("FIKIT_SIMGPU_KERNEL_NS", 5000);
+  g_settings.switch_ns = env_u64("FIKIT_SIMGPU_SWITCH_NS", 2000);
+  g_settings.die_in_lock_at = env_u64("FIKIT_SIMGPU_TEST_DIE_IN_LOCK", 0);
+  const uint64_t gbps = env_u64("FIKIT_SIMGPU_COPY_GBPS", 25);
+  g_settings.copy_gbps = gbps == 0 ? 25.0 : static_cast<double>(gbps);
+  char name[200];
+  segment_name(name, sizeof name);
+  DeviceState* dev = nullptr;
+  switch (open_segment(name, g_settings.switch_ns, &dev)) {
+    case OpenResult::Ok:
+      g_device = dev;
+      return CUDA_SUCCESS;
+    case OpenResult::LayoutMismatch:
+      log_error("/dev/shm/%s is not a simulated device of this version: run `fikit-simgpu reset`", name);
+      return CUDA_ERROR_NOT_INITIALIZED;
+    case OpenResult::SystemError:
+      break;
+  }
+  log_error("cannot open the simulated device /dev/shm/%s", name);
+  return CUDA_ERROR_OPERATING_SYSTEM;
+}
+
+bool valid_device(CUdevice dev) { return dev == 0; }
+
+Context* checked_context(CUcontext handle) { return g_contexts.find(handle); }
+
+CUresult load_ptx(CUmodule* out, const char* text, size_t size) {
+  if (!out || !text) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!current_context()) return CUDA_ERROR_INVALID_CONTEXT;
+  std::vector<PtxEntry> entries;
+  if (!parse_ptx(std::string_view(text, size), &entries)) return CUDA_ERROR_INVALID_IMAGE;
+  std::lock_guard guard(g_mutex);
+  Module* mod = g_modules.allocate();
+  if (!mod) return CUDA_ERROR_OUT_OF_MEMORY;
+  for (PtxEntry& e : entries) {
+    Function* f = g_functions.allocate();
+    if (!f) break;
+    f->module = mod;
+    f->spin = e.name.find("spin") != std::string::npos && !e.params.empty() && e.params[0].type == ".u64";
+    for (const PtxParam& p : e.params) f->param_sizes.push_back(p.size);
+    f->name = std::move(e.name);
+    mod->functions.push_back(f);
+  }
+  *out = reinterpret_cast<CUmodule>(mod);
+  return CUDA_SUCCESS;
+}
+
+// PTX text is NUL-terminated; anything binary (cubin, fatbin) is not simulated.
+size_t image_length(const void* image) { return std::strlen(static_cast<const char*>(image)); }
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned int flags) {
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  static const CUresult result = init_once();
+  return result;
+}
+
+CUresult cuDriverGetVersion(int* version) {
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  *version = kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice* device, int ordinal) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int* count) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  *count = 1;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::snprintf(name, static_cast<size_t>(len), "%s", kDeviceName);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *bytes = kTotalMem;
+  return CUDA_SUCCESS;
+}
+
+// Values of an H200 (the GPU MEASURED.md comes from); attributes not listed read 0.
+CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice dev) {
+  if (!value || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  switch (attrib) {
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *value = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *value = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = 1980000; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *value = 512; break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = 132; break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *value = CU_COMPUTEMODE_DEFAULT; break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = 0x19; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *value = 2619000; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = 6144; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = 62914560; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *value = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = 3; break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *value = 233472; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *value = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 232448; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *value = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
+    default: *value = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  static Context* primary = nullptr;
+  static std::mutex primary_mutex;
+  std::lock_guard guard(primary_mutex);
+  if (!primary || !primary->live) {
+    primary = nullptr;
+    CUresult r = create_context(true, &primary);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  ++primary->primary_refs;
+  *pctx = reinterpret_cast<CUcontext>(primary);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* primary = nullptr;
+  g_contexts.for_each_live([&](Context& c) { if (c.primary) primary = &c; });
+  if (!primary) return CUDA_ERROR_INVALID_CONTEXT;
+  if (--primary->primary_refs <= 0) return destroy_context(primary);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  bool found = false;
+  g_contexts.for_each_live([&](Context& c) { found |= c.primary; });
+  *flags = 0;
+  *active = found ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  (void)flags;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* ctx = nullptr;
+  CUresult r = create_context(false, &ctx);
+  if (r != CUDA_SUCCESS) return r;
+  current_context() = ctx;
+  *pctx = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) { return cuCtxCreate_v2(pctx, flags, dev); }
+
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam*, int, unsigned int flags, CUdevice dev) {
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams*, unsigned int flags, CUdevice dev) {
+  return cuCtxCreate_v2(pctx, flags, dev);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext handle) {
+  Context* ctx = checked_context(handle);
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  return destroy_context(ctx);
+}
+
+CUresult cuCtxDestroy(CUcontext handle) { return cuCtxDestroy_v2(handle); }
+
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  Context* ctx = current_context();
+  *pctx = ctx && ctx->live ? reinterpret_cast<CUcontext>(ctx) : nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext handle) {
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  if (handle == nullptr) {
+    current_context() = nullptr;
+    return CUDA_SUCCESS;
+  }
+  Context* ctx = checked_context(handle);
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  current_context() = ctx;
+  return CUDA_SUCCESS;
+}
+
+// One level of context stack is what the simulator keeps: push replaces, pop clears.
+CUresult cuCtxPushCurrent_v2(CUcontext handle) { return handle ? cuCtxSetCurrent(handle) : CUDA_ERROR_INVALID_CONTEXT; }
+
+CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  Context* ctx = current_context();
+  if (!ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(ctx);
+  current_context() = nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice* device) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = current_context();
+  if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext handle) {
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (handle && !checked_context(handle)) return CUDA_ERROR_INVALID_CONTEXT;
+  return handle ? (*device = 0, CUDA_SUCCESS) : cuCtxGetDevice(device);
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext handle) {
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  Context* ctx = handle ? checked_context(handle) : current_context();
+  if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  return wait_for(ctx, ctx->tail.load(std::memory_order_acquire));
+}
+
+CUresult cuCtxSynchronize(void) { return cuCtxSynchronize_v2(nullptr); }
+
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
+  if (!image) return CUDA_ERROR_INVALID_VALUE;
+  return load_ptx(module, static_cast<const char*>(image), image_length(image));
+}
+
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*, void**) {
+  return cuModuleLoadData(module, image);
+}
+
+CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  if (!module || !fname) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream in(fname, std::ios::binary);
+  if (!in) return CUDA_ERROR_FILE_NOT_FOUND;
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  return load_ptx(module, s.c_str(), s.size());
+}
+
+CUresult cuModuleUnload(CUmodule handle) {
+  Module* mod = g_modules.find(handle);
+  if (!mod) return CUDA_ERROR_INVALID_HANDLE;
+  std::lock_guard guard(g_mutex);
+  for (Function* f : mod->functions) g_functions.release(f);
+  g_modules.release(mod);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuModuleGetFunction(CUfunction* hfunc, CUmodule handle, const char* name) {
+  if (!hfunc || !name) return CUDA_ERROR_INVALID_VALUE;
+  Module* mod = g_modules.find(handle);
+  if (!mod) return CUDA_ERROR_INVALID_HANDLE;
+  for (Function* f : mod->functions) {
+    if (f->name == name) {
+      *hfunc = reinterpret_cast<CUfunction>(f);
+      return CUDA_SUCCESS;
+    }
+  }
+  return CUDA_ERROR_NOT_FOUND;
+}
+
+CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  Function* f = g_functions.find(hfunc);
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  *name = f->name.c_str();
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attrib, CUfunction hfunc) {
+  if (!value || attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_functions.find(hfunc)) return CUDA_ERROR_INVALID_HANDLE;
+  switch (attrib) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = 90; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 49152; break;
+    default: *value = 0; break;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorName(CUresult error, const char** str) {
+  if (!str) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+#define FIKIT_ERR(e) case e: *str = #e; return CUDA_SUCCESS;
+    FIKIT_ERR(CUDA_SUCCESS) FIKIT_ERR(CUDA_ERROR_INVALID_VALUE) FIKIT_ERR(CUDA_ERROR_OUT_OF_MEMORY)
+    FIKIT_ERR(CUDA_ERROR_NOT_INITIALIZED) FIKIT_ERR(CUDA_ERROR_DEINITIALIZED) FIKIT_ERR(CUDA_ERROR_NO_DEVICE)
+    FIKIT_ERR(CUDA_ERROR_INVALID_DEVICE) FIKIT_ERR(CUDA_ERROR_INVALID_IMAGE) FIKIT_ERR(CUDA_ERROR_INVALID_CONTEXT)
+    FIKIT_ERR(CUDA_ERROR_CONTEXT_IS_DESTROYED) FIKIT_ERR(CUDA_ERROR_FILE_NOT_FOUND) FIKIT_ERR(CUDA_ERROR_OPERATING_SYSTEM)
+    FIKIT_ERR(CUDA_ERROR_INVALID_HANDLE) FIKIT_ERR(CUDA_ERROR_NOT_FOUND) FIKIT_ERR(CUDA_ERROR_NOT_READY)
+    FIKIT_ERR(CUDA_ERROR_LAUNCH_FAILED) FIKIT_ERR(CUDA_ERROR_NOT_SUPPORTED) FIKIT_ERR(CUDA_ERROR_UNKNOWN)
+    FIKIT_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) FIKIT_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED)
+    FIKIT_ERR(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED) FIKIT_ERR(CUDA_ERROR_ILLEGAL_STATE)
+    FIKIT_ERR(CUDA_ERROR_INVALID_PTX) FIKIT_ERR(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+#undef FIKIT_ERR
+    default: *str = nullptr; return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult cuGetErrorString(CUresult error, const char** str) {
+  if (!str) return CUDA_ERROR_INVALID_VALUE;
+  switch (error) {
+    case CUDA_SUCCESS: *str = "no error"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_VALUE: *str = "invalid argument"; return CUDA_SUCCESS;
+    case CUDA_ERROR_OUT_OF_MEMORY: *str = "out of memory"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_INITIALIZED: *str = "initialization error"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_CONTEXT: *str = "invalid device context"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_HANDLE: *str = "invalid resource handle"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_FOUND: *str = "named symbol not found"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_READY: *str = "device not ready"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_SUPPORTED: *str = "operation not supported"; return CUDA_SUCCESS;
+    default: break;
+  }
+  return cuGetErrorName(error, str);  // the name is the best description the simulator has
+}
+
+}  // extern "C"

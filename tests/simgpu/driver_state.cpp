@@ -1,0 +1,196 @@
+#include "driver_state.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+
+#include "segment.h"
+
+namespace fikit::simgpu::driver {
+
+std::mutex g_mutex;
+Pool<Context, 64> g_contexts;
+Pool<Stream, 4096> g_streams;
+Pool<Event, 16384> g_events;
+Pool<Module, 1024> g_modules;
+Pool<Function, 16384> g_functions;
+Pool<Graph, 1024> g_graphs;
+Pool<GraphExec, 1024> g_graph_execs;
+Settings g_settings;
+DeviceState* g_device = nullptr;
+
+namespace {
+
+constexpr uint64_t kWaitCapNs = 100'000;
+
+std::mutex g_alloc_mutex;
+std::map<uintptr_t, size_t>& allocations() {
+  static auto* m = new std::map<uintptr_t, size_t>();  // never destroyed: usable from atexit paths
+  return *m;
+}
+
+uint64_t g_submits = 0;  // for the test-only die-in-lock hook
+
+// Short sleeps must be short: the simulated completions are microseconds apart.
+__attribute__((constructor)) void set_timer_slack() { prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
+
+// A process that exits without destroying its contexts drops their pending work, as a real
+// driver tears a process's contexts down at exit.
+__attribute__((destructor)) void release_contexts_at_exit() {
+  if (!g_device) return;
+  DeviceLock lock(*g_device);
+  if (!lock.ok()) return;
+  g_contexts.for_each_live([](Context& ctx) {
+    if (g_device->ctx[ctx.slot].gen == ctx.gen) release_slot(*g_device, ctx.slot);
+  });
+}
+
+}  // namespace
+
+Context*& current_context() {
+  thread_local Context* current = nullptr;
+  return current;
+}
+
+void log_error(const char* fmt, ...) {
+  char line[512];
+  int n = std::snprintf(line, sizeof line, "[fikit-simgpu pid %d] ", static_cast<int>(getpid()));
+  va_list ap;
+  va_start(ap, fmt);
+  n += std::vsnprintf(line + n, sizeof line - static_cast<size_t>(n), fmt, ap);
+  va_end(ap);
+  if (n >= static_cast<int>(sizeof line) - 1) n = sizeof line - 2;
+  line[n++] = '\n';
+  ssize_t ignored = write(STDERR_FILENO, line, static_cast<size_t>(n));
+  (void)ignored;
+}
+
+Context* stream_context(CUstream handle, Stream** stream, CUresult* err) {
+  *stream = nullptr;
+  Context* ctx = nullptr;
+  if (handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD) {
+    ctx = current_context();
+    if (!ctx || !ctx->live) {
+      *err = CUDA_ERROR_INVALID_CONTEXT;
+      return nullptr;
+    }
+    return ctx;
+  }
+  Stream* s = g_streams.find(handle);
+  if (!s || !s->ctx || !s->ctx->live) {
+    *err = CUDA_ERROR_INVALID_HANDLE;
+    return nullptr;
+  }
+  *stream = s;
+  return s->ctx;
+}
+
+CUresult create_context(bool primary, Context** out) {
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  std::lock_guard guard(g_mutex);
+  Context* ctx = g_contexts.allocate();
+  if (!ctx) return CUDA_ERROR_OUT_OF_MEMORY;
+  DeviceLock lock(*g_device);
+  const int slot = lock.ok() ? claim_slot(*g_device, getpid(), 0, lock.now()) : -1;
+  if (slot < 0) {
+    g_contexts.release(ctx);
+    log_error("the simulated device has no free context slot (%d in use)", kMaxContexts);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  g_device->ctx[slot].local_id = static_cast<uint32_t>(g_contexts.index_of(ctx));
+  ctx->slot = slot;
+  ctx->gen = g_device->ctx[slot].gen;
+  ctx->primary = primary;
+  *out = ctx;
+  return CUDA_SUCCESS;
+}
+
+CUresult destroy_context(Context* ctx) {
+  std::lock_guard guard(g_mutex);
+  {
+    DeviceLock lock(*g_device);
+    if (lock.ok() && g_device->ctx[ctx->slot].gen == ctx->gen) release_slot(*g_device, ctx->slot);
+  }
+  g_streams.for_each_live([ctx](Stream& s) { if (s.ctx == ctx) g_streams.release(&s); });
+  g_events.for_each_live([ctx](Event& e) { if (e.ctx == ctx) g_events.release(&e); });
+  if (current_context() == ctx) current_context() = nullptr;
+  g_contexts.release(ctx);
+  return CUDA_SUCCESS;
+}
+
+CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event) {
+  for (;;) {
+    uint64_t wake;
+    {
+      DeviceLock lock(*g_device);
+      if (!lock.ok()) return CUDA_ERROR_UNKNOWN;
+      if (g_device->ctx[ctx->slot].gen != ctx->gen) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+      if (g_settings.die_in_lock_at && ++g_submits == g_settings.die_in_lock_at) raise(SIGKILL);
+      Op op{lock.now(), duration_ns, event, kind};
+      const uint64_t seq = submit(*g_device, ctx->slot, op);
+      if (seq != UINT64_MAX) {
+        ctx->tail.store(seq + 1, std::memory_order_release);
+        if (stream) stream->tail.store(seq + 1, std::memory_order_release);
+        return CUDA_SUCCESS;
+      }
+      wake = next_progress_ns(*g_device, lock.now());  // ring full: wait like a full pushbuffer
+    }
+    wait_until(wake, kWaitCapNs);
+  }
+}
+
+CUresult query(Context* ctx, uint64_t target) {
+  DeviceLock lock(*g_device);
+  if (!lock.ok()) return CUDA_ERROR_UNKNOWN;
+  const CtxSlot& slot = g_device->ctx[ctx->slot];
+  if (slot.gen != ctx->gen) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  return slot.head >= target ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult wait_for(Context* ctx, uint64_t target) {
+  for (;;) {
+    uint64_t wake;
+    {
+      DeviceLock lock(*g_device);
+      if (!lock.ok()) return CUDA_ERROR_UNKNOWN;
+      const CtxSlot& slot = g_device->ctx[ctx->slot];
+      if (slot.gen != ctx->gen) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+      if (slot.head >= target) return CUDA_SUCCESS;
+      wake = next_progress_ns(*g_device, lock.now());
+    }
+    wait_until(wake, kWaitCapNs);
+  }
+}
+
+uint64_t copy_duration_ns(size_t bytes) {
+  return 1000 + static_cast<uint64_t>(static_cast<double>(bytes) / g_settings.copy_gbps);
+}
+
+uint64_t set_duration_ns(size_t bytes) { return 1000 + bytes / 500; }
+
+bool register_allocation(void* base, size_t bytes) {
+  std::lock_guard guard(g_alloc_mutex);
+  return allocations().emplace(reinterpret_cast<uintptr_t>(base), bytes).second;
+}
+
+bool unregister_allocation(CUdeviceptr base) {
+  std::lock_guard guard(g_alloc_mutex);
+  return allocations().erase(static_cast<uintptr_t>(base)) == 1;
+}
+
+bool is_device_range(CUdeviceptr ptr, size_t bytes) {
+  std::lock_guard guard(g_alloc_mutex);
+  auto& m = allocations();
+  auto it = m.upper_bound(static_cast<uintptr_t>(ptr));
+  if (it == m.begin()) return false;
+  --it;
+  const uintptr_t offset = static_cast<uintptr_t>(ptr) - it->first;
+  return offset <= it->second && bytes <= it->second - offset;
+}
+
+}  // namespace fikit::simgpu::driver

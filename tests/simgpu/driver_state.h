@@ -1,0 +1,162 @@
+#pragma once
+// The simulated driver's per-process side: handle tables (contexts, streams, events, modules,
+// functions, graphs) and the submit / wait helpers every entry point uses. Handles are addresses
+// of slots in fixed pools, so a bad handle is recognised by a range check instead of crashing.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "timeline.h"
+
+namespace fikit::simgpu::driver {
+
+struct Context {
+  std::atomic<bool> live{false};
+  int slot = -1;           // CtxSlot index in the shared device
+  uint32_t gen = 0;
+  bool primary = false;
+  int primary_refs = 0;
+  std::atomic<uint64_t> tail{0};  // sequence number after the last op submitted
+  std::vector<uint32_t> free_events;
+  uint32_t next_event = 0;
+};
+
+struct GraphOp {
+  OpKind kind;
+  uint64_t duration_ns;
+  void* dst;           // Copy / Set
+  const void* src;     // Copy
+  size_t bytes;        // Copy / Set (bytes written)
+  uint32_t value;      // Set
+  uint8_t elem_size;   // Set: 1 or 4
+};
+
+struct Graph {
+  std::atomic<bool> live{false};
+  std::vector<GraphOp> ops;
+};
+
+struct GraphExec {
+  std::atomic<bool> live{false};
+  std::vector<GraphOp> ops;
+};
+
+struct Stream {
+  std::atomic<bool> live{false};
+  Context* ctx = nullptr;
+  std::atomic<uint64_t> tail{0};
+  unsigned flags = 0;
+  int priority = 0;
+  Graph* capture = nullptr;  // set between BeginCapture and EndCapture
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+};
+
+struct Event {
+  std::atomic<bool> live{false};
+  Context* ctx = nullptr;
+  uint32_t index = 0;  // EventSlot in the context's shared slot
+  unsigned flags = 0;
+  bool recorded = false;
+};
+
+struct Module;
+struct Function {
+  std::atomic<bool> live{false};
+  Module* module = nullptr;
+  std::string name;
+  bool spin = false;  // "spin" in the name and a first .u64 parameter: runs for that many ns
+  std::vector<uint32_t> param_sizes;
+};
+
+struct Module {
+  std::atomic<bool> live{false};
+  std::vector<Function*> functions;
+};
+
+// A fixed pool: handles are slot addresses, so looking one up never dereferences a foreign pointer.
+template <class T, size_t N>
+class Pool {
+ public:
+  T* find(const void* handle) const {
+    auto addr = reinterpret_cast<uintptr_t>(handle);
+    auto base = reinterpret_cast<uintptr_t>(&items_[0]);
+    if (addr < base || addr >= base + sizeof(items_) || (addr - base) % sizeof(T) != 0) return nullptr;
+    T* item = const_cast<T*>(&items_[(addr - base) / sizeof(T)]);
+    return item->live.load(std::memory_order_acquire) ? item : nullptr;
+  }
+  // Caller holds g_mutex. The slot is reset to a fresh T before it is marked live.
+  T* allocate() {
+    for (size_t k = 0; k < N; ++k) {
+      T& item = items_[(next_ + k) % N];
+      if (item.live.load(std::memory_order_relaxed)) continue;
+      next_ = (next_ + k + 1) % N;
+      item.~T();
+      new (&item) T();
+      item.live.store(true, std::memory_order_release);
+      return &item;
+    }
+    return nullptr;
+  }
+  size_t index_of(const T* item) const { return static_cast<size_t>(item - &items_[0]); }
+  void release(T* item) { item->live.store(false, std::memory_order_release); }
+  template <class F>
+  void for_each_live(F f) {
+    for (T& item : items_)
+      if (item.live.load(std::memory_order_acquire)) f(item);
+  }
+
+ private:
+  T items_[N];
+  size_t next_ = 0;
+};
+
+struct Settings {
+  uint64_t kernel_ns = 5000;
+  double copy_gbps = 25.0;
+  uint64_t switch_ns = 2000;
+  uint64_t die_in_lock_at = 0;  // test only: SIGKILL this process inside the lock on that submit
+};
+
+extern std::mutex g_mutex;  // guards the pools' allocation and the objects' non-atomic fields
+extern Pool<Context, 64> g_contexts;
+extern Pool<Stream, 4096> g_streams;
+extern Pool<Event, 16384> g_events;
+extern Pool<Module, 1024> g_modules;
+extern Pool<Function, 16384> g_functions;
+extern Pool<Graph, 1024> g_graphs;
+extern Pool<GraphExec, 1024> g_graph_execs;
+extern Settings g_settings;
+extern DeviceState* g_device;  // nullptr until cuInit succeeds
+
+Context*& current_context();  // this thread's current context
+void log_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// The context a stream handle runs in; the special streams (0, legacy, per-thread) use the current
+// context. nullptr with *err set when the handle or the context is not valid.
+Context* stream_context(CUstream handle, Stream** stream, CUresult* err);
+
+CUresult create_context(bool primary, Context** out);
+CUresult destroy_context(Context* ctx);
+
+// Submits one op (waiting while the context's ring is full) and tracks it on the stream.
+CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event = 0);
+// Waits until every op before sequence number `target` of `ctx` has completed.
+CUresult wait_for(Context* ctx, uint64_t target);
+// CUDA_SUCCESS when done, CUDA_ERROR_NOT_READY when not.
+CUresult query(Context* ctx, uint64_t target);
+
+uint64_t copy_duration_ns(size_t bytes);
+uint64_t set_duration_ns(size_t bytes);
+
+// Device memory is host memory; these recognise the ranges cuMemAlloc handed out.
+bool register_allocation(void* base, size_t bytes);
+bool unregister_allocation(CUdeviceptr base);
+bool is_device_range(CUdeviceptr ptr, size_t bytes);
+
+}  // namespace fikit::simgpu::driver

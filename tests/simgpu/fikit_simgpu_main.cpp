@@ -1,0 +1,78 @@
+// fikit-simgpu: look at or remove the simulated GPU that the fake libcuda.so.1 shares between
+// processes (docs/simulated-gpu.md).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "segment.h"
+
+using namespace fikit::simgpu;
+
+namespace {
+
+enum Exit { kOk = 0, kUsage = 2, kNoDevice = 3, kFailed = 4 };
+
+void usage(FILE* out) {
+  std::fprintf(out,
+               "usage: fikit-simgpu status|reset\n"
+               "  status  contexts, pending ops, simulated time and switches of the simulated GPU\n"
+               "  reset   remove the simulated GPU's shared-memory segment (the next process creates a\n"
+               "          fresh one; processes still running keep the old one privately)\n"
+               "The device is /dev/shm/$FIKIT_SIMGPU_NAME (default fikit-simgpu-<uid>).\n"
+               "Exit codes: 0 ok, 2 usage, 3 no simulated device, 4 failed.\n");
+}
+
+int status(const char* name) {
+  DeviceState* dev = attach_segment(name);
+  if (!dev) {
+    std::fprintf(stderr, "fikit-simgpu: no simulated device /dev/shm/%s (or not this version)\n", name);
+    return kNoDevice;
+  }
+  DeviceLock lock(*dev);
+  if (!lock.ok()) {
+    std::fprintf(stderr, "fikit-simgpu: cannot lock /dev/shm/%s\n", name);
+    return kFailed;
+  }
+  const double ms = 1e-6;
+  std::printf("device /dev/shm/%s\n", name);
+  std::printf("simulated time %.3f ms since creation, device busy %.3f ms, ops run %llu\n",
+              (dev->sim_ns - dev->created_ns) * ms, dev->busy_ns * ms, static_cast<unsigned long long>(dev->ops_run));
+  std::printf("context switches %llu (%llu ns each), dead contexts dropped %llu\n",
+              static_cast<unsigned long long>(dev->switches), static_cast<unsigned long long>(dev->switch_ns),
+              static_cast<unsigned long long>(dev->dropped_contexts));
+  if (dev->running >= 0)
+    std::printf("running: slot %d until +%.3f ms\n", dev->running, (dev->running_end_ns - lock.now()) * ms);
+  std::printf("%-5s %-8s %-6s %-8s %-10s %-12s\n", "slot", "pid", "ctx", "pending", "ops done", "busy ms");
+  for (int i = 0; i < kMaxContexts; ++i) {
+    const CtxSlot& s = dev->ctx[i];
+    if (s.state != SlotState::Live) continue;
+    std::printf("%-5d %-8d %-6u %-8llu %-10llu %-12.3f\n", i, s.pid, s.local_id,
+                static_cast<unsigned long long>(s.tail - s.head), static_cast<unsigned long long>(s.ops_done),
+                s.busy_ns * ms);
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    usage(stderr);
+    return kUsage;
+  }
+  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(stdout);
+    return kOk;
+  }
+  char name[200];
+  segment_name(name, sizeof name);
+  if (!std::strcmp(argv[1], "status")) return status(name);
+  if (!std::strcmp(argv[1], "reset")) {
+    if (remove_segment(name)) return kOk;
+    std::fprintf(stderr, "fikit-simgpu: cannot remove /dev/shm/%s: %s\n", name, std::strerror(errno));
+    return kNoDevice;
+  }
+  std::fprintf(stderr, "fikit-simgpu: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return kUsage;
+}

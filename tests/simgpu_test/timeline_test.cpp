@@ -1,0 +1,133 @@
+// The timeline rules on a device state driven with virtual time (no shared memory, no clock).
+#include "timeline.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+namespace fikit::simgpu {
+namespace {
+
+constexpr uint64_t kSwitch = 2000;
+
+class TimelineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dev_ = std::make_unique<DeviceState>();
+    init_state(*dev_, kSwitch, 0);
+  }
+  uint64_t kernel(int slot, uint64_t at, uint64_t ns) {
+    return submit(*dev_, slot, Op{at, ns, 0, OpKind::Kernel});
+  }
+  uint64_t event(int slot, uint64_t at, uint32_t index) {
+    return submit(*dev_, slot, Op{at, 0, index, OpKind::EventMarker});
+  }
+  bool done(int slot, uint64_t seq) const { return seq < dev_->ctx[slot].head; }
+  std::unique_ptr<DeviceState> dev_;
+};
+
+TEST_F(TimelineTest, OneContextRunsBackToBackWithoutSwitchCost) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  kernel(a, 0, 1000);
+  uint64_t second = kernel(a, 0, 3000);
+  advance(*dev_, 3999);
+  EXPECT_FALSE(done(a, second));
+  advance(*dev_, 4000);
+  EXPECT_TRUE(done(a, second));
+  EXPECT_EQ(dev_->ctx[a].last_end_ns, 4000u);
+  EXPECT_EQ(dev_->switches, 0u);
+}
+
+TEST_F(TimelineTest, DeviceIdlesUntilTheNextSubmission) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  kernel(a, 0, 1000);
+  advance(*dev_, 5000);
+  uint64_t later = kernel(a, 5000, 1000);
+  advance(*dev_, 5999);
+  EXPECT_FALSE(done(a, later));
+  advance(*dev_, 6000);
+  EXPECT_TRUE(done(a, later));
+}
+
+TEST_F(TimelineTest, BackloggedContextsAlternateRoundRobinAndPayTheSwitch) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0);
+  int c = claim_slot(*dev_, 3, 0, 0);
+  std::vector<uint64_t> sa, sb, sc;
+  for (int i = 0; i < 3; ++i) {
+    sa.push_back(kernel(a, 0, 1000));
+    sb.push_back(kernel(b, 0, 1000));
+    sc.push_back(kernel(c, 0, 1000));
+  }
+  // a first (nothing resident), then b, c, a, b, c ... each op after a switch.
+  advance(*dev_, 0);
+  std::vector<int> order;
+  uint64_t t = 0;
+  for (int step = 0; step < 9; ++step) {
+    ASSERT_GE(dev_->running, 0) << "step " << step;
+    order.push_back(dev_->running);
+    t = dev_->running_end_ns;
+    advance(*dev_, t);
+  }
+  EXPECT_EQ(order, (std::vector<int>{a, b, c, a, b, c, a, b, c}));
+  EXPECT_EQ(t, 9 * 1000 + 8 * kSwitch);
+  EXPECT_EQ(dev_->switches, 8u);
+  EXPECT_TRUE(done(c, sc.back()));
+}
+
+TEST_F(TimelineTest, ContextNeverWaitsMoreThanOneOpOfAnother) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0);
+  for (int i = 0; i < 100; ++i) kernel(a, 0, 1000);
+  advance(*dev_, 500);  // a's first op is running
+  uint64_t late = kernel(b, 500, 1000);
+  advance(*dev_, 1000 + kSwitch + 1000);
+  EXPECT_TRUE(done(b, late));
+  EXPECT_EQ(dev_->ctx[a].head, 1u);
+}
+
+TEST_F(TimelineTest, EventMarkersAreZeroDurationAndNeverSwitch) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0);
+  kernel(b, 0, 10'000);
+  // a is idle: its marker completes at its own submit time although b holds the device.
+  advance(*dev_, 100);
+  uint64_t idle_marker = event(a, 100, 0);
+  advance(*dev_, 200);
+  EXPECT_TRUE(done(a, idle_marker));
+  EXPECT_EQ(dev_->ctx[a].events[0].time_ns, 100u);
+  // Behind a kernel, the marker completes with it.
+  kernel(a, 200, 1000);
+  uint64_t after = event(a, 200, 1);
+  advance(*dev_, 10'000 + kSwitch + 1000);
+  EXPECT_TRUE(done(a, after));
+  EXPECT_EQ(dev_->ctx[a].events[1].time_ns, 10'000 + kSwitch + 1000);
+  EXPECT_EQ(dev_->switches, 1u);
+}
+
+TEST_F(TimelineTest, FullRingRefusesUntilOpsComplete) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  for (uint32_t i = 0; i < kRingOps; ++i) ASSERT_NE(kernel(a, 0, 10), UINT64_MAX);
+  EXPECT_EQ(kernel(a, 0, 10), UINT64_MAX);
+  advance(*dev_, 10);
+  EXPECT_NE(kernel(a, 10, 10), UINT64_MAX);
+}
+
+TEST_F(TimelineTest, ReleasedContextDropsItsPendingOps) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0);
+  for (int i = 0; i < 10; ++i) kernel(a, 0, 1000);
+  advance(*dev_, 500);
+  release_slot(*dev_, a);
+  uint64_t mine = kernel(b, 500, 1000);
+  // a's running op finishes (no preemption); then b runs at once after one switch.
+  advance(*dev_, 1000 + kSwitch + 1000);
+  EXPECT_TRUE(done(b, mine));
+  EXPECT_EQ(dev_->running, -1);
+  EXPECT_EQ(claim_slot(*dev_, 3, 0, 3000), a);  // the slot is reusable
+  EXPECT_EQ(dev_->ctx[a].head, dev_->ctx[a].tail);
+}
+
+}  // namespace
+}  // namespace fikit::simgpu
