@@ -20,7 +20,15 @@ struct Config {
   TimingKind timing = TimingKind::Auto; // FIKIT_TIMING=auto|cupti|events
   uint32_t daemon_timeout_ms = 100;     // FIKIT_DAEMON_TIMEOUT_MS: no answer -> passthrough
   char command_line[1024] = {};         // /proc/self/cmdline, spaces between arguments (for the profile DB)
+  bool stats = false;                   // FIKIT_STATS=1: per-entry-point call counts on stderr at exit
+  char trace_ids_path[512] = {};        // FIKIT_TRACE_IDS=path: one line per new kernel ID (debugging, tests)
 };
+
+// The task key used when FIKIT_TASK_KEY is unset: basename of the executable, '-', and the top 32 bits
+// of the 64-bit FNV-1a hash of the whole /proc/self/cmdline (NUL-separated arguments) as 8 lowercase hex
+// digits, e.g. "python3.11-3f9a0c12". The same command line gives the same key in every run.
+void derive_task_key(const char* executable_path, const char* cmdline, unsigned long cmdline_size,
+                     char* out, unsigned long out_size) noexcept;
 
 // Parsed on first use; never fails (bad values are logged and replaced by defaults).
 const Config& config() noexcept;

@@ -1,6 +1,12 @@
 #pragma once
 // Kernel identity: a 64-bit hash of (device function name, symbolized call site, grid, block,
 // dynamic shared memory), equal across processes and runs of the same program. See DESIGN §4.
+//
+// Cost model: the first sight of a call site, a CUfunction or an ID takes a mutex and allocates
+// (symbolization, demangling, the description); every later launch costs one stack walk of a few
+// frames plus lock-free table lookups, and allocates nothing.
+#include <cuda.h>
+
 #include <cstdint>
 #include <string>
 
@@ -18,5 +24,36 @@ struct Description {
 
 // The description of an ID produced in this process, or nullptr. Thread-safe; pointers stay valid.
 const Description* describe(uint64_t id) noexcept;
+
+// How the launching thread's stack is walked (both are PIC static code inside the hook).
+enum class Unwinder : uint8_t {
+  Llvm,    // LLVM libunwind: unw_getcontext / unw_init_local / unw_step
+  Gcc,     // libgcc's _Unwind_Backtrace (from libgcc_s.so.1)
+};
+
+using FuncGetNameFn = CUresult (*)(const char** name, CUfunction func);
+
+struct Settings {
+  unsigned depth = 4;                   // caller frames kept (after the skipped modules)
+  FuncGetNameFn func_get_name = nullptr;// the real cuFuncGetName; nullptr: names unknown ("?")
+  int trace_fd = -1;                    // >= 0: one line per new ID, at first sight
+  Unwinder unwinder = Unwinder::Gcc;    // the faster one on the benchmark (docs/performance-hook.md)
+};
+
+// Set before the first ID is computed (the hook does it at mode start-up).
+void configure(const Settings& settings) noexcept;
+
+// The ID of a kernel launched by the calling thread. `func` is resolved to its name once.
+uint64_t kernel_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3],
+                   uint32_t shared_mem) noexcept;
+// The ID of a copy / set / graph launch: `label` ("[memcpy HtoD]") + call site + byte count.
+uint64_t op_id(const char* label, uint64_t bytes) noexcept;
+
+// The stable hash of the calling thread's call site (no absolute address inside). Frames in
+// libfikit_hook.so, libcuda*, libcudart* and libcupti* are skipped.
+uint64_t call_site() noexcept;
+
+// A forked child may have inherited a held mutex: start the slow path's lock afresh.
+void reset_after_fork() noexcept;
 
 }  // namespace fikit::kernelid

@@ -1,0 +1,136 @@
+// Mode life cycle: start on the first launch or sync, shut down at exit, start afresh in a forked
+// child; plus the weak factory defaults that let the hook link before hook/measure and hook/share.
+#include <fcntl.h>
+#include <pthread.h>
+
+#include <cstdlib>
+
+#include "config.h"
+#include "driver.h"
+#include "kernelid.h"
+#include "log.h"
+#include "mode.h"
+#include "mode_state.h"
+#include "stats.h"
+
+namespace fikit::hook {
+namespace detail {
+
+std::atomic<Mode*> g_mode{reinterpret_cast<Mode*>(kNotStarted)};
+
+}  // namespace detail
+namespace {
+
+// FIKIT_TRACE_IDS without a mode: kernel IDs are computed (and traced) with nothing else done.
+class TraceOnlyMode final : public Mode {
+ public:
+  void before_launch(const LaunchInfo&) noexcept override {}
+  void after_launch(const LaunchInfo&, CUresult) noexcept override {}
+  void after_sync(SyncKind) noexcept override {}
+  void shutdown() noexcept override {}
+};
+
+const char* mode_name(ModeKind kind) noexcept {
+  switch (kind) {
+    case ModeKind::Off: return "off";
+    case ModeKind::Measure: return "measure";
+    case ModeKind::Share: return "share";
+    case ModeKind::Auto: return "auto";
+  }
+  return "?";
+}
+
+void configure_kernel_ids(const Config& cfg) noexcept {
+  kernelid::Settings settings;
+  settings.depth = cfg.backtrace_depth;
+  settings.func_get_name = real_driver<kernelid::FuncGetNameFn>("cuFuncGetName");
+  if (cfg.trace_ids_path[0] != '\0') {
+    settings.trace_fd = open(cfg.trace_ids_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (settings.trace_fd < 0) log(LogLevel::Error, "FIKIT_TRACE_IDS=%s cannot be opened", cfg.trace_ids_path);
+  }
+  kernelid::configure(settings);
+}
+
+Mode* make_mode(const Config& cfg) noexcept {
+  Mode* mode = nullptr;
+  switch (cfg.mode) {
+    case ModeKind::Off: break;
+    case ModeKind::Measure: mode = make_measure_mode(cfg); break;
+    case ModeKind::Share: mode = make_share_mode(cfg); break;
+    case ModeKind::Auto: mode = make_auto_mode(cfg); break;
+  }
+  if (mode == nullptr && cfg.mode != ModeKind::Off) {
+    log(LogLevel::Warn, "mode %s did not start: running as passthrough", mode_name(cfg.mode));
+  }
+  if (mode == nullptr && cfg.trace_ids_path[0] != '\0') {
+    static TraceOnlyMode trace_only;
+    mode = &trace_only;
+  }
+  return mode;
+}
+
+void shutdown_at_exit() noexcept {
+  // Launches from later exit handlers or other threads pass through from here on.
+  Mode* mode = detail::g_mode.exchange(nullptr, std::memory_order_acq_rel);
+  if (reinterpret_cast<uintptr_t>(mode) > detail::kStarting) mode->shutdown();
+  if (stats::enabled()) stats::print();
+}
+
+void reset_in_child() noexcept {
+  // The parent's mode (its sockets, threads, events) does not exist here: start afresh on first use.
+  detail::g_mode.store(reinterpret_cast<Mode*>(detail::kNotStarted), std::memory_order_release);
+  stats::reset();
+  kernelid::reset_after_fork();
+}
+
+// Runs when the hook is loaded: no CUDA here, a program that never uses CUDA runs unchanged.
+// Registered this early, the exit handler runs after the program's own ones and before libraries
+// (the driver included) are unloaded.
+__attribute__((constructor)) void on_load() noexcept {
+  stats::g_enabled.store(config().stats, std::memory_order_relaxed);
+  std::atexit(shutdown_at_exit);
+  pthread_atfork(nullptr, nullptr, reset_in_child);
+}
+
+}  // namespace
+
+Mode* detail::start_mode(Mode* seen) noexcept {
+  if (reinterpret_cast<uintptr_t>(seen) == kStarting) return nullptr;
+  Mode* expected = reinterpret_cast<Mode*>(kNotStarted);
+  if (!g_mode.compare_exchange_strong(expected, reinterpret_cast<Mode*>(kStarting), std::memory_order_acq_rel)) {
+    return reinterpret_cast<uintptr_t>(expected) > kStarting ? expected : nullptr;
+  }
+  const Config& cfg = config();
+  configure_kernel_ids(cfg);
+  Mode* mode = make_mode(cfg);
+  // A factory that already called set_mode (auto mode switching at once) has the last word.
+  expected = reinterpret_cast<Mode*>(kStarting);
+  g_mode.compare_exchange_strong(expected, mode, std::memory_order_acq_rel);
+  return settled_mode(g_mode.load(std::memory_order_acquire));
+}
+
+Mode* current_mode() noexcept { return detail::settled_mode(detail::loaded_mode()); }
+
+void set_mode(Mode* mode) noexcept { detail::g_mode.store(mode, std::memory_order_release); }
+
+// Weak defaults: the strong definitions in hook/measure/ and hook/share/ replace them when built.
+__attribute__((weak)) Mode* make_measure_mode(const Config&) noexcept {
+  log(LogLevel::Error, "mode measure is not built into this libfikit_hook.so");
+  return nullptr;
+}
+
+__attribute__((weak)) Mode* make_share_mode(const Config&) noexcept {
+  log(LogLevel::Error, "mode share is not built into this libfikit_hook.so");
+  return nullptr;
+}
+
+__attribute__((weak)) Mode* make_auto_mode(const Config&) noexcept {
+  log(LogLevel::Error, "mode auto is not built into this libfikit_hook.so");
+  return nullptr;
+}
+
+__attribute__((weak)) void announce_measurement(const Config&) noexcept {
+  log(LogLevel::Debug, "share mode is not built: the measurement phase is not announced to a daemon");
+}
+
+}  // namespace fikit::hook

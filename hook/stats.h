@@ -1,0 +1,31 @@
+#pragma once
+// FIKIT_STATS=1 debug counters: what the hook saw, per entry point, printed as one stderr line at
+// exit (examples/gpu/check_interception.sh compares them with the profiler's kernel count). Counted
+// with relaxed atomics, and only when enabled; they work in every mode, off included.
+#include <atomic>
+
+#include "entry_table.h"
+
+namespace fikit::hook::stats {
+
+enum class Event : uint8_t {
+  KernelLaunch,   // a kernel launched outside stream capture
+  GraphLaunch,    // cuGraphLaunch outside capture
+  Captured,       // any launch or copy recorded into a graph under stream capture
+  MemOp,          // an asynchronous copy or set outside capture
+  Sync,           // a synchronising call
+};
+
+extern std::atomic<bool> g_enabled;
+
+inline bool enabled() noexcept { return g_enabled.load(std::memory_order_relaxed); }
+
+void count(Variant v, Event e) noexcept;
+
+// "[fikit pid N] stats: launches=.. graph_launches=.. captured=.. memops=.. syncs=.. | <symbol>=<calls> ..."
+// (entry points never called are left out).
+void print() noexcept;
+// A forked child counts its own calls.
+void reset() noexcept;
+
+}  // namespace fikit::hook::stats

@@ -1,0 +1,272 @@
+// The wrappers of entry_points.def and the exported symbols that are them. Every wrapper starts
+// the same way: fetch its real function (one relaxed load), load the mode, and when the mode is
+// off (and no debug counters are on) call the real function straight away: no allocation, no lock,
+// no system call. Only then does it look at the stream and the operation.
+#include <cuda.h>
+
+#include "driver.h"
+#include "entry_table.h"
+#include "kernelid.h"
+#include "log.h"
+#include "mode.h"
+#include "mode_state.h"
+#include "stats.h"
+
+namespace fikit::hook {
+namespace {
+
+template <Variant V>
+struct RealFn;   // the real function's pointer type, specialised per variant from the table below
+
+#define FIKIT_VARIANT(id, name, symbol, per_thread, version, handler, params, args) \
+  template <>                                                                       \
+  struct RealFn<Variant::id> {                                                      \
+    using type = CUresult(*) params;                                                \
+  };
+#include "entry_points.def"
+#undef FIKIT_VARIANT
+
+template <Variant V>
+inline typename RealFn<V>::type real_of() noexcept {
+  void* real = g_real[index_of(V)].load(std::memory_order_relaxed);
+  if (real == nullptr) [[unlikely]] real = resolve_real(V);   // exported symbol, first call
+  return reinterpret_cast<typename RealFn<V>::type>(real);
+}
+
+// Nothing the hook adds is needed: the common case, and the only one when the mode is off.
+inline bool passthrough(Mode* mode) noexcept { return mode == nullptr && !stats::enabled(); }
+
+// The default stream of a _ptsz entry point is the calling thread's own stream: say so explicitly,
+// so that a mode recording events on it (legacy-stream semantics differ) hits the same stream.
+template <Variant V>
+inline CUstream effective_stream(CUstream stream) noexcept {
+  return kVariants[index_of(V)].per_thread && stream == nullptr ? CU_STREAM_PER_THREAD : stream;
+}
+
+// During stream capture nothing reaches the GPU: the launch is recorded into a graph. An error from
+// the query (the legacy stream while another stream captures globally) also means "do not touch".
+bool capturing(CUstream stream) noexcept {
+  using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+  static std::atomic<IsCapturingFn> is_capturing{nullptr};
+  IsCapturingFn fn = is_capturing.load(std::memory_order_relaxed);
+  if (fn == nullptr) [[unlikely]] {
+    fn = real_driver<IsCapturingFn>("cuStreamIsCapturing");
+    if (fn == nullptr) return false;
+    is_capturing.store(fn, std::memory_order_relaxed);
+  }
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const CUresult result = fn(stream, &status);
+  if (result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) return true;
+  return result == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+uint64_t op_identity(const LaunchInfo& op) noexcept {
+  switch (op.kind) {
+    case OpKind::Kernel: return kernelid::kernel_id(op.func, op.grid, op.block, op.shared_mem);
+    case OpKind::Graph: return kernelid::op_id("[graph]", 0);
+    case OpKind::MemcpyHtoD: return kernelid::op_id("[memcpy HtoD]", op.bytes);
+    case OpKind::MemcpyDtoH: return kernelid::op_id("[memcpy DtoH]", op.bytes);
+    case OpKind::MemcpyDtoD: return kernelid::op_id("[memcpy DtoD]", op.bytes);
+    case OpKind::Memset: return kernelid::op_id("[memset]", op.bytes);
+  }
+  return 0;
+}
+
+stats::Event eager_event(OpKind kind) noexcept {
+  switch (kind) {
+    case OpKind::Kernel: return stats::Event::KernelLaunch;
+    case OpKind::Graph: return stats::Event::GraphLaunch;
+    default: return stats::Event::MemOp;
+  }
+}
+
+// A GPU operation with the mode (or the counters) on: skip it during capture, else identify it and
+// let the mode act before and after the real call.
+template <Variant V, class Call>
+CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
+  mode = detail::settled_mode(mode);
+  const bool counting = stats::enabled();
+  if (capturing(op.stream)) {
+    if (counting) stats::count(V, stats::Event::Captured);
+    return call();
+  }
+  if (counting) stats::count(V, eager_event(op.kind));
+  if (mode == nullptr) return call();
+  op.id = op_identity(op);
+  mode->before_launch(op);
+  const CUresult result = call();
+  mode->after_launch(op, result);
+  return result;
+}
+
+LaunchInfo make_op(OpKind kind, CUstream stream, uint64_t bytes) noexcept {
+  LaunchInfo op{};
+  op.kind = kind;
+  op.stream = stream;
+  op.bytes = bytes;
+  return op;
+}
+
+LaunchInfo make_kernel_op(CUstream stream, CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                          unsigned by, unsigned bz, unsigned shared_mem) noexcept {
+  LaunchInfo op = make_op(OpKind::Kernel, stream, 0);
+  op.func = f;
+  op.grid[0] = gx, op.grid[1] = gy, op.grid[2] = gz;
+  op.block[0] = bx, op.block[1] = by, op.block[2] = bz;
+  op.shared_mem = shared_mem;
+  return op;
+}
+
+#define FIKIT_REAL_OR_FAIL(V)                                           \
+  auto real = real_of<V>();                                             \
+  if (real == nullptr) [[unlikely]] return CUDA_ERROR_NOT_INITIALIZED
+
+// ---- handlers named by the table ----
+
+// cuLaunchKernel and cuLaunchCooperativeKernel (which lacks `extra`): the tail is forwarded as is.
+template <Variant V, class... Tail>
+CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                       unsigned shared_mem, CUstream stream, Tail... tail) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  Mode* mode = detail::loaded_mode();
+  if (passthrough(mode)) [[likely]] return real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, tail...);
+  return observed_op<V>(mode,
+                        make_kernel_op(effective_stream<V>(stream), f, gx, gy, gz, bx, by, bz, shared_mem),
+                        [&] { return real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, tail...); });
+}
+
+template <Variant V>
+CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  Mode* mode = detail::loaded_mode();
+  if (passthrough(mode) || config == nullptr) [[likely]] return real(config, f, params, extra);
+  const CUlaunchConfig& c = *config;
+  return observed_op<V>(mode,
+                        make_kernel_op(effective_stream<V>(c.hStream), f, c.gridDimX, c.gridDimY, c.gridDimZ,
+                                       c.blockDimX, c.blockDimY, c.blockDimZ, c.sharedMemBytes),
+                        [&] { return real(config, f, params, extra); });
+}
+
+template <Variant V>
+CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  Mode* mode = detail::loaded_mode();
+  if (passthrough(mode)) [[likely]] return real(graph, stream);
+  return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
+                        [&] { return real(graph, stream); });
+}
+
+// Asynchronous copies and sets: (destination, source or value, count, stream).
+template <Variant V, OpKind Kind, uint64_t ElementSize, class Dst, class Src>
+CUresult async_op(Dst dst, Src src, size_t count, CUstream stream) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  Mode* mode = detail::loaded_mode();
+  if (passthrough(mode)) [[likely]] return real(dst, src, count, stream);
+  return observed_op<V>(mode, make_op(Kind, effective_stream<V>(stream), count * ElementSize),
+                        [&] { return real(dst, src, count, stream); });
+}
+
+template <Variant V>
+CUresult memcpy_htod_async(CUdeviceptr dst, const void* src, size_t n, CUstream s) noexcept {
+  return async_op<V, OpKind::MemcpyHtoD, 1>(dst, src, n, s);
+}
+template <Variant V>
+CUresult memcpy_dtoh_async(void* dst, CUdeviceptr src, size_t n, CUstream s) noexcept {
+  return async_op<V, OpKind::MemcpyDtoH, 1>(dst, src, n, s);
+}
+template <Variant V>
+CUresult memcpy_dtod_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) noexcept {
+  return async_op<V, OpKind::MemcpyDtoD, 1>(dst, src, n, s);
+}
+// Unified addressing hides the direction; asking the driver would cost a call per copy.
+template <Variant V>
+CUresult memcpy_async(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) noexcept {
+  return async_op<V, OpKind::MemcpyDtoD, 1>(dst, src, n, s);
+}
+template <Variant V>
+CUresult memset_d8_async(CUdeviceptr dst, unsigned char value, size_t n, CUstream s) noexcept {
+  return async_op<V, OpKind::Memset, 1>(dst, value, n, s);
+}
+template <Variant V>
+CUresult memset_d16_async(CUdeviceptr dst, unsigned short value, size_t n, CUstream s) noexcept {
+  return async_op<V, OpKind::Memset, 2>(dst, value, n, s);
+}
+template <Variant V>
+CUresult memset_d32_async(CUdeviceptr dst, unsigned int value, size_t n, CUstream s) noexcept {
+  return async_op<V, OpKind::Memset, 4>(dst, value, n, s);
+}
+
+// Synchronising calls: the mode hears of a completed synchronisation (a failed one did not wait).
+template <Variant V, SyncKind Kind, class... Args>
+CUresult synchronizing(Args... args) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  Mode* mode = detail::loaded_mode();
+  if (passthrough(mode)) [[likely]] return real(args...);
+  const CUresult result = real(args...);
+  if (stats::enabled()) stats::count(V, stats::Event::Sync);
+  mode = detail::settled_mode(mode);
+  if (mode != nullptr && result == CUDA_SUCCESS) mode->after_sync(Kind);
+  return result;
+}
+
+template <Variant V>
+CUresult stream_synchronize(CUstream stream) noexcept { return synchronizing<V, SyncKind::Stream>(stream); }
+template <Variant V>
+CUresult ctx_synchronize() noexcept { return synchronizing<V, SyncKind::Context>(); }
+template <Variant V>
+CUresult event_synchronize(CUevent event) noexcept { return synchronizing<V, SyncKind::Event>(event); }
+template <Variant V, class... Args>
+CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::Memcpy>(args...); }
+
+// cuGetProcAddress (v1 and v2): the real lookup, then the wrapper in place of what it found. It
+// runs before cuInit, so it never starts a mode.
+void swap_in_wrapper(const char* symbol, int cuda_version, cuuint64_t flags, void** pfn) noexcept {
+  if (symbol == nullptr || pfn == nullptr || *pfn == nullptr) return;
+  const int v = find_for_proc_address(symbol, cuda_version, flags);
+  if (v < 0) return;
+  install_real(static_cast<Variant>(v), *pfn);
+  *pfn = kWrappers[v];
+}
+
+template <Variant V>
+CUresult get_proc_address(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(symbol, pfn, cuda_version, flags);
+  if (result == CUDA_SUCCESS) swap_in_wrapper(symbol, cuda_version, flags, pfn);
+  return result;
+}
+
+template <Variant V>
+CUresult get_proc_address_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(symbol, pfn, cuda_version, flags, status);
+  if (result == CUDA_SUCCESS && (status == nullptr || *status == CU_GET_PROC_ADDRESS_SUCCESS)) {
+    swap_in_wrapper(symbol, cuda_version, flags, pfn);
+  }
+  return result;
+}
+
+#undef FIKIT_REAL_OR_FAIL
+
+}  // namespace
+}  // namespace fikit::hook
+
+// ---- the exported symbols: one per variant, named by the table ----
+#define FIKIT_VARIANT(id, name, symbol, per_thread, version, handler, params, args)              \
+  extern "C" __attribute__((visibility("default"))) CUresult id params noexcept __asm__(symbol); \
+  extern "C" CUresult id params noexcept { return fikit::hook::handler<fikit::hook::Variant::id> args; }
+#include "entry_points.def"
+#undef FIKIT_VARIANT
+
+namespace fikit::hook {
+
+std::atomic<void*> g_real[kVariantCount];
+
+void* const kWrappers[kVariantCount] = {
+#define FIKIT_VARIANT(id, ...) reinterpret_cast<void*>(&::id),
+#include "entry_points.def"
+#undef FIKIT_VARIANT
+};
+
+}  // namespace fikit::hook

@@ -1,0 +1,146 @@
+// Kernel IDs: function name hash (cached per CUfunction) + call site (callsite.cpp) + launch shape.
+#include "kernelid.h"
+
+#include <cxxabi.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <unordered_map>
+
+#include "callsite.h"
+#include "fixed_map.h"
+#include "hash.h"
+
+namespace fikit::kernelid {
+namespace {
+
+std::atomic<unsigned> g_depth{4};
+std::atomic<FuncGetNameFn> g_func_get_name{nullptr};
+std::atomic<int> g_trace_fd{-1};
+std::atomic<Unwinder> g_unwinder{Unwinder::Gcc};
+
+FixedMap<8192> g_name_by_func;   // CUfunction -> hash of its (mangled) name
+FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
+// Descriptions, owned here for the life of the process (describe() hands out pointers).
+std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
+
+const char* function_name(CUfunction func) noexcept {
+  const char* name = nullptr;
+  const FuncGetNameFn get_name = g_func_get_name.load(std::memory_order_relaxed);
+  if (get_name == nullptr || func == nullptr || get_name(&name, func) != CUDA_SUCCESS || name == nullptr) {
+    return "?";
+  }
+  return name;
+}
+
+uint64_t function_name_hash(CUfunction func) noexcept {
+  const auto key = nonzero(reinterpret_cast<uint64_t>(func));
+  if (const uint64_t cached = g_name_by_func.find(key)) return cached;
+  const uint64_t h = nonzero(fnv1a(function_name(func)));
+  g_name_by_func.insert(key, h);
+  return h;
+}
+
+std::string demangled(const char* name) {
+  int status = 0;
+  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  if (status != 0 || out == nullptr) return name;
+  std::string result(out);
+  std::free(out);
+  return result;
+}
+
+void trace(const Description& d) noexcept {
+  const int fd = g_trace_fd.load(std::memory_order_relaxed);
+  if (fd < 0) return;
+  char line[2048];
+  const int n = std::snprintf(line, sizeof line, "%016" PRIx64 "\t%s\t%u,%u,%u\t%u,%u,%u\t%u\t%s\n", d.id,
+                              d.name.c_str(), d.grid[0], d.grid[1], d.grid[2], d.block[0], d.block[1],
+                              d.block[2], d.shared_mem, d.call_site.c_str());
+  if (n > 0) (void)!write(fd, line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
+}
+
+// First sight of an ID in this process: keep its readable form (slow path, once per ID).
+void remember(uint64_t id, uint64_t site, const char* name, bool demangle, const uint32_t grid[3],
+              const uint32_t block[3], uint32_t shared_mem) noexcept {
+  if (g_seen_ids.insert(id, 1) != FixedMap<65536>::Insert::Added) return;
+  std::lock_guard lock(detail::slow_path_mutex());
+  try {
+    auto d = std::make_unique<Description>();
+    d->id = id;
+    d->name = demangle ? demangled(name) : name;
+    d->call_site = detail::readable_call_site(site);
+    for (int i = 0; i < 3; ++i) {
+      d->grid[i] = grid[i];
+      d->block[i] = block[i];
+    }
+    d->shared_mem = shared_mem;
+    trace(*d);
+    if (g_descriptions == nullptr) g_descriptions = new std::unordered_map<uint64_t, std::unique_ptr<Description>>;
+    g_descriptions->emplace(id, std::move(d));
+  } catch (...) {
+    // Out of memory: the ID stays valid, it only has no description.
+  }
+}
+
+uint64_t site_hash(uintptr_t caller_pc) noexcept {
+  detail::RawStack stack;
+  detail::capture(stack, caller_pc, g_depth.load(std::memory_order_relaxed),
+                  g_unwinder.load(std::memory_order_relaxed));
+  return detail::stable_hash(stack);
+}
+
+}  // namespace
+
+void configure(const Settings& settings) noexcept {
+  g_depth.store(settings.depth, std::memory_order_relaxed);
+  g_func_get_name.store(settings.func_get_name, std::memory_order_relaxed);
+  g_trace_fd.store(settings.trace_fd, std::memory_order_relaxed);
+  Unwinder unwinder = settings.unwinder;
+  if (!detail::load_gcc_unwinder()) unwinder = Unwinder::Llvm;
+  g_unwinder.store(unwinder, std::memory_order_relaxed);
+}
+
+// noinline + __builtin_return_address: the stack walk starts at our caller, whatever got inlined.
+__attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3],
+                                             uint32_t shared_mem) noexcept {
+  const uint64_t site = site_hash(reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  const uint64_t name = function_name_hash(func);
+  uint64_t id = combine(combine(kFnvOffsetBasis, name), site);
+  for (int i = 0; i < 3; ++i) id = combine(id, grid[i]);
+  for (int i = 0; i < 3; ++i) id = combine(id, block[i]);
+  id = nonzero(combine(id, shared_mem));
+  if (g_seen_ids.find(id) == 0) [[unlikely]] {
+    remember(id, site, function_name(func), true, grid, block, shared_mem);
+  }
+  return id;
+}
+
+__attribute__((noinline)) uint64_t op_id(const char* label, uint64_t bytes) noexcept {
+  const uint64_t site = site_hash(reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  const uint64_t id = nonzero(combine(combine(combine(kFnvOffsetBasis, fnv1a(label)), site), bytes));
+  if (g_seen_ids.find(id) == 0) [[unlikely]] {
+    const uint32_t none[3] = {0, 0, 0};
+    remember(id, site, label, false, none, none, 0);
+  }
+  return id;
+}
+
+__attribute__((noinline)) uint64_t call_site() noexcept {
+  return site_hash(reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+}
+
+const Description* describe(uint64_t id) noexcept {
+  std::lock_guard lock(detail::slow_path_mutex());
+  if (g_descriptions == nullptr) return nullptr;
+  auto it = g_descriptions->find(id);
+  return it == g_descriptions->end() ? nullptr : it->second.get();
+}
+
+void reset_after_fork() noexcept { detail::reset_slow_path_mutex(); }
+
+}  // namespace fikit::kernelid

@@ -1,0 +1,123 @@
+// The hook over the simulated driver: launch_probe (a plain driver-API program) run under
+// LD_PRELOAD, observed through FIKIT_TRACE_IDS and FIKIT_STATS.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string temp_path(const std::string& tag) {
+  return ::testing::TempDir() + "fikit-hook-" + tag + "-" + std::to_string(getpid());
+}
+
+// Runs `command` through the shell with the hook preloaded and `env` (VAR=value ...) in front.
+Result run(const std::string& env, const std::string& command) {
+  const std::string out = temp_path("out"), err = temp_path("err");
+  const std::string line = "env LD_PRELOAD=" FIKIT_HOOK_PATH " " + env + " " + command + " >" + out + " 2>" + err;
+  const int status = std::system(line.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  unlink(out.c_str());
+  unlink(err.c_str());
+  return r;
+}
+
+struct TracedId {
+  std::string name, grid, call_site;
+};
+
+// FIKIT_TRACE_IDS lines: id \t name \t grid \t block \t shared \t call site
+std::map<std::string, TracedId> traced_ids(const std::string& path) {
+  std::map<std::string, TracedId> ids;
+  std::istringstream lines(slurp(path));
+  for (std::string line; std::getline(lines, line);) {
+    std::vector<std::string> f;
+    std::istringstream fields(line);
+    for (std::string x; std::getline(fields, x, '\t');) f.push_back(x);
+    if (f.size() == 6) ids[f[0]] = {f[1], f[2], f[5]};
+  }
+  return ids;
+}
+
+std::map<std::string, TracedId> probe_ids(const std::string& tag) {
+  const std::string trace = temp_path(tag);
+  unlink(trace.c_str());
+  const Result r = run("FIKIT_TRACE_IDS=" + trace, FIKIT_PROBE_PATH);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  auto ids = traced_ids(trace);
+  unlink(trace.c_str());
+  return ids;
+}
+
+TEST(HookSim, KernelIdsAreEqualAcrossRuns) {
+  const auto first = probe_ids("run1");
+  const auto second = probe_ids("run2");
+  ASSERT_FALSE(first.empty());
+  std::set<std::string> a, b;
+  for (const auto& [id, _] : first) a.insert(id);
+  for (const auto& [id, _] : second) b.insert(id);
+  EXPECT_EQ(a, b);
+}
+
+TEST(HookSim, CallSiteAndGridEachMakeANewId) {
+  const auto ids = probe_ids("sites");
+  // Site A grid 1, site B grid 1, site A grid 2 (each launched twice): three IDs.
+  ASSERT_EQ(ids.size(), 3u);
+  std::multiset<std::string> grids;
+  std::set<std::string> grid1_sites;
+  for (const auto& [id, t] : ids) {
+    EXPECT_EQ(t.name, "probe_kernel");
+    EXPECT_NE(t.call_site.find("launch_probe"), std::string::npos) << t.call_site;
+    EXPECT_EQ(t.call_site.find("libfikit_hook"), std::string::npos) << t.call_site;
+    grids.insert(t.grid);
+    if (t.grid == "1,1,1") grid1_sites.insert(t.call_site);
+  }
+  EXPECT_EQ(grids.count("1,1,1"), 2u);
+  EXPECT_EQ(grids.count("2,1,1"), 1u);
+  EXPECT_EQ(grid1_sites.size(), 2u);
+}
+
+TEST(HookSim, StatsCountEveryLaunchAndSync) {
+  const Result r = run("FIKIT_STATS=1", FIKIT_PROBE_PATH);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("stats: launches=6 graph_launches=0 captured=0 memops=0 syncs=2 |"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find(" cuLaunchKernel=6"), std::string::npos) << r.err;
+}
+
+TEST(HookSim, PtszLaunchGoesThroughItsOwnWrapper) {
+  const Result r = run("FIKIT_STATS=1", FIKIT_PROBE_PATH " --ptsz");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find(" cuLaunchKernel_ptsz=1"), std::string::npos) << r.err;
+}
+
+TEST(HookSim, ProgramWithoutCudaRunsUnchanged) {
+  // Even with a mode asked for: the mode starts at the first CUDA call, which never comes.
+  const Result r = run("FIKIT_MODE=measure", "sh -c 'echo hello; echo oops >&2; exit 3'");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "hello\n");
+  EXPECT_EQ(r.err, "oops\n");
+}
+
+}  // namespace

@@ -1,0 +1,116 @@
+// Kernel identity in-process: hashes are fixed functions, call sites tell callers apart, every part
+// of a launch's shape reaches the ID, and descriptions are kept.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "fixed_map.h"
+#include "hash.h"
+#include "kernelid.h"
+
+namespace fikit::kernelid {
+namespace {
+
+// Two fake CUfunctions with names, as the driver's cuFuncGetName would give them.
+int function_a, function_b;
+CUfunction const kFuncA = reinterpret_cast<CUfunction>(&function_a);
+CUfunction const kFuncB = reinterpret_cast<CUfunction>(&function_b);
+
+CUresult fake_get_name(const char** name, CUfunction f) {
+  *name = f == kFuncA ? "_Z8kernel_av" : "kernel_b";
+  return CUDA_SUCCESS;
+}
+
+class KernelId : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Settings s;
+    s.func_get_name = fake_get_name;
+    s.depth = 1;   // the immediate caller only: two calls of one helper from two test lines are one site
+    configure(s);
+  }
+};
+
+const uint32_t kGrid1[3] = {1, 1, 1}, kGrid2[3] = {2, 1, 1}, kGrid3[3] = {1, 2, 1}, kBlock[3] = {128, 1, 1};
+
+// The empty asm after each call keeps it from becoming a tail call (which would hand the ID the
+// test body's line as call site instead of the helper's); noipa keeps identical helpers from being
+// folded into one function.
+#define NOT_A_TAIL_CALL(expr)              \
+  uint64_t result = (expr);                \
+  asm volatile("" : "+r"(result));         \
+  return result
+__attribute__((noipa)) uint64_t site_one() { NOT_A_TAIL_CALL(call_site()); }
+__attribute__((noipa)) uint64_t site_two() { NOT_A_TAIL_CALL(call_site()); }
+__attribute__((noipa)) uint64_t launch_from_x(CUfunction f, const uint32_t* grid) {
+  NOT_A_TAIL_CALL(kernel_id(f, grid, kBlock, 0));
+}
+__attribute__((noipa)) uint64_t launch_from_y(CUfunction f, const uint32_t* grid) {
+  NOT_A_TAIL_CALL(kernel_id(f, grid, kBlock, 0));
+}
+__attribute__((noipa)) uint64_t copy_site(const char* label, uint64_t bytes) { NOT_A_TAIL_CALL(op_id(label, bytes)); }
+
+TEST(Hash, IsFnv1aAndOrderSensitive) {
+  EXPECT_EQ(fnv1a(""), kFnvOffsetBasis);
+  EXPECT_EQ(fnv1a("a"), 0xaf63dc4c8601ec8cULL);
+  EXPECT_NE(combine(combine(7, 1), 2), combine(combine(7, 2), 1));
+}
+
+TEST(FixedMap, FindsWhatWasInsertedAndNeverOverwrites) {
+  static FixedMap<16> map;
+  EXPECT_EQ(map.find(5), 0u);
+  EXPECT_EQ(map.insert(5, 50), FixedMap<16>::Insert::Added);
+  EXPECT_EQ(map.insert(5, 51), FixedMap<16>::Insert::Present);
+  EXPECT_EQ(map.find(5), 50u);
+  for (uint64_t k = 100; k < 116; ++k) map.insert(k, k);
+  EXPECT_EQ(map.insert(999, 1), FixedMap<16>::Insert::Full);
+  EXPECT_EQ(map.find(999), 0u);
+}
+
+TEST_F(KernelId, CallSiteIsStablePerCallerAndDiffersBetweenCallers) {
+  EXPECT_EQ(site_one(), site_one());
+  EXPECT_NE(site_one(), site_two());
+}
+
+TEST_F(KernelId, EveryPartOfTheLaunchChangesTheId) {
+  const uint64_t base = launch_from_x(kFuncA, kGrid1);
+  EXPECT_EQ(launch_from_x(kFuncA, kGrid1), base);
+  EXPECT_NE(launch_from_y(kFuncA, kGrid1), base);     // another call site
+  EXPECT_NE(launch_from_x(kFuncB, kGrid1), base);     // another function
+  EXPECT_NE(launch_from_x(kFuncA, kGrid2), base);     // another grid
+  EXPECT_NE(launch_from_x(kFuncA, kGrid2), launch_from_x(kFuncA, kGrid3));
+  const uint32_t block2[3] = {64, 1, 1};
+  uint64_t by_block[2], by_shared[2];
+  for (int i = 0; i < 2; ++i) {   // one call site each time
+    by_block[i] = kernel_id(kFuncA, kGrid1, i == 0 ? kBlock : block2, 0);
+    by_shared[i] = kernel_id(kFuncA, kGrid1, kBlock, i == 0 ? 0 : 1024);
+  }
+  EXPECT_NE(by_block[0], by_block[1]);
+  EXPECT_NE(by_shared[0], by_shared[1]);
+}
+
+TEST_F(KernelId, DescriptionKeepsTheReadableForm) {
+  const uint64_t id = launch_from_x(kFuncA, kGrid2);
+  const Description* d = describe(id);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->id, id);
+  EXPECT_EQ(d->name, "kernel_a()");   // demangled
+  EXPECT_EQ(d->grid[0], 2u);
+  EXPECT_EQ(d->block[0], 128u);
+  EXPECT_NE(d->call_site.find("kernelid_test"), std::string::npos) << d->call_site;
+  EXPECT_EQ(describe(12345), nullptr);
+}
+
+TEST_F(KernelId, CopiesAreIdentifiedByLabelSiteAndSize) {
+  const auto copy = copy_site;
+  EXPECT_EQ(copy("[memcpy HtoD]", 4096), copy("[memcpy HtoD]", 4096));
+  EXPECT_NE(copy("[memcpy HtoD]", 4096), copy("[memcpy HtoD]", 8192));
+  EXPECT_NE(copy("[memcpy HtoD]", 4096), copy("[memcpy DtoH]", 4096));
+  const Description* d = describe(copy("[memset]", 64));
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->name, "[memset]");
+}
+
+}  // namespace
+}  // namespace fikit::kernelid
