@@ -1,0 +1,98 @@
+#pragma once
+// The hook's side of the scheduler protocol: one per process. A receiver thread owns the socket's
+// incoming side (replies, roles, grants, heartbeats, re-registration); launching threads read the
+// role with atomic loads, send notifications with one non-blocking sendto, and only non-holders
+// wait (for a grant) on a mutex and condition variable.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#include "protocol.h"
+
+namespace fikit::hook::share {
+
+struct ClientOptions {
+  char host[64] = "127.0.0.1";
+  uint16_t port = 47800;
+  char task_key[protocol::kMaxKeyLength + 1] = {};
+  int priority = 5;
+  protocol::TaskMode mode = protocol::TaskMode::Share;
+  uint32_t daemon_timeout_ms = 100;   // no answer for this long: passthrough
+};
+
+class Client {
+ public:
+  enum class Wait : uint8_t { Granted, Holder, Passthrough };
+
+  Client() = default;
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Opens the socket and starts the receiver thread. With wait_registered, blocks up to the daemon
+  // timeout for the registration reply; returns whether the daemon answered (the client keeps
+  // trying in the background either way). False with nothing started if the socket cannot open.
+  bool start(const ClientOptions& opts, bool wait_registered) noexcept;
+  // Changes mode (measure -> share in auto mode) and registers again; waits like start().
+  bool reregister(protocol::TaskMode mode, bool wait_registered) noexcept;
+  // Goodbye, then stops the receiver thread. Idempotent.
+  void stop() noexcept;
+
+  // Fast path (no locks, no allocation).
+  bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
+  uint8_t role() const noexcept { return role_.load(std::memory_order_acquire); }
+  void notify_launch(uint64_t kernel_id) noexcept;   // holder: fire-and-forget
+  void send_idle() noexcept;
+  // Uses free-run credit left from an earlier grant; false when there is not enough (or it expired).
+  bool take_credit(uint64_t predicted_ns) noexcept;
+
+  // Slow path: asks for a grant for one launch and waits. Returns when granted, when this task
+  // became holder, or when the daemon stopped answering (then the client is in passthrough).
+  Wait request(uint64_t kernel_id, uint64_t predicted_ns, bool profiled) noexcept;
+
+  uint32_t task_id() const noexcept { return task_id_.load(std::memory_order_acquire); }
+  uint64_t notifications_sent() const noexcept { return notifications_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr int kSlots = 32;   // launching threads waiting at once
+  struct Slot {
+    uint32_t seq = 0;                 // 0: free
+    bool granted = false;
+    uint64_t credit_ns = 0, deadline_ns = 0;
+    uint64_t answered_ns = 0;         // last reply about this request (queued or grant)
+  };
+
+  void receiver_loop() noexcept;
+  void handle(const protocol::Message& m, uint64_t now) noexcept;
+  void send_register() noexcept;
+  void send_body(uint32_t seq, const protocol::Body& body) noexcept;
+  void set_disconnected(const char* why) noexcept;
+  bool wait_registered_for(uint32_t timeout_ms) noexcept;
+
+  ClientOptions opts_;
+  int fd_ = -1;
+  std::thread receiver_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> connected_{false};
+  std::atomic<uint8_t> role_{0};
+  std::atomic<uint32_t> task_id_{0};
+  std::atomic<uint32_t> seq_{1};             // every datagram this client sends
+  std::atomic<uint32_t> register_seq_{0};
+  std::atomic<uint32_t> role_epoch_{0};
+  std::atomic<uint64_t> last_heard_ns_{0};
+  std::atomic<uint64_t> lease_ns_{1'000'000'000};
+  std::atomic<int64_t> credit_ns_{0};
+  std::atomic<uint64_t> credit_deadline_ns_{0};
+  std::atomic<uint64_t> notifications_{0};
+  std::atomic<protocol::TaskMode> mode_{protocol::TaskMode::Share};
+
+  std::mutex mutex_;                         // guards slots_ and registration waits
+  std::condition_variable changed_;
+  Slot slots_[kSlots];
+};
+
+uint64_t monotonic_ns() noexcept;
+
+}  // namespace fikit::hook::share

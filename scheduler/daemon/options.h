@@ -1,0 +1,31 @@
+#pragma once
+// fikit-scheduler's settings: defaults, then a `key = value` config file, then command-line flags.
+#include <cstdint>
+#include <string>
+
+#include "policy.h"
+
+namespace fikit::scheduler {
+
+struct Options {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 47800;
+  std::string db_path;              // empty: profiledb's default path
+  std::string log_level = "info";
+  policy::Settings policy;
+};
+
+// "HOST:PORT" -> host, port. False on a malformed address.
+bool parse_host_port(const std::string& text, std::string& host, uint16_t& port);
+
+// Applies one setting by name (config-file key or flag name without "--"). On failure returns false
+// and sets `error` to a message naming the key and the accepted values.
+bool apply_setting(Options& opts, const std::string& key, const std::string& value, std::string& error);
+
+// Reads `key = value` lines ('#' starts a comment). False with `error` set ("file:line: ...").
+bool load_config_file(Options& opts, const std::string& path, std::string& error);
+
+// The settings table for --help: "name", "meaning (default)".
+std::string settings_help();
+
+}  // namespace fikit::scheduler
