@@ -1,5 +1,5 @@
 #pragma once
-// A fixed-capacity, insert-only hash map from non-zero uint64 keys to non-zero uint64 values that
+// A fixed-capacity hash map (insert and overwrite, never erase) from non-zero uint64 keys to non-zero uint64 values that
 // readers search without locks or allocation. Writers may race; a reader sees a slot either empty
 // (value 0: treated as a miss, the caller recomputes) or complete. Full table: inserts fail and the
 // caller keeps working on its slow path.
@@ -37,6 +37,18 @@ class FixedMap {
       if (k == key) return Insert::Present;
     }
     return Insert::Full;
+  }
+
+  // Overwrites the value under `key` if the key is there (readers see the old or the new value).
+  void assign(uint64_t key, uint64_t value) noexcept {
+    for (size_t i = 0, p = start(key); i < kMaxProbes; ++i, p = (p + 1) & (Capacity - 1)) {
+      const uint64_t k = slots_[p].key.load(std::memory_order_acquire);
+      if (k == key) {
+        slots_[p].value.store(value, std::memory_order_release);
+        return;
+      }
+      if (k == 0) return;
+    }
   }
 
   void clear() noexcept {

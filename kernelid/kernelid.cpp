@@ -25,6 +25,18 @@ std::atomic<Unwinder> g_unwinder{Unwinder::Gcc};
 
 FixedMap<8192> g_name_by_func;   // CUfunction -> hash of its (mangled) name
 FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
+
+// Walking the launching thread's stack (~1 us, docs/performance-hook.md) dominates an ID's cost, and
+// in real programs nearly every launch shape (function, grid, block, shared memory) comes from one
+// call site. So a shape seen from a single site reuses that site's hash; each thread still walks its
+// first kExactLaunches launches and then one in kVerifyEvery, and a shape caught coming from a second
+// site is walked on every launch from then on. The price: after warm-up, a new second site of a shape
+// can be counted under the first for up to kVerifyEvery launches of that thread.
+constexpr uint64_t kManySites = 1;            // value in g_site_by_shape: walk every time
+constexpr uint32_t kExactLaunches = 4096;
+constexpr uint32_t kVerifyEvery = 32;
+FixedMap<65536> g_site_by_shape;             // shape hash -> its only call site, or kManySites
+thread_local uint32_t t_launches = 0;
 // Descriptions, owned here for the life of the process (describe() hands out pointers).
 std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
 
@@ -91,7 +103,30 @@ uint64_t site_hash(uintptr_t caller_pc) noexcept {
   detail::RawStack stack;
   detail::capture(stack, caller_pc, g_depth.load(std::memory_order_relaxed),
                   g_unwinder.load(std::memory_order_relaxed));
-  return detail::stable_hash(stack);
+  const uint64_t h = detail::stable_hash(stack);
+  return h > kManySites ? h : h + 2;   // never collides with the map's "empty" or kManySites values
+}
+
+// The call site of a launch of `shape`, walking the stack only when the rule above says so.
+uint64_t site_of_shape(uint64_t shape, uintptr_t caller_pc) noexcept {
+  const uint64_t known = g_site_by_shape.find(shape);
+  const uint32_t n = ++t_launches;
+  const bool walk = known == 0 || known == kManySites || n <= kExactLaunches || n % kVerifyEvery == 0;
+  if (!walk) return known;
+  const uint64_t site = site_hash(caller_pc);
+  if (known == 0) {
+    g_site_by_shape.insert(shape, site);
+  } else if (known != kManySites && known != site) {
+    g_site_by_shape.assign(shape, kManySites);
+  }
+  return site;
+}
+
+uint64_t shape_hash(uint64_t name, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_mem) noexcept {
+  uint64_t h = combine(kFnvOffsetBasis, name);
+  for (int i = 0; i < 3; ++i) h = combine(h, grid[i]);
+  for (int i = 0; i < 3; ++i) h = combine(h, block[i]);
+  return nonzero(combine(h, shared_mem));
 }
 
 }  // namespace
@@ -108,12 +143,9 @@ void configure(const Settings& settings) noexcept {
 // noinline + __builtin_return_address: the stack walk starts at our caller, whatever got inlined.
 __attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3],
                                              uint32_t shared_mem) noexcept {
-  const uint64_t site = site_hash(reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
-  const uint64_t name = function_name_hash(func);
-  uint64_t id = combine(combine(kFnvOffsetBasis, name), site);
-  for (int i = 0; i < 3; ++i) id = combine(id, grid[i]);
-  for (int i = 0; i < 3; ++i) id = combine(id, block[i]);
-  id = nonzero(combine(id, shared_mem));
+  const uint64_t shape = shape_hash(function_name_hash(func), grid, block, shared_mem);
+  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  const uint64_t id = nonzero(combine(shape, site));
   if (g_seen_ids.find(id) == 0) [[unlikely]] {
     remember(id, site, function_name(func), true, grid, block, shared_mem);
   }
@@ -121,8 +153,9 @@ __attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t gri
 }
 
 __attribute__((noinline)) uint64_t op_id(const char* label, uint64_t bytes) noexcept {
-  const uint64_t site = site_hash(reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
-  const uint64_t id = nonzero(combine(combine(combine(kFnvOffsetBasis, fnv1a(label)), site), bytes));
+  const uint64_t shape = nonzero(combine(combine(kFnvOffsetBasis, fnv1a(label)), bytes));
+  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  const uint64_t id = nonzero(combine(shape, site));
   if (g_seen_ids.find(id) == 0) [[unlikely]] {
     const uint32_t none[3] = {0, 0, 0};
     remember(id, site, label, false, none, none, 0);

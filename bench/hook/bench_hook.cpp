@@ -89,21 +89,27 @@ void configure_ids(kernelid::Unwinder unwinder) {
   kernelid::configure(s);
 }
 
-// Some depth of ordinary caller frames, as under a framework's operator dispatch.
+// Some depth of ordinary caller frames, as under a framework's operator dispatch. The recursion goes
+// through a volatile pointer so the compiler cannot fold it into a loop: the kept frames must be
+// these, not Google Benchmark's, whose return addresses differ between its warm-up and timed runs.
+uint64_t id_at_depth(int depth, CUfunction f);
+uint64_t (*volatile g_id_at_depth)(int, CUfunction) = id_at_depth;
 __attribute__((noinline)) uint64_t id_at_depth(int depth, CUfunction f) {
   static const uint32_t grid[3] = {1, 1, 1}, block[3] = {128, 1, 1};
-  if (depth > 0) return id_at_depth(depth - 1, f) + 1;
+  if (depth > 0) return g_id_at_depth(depth - 1, f) + 1;
   return kernelid::kernel_id(f, grid, block, 0);
 }
 
+uint64_t site_at_depth(int depth);
+uint64_t (*volatile g_site_at_depth)(int) = site_at_depth;
 __attribute__((noinline)) uint64_t site_at_depth(int depth) {
-  if (depth > 0) return site_at_depth(depth - 1) + 1;
+  if (depth > 0) return g_site_at_depth(depth - 1) + 1;
   return kernelid::call_site();
 }
 
 void BM_KernelIdCached(benchmark::State& state) {
   configure_ids(static_cast<kernelid::Unwinder>(state.range(0)));
-  int function;
+  static int function;   // one CUfunction for every run, as a program's kernel keeps its handle
   const auto f = reinterpret_cast<CUfunction>(&function);
   for (auto _ : state) benchmark::DoNotOptimize(id_at_depth(6, f));
 }
