@@ -2,7 +2,14 @@
 // work before each launch (like a framework's dispatch), then waits for the results; requests are
 // separated by idle think time. The request's wall time is its job completion time (JCT). The
 // GPU-idle gaps between its kernels are what FIKIT fills with a low-priority job's kernels.
+// With --progress-ms it also writes timestamped progress lines on stderr (bench/gpu/eval.py cuts a
+// low-priority job's throughput window with them): "progress {"t":S,"phase":"start","requests":0}"
+// when the measured requests begin, "progress {"t":S,"requests":N,"jct_us":J}" after a request (at
+// most one per --progress-ms), and "phase":"end" after the last; t is CLOCK_MONOTONIC seconds.
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <string>
 #include <vector>
 
 #include "flags.h"
@@ -12,10 +19,20 @@
 
 namespace ex = fikit::examples;
 
+namespace {
+double monotonic_s() {
+  return std::chrono::duration<double>(ex::Clock::now().time_since_epoch()).count();
+}
+void progress_line(const ex::JsonObject& object) {
+  std::fputs(("progress " + object.str() + "\n").c_str(), stderr);
+  std::fflush(stderr);
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   uint64_t requests = 200, warmup = 10, kernels = 50;
-  double kernel_us = 5, cpu_us = 20, think_us = 500;
+  double kernel_us = 5, cpu_us = 20, think_us = 500, progress_ms = 0;
   uint64_t blocks = 132, threads = 128;
   bool sync_every_kernel = false;
 
@@ -31,6 +48,7 @@ int main(int argc, char** argv) {
   flags.add("blocks", &blocks, "thread blocks per kernel");
   flags.add("threads", &threads, "threads per block");
   flags.add_switch("sync-every-kernel", &sync_every_kernel, "wait for each kernel before the next");
+  flags.add("progress-ms", &progress_ms, "write timestamped progress lines on stderr at most this often (0: none)");
   flags.parse(argc, argv);
   if (blocks == 0 || threads == 0) ex::Flags::fail("--blocks and --threads must be at least 1");
 
@@ -53,14 +71,35 @@ int main(int argc, char** argv) {
 
   std::vector<double> jct_us;
   jct_us.reserve(requests);
+  const bool progress = progress_ms > 0;
+  double last_progress_s = 0;
   const auto start = ex::Clock::now();
+  if (progress) {
+    last_progress_s = monotonic_s();
+    progress_line(ex::JsonObject().add("t", last_progress_s, 6).add("phase", "start").add("requests", uint64_t{0}));
+  }
   for (uint64_t r = 0; r < requests && !ex::stop_requested(); ++r) {
     const auto request_start = ex::Clock::now();
     run_request();
     jct_us.push_back(ex::elapsed_us(request_start));
+    if (progress) {
+      const double now_s = monotonic_s();
+      if ((now_s - last_progress_s) * 1e3 >= progress_ms) {
+        last_progress_s = now_s;
+        progress_line(ex::JsonObject()
+                          .add("t", now_s, 6)
+                          .add("requests", static_cast<uint64_t>(jct_us.size()))
+                          .add("jct_us", jct_us.back(), 1));
+      }
+    }
     if (r + 1 < requests) ex::sleep_us(think_us);
   }
   const double wall_s = ex::elapsed_us(start) / 1e6;
+  if (progress)
+    progress_line(ex::JsonObject()
+                      .add("t", monotonic_s(), 6)
+                      .add("phase", "end")
+                      .add("requests", static_cast<uint64_t>(jct_us.size())));
 
   const ex::Summary jct = ex::summarize(jct_us);
   ex::print_json_line(ex::JsonObject()

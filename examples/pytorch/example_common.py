@@ -5,6 +5,7 @@ scripts/demo.sh and the benchmarks read both the same way."""
 import json
 import signal
 import sys
+import time
 
 
 class StopFlag:
@@ -42,3 +43,29 @@ def jct_summary(jct_us):
 def print_json_line(obj):
     sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
     sys.stdout.flush()
+
+
+class Progress:
+    """Optional timestamped progress lines on stderr (--progress-ms; 0 = none), the same format as the
+    C++ examples': 'progress {"t":S,...}' with t = time.monotonic() (CLOCK_MONOTONIC, comparable
+    across processes). bench/gpu/eval.py cuts a job's throughput window with them."""
+
+    def __init__(self, every_ms):
+        self.every_s = max(0.0, every_ms) / 1000.0
+        self.last = 0.0
+
+    @property
+    def enabled(self):
+        return self.every_s > 0
+
+    def emit(self, force=False, **fields):
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < self.every_s:
+            return
+        self.last = now
+        obj = {"t": round(now, 6)}
+        obj.update(fields)
+        sys.stderr.write("progress " + json.dumps(obj, separators=(",", ":")) + "\n")
+        sys.stderr.flush()

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Training loop on random data (a background, low-priority job). Runs for --duration-s or until
-SIGTERM/SIGINT, then prints one JSON line:
+SIGTERM/SIGINT, then prints one JSON line (with --progress-ms, also timestamped progress lines
+'progress {"t":..,"iterations":..}' on stderr; see example_common.Progress):
 {"example":"train","model":..,"iterations":..,"iterations_per_s":..,"wall_s":..}"""
 import argparse
 import time
@@ -8,7 +9,7 @@ import time
 import torch
 import torchvision
 
-from example_common import StopFlag, print_json_line
+from example_common import Progress, StopFlag, print_json_line
 
 
 def main():
@@ -16,9 +17,12 @@ def main():
     parser.add_argument("--model", choices=("resnet50", "resnet18"), default="resnet50")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--duration-s", type=float, default=30.0)
+    parser.add_argument("--progress-ms", type=float, default=0.0,
+                        help="write timestamped progress lines on stderr at most this often (0: none)")
     args = parser.parse_args()
-    if args.batch < 1 or args.duration_s <= 0:
-        parser.error("--batch must be >= 1 and --duration-s > 0")
+    if args.batch < 1 or args.duration_s <= 0 or args.progress_ms < 0:
+        parser.error("--batch must be >= 1, --duration-s > 0 and --progress-ms >= 0")
+    progress = Progress(args.progress_ms)
 
     stop = StopFlag()
     model = getattr(torchvision.models, args.model)(weights=None).cuda().train()
@@ -39,6 +43,7 @@ def main():
     while not stop.stopped and time.perf_counter() - start < args.duration_s:
         step()
         iterations += 1
+        progress.emit(iterations=iterations)
     wall_s = time.perf_counter() - start
 
     print_json_line({"example": "train", "model": args.model, "iterations": iterations,
