@@ -33,7 +33,7 @@ FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
 // site is walked on every launch from then on. The price: after warm-up, a new second site of a shape
 // can be counted under the first for up to kVerifyEvery launches of that thread.
 constexpr uint64_t kManySites = 1;            // value in g_site_by_shape: walk every time
-constexpr uint32_t kExactLaunches = 4096;
+constexpr uint32_t kExactLaunches = 512;
 constexpr uint32_t kVerifyEvery = 32;
 FixedMap<65536> g_site_by_shape;             // shape hash -> its only call site, or kManySites
 thread_local uint32_t t_launches = 0;
