@@ -37,6 +37,7 @@ struct KernelSample {
 
 // GPU timeline of a run, for `fikit-profile trace` (bounded: the first N ops of the run).
 struct TraceOp {
+  static constexpr size_t kMaxPerRun = 50000;   // add_run keeps the first kMaxPerRun ops
   uint64_t kernel_id = 0;
   uint64_t stream = 0;
   uint64_t start_ns = 0, end_ns = 0;    // GPU clock, ns
@@ -47,6 +48,7 @@ struct RunSummary {
   uint64_t busy_ns = 0;                 // union of op intervals
   uint64_t wall_ns = 0;                 // first op start to last op end
   uint64_t iterations = 0;              // host synchronisations that ended an iteration
+  int64_t finished_unix = 0;            // read side only: when the run was stored
 };
 
 // Read side: what the scheduler and the CLI see for one kernel.
@@ -68,7 +70,8 @@ struct TaskInfo {
   std::string key, command_line;
   int64_t created_unix = 0;
   uint64_t runs_measured = 0;
-  std::string state;                    // "measuring" | "ready"
+  uint64_t runs_wanted = 0;             // runs before auto mode shares (as last stored by a writer)
+  std::string state;                    // "measuring" | "ready" (runs_measured >= runs_wanted)
 };
 
 // Every failure is a DbError with a kind the CLI maps to an exit code.
@@ -84,26 +87,34 @@ class DbError : public std::runtime_error {
 class Database {
  public:
   enum class Open { ReadOnly, ReadWrite, Create };
-  // Opens (and with Create, creates and migrates) the database. WAL, busy timeout.
-  explicit Database(const std::string& path, Open how = Open::ReadOnly);
+  // Opens (and with Create, creates the file and its directory, and migrates) the database. WAL;
+  // a writer waits up to busy_timeout_ms for another writer's transaction, then throws Locked.
+  explicit Database(const std::string& path, Open how = Open::ReadOnly, int busy_timeout_ms = 5000);
   ~Database();
   Database(const Database&) = delete;
   Database& operator=(const Database&) = delete;
 
   // One transaction: merge a run's kernels into the task's statistics, count the run, store its
   // summary and its trace (replacing the previous trace). Safe with concurrent writers.
-  void add_run(const std::string& task_key, const std::string& command_line, const RunSummary& run,
-               const std::vector<KernelSample>& kernels, const std::vector<TraceOp>& trace);
+  // runs_wanted (FIKIT_MEASURE_RUNS), when not 0, is stored with the task: it is "ready" once
+  // runs_measured reaches it. Returns the task's runs_measured after this run.
+  uint64_t add_run(const std::string& task_key, const std::string& command_line, const RunSummary& run,
+                   const std::vector<KernelSample>& kernels, const std::vector<TraceOp>& trace,
+                   uint32_t runs_wanted = 0);
 
   std::vector<TaskInfo> tasks();
   std::optional<TaskInfo> task(const std::string& key);
   std::vector<KernelProfile> kernels(const std::string& key);     // by total GPU time, descending
   std::vector<RunSummary> runs(const std::string& key);
   std::vector<TraceOp> last_trace(const std::string& key);
+  // The raw statistics of the task's kernels (for exports and tests), by kernel ID.
+  std::vector<KernelSample> kernel_samples(const std::string& key);
   // Gap histogram of the task (all kernels merged), non-boundary gaps.
   Histogram gap_histogram(const std::string& key);
   bool delete_task(const std::string& key);                        // false: no such key
 
+  static constexpr int kSchemaVersion = 1;   // PRAGMA user_version written by the migrations
+  int schema_version();
   static std::string default_path();   // $XDG_DATA_HOME/fikit/profiles.db or ~/.local/share/fikit/profiles.db
 
  private:

@@ -1,0 +1,120 @@
+// Events timing: a start and an end event recorded on the op's stream around the launch.
+// cuEventElapsedTime returns float milliseconds, which loses precision far from the reference
+// (6 us at 100 s). So times are chained: each op's start is measured from the previous timed op's
+// start (microseconds apart, where float is exact to well under a nanosecond), and its end from
+// its own start.
+#include <algorithm>
+#include <cmath>
+#include <new>
+
+#include "../driver.h"
+#include "../log.h"
+#include "timer.h"
+
+namespace fikit::hook::measure {
+namespace {
+
+using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
+using EventRecordFn = CUresult (*)(CUevent, CUstream);
+using EventQueryFn = CUresult (*)(CUevent);
+using EventElapsedFn = CUresult (*)(float*, CUevent, CUevent);
+
+// Arbitrary origin of the op timeline, far from 0 so ops that started before the first one timed
+// (on another stream) still get positive times.
+constexpr uint64_t kOriginNs = uint64_t{1} << 40;
+
+class EventTimer final : public Timer {
+ public:
+  EventTimer(OpRing& ring, EventCreateFn create, EventRecordFn record, EventQueryFn query, EventElapsedFn elapsed)
+      : ring_(ring), create_(create), record_(record), query_(query), elapsed_(elapsed) {}
+
+  const char* name() const noexcept override { return "events"; }
+
+  void before(OpSlot& slot, uint64_t, CUstream stream) noexcept override {
+    slot.timed = false;
+    // Created on first use of the slot, on the launching thread (whose context the op runs in);
+    // the ring reuses them afterwards, so steady state creates nothing.
+    if (!slot.start_event && create_(&slot.start_event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+      slot.start_event = nullptr;
+      return;
+    }
+    if (!slot.end_event && create_(&slot.end_event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+      slot.end_event = nullptr;
+      return;
+    }
+    slot.timed = record_(slot.start_event, stream) == CUDA_SUCCESS;
+  }
+
+  void after(OpSlot& slot, uint64_t, CUstream stream, bool launched) noexcept override {
+    if (slot.timed) slot.timed = launched && record_(slot.end_event, stream) == CUDA_SUCCESS;
+  }
+
+  Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept override {
+    if (!slot.timed) return Poll::Lost;
+    const CUresult q = query_(slot.end_event);
+    if (q == CUDA_ERROR_NOT_READY) return Poll::Pending;
+    if (q != CUDA_SUCCESS) return Poll::Lost;
+    int64_t start = 0;
+    float ms = 0;
+    if (!has_anchor_) {
+      start = static_cast<int64_t>(next_origin_);
+    } else if (elapsed_(&ms, ring_.at(anchor_seq_).start_event, slot.start_event) == CUDA_SUCCESS) {
+      start = anchor_start_ + std::llround(static_cast<double>(ms) * 1e6);
+    } else {
+      // Not comparable with the anchor (another context?): restart the chain after a visible jump.
+      has_anchor_ = false;
+      next_origin_ = static_cast<uint64_t>(anchor_start_) + 1000000000;
+      return Poll::Lost;
+    }
+    if (elapsed_(&ms, slot.start_event, slot.end_event) != CUDA_SUCCESS) return Poll::Lost;
+    has_anchor_ = true;
+    anchor_seq_ = seq;
+    anchor_start_ = start;
+    start_ns = static_cast<uint64_t>(std::max<int64_t>(start, 0));
+    end_ns = start_ns + static_cast<uint64_t>(std::max<int64_t>(std::llround(static_cast<double>(ms) * 1e6), 0));
+    return Poll::Ready;
+  }
+
+  uint64_t oldest_needed(uint64_t next) const noexcept override {
+    return has_anchor_ && anchor_seq_ < next ? anchor_seq_ : next;
+  }
+
+ private:
+  OpRing& ring_;
+  EventCreateFn create_;
+  EventRecordFn record_;
+  EventQueryFn query_;
+  EventElapsedFn elapsed_;
+  // Measurement thread only.
+  bool has_anchor_ = false;
+  uint64_t anchor_seq_ = 0;
+  int64_t anchor_start_ = 0;
+  uint64_t next_origin_ = kOriginNs;
+};
+
+}  // namespace
+
+Timer* make_event_timer(OpRing& ring) noexcept {
+  auto create = real_driver<EventCreateFn>("cuEventCreate");
+  auto record = real_driver<EventRecordFn>("cuEventRecord");
+  auto query = real_driver<EventQueryFn>("cuEventQuery");
+  auto elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime_v2");
+  if (!elapsed) elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime");
+  if (!create || !record || !query || !elapsed) {
+    log(LogLevel::Error, "measure: the driver lacks the event functions; kernels cannot be timed");
+    return nullptr;
+  }
+  return new (std::nothrow) EventTimer(ring, create, record, query, elapsed);
+}
+
+Timer* make_timer(TimingKind kind, OpRing& ring) noexcept {
+  if (kind != TimingKind::Events) {
+    char why[256] = "";
+    if (Timer* t = make_cupti_timer(ring, why, sizeof why)) return t;
+    log(LogLevel::Warn, "measure: CUPTI unavailable (%s): timing with CUDA events, at a higher overhead "
+                        "(FIKIT_CUPTI_PATH names libcupti.so; FIKIT_TIMING=events silences this)", why);
+  }
+  return make_event_timer(ring);
+}
+
+}  // namespace fikit::hook::measure

@@ -1,0 +1,299 @@
+// Measure mode: every op is timed on the GPU (timer.h) and handed through a lock-free ring
+// (op_ring.h) to one measurement thread, which builds runs (run_builder.h) and stores each run in
+// the profile database. Auto mode is measure mode that hands over to share mode after enough runs.
+#include <time.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cinttypes>
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "../driver.h"
+#include "../log.h"
+#include "../mode.h"
+#include "kernelid.h"
+#include "op_ring.h"
+#include "profiledb.h"
+#include "run_builder.h"
+#include "timer.h"
+
+namespace fikit::hook {
+namespace {
+
+using measure::OpRing;
+using measure::OpSlot;
+using measure::Timer;
+
+uint64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
+
+void sleep_us(long us) {
+  timespec ts{0, us * 1000};
+  nanosleep(&ts, nullptr);
+}
+
+std::string db_path_of(const Config& cfg) {
+  return cfg.db_path[0] ? std::string(cfg.db_path) : profiledb::Database::default_path();
+}
+
+// The op between before_launch and after_launch of this thread. initial-exec: the hook is
+// preloaded, so its TLS is static and reading it never allocates.
+struct InFlight {
+  OpSlot* slot;
+  uint64_t seq;
+};
+thread_local InFlight t_in_flight __attribute__((tls_model("initial-exec"))) = {nullptr, 0};
+
+class MeasureMode;
+std::atomic<MeasureMode*> g_draining_mode{nullptr};
+
+class MeasureMode final : public Mode {
+ public:
+  // share_after_runs > 0: auto mode, hand over to share mode once the task has that many runs.
+  MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs)
+      : cfg_(cfg), ring_(std::move(ring)), timer_(timer), share_after_runs_(share_after_runs),
+        builder_(cfg.run_iterations) {}
+
+  void before_launch(const LaunchInfo& op) noexcept override {
+    t_in_flight.slot = nullptr;
+    if (retired_.load(std::memory_order_relaxed)) return;
+    start_thread_once();
+    uint64_t seq = 0;
+    OpSlot* slot = ring_->claim(seq);
+    if (!slot) {
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      drop_pending_.store(true, std::memory_order_relaxed);
+      return;
+    }
+    slot->kernel_id = op.id;
+    slot->stream = reinterpret_cast<uint64_t>(op.stream);
+    slot->kind = op.kind;
+    slot->sync_epoch = sync_epoch_.load(std::memory_order_relaxed);
+    slot->after_drop = drop_pending_.exchange(false, std::memory_order_relaxed);
+    timer_->before(*slot, seq, op.stream);
+    t_in_flight = {slot, seq};
+  }
+
+  void after_launch(const LaunchInfo& op, CUresult result) noexcept override {
+    const InFlight f = t_in_flight;
+    if (!f.slot) return;
+    t_in_flight.slot = nullptr;
+    f.slot->launched = result == CUDA_SUCCESS;
+    timer_->after(*f.slot, f.seq, op.stream, f.slot->launched);
+    ring_->publish(*f.slot, f.seq);
+  }
+
+  void after_sync(SyncKind) noexcept override { sync_epoch_.fetch_add(1, std::memory_order_relaxed); }
+
+  void shutdown() noexcept override {
+    if (thread_state_.load(std::memory_order_acquire) != kRunning || finished_.load(std::memory_order_acquire))
+      return;
+    stopping_.store(true, std::memory_order_release);
+    // Bounded: the thread drains for at most kDrainMs, then writes the run; a database that
+    // stays locked is given up after the busy timeout.
+    const uint64_t deadline = now_ms() + kDrainMs + kDbTimeoutMs + 200;
+    while (!finished_.load(std::memory_order_acquire) && now_ms() < deadline) sleep_us(1000);
+    if (!finished_.load(std::memory_order_acquire))
+      log(LogLevel::Warn, "measure: the last run of task %s was not stored in time", cfg_.task_key);
+  }
+
+ private:
+  static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
+  static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
+  static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
+  // CUPTI hands records over when a buffer fills; an op still pending after this long gets a flush.
+  static constexpr uint64_t kFlushAfterMs = 500;
+
+  // The thread starts with the first launch, not at load time: the process may never use the GPU.
+  void start_thread_once() noexcept {
+    if (thread_state_.load(std::memory_order_acquire) != kIdle) return;
+    int expected = kIdle;
+    if (!thread_state_.compare_exchange_strong(expected, kStarting)) return;
+    // The launching thread's context, so that the measurement thread's driver calls resolve
+    // against the same one.
+    if (auto get = real_driver<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")) get(&context_);
+    try {
+      std::thread(&MeasureMode::consume_loop, this).detach();
+      thread_state_.store(kRunning, std::memory_order_release);
+      // Exit handlers run in reverse order of registration: registered now, after the CUDA runtime
+      // and CUPTI have registered theirs, the last run is stored while both still work. (The
+      // hook's own exit handler comes too late for that; shutdown() then finds the work done.)
+      g_draining_mode = this;
+      std::atexit([] { g_draining_mode.load()->shutdown(); });
+    } catch (const std::exception& e) {
+      log(LogLevel::Error, "measure: cannot start the measurement thread (%s); nothing is measured", e.what());
+      thread_state_.store(kFailed, std::memory_order_release);
+      retired_.store(true, std::memory_order_relaxed);
+    }
+  }
+
+  void consume_loop() noexcept {
+    try {
+      if (context_) {
+        if (auto set = real_driver<CUresult (*)(CUcontext)>("cuCtxSetCurrent")) set(context_);
+      }
+      consume();
+    } catch (const std::exception& e) {
+      log(LogLevel::Error, "measure: measurement thread failed: %s", e.what());
+    } catch (...) {
+      log(LogLevel::Error, "measure: measurement thread failed");
+    }
+    finished_.store(true, std::memory_order_release);
+  }
+
+  void consume() {
+    uint64_t pending_since = 0, drain_deadline = 0, last_flush = 0;
+    for (;;) {
+      bool progressed = false;
+      while (OpSlot* slot = ring_->published(next_)) {
+        uint64_t start = 0, end = 0;
+        Timer::Poll p = slot->launched ? timer_->poll(*slot, next_, start, end) : Timer::Poll::Lost;
+        if (p == Timer::Poll::Pending) {
+          const uint64_t now = now_ms();
+          if (!pending_since) pending_since = now;
+          // CUPTI delivers records in buffers: ask for them, and give up on one that never comes.
+          if (now - last_flush >= kFlushAfterMs && now - pending_since >= kFlushAfterMs) {
+            timer_->flush();
+            last_flush = now;
+          }
+          if (timer_->give_up_ms() == 0 || now - pending_since < timer_->give_up_ms()) break;
+          p = Timer::Poll::Lost;
+        }
+        pending_since = 0;
+        std::optional<measure::Run> run;
+        if (p == Timer::Poll::Ready) {
+          run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop});
+        } else if (slot->launched) {
+          run = builder_.add_untimed(slot->sync_epoch);
+        }
+        ++next_;
+        ring_->release_below(timer_->oldest_needed(next_));
+        progressed = true;
+        if (run && !store(*run)) return;   // handed over to share mode
+      }
+      if (stopping_.load(std::memory_order_acquire)) {
+        const uint64_t now = now_ms();
+        if (!drain_deadline) {
+          drain_deadline = now + kDrainMs;
+          timer_->flush();
+        }
+        // Done when every claimed op was seen, or the GPU's last ops take too long.
+        if (next_ >= ring_->claimed() || now >= drain_deadline) break;
+      }
+      if (!progressed) sleep_us(200);
+    }
+    if (auto run = builder_.finish()) store(*run);
+  }
+
+  // Writes one run; false once auto mode has handed over to share mode (stop measuring).
+  bool store(measure::Run& run) {
+    for (auto& k : run.kernels) {
+      if (const kernelid::Description* d = kernelid::describe(k.kernel_id)) {
+        k.name = d->name;
+        k.call_site = d->call_site;
+        for (int i = 0; i < 3; ++i) {
+          k.grid[i] = d->grid[i];
+          k.block[i] = d->block[i];
+        }
+        k.shared_mem = d->shared_mem;
+      }
+    }
+    const uint64_t dropped = dropped_.exchange(0, std::memory_order_relaxed);
+    if (dropped)
+      log(LogLevel::Warn, "measure: %" PRIu64 " ops went untimed (the measurement thread fell behind)", dropped);
+    uint64_t runs = 0;
+    try {
+      if (!db_) db_ = std::make_unique<profiledb::Database>(db_path_of(cfg_), profiledb::Database::Open::Create,
+                                                            kDbTimeoutMs);
+      runs = db_->add_run(cfg_.task_key, cfg_.command_line, run.summary, run.kernels, run.trace, cfg_.measure_runs);
+    } catch (const profiledb::DbError& e) {
+      log(LogLevel::Error, "measure: run of task %s not stored in %s: %s", cfg_.task_key, db_path_of(cfg_).c_str(),
+          e.what());
+      return true;
+    }
+    log(LogLevel::Debug, "measure: stored run %" PRIu64 " of task %s (%" PRIu64 " ops)", runs, cfg_.task_key,
+        run.summary.gpu_ops);
+    if (share_after_runs_ == 0 || runs < share_after_runs_) return true;
+
+    // Enough runs: measure no more. At exit there is nothing left to share; the next start shares.
+    retired_.store(true, std::memory_order_relaxed);
+    timer_->stop();
+    if (stopping_.load(std::memory_order_acquire)) {
+      log(LogLevel::Info, "auto: task %s has %" PRIu64 " measured runs; it shares from its next start", cfg_.task_key,
+          runs);
+      return false;
+    }
+    log(LogLevel::Info, "auto: task %s has %" PRIu64 " measured runs; switching to share mode", cfg_.task_key, runs);
+    Mode* share = make_share_mode(cfg_);
+    if (!share) log(LogLevel::Warn, "auto: share mode did not start; running as passthrough");
+    set_mode(share);
+    return false;
+  }
+
+  const Config cfg_;
+  const std::unique_ptr<OpRing> ring_;
+  Timer* const timer_;                       // lives as long as the mode (never deleted, like it)
+  const uint32_t share_after_runs_;
+  CUcontext context_ = nullptr;
+
+  // Shared between launching threads and the measurement thread.
+  std::atomic<uint64_t> sync_epoch_{0};
+  std::atomic<uint64_t> dropped_{0};
+  std::atomic<bool> drop_pending_{false};
+  std::atomic<bool> retired_{false};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> finished_{false};
+  std::atomic<int> thread_state_{kIdle};
+
+  // Measurement thread only.
+  uint64_t next_ = 0;
+  measure::RunBuilder builder_;
+  std::unique_ptr<profiledb::Database> db_;
+};
+
+Mode* start_measuring(const Config& cfg, uint32_t share_after_runs) noexcept {
+  try {
+    auto ring = std::make_unique<OpRing>();
+    Timer* timer = measure::make_timer(cfg.timing, *ring);
+    if (!timer) return nullptr;
+    auto* mode = new MeasureMode(cfg, timer, std::move(ring), share_after_runs);
+    announce_measurement(cfg);
+    return mode;
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, "measure: cannot start (%s); running as passthrough", e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
+Mode* make_measure_mode(const Config& cfg) noexcept { return start_measuring(cfg, 0); }
+
+Mode* make_auto_mode(const Config& cfg) noexcept {
+  uint64_t runs = 0;
+  try {
+    profiledb::Database db(db_path_of(cfg), profiledb::Database::Open::ReadOnly);
+    if (auto task = db.task(cfg.task_key)) runs = task->runs_measured;
+  } catch (const profiledb::DbError& e) {
+    // No database yet is the normal first run; anything else is worth a line, then we measure.
+    if (e.kind() != profiledb::DbError::Kind::Missing) log(LogLevel::Warn, "auto: %s; measuring", e.what());
+  } catch (const std::exception& e) {
+    log(LogLevel::Warn, "auto: %s; measuring", e.what());
+  }
+  if (runs >= cfg.measure_runs) {
+    log(LogLevel::Info, "auto: task %s has %" PRIu64 " measured runs; sharing", cfg.task_key, runs);
+    return make_share_mode(cfg);
+  }
+  log(LogLevel::Info, "auto: task %s has %" PRIu64 " of %u runs; measuring", cfg.task_key, runs, cfg.measure_runs);
+  return start_measuring(cfg, cfg.measure_runs);
+}
+
+}  // namespace fikit::hook

@@ -1,0 +1,66 @@
+#pragma once
+// The hand-off from launching threads to the measurement thread: a fixed ring of op records indexed
+// by sequence number. Claiming a slot is one compare-and-swap, publishing one release store; the
+// launching thread never waits and never allocates. When the measurement thread falls a whole ring
+// behind, new ops simply go untimed (counted), rather than the program being slowed down.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+#include "../mode.h"
+
+namespace fikit::hook::measure {
+
+struct OpSlot {
+  // seq + 1 once the launching thread has filled the slot for op `seq` (0: never used).
+  std::atomic<uint64_t> published{0};
+  uint64_t kernel_id = 0;
+  uint64_t stream = 0;            // the CUstream handle, as a track name for traces
+  uint64_t sync_epoch = 0;        // host synchronisations seen before this op was launched
+  OpKind kind = OpKind::Kernel;
+  bool launched = false;          // the real launch succeeded
+  bool timed = false;             // the timer armed itself for this op
+  bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
+  // Events timing: created lazily on a launching thread, reused when the slot comes round again.
+  CUevent start_event = nullptr, end_event = nullptr;
+  // CUPTI timing: filled from activity records (several for a graph launch: the span is kept).
+  std::atomic<uint64_t> gpu_start{UINT64_MAX}, gpu_end{0};
+};
+
+class OpRing {
+ public:
+  static constexpr uint64_t kCapacity = 16384;   // ~0.2 s of batch-1 inference launches at 14 us each
+
+  OpRing() : slots_(new OpSlot[kCapacity]) {}
+
+  // Launching thread: the next sequence number and its slot, or nullptr when that slot is still
+  // in use (the consumer is kCapacity ops behind).
+  OpSlot* claim(uint64_t& seq) noexcept {
+    uint64_t s = next_.load(std::memory_order_relaxed);
+    do {
+      if (s - free_below_.load(std::memory_order_acquire) >= kCapacity) return nullptr;
+    } while (!next_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_relaxed));
+    seq = s;
+    return &slots_[s % kCapacity];
+  }
+  void publish(OpSlot& slot, uint64_t seq) noexcept { slot.published.store(seq + 1, std::memory_order_release); }
+
+  // Consumer: the slot of `seq` if its op has been published, else nullptr.
+  OpSlot* published(uint64_t seq) noexcept {
+    OpSlot& s = slots_[seq % kCapacity];
+    return s.published.load(std::memory_order_acquire) == seq + 1 ? &s : nullptr;
+  }
+  OpSlot& at(uint64_t seq) noexcept { return slots_[seq % kCapacity]; }
+  // Consumer: slots of ops below `seq` may be reused.
+  void release_below(uint64_t seq) noexcept { free_below_.store(seq, std::memory_order_release); }
+  uint64_t claimed() const noexcept { return next_.load(std::memory_order_acquire); }
+
+ private:
+  std::unique_ptr<OpSlot[]> slots_;
+  std::atomic<uint64_t> next_{0};
+  std::atomic<uint64_t> free_below_{0};
+};
+
+}  // namespace fikit::hook::measure

@@ -1,0 +1,79 @@
+#include "run_builder.h"
+
+#include <algorithm>
+
+namespace fikit::hook::measure {
+
+std::optional<Run> RunBuilder::boundary() {
+  if (have_prev_) kernels_[prev_id_].boundary_count++;
+  ++summary_.iterations;
+  if (iterations_per_run_ && summary_.iterations >= iterations_per_run_) return take();
+  return std::nullopt;
+}
+
+std::optional<Run> RunBuilder::add(const TimedOp& op) {
+  std::optional<Run> finished;
+  if (epoch_known_ && op.sync_epoch != prev_epoch_) {
+    finished = boundary();
+  } else if (have_prev_ && !op.after_drop) {
+    // All streams merged: a next op that starts before this one ended leaves no gap.
+    kernels_[prev_id_].gap.add(op.start_ns > prev_end_ ? op.start_ns - prev_end_ : 0);
+  }
+
+  profiledb::KernelSample& k = kernels_[op.kernel_id];
+  k.kernel_id = op.kernel_id;
+  k.duration.add(op.end_ns - op.start_ns);
+  ++summary_.gpu_ops;
+  first_start_ = std::min(first_start_, op.start_ns);
+  last_end_ = std::max(last_end_, op.end_ns);
+  // Busy time = union of op intervals, kept incrementally: exact when ops start in launch order
+  // (one stream, or streams that do not overlap), a slight overcount for overlapping streams.
+  const uint64_t from = std::max(op.start_ns, covered_until_);
+  if (op.end_ns > from) summary_.busy_ns += op.end_ns - from;
+  covered_until_ = std::max(covered_until_, op.end_ns);
+  if (trace_.size() < profiledb::TraceOp::kMaxPerRun)
+    trace_.push_back({op.kernel_id, op.stream, op.start_ns, op.end_ns});
+
+  have_prev_ = epoch_known_ = true;
+  prev_id_ = op.kernel_id;
+  prev_end_ = op.end_ns;
+  prev_epoch_ = op.sync_epoch;
+  return finished;
+}
+
+std::optional<Run> RunBuilder::add_untimed(uint64_t sync_epoch) {
+  std::optional<Run> finished;
+  if (epoch_known_ && sync_epoch != prev_epoch_) finished = boundary();
+  // The boundary (if any) is counted; later gaps are measured from the next timed op on.
+  epoch_known_ = true;
+  have_prev_ = false;
+  prev_epoch_ = sync_epoch;
+  return finished;
+}
+
+std::optional<Run> RunBuilder::finish() {
+  if (summary_.gpu_ops == 0) return std::nullopt;
+  return take();
+}
+
+Run RunBuilder::take() {
+  Run run;
+  summary_.wall_ns = last_end_ > first_start_ ? last_end_ - first_start_ : 0;
+  run.summary = summary_;
+  run.kernels.reserve(kernels_.size());
+  for (auto& [id, k] : kernels_) {
+    k.kernel_id = id;
+    run.kernels.push_back(std::move(k));
+  }
+  run.trace = std::move(trace_);
+  kernels_.clear();
+  trace_.clear();
+  summary_ = {};
+  first_start_ = UINT64_MAX;
+  last_end_ = covered_until_ = 0;
+  // The op before the boundary belongs to the finished run: no gap links it to the next one.
+  have_prev_ = false;
+  return run;
+}
+
+}  // namespace fikit::hook::measure

@@ -1,0 +1,42 @@
+#pragma once
+// GPU timing of ops, two ways: CUPTI activity records (exact, cheap; real GPUs) or CUDA events
+// around each op (works everywhere, including the simulated driver). See DESIGN §5.
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "../config.h"
+#include "op_ring.h"
+
+namespace fikit::hook::measure {
+
+class Timer {
+ public:
+  enum class Poll { Pending, Ready, Lost };
+
+  virtual ~Timer() = default;
+  virtual const char* name() const noexcept = 0;
+  // Launching thread, around the real driver call. No allocation, no locks.
+  virtual void before(OpSlot& slot, uint64_t seq, CUstream stream) noexcept = 0;
+  virtual void after(OpSlot& slot, uint64_t seq, CUstream stream, bool launched) noexcept = 0;
+  // Measurement thread, ops in sequence order: the op's GPU interval (ns) once known.
+  virtual Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept = 0;
+  // Oldest op whose slot the timer still needs, given that ops below `next` were polled.
+  virtual uint64_t oldest_needed(uint64_t next) const noexcept { return next; }
+  // How long an op may stay Pending before it is counted as lost. 0: as long as the GPU takes (an
+  // event completes when the op does); CUPTI records can go missing, so it gives up.
+  virtual uint64_t give_up_ms() const noexcept { return 0; }
+  // Deliver buffered records now (CUPTI); nothing for events.
+  virtual void flush() noexcept {}
+  // No more ops will come (auto mode moved on to sharing): stop collecting.
+  virtual void stop() noexcept {}
+};
+
+// nullptr when CUPTI cannot be loaded or set up; `why` then says what failed.
+Timer* make_cupti_timer(OpRing& ring, char* why, size_t why_len) noexcept;
+Timer* make_event_timer(OpRing& ring) noexcept;
+// FIKIT_TIMING: cupti, events, or auto (CUPTI when it loads, else events, said in one log line).
+Timer* make_timer(TimingKind kind, OpRing& ring) noexcept;
+
+}  // namespace fikit::hook::measure

@@ -1,0 +1,547 @@
+// SQLite implementation of the profile store. Schema and its history: docs/schema.md.
+#include "profiledb.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <system_error>
+#include <thread>
+#include <unistd.h>
+
+namespace fikit::profiledb {
+
+// ---------------------------------------------------------------------------------------------
+// Accumulator
+
+void Accumulator::add(uint64_t ns) {
+  ++count;
+  const double v = static_cast<double>(ns);
+  sum += v;
+  sum_sq += v * v;
+  min = std::min(min, ns);
+  max = std::max(max, ns);
+  hist.add(ns);
+}
+
+void Accumulator::merge(const Accumulator& o) {
+  count += o.count;
+  sum += o.sum;
+  sum_sq += o.sum_sq;
+  min = std::min(min, o.min);
+  max = std::max(max, o.max);
+  hist.merge(o.hist);
+}
+
+double Accumulator::mean() const { return count ? sum / static_cast<double>(count) : 0.0; }
+
+double Accumulator::stddev() const {
+  if (count < 2) return 0.0;
+  const double m = mean();
+  return std::sqrt(std::max(0.0, sum_sq / static_cast<double>(count) - m * m));
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// SQLite plumbing: every failure becomes a DbError of the kind the CLI maps to an exit code.
+
+[[noreturn]] void fail(sqlite3* db, int rc, const std::string& what) {
+  const std::string msg = what + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: throw DbError(DbError::Kind::Locked, msg + " (another process holds the database)");
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT: throw DbError(DbError::Kind::Corrupt, msg);
+    default: throw DbError(DbError::Kind::Io, msg);
+  }
+}
+
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    const int rc = sqlite3_prepare_v2(db, sql, -1, &st_, nullptr);
+    if (rc != SQLITE_OK) fail(db, rc, std::string("preparing \"") + sql + "\"");
+  }
+  ~Stmt() { sqlite3_finalize(st_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int i, int64_t v) { return check(sqlite3_bind_int64(st_, i, v)); }
+  Stmt& bind_u(int i, uint64_t v) { return bind(i, static_cast<int64_t>(v)); }   // IDs: bit pattern kept
+  Stmt& bind(int i, double v) { return check(sqlite3_bind_double(st_, i, v)); }
+  Stmt& bind(int i, const std::string& v) {
+    return check(sqlite3_bind_text(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  Stmt& bind_blob(int i, const std::string& v) {
+    return check(sqlite3_bind_blob(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+  }
+  // true: a row is available.
+  bool step() {
+    const int rc = sqlite3_step(st_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    fail(db_, rc, "executing \"" + std::string(sqlite3_sql(st_)) + "\"");
+  }
+  void run() {
+    step();
+    reset();
+  }
+  void reset() {
+    sqlite3_reset(st_);
+    sqlite3_clear_bindings(st_);
+  }
+  int64_t i64(int c) const { return sqlite3_column_int64(st_, c); }
+  uint64_t u64(int c) const { return static_cast<uint64_t>(sqlite3_column_int64(st_, c)); }
+  double dbl(int c) const { return sqlite3_column_double(st_, c); }
+  std::string text(int c) const {
+    const auto* p = sqlite3_column_text(st_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
+  }
+  Histogram hist(int c) const {
+    const void* p = sqlite3_column_blob(st_, c);
+    auto h = Histogram::deserialize(p, p ? sqlite3_column_bytes(st_, c) : 0);
+    if (!h) throw DbError(DbError::Kind::Corrupt, "a stored histogram is malformed");
+    return *h;
+  }
+
+ private:
+  Stmt& check(int rc) {
+    if (rc != SQLITE_OK) fail(db_, rc, "binding a parameter");
+    return *this;
+  }
+  sqlite3* db_;
+  sqlite3_stmt* st_ = nullptr;
+};
+
+void exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
+    const std::string msg = err ? err : sqlite3_errstr(rc);
+    sqlite3_free(err);
+    fail(nullptr, rc, std::string("\"") + sql + "\": " + msg);
+  }
+}
+
+// BEGIN IMMEDIATE takes the write lock up front, so the read-modify-write merges of concurrent
+// writers serialise instead of failing at commit. Rolled back unless committed (e.g. on a throw).
+class WriteTxn {
+ public:
+  explicit WriteTxn(sqlite3* db) : db_(db) { exec(db_, "BEGIN IMMEDIATE"); }
+  ~WriteTxn() {
+    if (!done_) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  void commit() {
+    exec(db_, "COMMIT");
+    done_ = true;
+  }
+
+ private:
+  sqlite3* db_;
+  bool done_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Schema. Migration i takes user_version i to i + 1; append new steps, never edit old ones.
+
+const char* const kMigrations[] = {
+    // 0 -> 1
+    R"sql(
+CREATE TABLE tasks (
+  key           TEXT PRIMARY KEY,
+  command_line  TEXT NOT NULL DEFAULT '',
+  created_unix  INTEGER NOT NULL,
+  runs_measured INTEGER NOT NULL DEFAULT 0,
+  runs_wanted   INTEGER NOT NULL DEFAULT 10
+);
+CREATE TABLE kernels (
+  task_key       TEXT NOT NULL,
+  kernel_id      INTEGER NOT NULL,
+  name           TEXT NOT NULL DEFAULT '',
+  call_site      TEXT NOT NULL DEFAULT '',
+  grid_x INTEGER NOT NULL DEFAULT 0, grid_y INTEGER NOT NULL DEFAULT 0, grid_z INTEGER NOT NULL DEFAULT 0,
+  block_x INTEGER NOT NULL DEFAULT 0, block_y INTEGER NOT NULL DEFAULT 0, block_z INTEGER NOT NULL DEFAULT 0,
+  shared_mem     INTEGER NOT NULL DEFAULT 0,
+  dur_count INTEGER NOT NULL, dur_sum REAL NOT NULL, dur_sum_sq REAL NOT NULL,
+  dur_min INTEGER NOT NULL, dur_max INTEGER NOT NULL, dur_hist BLOB,
+  gap_count INTEGER NOT NULL, gap_sum REAL NOT NULL, gap_sum_sq REAL NOT NULL,
+  gap_min INTEGER NOT NULL, gap_max INTEGER NOT NULL, gap_hist BLOB,
+  boundary_count INTEGER NOT NULL,
+  PRIMARY KEY (task_key, kernel_id)
+) WITHOUT ROWID;
+CREATE TABLE runs (
+  task_key      TEXT NOT NULL,
+  run_no        INTEGER NOT NULL,
+  finished_unix INTEGER NOT NULL,
+  pid           INTEGER NOT NULL,
+  gpu_ops       INTEGER NOT NULL,
+  busy_ns       INTEGER NOT NULL,
+  wall_ns       INTEGER NOT NULL,
+  iterations    INTEGER NOT NULL,
+  PRIMARY KEY (task_key, run_no)
+) WITHOUT ROWID;
+CREATE TABLE trace (
+  task_key  TEXT NOT NULL,
+  seq       INTEGER NOT NULL,
+  kernel_id INTEGER NOT NULL,
+  stream    INTEGER NOT NULL,
+  start_ns  INTEGER NOT NULL,
+  end_ns    INTEGER NOT NULL,
+  PRIMARY KEY (task_key, seq)
+) WITHOUT ROWID;
+)sql",
+};
+static_assert(std::size(kMigrations) == Database::kSchemaVersion);
+
+int read_user_version(sqlite3* db) {
+  Stmt s(db, "PRAGMA user_version");
+  return s.step() ? static_cast<int>(s.i64(0)) : 0;
+}
+
+void bind_acc(Stmt& s, int first, const Accumulator& a) {
+  s.bind_u(first, a.count)
+      .bind(first + 1, a.sum)
+      .bind(first + 2, a.sum_sq)
+      .bind_u(first + 3, a.count ? a.min : 0)
+      .bind_u(first + 4, a.max)
+      .bind_blob(first + 5, a.hist.serialize());
+}
+
+Accumulator read_acc(const Stmt& s, int first) {
+  Accumulator a;
+  a.count = s.u64(first);
+  a.sum = s.dbl(first + 1);
+  a.sum_sq = s.dbl(first + 2);
+  a.min = a.count ? s.u64(first + 3) : UINT64_MAX;
+  a.max = s.u64(first + 4);
+  a.hist = s.hist(first + 5);
+  return a;
+}
+
+constexpr const char* kSampleColumns =
+    "kernel_id, name, call_site, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem, "
+    "dur_count, dur_sum, dur_sum_sq, dur_min, dur_max, dur_hist, "
+    "gap_count, gap_sum, gap_sum_sq, gap_min, gap_max, gap_hist, boundary_count";
+
+KernelSample read_sample(const Stmt& s) {
+  KernelSample k;
+  k.kernel_id = s.u64(0);
+  k.name = s.text(1);
+  k.call_site = s.text(2);
+  for (int i = 0; i < 3; ++i) {
+    k.grid[i] = static_cast<uint32_t>(s.i64(3 + i));
+    k.block[i] = static_cast<uint32_t>(s.i64(6 + i));
+  }
+  k.shared_mem = static_cast<uint32_t>(s.i64(9));
+  k.duration = read_acc(s, 10);
+  k.gap = read_acc(s, 16);
+  k.boundary_count = s.u64(22);
+  return k;
+}
+
+// Percentiles from the histogram, pulled into [min, max] (exact there, tighter than a bucket).
+uint64_t quantile_of(const Accumulator& a, double q) {
+  if (a.count == 0) return 0;
+  return std::clamp(a.hist.quantile(q), a.min, a.max);
+}
+
+TaskInfo read_task(const Stmt& s) {
+  TaskInfo t;
+  t.key = s.text(0);
+  t.command_line = s.text(1);
+  t.created_unix = s.i64(2);
+  t.runs_measured = s.u64(3);
+  t.runs_wanted = s.u64(4);
+  t.state = t.runs_measured >= t.runs_wanted ? "ready" : "measuring";
+  return t;
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Database
+
+struct Database::Impl {
+  sqlite3* db = nullptr;
+  std::string path;
+  bool empty = false;   // opened read-only before any writer created the schema: no tasks
+
+  void require_task(const std::string& key) {
+    if (!empty) {
+      Stmt s(db, "SELECT 1 FROM tasks WHERE key = ?");
+      s.bind(1, key);
+      if (s.step()) return;
+    }
+    throw DbError(DbError::Kind::NotFound, "no task with key \"" + key + "\" in " + path);
+  }
+
+  ~Impl() { sqlite3_close_v2(db); }
+
+  void open(int flags, Open how, int busy_timeout_ms) {
+    sqlite3_close_v2(db);
+    db = nullptr;
+    const int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
+    if (rc != SQLITE_OK) fail(db, rc, "opening " + path);
+    sqlite3_busy_timeout(db, busy_timeout_ms);
+
+    // Reading the header first turns a file of junk into Corrupt before anything else happens.
+    const int version = read_user_version(db);
+    if (version > kSchemaVersion)
+      throw DbError(DbError::Kind::Io, path + " has schema version " + std::to_string(version) +
+                                           ", newer than this FIKIT's " + std::to_string(kSchemaVersion));
+    if (how == Open::ReadOnly) {
+      empty = version == 0;
+      return;
+    }
+    // WAL: readers never block the writer; NORMAL sync: a killed process cannot lose committed
+    // runs (only a power cut can lose the last ones), and the file is never corrupted.
+    exec(db, "PRAGMA journal_mode = WAL");
+    exec(db, "PRAGMA synchronous = NORMAL");
+    migrate();
+  }
+
+  void migrate() {
+    if (read_user_version(db) >= kSchemaVersion) return;
+    WriteTxn txn(db);
+    // Re-read under the write lock: another process may have migrated meanwhile.
+    for (int v = read_user_version(db); v < kSchemaVersion; ++v) exec(db, kMigrations[v]);
+    exec(db, ("PRAGMA user_version = " + std::to_string(kSchemaVersion)).c_str());
+    txn.commit();
+  }
+};
+
+Database::Database(const std::string& path, Open how, int busy_timeout_ms) : impl_(new Impl) {
+  impl_->path = path;
+  try {
+    int flags = SQLITE_OPEN_NOMUTEX;
+    if (how == Open::Create) {
+      const auto dir = std::filesystem::path(path).parent_path();
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+      if (ec) throw DbError(DbError::Kind::Io, "cannot create directory " + dir.string() + ": " + ec.message());
+      flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    } else {
+      if (!file_exists(path)) throw DbError(DbError::Kind::Missing, "no profile database at " + path);
+      flags |= how == Open::ReadWrite ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY;
+    }
+    // Several processes creating one database at once race on the switch to WAL, which SQLite
+    // reports as BUSY (its busy handler is not consulted there) or as an I/O error while the -wal
+    // and -shm files appear. Both pass: retry the whole open, on a fresh connection, within the timeout.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(busy_timeout_ms);
+    for (;;) {
+      try {
+        impl_->open(flags, how, busy_timeout_ms);
+        break;
+      } catch (const DbError& e) {
+        const bool transient = how != Open::ReadOnly &&
+                               (e.kind() == DbError::Kind::Locked || e.kind() == DbError::Kind::Io);
+        if (!transient || std::chrono::steady_clock::now() >= deadline) throw;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  } catch (...) {
+    delete impl_;
+    throw;
+  }
+}
+
+Database::~Database() { delete impl_; }
+
+int Database::schema_version() { return read_user_version(impl_->db); }
+
+uint64_t Database::add_run(const std::string& task_key, const std::string& command_line, const RunSummary& run,
+                           const std::vector<KernelSample>& kernels, const std::vector<TraceOp>& trace,
+                           uint32_t runs_wanted) {
+  if (impl_->empty) throw DbError(DbError::Kind::Io, "database opened read-only");
+  sqlite3* db = impl_->db;
+  WriteTxn txn(db);
+  const int64_t now = static_cast<int64_t>(std::time(nullptr));
+
+  Stmt(db, "INSERT INTO tasks (key, command_line, created_unix) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING")
+      .bind(1, task_key)
+      .bind(2, command_line)
+      .bind(3, now)
+      .run();
+  Stmt upd(db,
+           "UPDATE tasks SET runs_measured = runs_measured + 1, command_line = ?2, "
+           "runs_wanted = CASE WHEN ?3 > 0 THEN ?3 ELSE runs_wanted END WHERE key = ?1 RETURNING runs_measured");
+  upd.bind(1, task_key).bind(2, command_line).bind(3, static_cast<int64_t>(runs_wanted));
+  const uint64_t run_no = upd.step() ? upd.u64(0) : 0;
+  upd.reset();
+
+  // Merge under the write lock: read the stored row, add this run, write it back.
+  Stmt get(db, (std::string("SELECT ") + kSampleColumns + " FROM kernels WHERE task_key = ? AND kernel_id = ?").c_str());
+  Stmt put(db, (std::string("INSERT OR REPLACE INTO kernels (task_key, ") + kSampleColumns +
+                ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                   .c_str());
+  for (const KernelSample& k : kernels) {
+    KernelSample merged = k;
+    get.bind(1, task_key).bind_u(2, k.kernel_id);
+    if (get.step()) {
+      KernelSample stored = read_sample(get);
+      merged.duration.merge(stored.duration);
+      merged.gap.merge(stored.gap);
+      merged.boundary_count += stored.boundary_count;
+      if (merged.name.empty()) merged.name = stored.name;
+      if (merged.call_site.empty()) merged.call_site = stored.call_site;
+    }
+    get.reset();
+    put.bind(1, task_key).bind_u(2, merged.kernel_id).bind(3, merged.name).bind(4, merged.call_site);
+    for (int i = 0; i < 3; ++i) {
+      put.bind(5 + i, static_cast<int64_t>(merged.grid[i]));
+      put.bind(8 + i, static_cast<int64_t>(merged.block[i]));
+    }
+    put.bind(11, static_cast<int64_t>(merged.shared_mem));
+    bind_acc(put, 12, merged.duration);
+    bind_acc(put, 18, merged.gap);
+    put.bind_u(24, merged.boundary_count);
+    put.run();
+  }
+
+  Stmt(db, "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+      .bind(1, task_key)
+      .bind_u(2, run_no)
+      .bind(3, now)
+      .bind(4, static_cast<int64_t>(::getpid()))
+      .bind_u(5, run.gpu_ops)
+      .bind_u(6, run.busy_ns)
+      .bind_u(7, run.wall_ns)
+      .bind_u(8, run.iterations)
+      .run();
+
+  Stmt(db, "DELETE FROM trace WHERE task_key = ?").bind(1, task_key).run();
+  Stmt ins(db, "INSERT INTO trace VALUES (?, ?, ?, ?, ?, ?)");
+  const size_t n = std::min(trace.size(), TraceOp::kMaxPerRun);
+  for (size_t i = 0; i < n; ++i) {
+    ins.bind(1, task_key).bind_u(2, i).bind_u(3, trace[i].kernel_id).bind_u(4, trace[i].stream);
+    ins.bind_u(5, trace[i].start_ns).bind_u(6, trace[i].end_ns).run();
+  }
+  txn.commit();
+  return run_no;
+}
+
+std::vector<TaskInfo> Database::tasks() {
+  std::vector<TaskInfo> out;
+  if (impl_->empty) return out;
+  Stmt s(impl_->db, "SELECT key, command_line, created_unix, runs_measured, runs_wanted FROM tasks ORDER BY key");
+  while (s.step()) out.push_back(read_task(s));
+  return out;
+}
+
+std::optional<TaskInfo> Database::task(const std::string& key) {
+  if (impl_->empty) return std::nullopt;
+  Stmt s(impl_->db, "SELECT key, command_line, created_unix, runs_measured, runs_wanted FROM tasks WHERE key = ?");
+  s.bind(1, key);
+  if (!s.step()) return std::nullopt;
+  return read_task(s);
+}
+
+std::vector<KernelSample> Database::kernel_samples(const std::string& key) {
+  impl_->require_task(key);
+  std::vector<KernelSample> out;
+  Stmt s(impl_->db, (std::string("SELECT ") + kSampleColumns + " FROM kernels WHERE task_key = ? ORDER BY kernel_id").c_str());
+  s.bind(1, key);
+  while (s.step()) out.push_back(read_sample(s));
+  return out;
+}
+
+std::vector<KernelProfile> Database::kernels(const std::string& key) {
+  std::vector<KernelSample> samples = kernel_samples(key);
+  std::sort(samples.begin(), samples.end(),
+            [](const KernelSample& a, const KernelSample& b) { return a.duration.sum > b.duration.sum; });
+  std::vector<KernelProfile> out;
+  out.reserve(samples.size());
+  for (const KernelSample& k : samples) {
+    KernelProfile p;
+    p.kernel_id = k.kernel_id;
+    p.name = k.name;
+    p.call_site = k.call_site;
+    p.grid = k.grid;
+    p.block = k.block;
+    p.shared_mem = k.shared_mem;
+    p.count = k.duration.count;
+    p.dur_mean = k.duration.mean();
+    p.dur_stddev = k.duration.stddev();
+    p.dur_min = k.duration.count ? k.duration.min : 0;
+    p.dur_p50 = quantile_of(k.duration, 0.5);
+    p.dur_p90 = quantile_of(k.duration, 0.9);
+    p.dur_max = k.duration.max;
+    p.gap_count = k.gap.count;
+    p.gap_mean = k.gap.mean();
+    p.gap_p10 = quantile_of(k.gap, 0.1);
+    p.gap_p50 = quantile_of(k.gap, 0.5);
+    p.gap_p90 = quantile_of(k.gap, 0.9);
+    p.boundary_count = k.boundary_count;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<RunSummary> Database::runs(const std::string& key) {
+  impl_->require_task(key);
+  std::vector<RunSummary> out;
+  Stmt s(impl_->db,
+         "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix FROM runs WHERE task_key = ? ORDER BY run_no");
+  s.bind(1, key);
+  while (s.step()) {
+    RunSummary r;
+    r.gpu_ops = s.u64(0);
+    r.busy_ns = s.u64(1);
+    r.wall_ns = s.u64(2);
+    r.iterations = s.u64(3);
+    r.finished_unix = s.i64(4);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<TraceOp> Database::last_trace(const std::string& key) {
+  impl_->require_task(key);
+  std::vector<TraceOp> out;
+  Stmt s(impl_->db, "SELECT kernel_id, stream, start_ns, end_ns FROM trace WHERE task_key = ? ORDER BY seq");
+  s.bind(1, key);
+  while (s.step()) out.push_back(TraceOp{s.u64(0), s.u64(1), s.u64(2), s.u64(3)});
+  return out;
+}
+
+Histogram Database::gap_histogram(const std::string& key) {
+  impl_->require_task(key);
+  Histogram h;
+  Stmt s(impl_->db, "SELECT gap_hist FROM kernels WHERE task_key = ?");
+  s.bind(1, key);
+  while (s.step()) h.merge(s.hist(0));
+  return h;
+}
+
+bool Database::delete_task(const std::string& key) {
+  if (impl_->empty) return false;
+  sqlite3* db = impl_->db;
+  WriteTxn txn(db);
+  for (const char* sql : {"DELETE FROM kernels WHERE task_key = ?", "DELETE FROM runs WHERE task_key = ?",
+                          "DELETE FROM trace WHERE task_key = ?"})
+    Stmt(db, sql).bind(1, key).run();
+  Stmt del(db, "DELETE FROM tasks WHERE key = ?");
+  del.bind(1, key).run();
+  const bool existed = sqlite3_changes(db) > 0;
+  txn.commit();
+  return existed;
+}
+
+std::string Database::default_path() {
+  if (const char* xdg = std::getenv("XDG_DATA_HOME"); xdg && *xdg) return std::string(xdg) + "/fikit/profiles.db";
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : ".") + "/.local/share/fikit/profiles.db";
+}
+
+}  // namespace fikit::profiledb

@@ -1,0 +1,252 @@
+// Measure mode end to end: measure_probe runs on the simulated GPU with libfikit_hook.so preloaded,
+// and what lands in the profile database is compared with what the probe says it did.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "profiledb.h"
+
+using fikit::profiledb::Database;
+using fikit::profiledb::KernelProfile;
+
+extern char** environ;
+
+namespace {
+
+// Bounds on the medians the hook should find (see measure_probe.cpp).
+struct Expected {
+  uint64_t dur_lo = 0, dur_hi = 0, gap_lo = 0, gap_hi = 0, count = 0;
+};
+
+class MeasureE2E : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    name_ = std::string("fikit-measure-") + std::to_string(getpid()) + "-" + info->name();
+    dir_ = std::filesystem::temp_directory_path() / name_;
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    db_ = (dir_ / "sub" / "profiles.db").string();   // the hook creates the directory
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Starts the probe under the hook; `extra` adds or overrides FIKIT_* settings.
+  pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra, int index = 0) {
+    std::map<std::string, std::string> env;
+    for (char** e = environ; *e; ++e) {
+      const std::string kv = *e;
+      const auto eq = kv.find('=');
+      if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+    env["LD_PRELOAD"] = FIKIT_HOOK_LIB;
+    env["FIKIT_MODE"] = "measure";
+    env["FIKIT_TASK_KEY"] = "probe";
+    env["FIKIT_DB"] = db_;
+    env["FIKIT_TIMING"] = "events";
+    env["FIKIT_SIMGPU_NAME"] = name_;   // one simulated device per test, shared by its processes
+    for (const auto& [k, v] : extra) env[k] = v;
+    std::vector<std::string> kv;
+    for (const auto& [k, v] : env) kv.push_back(k + "=" + v);
+    const std::string out = (dir_ / ("out" + std::to_string(index))).string();
+    const std::string err = (dir_ / ("err" + std::to_string(index))).string();
+
+    const pid_t pid = fork();
+    if (pid == 0) {
+      freopen(out.c_str(), "w", stdout);
+      freopen(err.c_str(), "w", stderr);
+      std::vector<char*> argv{const_cast<char*>(FIKIT_MEASURE_PROBE)}, envp;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      for (auto& s : kv) envp.push_back(s.data());
+      envp.push_back(nullptr);
+      execve(FIKIT_MEASURE_PROBE, argv.data(), envp.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  int wait_exit(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+
+  int run(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra = {}, int index = 0) {
+    return wait_exit(spawn(args, extra, index));
+  }
+
+  std::string slurp(const std::string& file) {
+    std::ifstream f(dir_ / file);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+  std::vector<Expected> expected(int index = 0) {
+    std::vector<Expected> out;
+    std::istringstream in(slurp("out" + std::to_string(index)));
+    std::string word;
+    size_t pos;
+    Expected e;
+    while (in >> word >> pos >> word >> e.dur_lo >> word >> e.dur_hi >> word >> e.gap_lo >> word >> e.gap_hi >> word >>
+           e.count)
+      out.push_back(e);
+    return out;
+  }
+
+  // Kernels of the task by probe position (grid x = position + 1).
+  std::map<uint32_t, KernelProfile> by_position(const std::string& key = "probe") {
+    std::map<uint32_t, KernelProfile> m;
+    for (const auto& k : Database(db_).kernels(key)) m[k.grid[0] - 1] = k;
+    return m;
+  }
+
+  uint64_t runs_of(const std::string& key = "probe") {
+    try {
+      auto t = Database(db_).task(key);
+      return t ? t->runs_measured : 0;
+    } catch (const fikit::profiledb::DbError&) {
+      return 0;
+    }
+  }
+
+  std::string name_;
+  std::filesystem::path dir_;
+  std::string db_;
+};
+
+// got within [lo, hi], give or take 2 % (the histogram's bucket error is 1.6 % at most).
+void expect_between(uint64_t got, uint64_t lo, uint64_t hi, const char* what) {
+  EXPECT_GE(static_cast<double>(got), static_cast<double>(lo) * 0.98) << what << " below [" << lo << ", " << hi << "]";
+  EXPECT_LE(static_cast<double>(got), static_cast<double>(hi) * 1.02) << what << " above [" << lo << ", " << hi << "]";
+}
+
+}  // namespace
+
+// Spins long enough that the few microseconds between the start event and the kernel's submission
+// (inherent to events timing on an idle GPU) stay well under 2 %.
+const std::vector<std::string> kRhythm{"--spin-us", "300,1000,150", "--period-us", "700,1500,400"};
+
+TEST_F(MeasureE2E, DurationsAndGapsMatchTheProgramsRhythm) {
+  auto args = kRhythm;
+  args.insert(args.end(), {"--iterations", "30"});
+  ASSERT_EQ(run(args), 0) << slurp("err0");
+  const auto want = expected();
+  ASSERT_EQ(want.size(), 3u) << slurp("out0");
+  const auto got = by_position();
+  ASSERT_EQ(got.size(), 3u) << "one kernel ID per position";
+  for (uint32_t p = 0; p < 3; ++p) {
+    const KernelProfile& k = got.at(p);
+    EXPECT_EQ(k.count, 30u);
+    EXPECT_EQ(k.name, "spin_kernel");
+    expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
+    EXPECT_GE(k.dur_min, want[p].dur_lo) << "no op is timed shorter than its kernel";
+    if (p < 2) {
+      EXPECT_EQ(k.gap_count, 30u);
+      EXPECT_EQ(k.boundary_count, 0u);
+      expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
+    } else {
+      // The last kernel of each iteration is followed by a sync: a boundary, never a gap.
+      EXPECT_EQ(k.gap_count, 0u);
+      EXPECT_EQ(k.boundary_count, 29u);
+    }
+  }
+  Database db(db_);
+  EXPECT_EQ(db.task("probe")->runs_measured, 1u);
+  const auto runs = db.runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].gpu_ops, 90u);
+  EXPECT_EQ(runs[0].iterations, 29u);
+  EXPECT_EQ(db.last_trace("probe").size(), 90u);
+  EXPECT_EQ(slurp("err0"), "") << "measure mode prints nothing when all is well";
+}
+
+TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {
+  ASSERT_EQ(run({"--iterations", "12"}, {{"FIKIT_RUN_ITERATIONS", "4"}}), 0) << slurp("err0");
+  // 11 boundaries: runs close after boundaries 4 and 8; the rest (iterations 9..12) at exit.
+  EXPECT_EQ(runs_of(), 3u);
+  const auto got = by_position();
+  EXPECT_EQ(got.at(0).count, 12u);
+  EXPECT_EQ(got.at(2).boundary_count, 11u);
+}
+
+TEST_F(MeasureE2E, FourProcessesMeasuringOneKeyAddUp) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 4; ++i) pids.push_back(spawn({"--iterations", "15"}, {}, i));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(wait_exit(pids[i]), 0) << slurp("err" + std::to_string(i));
+  EXPECT_EQ(runs_of(), 4u);
+  const auto got = by_position();
+  ASSERT_EQ(got.size(), 3u) << "kernel IDs are equal across processes";
+  for (const auto& [p, k] : got) {
+    EXPECT_EQ(k.count, 60u) << p;
+    // Four processes share one simulated device, so ops queue behind the others' and events time
+    // the queueing too: only a lower bound holds for durations, and gaps are not compared.
+    EXPECT_GE(k.dur_min, (p == 0 ? 50000u : p == 1 ? 200000u : 20000u) * 98 / 100) << p;
+  }
+  EXPECT_EQ(got.at(2).boundary_count + got.at(2).gap_count, 56u);
+}
+
+TEST_F(MeasureE2E, KilledMidRunThenACleanRun) {
+  // Runs of 2 iterations, forever: kill it once a few runs are in, whatever it is doing.
+  const pid_t pid = spawn({"--iterations", "0", "--think-us", "200"}, {{"FIKIT_RUN_ITERATIONS", "2"}});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (runs_of() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  kill(pid, SIGKILL);
+  EXPECT_EQ(wait_exit(pid), -SIGKILL);
+  const uint64_t before = runs_of();
+  ASSERT_GE(before, 3u);
+  const uint64_t count_before = by_position().at(0).count;
+  EXPECT_EQ(count_before, 2 * before) << "every stored run is whole";
+
+  ASSERT_EQ(run({"--iterations", "4"}, {{"FIKIT_RUN_ITERATIONS", "2"}}), 0) << slurp("err0");
+  EXPECT_EQ(runs_of(), before + 2);
+  EXPECT_EQ(by_position().at(0).count, count_before + 4);
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db_.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "ok");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+}
+
+TEST_F(MeasureE2E, AutoModeSharesAfterTheMeasuredRuns) {
+  const std::map<std::string, std::string> env{{"FIKIT_MODE", "auto"},
+                                               {"FIKIT_MEASURE_RUNS", "3"},
+                                               {"FIKIT_RUN_ITERATIONS", "2"},
+                                               {"FIKIT_LOG_LEVEL", "info"}};
+  ASSERT_EQ(run({"--iterations", "40"}, env, 0), 0) << slurp("err0");
+  // Three runs of two iterations, then share mode: nothing more is measured, not even at exit.
+  EXPECT_EQ(runs_of(), 3u);
+  // Switched mid-run, or (when the measurement thread was still behind at exit) from the next start.
+  const std::string log = slurp("err0");
+  EXPECT_TRUE(log.find("has 3 measured runs; switching to share mode") != std::string::npos ||
+              log.find("has 3 measured runs; it shares from its next start") != std::string::npos)
+      << log;
+  EXPECT_EQ(Database(db_).task("probe")->state, "ready");
+
+  ASSERT_EQ(run({"--iterations", "4"}, env, 1), 0) << slurp("err1");
+  EXPECT_EQ(runs_of(), 3u);
+  EXPECT_NE(slurp("err1").find("has 3 measured runs; sharing"), std::string::npos) << slurp("err1");
+}
+
+TEST_F(MeasureE2E, UnwritableDatabaseIsReportedAndTheProgramRunsOn) {
+  const auto blocker = dir_ / "file";
+  std::ofstream(blocker) << "x";
+  ASSERT_EQ(run({"--iterations", "3"}, {{"FIKIT_DB", (blocker / "profiles.db").string()}}), 0);
+  EXPECT_NE(slurp("err0").find("not stored"), std::string::npos) << slurp("err0");
+}

@@ -1,0 +1,149 @@
+// measure_probe: a driver-API program with a known GPU rhythm, for measure-mode tests. Each
+// iteration launches one spin kernel per position (position k: grid k+1, so each has its own kernel
+// ID), waits on the CPU until the position's period has passed since the launch, then synchronises
+// and thinks. It prints what the hook should find, as bounds that hold however the host is loaded:
+// each kernel reached the GPU somewhere inside its cuLaunchKernel call, so per position it prints
+// the median duration bounds [spin, spin + call time] and the median gap bounds
+// [next call start - this call end - spin, next call end - this call start - spin].
+#include <cuda.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr const char* kPtx = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry spin_kernel(.param .u64 spin_kernel_param_0)
+{
+  ret;
+}
+)";
+
+constexpr const char* kUsage =
+    "usage: measure_probe [--iterations N] [--spin-us A,B,..] [--period-us A,B,..] [--think-us T]\n"
+    "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
+    "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
+    "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns).\n"
+    "  Exit: 0 ok, 1 CUDA error, 2 usage.\n";
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void busy_until(uint64_t t) {
+  while (now_ns() < t) {
+  }
+}
+
+bool parse_list(const char* s, std::vector<uint64_t>& out) {
+  out.clear();
+  while (*s) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(s, &end, 10);
+    if (end == s) return false;
+    out.push_back(v);
+    s = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return false;
+  }
+  return !out.empty();
+}
+
+#define CHECK(call)                                                      \
+  do {                                                                   \
+    const CUresult r_ = (call);                                          \
+    if (r_ != CUDA_SUCCESS) {                                            \
+      std::fprintf(stderr, "measure_probe: %s failed: %d\n", #call, r_); \
+      return 1;                                                          \
+    }                                                                    \
+  } while (0)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t iterations = 20, think_us = 500;
+  std::vector<uint64_t> spin_us{50, 200, 20}, period_us{300, 600, 250};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : nullptr;
+    bool ok = v != nullptr;
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--iterations" && ok) {
+      iterations = std::strtoull(v, nullptr, 10);
+    } else if (a == "--think-us" && ok) {
+      think_us = std::strtoull(v, nullptr, 10);
+    } else if (a == "--spin-us" && ok) {
+      ok = parse_list(v, spin_us);
+    } else if (a == "--period-us" && ok) {
+      ok = parse_list(v, period_us);
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "measure_probe: bad argument %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    ++i;
+  }
+  if (spin_us.size() != period_us.size()) {
+    std::fprintf(stderr, "measure_probe: --spin-us and --period-us need as many values\n");
+    return 2;
+  }
+  const size_t positions = spin_us.size();
+
+  CUdevice dev;
+  CUcontext ctx;
+  CUmodule mod;
+  CUfunction spin;
+  CHECK(cuInit(0));
+  CHECK(cuDeviceGet(&dev, 0));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  CHECK(cuModuleLoadData(&mod, kPtx));
+  CHECK(cuModuleGetFunction(&spin, mod, "spin_kernel"));
+
+  std::vector<std::vector<uint64_t>> dur_hi(positions), gap_lo(positions), gap_hi(positions);
+  for (uint64_t it = 0; iterations == 0 || it < iterations; ++it) {
+    uint64_t prev_begin = 0, prev_end = 0;
+    for (size_t k = 0; k < positions; ++k) {
+      uint64_t ns = spin_us[k] * 1000;
+      void* params[] = {&ns};
+      const uint64_t begin = now_ns();
+      CHECK(cuLaunchKernel(spin, static_cast<unsigned>(k + 1), 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+      const uint64_t end = now_ns();
+      dur_hi[k].push_back(ns + (end - begin));
+      if (k > 0) {
+        const uint64_t prev_ns = spin_us[k - 1] * 1000;
+        gap_lo[k - 1].push_back(begin > prev_end + prev_ns ? begin - prev_end - prev_ns : 0);
+        gap_hi[k - 1].push_back(end > prev_begin + prev_ns ? end - prev_begin - prev_ns : 0);
+      }
+      prev_begin = begin;
+      prev_end = end;
+      busy_until(begin + period_us[k] * 1000);
+    }
+    CHECK(cuStreamSynchronize(nullptr));
+    busy_until(now_ns() + think_us * 1000);
+  }
+  // Nearest-rank median, as the profile store computes it.
+  const auto median = [](std::vector<uint64_t>& v) -> unsigned long long {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[(v.size() + 1) / 2 - 1];
+  };
+  for (size_t k = 0; k < positions; ++k)
+    std::printf("position %zu dur_lo %llu dur_hi %llu gap_lo %llu gap_hi %llu count %llu\n", k,
+                static_cast<unsigned long long>(spin_us[k] * 1000), median(dur_hi[k]), median(gap_lo[k]),
+                median(gap_hi[k]), static_cast<unsigned long long>(iterations));
+  return 0;
+}

@@ -1,0 +1,109 @@
+// RunBuilder: gaps, iteration boundaries and run splitting from a hand-made op sequence.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "run_builder.h"
+
+using MeasuredRun = fikit::hook::measure::Run;
+using fikit::hook::measure::RunBuilder;
+using fikit::hook::measure::TimedOp;
+
+namespace {
+
+std::map<uint64_t, fikit::profiledb::KernelSample> by_id(const MeasuredRun& r) {
+  std::map<uint64_t, fikit::profiledb::KernelSample> m;
+  for (const auto& k : r.kernels) m[k.kernel_id] = k;
+  return m;
+}
+
+// One iteration: kernel 1 (10 us), 5 us gap, kernel 2 (20 us); then a sync.
+void iteration(RunBuilder& b, uint64_t t0, uint64_t epoch, std::optional<MeasuredRun>* out = nullptr) {
+  auto r = b.add({1, 7, epoch, t0, t0 + 10000});
+  if (out && r) *out = std::move(r);
+  r = b.add({2, 7, epoch, t0 + 15000, t0 + 35000});
+  if (out && r) *out = std::move(r);
+}
+
+}  // namespace
+
+TEST(RunBuilder, GapsGoToThePreviousOpAndSyncsAreBoundaries) {
+  RunBuilder b(0);
+  for (uint64_t i = 0; i < 4; ++i) iteration(b, i * 100000, i);
+  auto run = b.finish();
+  ASSERT_TRUE(run.has_value());
+  auto k = by_id(*run);
+  EXPECT_EQ(k[1].duration.count, 4u);
+  EXPECT_EQ(k[1].gap.count, 4u);
+  EXPECT_EQ(k[1].gap.min, 5000u);
+  EXPECT_EQ(k[1].gap.max, 5000u);
+  EXPECT_EQ(k[1].boundary_count, 0u);
+  EXPECT_EQ(k[2].duration.min, 20000u);
+  EXPECT_EQ(k[2].gap.count, 0u);          // every gap after kernel 2 spans a sync
+  EXPECT_EQ(k[2].boundary_count, 3u);     // the last one has no next op
+  EXPECT_EQ(run->summary.iterations, 3u);
+  EXPECT_EQ(run->summary.gpu_ops, 8u);
+  EXPECT_EQ(run->summary.busy_ns, 4u * 30000u);
+  EXPECT_EQ(run->summary.wall_ns, 300000u + 35000u);
+  EXPECT_EQ(run->trace.size(), 8u);
+  EXPECT_FALSE(b.finish().has_value());
+}
+
+TEST(RunBuilder, OverlappingOpsLeaveNoGap) {
+  RunBuilder b(0);
+  b.add({1, 1, 0, 1000, 5000});
+  b.add({2, 2, 0, 3000, 9000});   // another stream, started before op 1 ended
+  auto run = b.finish();
+  auto k = by_id(*run);
+  EXPECT_EQ(k[1].gap.count, 1u);
+  EXPECT_EQ(k[1].gap.max, 0u);
+  EXPECT_EQ(run->summary.busy_ns, 8000u);
+}
+
+TEST(RunBuilder, RunEndsAfterTheConfiguredIterations) {
+  RunBuilder b(2);
+  std::vector<MeasuredRun> runs;
+  for (uint64_t i = 0; i < 5; ++i) {
+    std::optional<MeasuredRun> r;
+    iteration(b, i * 100000, i, &r);
+    if (r) runs.push_back(std::move(*r));
+  }
+  // Iterations end at the syncs after iterations 0..3: runs close after 2 and 4 boundaries.
+  ASSERT_EQ(runs.size(), 2u);
+  for (const MeasuredRun& r : runs) {
+    EXPECT_EQ(r.summary.iterations, 2u);
+    EXPECT_EQ(r.summary.gpu_ops, 4u);
+    EXPECT_EQ(by_id(r)[2].boundary_count, 2u);
+  }
+  auto rest = b.finish();
+  ASSERT_TRUE(rest.has_value());
+  EXPECT_EQ(rest->summary.gpu_ops, 2u);
+  EXPECT_EQ(rest->summary.iterations, 0u);
+}
+
+TEST(RunBuilder, LostOpsBreakTheGapChainButKeepBoundaries) {
+  RunBuilder b(0);
+  b.add({1, 1, 0, 0, 1000});
+  b.add_untimed(0);
+  b.add({2, 1, 0, 5000, 6000});
+  b.add_untimed(1);                      // a sync before this untimed op: a boundary after op 2
+  b.add({3, 1, 1, 9000, 9500, true});
+  auto run = b.finish();
+  auto k = by_id(*run);
+  EXPECT_EQ(k[1].gap.count, 0u);
+  EXPECT_EQ(k[2].boundary_count, 1u);
+  EXPECT_EQ(k[2].gap.count, 0u);
+  EXPECT_EQ(run->summary.iterations, 1u);
+  EXPECT_EQ(run->summary.gpu_ops, 3u);
+}
+
+TEST(RunBuilder, AfterDropFlagSuppressesTheGapBefore) {
+  RunBuilder b(0);
+  b.add({1, 1, 0, 0, 1000});
+  b.add({2, 1, 0, 2000, 3000, true});
+  b.add({1, 1, 0, 4000, 5000});
+  auto k = by_id(*b.finish());
+  EXPECT_EQ(k[1].gap.count, 0u);
+  EXPECT_EQ(k[2].gap.count, 1u);
+  EXPECT_EQ(k[2].gap.min, 1000u);
+}

@@ -1,0 +1,244 @@
+// Database: schema creation, merging runs, concurrent and killed writers, the error kinds.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "db_fixture.h"
+
+using namespace fikit::profiledb;
+using fikit::testing::DbTest;
+using fikit::testing::sample;
+
+TEST_F(DbTest, CreatesSchemaInAnEmptyFileAndItsDirectory) {
+  std::ofstream(dir_ / "empty.db").close();   // zero bytes: SQLite treats it as a new database
+  {
+    Database db((dir_ / "empty.db").string(), Database::Open::Create);
+    EXPECT_EQ(db.schema_version(), Database::kSchemaVersion);
+    EXPECT_TRUE(db.tasks().empty());
+  }
+  Database nested((dir_ / "a" / "b" / "profiles.db").string(), Database::Open::Create);
+  EXPECT_EQ(nested.schema_version(), Database::kSchemaVersion);
+  Database reopened((dir_ / "empty.db").string(), Database::Open::ReadOnly);
+  EXPECT_EQ(reopened.schema_version(), Database::kSchemaVersion);
+}
+
+TEST_F(DbTest, ReadOnlyOpenOfAnUnmigratedFileShowsNoTasks) {
+  std::ofstream(dir_ / "empty.db").close();
+  Database db((dir_ / "empty.db").string(), Database::Open::ReadOnly);
+  EXPECT_TRUE(db.tasks().empty());
+  EXPECT_FALSE(db.task("x").has_value());
+  EXPECT_THROW(db.kernels("x"), DbError);
+}
+
+TEST_F(DbTest, RunsMergeIntoPerKernelStatistics) {
+  Database db(path_, Database::Open::Create);
+  RunSummary run{.gpu_ops = 6, .busy_ns = 100, .wall_ns = 200, .iterations = 1};
+  std::vector<TraceOp> trace1{{1, 7, 0, 10}, {2, 7, 20, 30}};
+  EXPECT_EQ(db.add_run("task", "prog --a", run, {sample(1, 1000, 3, 50), sample(2, 9000, 2, 0, 1)}, trace1, 3), 1u);
+  EXPECT_EQ(db.add_run("task", "prog --a", run, {sample(1, 3000, 3, 150)}, {{1, 8, 5, 6}}, 3), 2u);
+
+  const auto t = db.task("task");
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->runs_measured, 2u);
+  EXPECT_EQ(t->runs_wanted, 3u);
+  EXPECT_EQ(t->state, "measuring");
+  EXPECT_EQ(t->command_line, "prog --a");
+
+  const auto ks = db.kernels("task");
+  ASSERT_EQ(ks.size(), 2u);
+  // Kernel 1: 6 calls, 12 us in all; kernel 2: 2 calls, 18 us: kernel 2 first by total time.
+  EXPECT_EQ(ks[0].kernel_id, 2u);
+  EXPECT_EQ(ks[0].count, 2u);
+  EXPECT_EQ(ks[0].boundary_count, 1u);
+  EXPECT_EQ(ks[0].gap_count, 0u);
+  EXPECT_EQ(ks[1].kernel_id, 1u);
+  EXPECT_EQ(ks[1].count, 6u);
+  EXPECT_DOUBLE_EQ(ks[1].dur_mean, 2000.0);
+  EXPECT_EQ(ks[1].dur_min, 1000u);
+  EXPECT_EQ(ks[1].dur_max, 3000u);
+  EXPECT_EQ(ks[1].gap_count, 6u);
+  EXPECT_DOUBLE_EQ(ks[1].gap_mean, 100.0);
+  EXPECT_EQ(ks[1].name, "kernel_1");
+
+  // The trace is the last run's only.
+  const auto tr = db.last_trace("task");
+  ASSERT_EQ(tr.size(), 1u);
+  EXPECT_EQ(tr[0].stream, 8u);
+  EXPECT_EQ(db.runs("task").size(), 2u);
+  EXPECT_EQ(db.gap_histogram("task").total(), 6u);
+
+  db.add_run("task", "prog --a", run, {}, {}, 3);
+  EXPECT_EQ(db.task("task")->state, "ready");
+}
+
+TEST_F(DbTest, KernelIdsUseAll64Bits) {
+  Database db(path_, Database::Open::Create);
+  const uint64_t id = 0xfedcba9876543210ull;
+  db.add_run("t", "", {}, {sample(id, 10, 1, 0)}, {{id, ~0ull, 1, 2}});
+  EXPECT_EQ(db.kernels("t").at(0).kernel_id, id);
+  EXPECT_EQ(db.last_trace("t").at(0).stream, ~0ull);
+}
+
+TEST_F(DbTest, TraceIsBounded) {
+  Database db(path_, Database::Open::Create);
+  std::vector<TraceOp> trace(TraceOp::kMaxPerRun + 10, TraceOp{1, 1, 0, 1});
+  db.add_run("t", "", {}, {}, trace);
+  EXPECT_EQ(db.last_trace("t").size(), TraceOp::kMaxPerRun);
+}
+
+TEST_F(DbTest, DeleteRemovesEverythingOfTheTaskOnly) {
+  Database db(path_, Database::Open::Create);
+  db.add_run("a", "", {}, {sample(1, 10, 1, 1)}, {{1, 1, 0, 1}});
+  db.add_run("b", "", {}, {sample(1, 10, 1, 1)}, {{1, 1, 0, 1}});
+  EXPECT_TRUE(db.delete_task("a"));
+  EXPECT_FALSE(db.delete_task("a"));
+  EXPECT_FALSE(db.task("a").has_value());
+  EXPECT_EQ(db.tasks().size(), 1u);
+  EXPECT_EQ(db.kernels("b").size(), 1u);
+  db.add_run("a", "", {}, {}, {});   // the key starts afresh
+  EXPECT_TRUE(db.kernels("a").empty());
+  EXPECT_EQ(db.task("a")->runs_measured, 1u);
+}
+
+TEST_F(DbTest, FourConcurrentWritersLoseNothing) {
+  constexpr int kProcs = 4, kRuns = 15;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < kProcs; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Each child opens its own connection (as separate programs would) and hammers one key.
+      int rc = 0;
+      try {
+        Database db(path_, Database::Open::Create, 30000);
+        for (int r = 0; r < kRuns; ++r)
+          db.add_run("shared", "cmd", {.gpu_ops = 3}, {sample(1, 1000 + p, 2, 10), sample(100 + p, 500, 1, 5)},
+                     {{1, 1, 0, 1}});
+      } catch (const std::exception& e) {
+        fprintf(stderr, "child %d: %s\n", p, e.what());
+        rc = 1;
+      }
+      _exit(rc);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  Database db(path_);
+  EXPECT_EQ(db.task("shared")->runs_measured, uint64_t{kProcs * kRuns});
+  EXPECT_EQ(db.runs("shared").size(), size_t{kProcs * kRuns});
+  uint64_t shared_count = 0, private_count = 0;
+  for (const auto& k : db.kernels("shared")) (k.kernel_id == 1 ? shared_count : private_count) += k.count;
+  EXPECT_EQ(shared_count, uint64_t{kProcs * kRuns * 2});
+  EXPECT_EQ(private_count, uint64_t{kProcs * kRuns});
+  EXPECT_EQ(db.kernels("shared").size(), size_t{1 + kProcs});
+}
+
+TEST_F(DbTest, WriterKilledMidTransactionLeavesTheDatabaseUsable) {
+  { Database db(path_, Database::Open::Create); db.add_run("t", "", {}, {sample(1, 10, 1, 1)}, {}); }
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // A writer that has written half a run when it dies: rows inside an open write transaction.
+    sqlite3* raw = nullptr;
+    sqlite3_open(path_.c_str(), &raw);
+    sqlite3_exec(raw, "BEGIN IMMEDIATE; UPDATE tasks SET runs_measured = 999; DELETE FROM kernels;", nullptr, nullptr,
+                 nullptr);
+    (void)!write(ready[1], "x", 1);
+    pause();
+    _exit(0);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  close(ready[0]);
+  close(ready[1]);
+
+  Database db(path_, Database::Open::ReadWrite, 2000);
+  EXPECT_EQ(db.add_run("t", "", {}, {sample(1, 10, 1, 1)}, {}), 2u);   // not 1000: the kill rolled back
+  EXPECT_EQ(db.kernels("t").at(0).count, 2u);
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "ok");
+  sqlite3_finalize(st);
+  sqlite3_close(raw);
+}
+
+TEST_F(DbTest, MissingFileIsMissing) {
+  try {
+    Database db((dir_ / "nope.db").string(), Database::Open::ReadOnly);
+    FAIL() << "opened a missing file";
+  } catch (const DbError& e) {
+    EXPECT_EQ(e.kind(), DbError::Kind::Missing);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir_ / "nope.db"));
+}
+
+TEST_F(DbTest, JunkFileIsCorruptForReadersAndWriters) {
+  std::ofstream(path_) << std::string(8192, 'J');
+  for (auto how : {Database::Open::ReadOnly, Database::Open::ReadWrite, Database::Open::Create}) {
+    try {
+      Database db(path_, how);
+      db.tasks();
+      FAIL() << "junk accepted";
+    } catch (const DbError& e) {
+      EXPECT_EQ(e.kind(), DbError::Kind::Corrupt) << e.what();
+    }
+  }
+}
+
+TEST_F(DbTest, BusyWriterGivesLockedAfterTheTimeout) {
+  Database db(path_, Database::Open::Create, 50);
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  try {
+    db.add_run("t", "", {}, {}, {});
+    FAIL() << "wrote while another writer held the lock";
+  } catch (const DbError& e) {
+    EXPECT_EQ(e.kind(), DbError::Kind::Locked) << e.what();
+  }
+  EXPECT_EQ(db.tasks().size(), 0u);   // readers are not blocked (WAL)
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  EXPECT_EQ(db.add_run("t", "", {}, {}, {}), 1u);
+}
+
+TEST_F(DbTest, UnknownKeyIsNotFound) {
+  Database db(path_, Database::Open::Create);
+  for (auto call : {+[](Database& d) { d.kernels("x"); }, +[](Database& d) { d.last_trace("x"); },
+                    +[](Database& d) { d.runs("x"); }, +[](Database& d) { d.gap_histogram("x"); }}) {
+    try {
+      call(db);
+      FAIL() << "no error for an unknown key";
+    } catch (const DbError& e) {
+      EXPECT_EQ(e.kind(), DbError::Kind::NotFound);
+    }
+  }
+}
+
+TEST_F(DbTest, NewerSchemaIsRefused) {
+  { Database db(path_, Database::Open::Create); }
+  sqlite3* raw = nullptr;
+  sqlite3_open(path_.c_str(), &raw);
+  sqlite3_exec(raw, "PRAGMA user_version = 99", nullptr, nullptr, nullptr);
+  sqlite3_close(raw);
+  EXPECT_THROW(Database(path_, Database::Open::ReadOnly), DbError);
+}

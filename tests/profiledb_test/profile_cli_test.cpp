@@ -1,0 +1,257 @@
+// fikit-profile: exports parsed back equal the database; exit codes for each kind of failure.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "db_fixture.h"
+
+using namespace fikit::profiledb;
+using fikit::testing::DbTest;
+using fikit::testing::sample;
+
+namespace {
+
+// A small JSON reader, enough to check what fikit-profile writes (no external JSON library here).
+struct Json {
+  std::variant<std::nullptr_t, bool, double, std::string, std::vector<Json>, std::map<std::string, Json>> v;
+  const Json& operator[](const std::string& k) const { return std::get<std::map<std::string, Json>>(v).at(k); }
+  const Json& operator[](size_t i) const { return std::get<std::vector<Json>>(v).at(i); }
+  const std::vector<Json>& arr() const { return std::get<std::vector<Json>>(v); }
+  const std::string& str() const { return std::get<std::string>(v); }
+  double num() const { return std::get<double>(v); }
+  bool has(const std::string& k) const { return std::get<std::map<std::string, Json>>(v).count(k) > 0; }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& s) : s_(s) {}
+  Json parse() {
+    Json j = value();
+    ws();
+    if (i_ != s_.size()) throw std::runtime_error("trailing text at " + std::to_string(i_));
+    return j;
+  }
+
+ private:
+  void ws() { while (i_ < s_.size() && isspace(static_cast<unsigned char>(s_[i_]))) ++i_; }
+  char peek() { ws(); if (i_ >= s_.size()) throw std::runtime_error("unexpected end"); return s_[i_]; }
+  void expect(char c) { if (peek() != c) throw std::runtime_error(std::string("expected ") + c + " at " + std::to_string(i_)); ++i_; }
+  Json value() {
+    const char c = peek();
+    if (c == '{') {
+      ++i_;
+      std::map<std::string, Json> m;
+      if (peek() == '}') { ++i_; return {m}; }
+      do { std::string k = string(); expect(':'); m[k] = value(); } while (peek() == ',' && ++i_);
+      expect('}');
+      return {m};
+    }
+    if (c == '[') {
+      ++i_;
+      std::vector<Json> a;
+      if (peek() == ']') { ++i_; return {a}; }
+      do { a.push_back(value()); } while (peek() == ',' && ++i_);
+      expect(']');
+      return {a};
+    }
+    if (c == '"') return {string()};
+    if (s_.compare(i_, 4, "true") == 0) { i_ += 4; return {true}; }
+    if (s_.compare(i_, 5, "false") == 0) { i_ += 5; return {false}; }
+    if (s_.compare(i_, 4, "null") == 0) { i_ += 4; return {nullptr}; }
+    size_t used = 0;
+    const double d = std::stod(s_.substr(i_), &used);
+    i_ += used;
+    return {d};
+  }
+  std::string string() {
+    expect('"');
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != '"') {
+      char c = s_[i_++];
+      if (c == '\\') {
+        c = s_[i_++];
+        if (c == 'n') c = '\n';
+        else if (c == 't') c = '\t';
+        else if (c == 'u') { c = static_cast<char>(std::stoi(s_.substr(i_, 4), nullptr, 16)); i_ += 4; }
+      }
+      out += c;
+    }
+    expect('"');
+    return out;
+  }
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+// RFC 4180 rows.
+std::vector<std::vector<std::string>> parse_csv(const std::string& s) {
+  std::vector<std::vector<std::string>> rows(1, std::vector<std::string>(1));
+  bool quoted = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < s.size() && s[i + 1] == '"') rows.back().back() += '"', ++i;
+      else if (c == '"') quoted = false;
+      else rows.back().back() += c;
+    } else if (c == '"') quoted = true;
+    else if (c == ',') rows.back().emplace_back();
+    else if (c == '\n') rows.emplace_back(1);
+    else rows.back().back() += c;
+  }
+  if (rows.back().size() == 1 && rows.back()[0].empty()) rows.pop_back();
+  return rows;
+}
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+uint64_t hex(const std::string& s) { return std::stoull(s, nullptr, 16); }
+
+class ProfileCli : public DbTest {
+ protected:
+  // Runs fikit-profile with `args`; returns its exit status; stdout and stderr land in out_ / err_.
+  int cli(const std::string& args) {
+    const auto out = dir_ / "stdout", err = dir_ / "stderr";
+    const std::string cmd = std::string(FIKIT_PROFILE_EXE) + " " + args + " >" + out.string() + " 2>" + err.string();
+    const int status = std::system(cmd.c_str());
+    out_ = slurp(out);
+    err_ = slurp(err);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  std::string db_arg() const { return "--db " + path_ + " "; }
+  void fill() {
+    Database db(path_, Database::Open::Create);
+    auto tricky = sample(0xabcdef0123456789ull, 12345, 7, 2500, 2);
+    tricky.name = "void gemm<float, \"x\", 2>(a\\b, c)";
+    tricky.call_site = "lib.so!f+0x1 <- lib.so!g+0x2";
+    db.add_run("svc", "python infer.py --model \"r50\"", {.gpu_ops = 10}, {tricky, sample(2, 700, 20, 30000)},
+               {{2, 1, 100, 800}, {0xabcdef0123456789ull, 2, 900, 13000}, {2, 1, 14000, 14700}});
+  }
+  std::string out_, err_;
+};
+
+}  // namespace
+
+TEST_F(ProfileCli, JsonExportReadsBackAsStored) {
+  fill();
+  ASSERT_EQ(cli(db_arg() + "export svc --format json -o " + (dir_ / "k.json").string()), 0) << err_;
+  const Json j = JsonParser(slurp(dir_ / "k.json")).parse();
+  EXPECT_EQ(j["task"].str(), "svc");
+  EXPECT_EQ(j["command_line"].str(), "python infer.py --model \"r50\"");
+  EXPECT_EQ(j["runs_measured"].num(), 1.0);
+  const auto stored = Database(path_).kernels("svc");
+  ASSERT_EQ(j["kernels"].arr().size(), stored.size());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const Json& k = j["kernels"][i];
+    EXPECT_EQ(hex(k["kernel_id"].str()), stored[i].kernel_id);
+    EXPECT_EQ(k["name"].str(), stored[i].name);
+    EXPECT_EQ(k["call_site"].str(), stored[i].call_site);
+    EXPECT_EQ(k["grid"][0].num(), stored[i].grid[0]);
+    EXPECT_EQ(k["block"][0].num(), stored[i].block[0]);
+    EXPECT_EQ(k["count"].num(), stored[i].count);
+    EXPECT_NEAR(k["dur_mean_ns"].num(), stored[i].dur_mean, 0.001);
+    EXPECT_EQ(k["dur_p50_ns"].num(), stored[i].dur_p50);
+    EXPECT_EQ(k["dur_p90_ns"].num(), stored[i].dur_p90);
+    EXPECT_EQ(k["gap_count"].num(), stored[i].gap_count);
+    EXPECT_NEAR(k["gap_mean_ns"].num(), stored[i].gap_mean, 0.001);
+    EXPECT_EQ(k["gap_p50_ns"].num(), stored[i].gap_p50);
+    EXPECT_EQ(k["boundary_count"].num(), stored[i].boundary_count);
+  }
+}
+
+TEST_F(ProfileCli, CsvExportReadsBackAsStored) {
+  fill();
+  ASSERT_EQ(cli(db_arg() + "export svc --format csv"), 0) << err_;
+  const auto rows = parse_csv(out_);
+  const auto stored = Database(path_).kernels("svc");
+  ASSERT_EQ(rows.size(), stored.size() + 1);
+  std::map<std::string, size_t> col;
+  for (size_t c = 0; c < rows[0].size(); ++c) col[rows[0][c]] = c;
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const auto& r = rows[i + 1];
+    ASSERT_EQ(r.size(), rows[0].size());
+    EXPECT_EQ(hex(r[col.at("kernel_id")]), stored[i].kernel_id);
+    EXPECT_EQ(r[col.at("name")], stored[i].name);
+    EXPECT_EQ(r[col.at("call_site")], stored[i].call_site);
+    EXPECT_EQ(std::stoull(r[col.at("count")]), stored[i].count);
+    EXPECT_NEAR(std::stod(r[col.at("dur_mean_ns")]), stored[i].dur_mean, 0.001);
+    EXPECT_EQ(std::stoull(r[col.at("gap_p90_ns")]), stored[i].gap_p90);
+    EXPECT_EQ(std::stoull(r[col.at("boundary_count")]), stored[i].boundary_count);
+  }
+}
+
+TEST_F(ProfileCli, TraceHasOneTrackPerStreamAndEveryOp) {
+  fill();
+  ASSERT_EQ(cli(db_arg() + "trace svc -o " + (dir_ / "t.json").string()), 0) << err_;
+  const Json j = JsonParser(slurp(dir_ / "t.json")).parse();
+  std::set<double> tids;
+  size_t ops = 0;
+  double first_ts = 1e18;
+  for (const Json& e : j["traceEvents"].arr()) {
+    if (e["ph"].str() != "X") continue;
+    ++ops;
+    tids.insert(e["tid"].num());
+    first_ts = std::min(first_ts, e["ts"].num());
+    if (hex(e["args"]["kernel_id"].str()) == 2) {
+      EXPECT_NEAR(e["dur"].num(), 0.7, 1e-9);   // 700 ns in us
+    }
+  }
+  EXPECT_EQ(ops, 3u);
+  EXPECT_EQ(tids.size(), 2u);
+  EXPECT_EQ(first_ts, 0.0);
+}
+
+TEST_F(ProfileCli, HumanViewsNameTheKernels) {
+  fill();
+  ASSERT_EQ(cli(db_arg() + "list"), 0) << err_;
+  EXPECT_NE(out_.find("svc"), std::string::npos);
+  ASSERT_EQ(cli(db_arg() + "show svc"), 0) << err_;
+  EXPECT_NE(out_.find("kernel_2"), std::string::npos);
+  EXPECT_LT(out_.find("void gemm"), out_.find("kernel_2"));   // 86 us in all before 14 us in all
+  ASSERT_EQ(cli(db_arg() + "gaps svc"), 0) << err_;
+  EXPECT_NE(out_.find("27 gaps"), std::string::npos) << out_;
+  EXPECT_NE(out_.find('#'), std::string::npos);
+}
+
+TEST_F(ProfileCli, ExitCodesNameTheFailure) {
+  EXPECT_EQ(cli(db_arg() + "list"), 4);
+  EXPECT_NE(err_.find("no profile database"), std::string::npos);
+  fill();
+  EXPECT_EQ(cli(db_arg() + "show nosuch"), 3);
+  EXPECT_EQ(cli(db_arg() + "delete nosuch"), 3);
+  EXPECT_EQ(cli(db_arg() + "frobnicate"), 2);
+  EXPECT_EQ(cli(db_arg() + "export svc"), 2);
+  EXPECT_EQ(cli(db_arg() + "trace svc"), 2);
+  EXPECT_EQ(cli("--help"), 0);
+  EXPECT_NE(out_.find("usage: fikit-profile"), std::string::npos);
+  EXPECT_EQ(cli(db_arg() + "show --help"), 0);
+
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  // A delete waits for the other writer (here 100 ms), then reports the lock.
+  EXPECT_EQ(cli(db_arg() + "--wait-ms 100 delete svc"), 5);
+  sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(other);
+  EXPECT_EQ(cli(db_arg() + "delete svc"), 0);
+  EXPECT_EQ(cli(db_arg() + "show svc"), 3);
+
+  std::ofstream(path_, std::ios::trunc) << std::string(4096, 'J');
+  std::filesystem::remove(path_ + "-wal");
+  std::filesystem::remove(path_ + "-shm");
+  EXPECT_EQ(cli(db_arg() + "list"), 6);
+}

@@ -1,0 +1,192 @@
+// fikit-profile: look at what measure mode recorded. Argument parsing, dispatch and exit codes;
+// the renderings live in report.cpp.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "profiledb.h"
+#include "report.h"
+
+namespace {
+
+using fikit::profiledb::Database;
+using fikit::profiledb::DbError;
+namespace report = fikit::profile_cli;
+
+enum Exit : int { kOk = 0, kOther = 1, kUsage = 2, kUnknownKey = 3, kMissing = 4, kLocked = 5, kCorrupt = 6 };
+
+constexpr const char* kUsageText = R"(usage: fikit-profile [--db PATH] COMMAND [ARGS]
+
+Inspect the per-kernel statistics that FIKIT's measure mode stored.
+
+commands:
+  list                                 tasks with their measured run counts
+  show KEY                             kernels of task KEY by total GPU time: duration and gap statistics
+  export KEY --format csv|json [-o FILE]
+                                       the same statistics, machine-readable (stdout unless -o)
+  trace KEY -o FILE                    the last measured run as Chrome/Perfetto trace-event JSON
+                                       (open in ui.perfetto.dev or chrome://tracing), one track per stream
+  gaps KEY                             histogram of the gaps between the task's GPU ops
+  delete KEY                           remove task KEY and all its statistics
+
+options:
+  --db PATH     the profile database (default: $FIKIT_DB, else $XDG_DATA_HOME/fikit/profiles.db)
+  --wait-ms MS  how long to wait for a measuring process's write to finish (default 5000)
+  -h, --help    this text (also after a command)
+
+exit codes: 0 ok, 1 other error, 2 usage, 3 unknown task key, 4 database missing,
+            5 database locked, 6 database corrupt
+)";
+
+struct UsageError {
+  std::string message;
+};
+
+struct Args {
+  std::string db;
+  int wait_ms = 5000;
+  std::string command;
+  std::vector<std::string> positional;
+  std::optional<std::string> format, output;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&](const char* opt) {
+      if (i + 1 >= argc) throw UsageError{std::string(opt) + " needs a value"};
+      return std::string(argv[++i]);
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kUsageText, stdout);
+      std::exit(kOk);
+    } else if (arg == "--db") {
+      a.db = value("--db");
+    } else if (arg == "--wait-ms") {
+      const std::string v = value("--wait-ms");
+      char* end = nullptr;
+      const long ms = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end || ms < 0 || ms > 3600000) throw UsageError{"--wait-ms needs milliseconds, got " + v};
+      a.wait_ms = static_cast<int>(ms);
+    } else if (arg == "--format") {
+      a.format = value("--format");
+    } else if (arg == "-o" || arg == "--output") {
+      a.output = value("-o");
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      throw UsageError{"unknown option " + arg};
+    } else if (a.command.empty()) {
+      a.command = arg;
+    } else {
+      a.positional.push_back(arg);
+    }
+  }
+  if (a.command.empty()) throw UsageError{"no command given"};
+  if (a.db.empty()) {
+    const char* env = std::getenv("FIKIT_DB");
+    a.db = env && *env ? env : Database::default_path();
+  }
+  return a;
+}
+
+const std::string& key_of(const Args& a) {
+  if (a.positional.size() != 1) throw UsageError{a.command + " takes exactly one task key"};
+  return a.positional[0];
+}
+
+fikit::profiledb::TaskInfo require_task(Database& db, const std::string& key) {
+  auto t = db.task(key);
+  if (!t) throw DbError(DbError::Kind::NotFound, "no task with key \"" + key + "\"");
+  return *t;
+}
+
+// Writes through `write` to FILE, or to stdout when no file was named.
+template <class Fn>
+void emit(const std::optional<std::string>& path, Fn&& write) {
+  if (!path) {
+    write(std::cout);
+    std::cout.flush();
+    return;
+  }
+  std::ofstream f(*path, std::ios::binary | std::ios::trunc);
+  if (!f) throw DbError(DbError::Kind::Io, "cannot write " + *path + ": " + std::strerror(errno));
+  write(f);
+  f.close();
+  if (!f) throw DbError(DbError::Kind::Io, "error writing " + *path);
+}
+
+int run(const Args& a) {
+  const auto& cmd = a.command;
+  if (cmd == "list") {
+    if (!a.positional.empty()) throw UsageError{"list takes no arguments"};
+    Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
+    report::write_task_list(std::cout, db.tasks());
+  } else if (cmd == "show") {
+    Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
+    const auto task = require_task(db, key_of(a));
+    report::write_kernel_table(std::cout, task, db.kernels(task.key));
+  } else if (cmd == "export") {
+    const auto& key = key_of(a);
+    if (!a.format || (*a.format != "csv" && *a.format != "json")) throw UsageError{"export needs --format csv|json"};
+    Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
+    const auto task = require_task(db, key);
+    const auto kernels = db.kernels(key);
+    emit(a.output, [&](std::ostream& out) {
+      if (*a.format == "csv") report::write_kernels_csv(out, kernels);
+      else report::write_kernels_json(out, task, kernels);
+    });
+  } else if (cmd == "trace") {
+    const auto& key = key_of(a);
+    if (!a.output) throw UsageError{"trace needs -o FILE"};
+    Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
+    require_task(db, key);
+    const auto ops = db.last_trace(key);
+    const auto kernels = db.kernels(key);
+    emit(a.output, [&](std::ostream& out) { report::write_trace_json(out, key, ops, kernels); });
+    std::fprintf(stderr, "wrote %zu ops to %s\n", ops.size(), a.output->c_str());
+  } else if (cmd == "gaps") {
+    Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
+    const auto& key = key_of(a);
+    require_task(db, key);
+    uint64_t boundaries = 0;
+    for (const auto& k : db.kernels(key)) boundaries += k.boundary_count;
+    report::write_gap_histogram(std::cout, db.gap_histogram(key), boundaries);
+  } else if (cmd == "delete") {
+    const auto& key = key_of(a);
+    Database db(a.db, Database::Open::ReadWrite, a.wait_ms);
+    if (!db.delete_task(key)) throw DbError(DbError::Kind::NotFound, "no task with key \"" + key + "\"");
+  } else {
+    throw UsageError{"unknown command \"" + cmd + "\""};
+  }
+  return kOk;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "fikit-profile: %s (see --help)\n", e.message.c_str());
+    return kUsage;
+  } catch (const DbError& e) {
+    std::fprintf(stderr, "fikit-profile: %s\n", e.what());
+    switch (e.kind()) {
+      case DbError::Kind::NotFound: return kUnknownKey;
+      case DbError::Kind::Missing: return kMissing;
+      case DbError::Kind::Locked: return kLocked;
+      case DbError::Kind::Corrupt: return kCorrupt;
+      case DbError::Kind::Io: return kOther;
+    }
+    return kOther;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fikit-profile: %s\n", e.what());
+    return kOther;
+  }
+}

@@ -1,0 +1,182 @@
+#include "report.h"
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <map>
+#include <unordered_map>
+
+namespace fikit::profile_cli {
+namespace {
+
+using profiledb::KernelProfile;
+
+std::string hex_id(uint64_t id) { return fmt::format("0x{:016x}", id); }
+
+double us(double ns) { return ns / 1000.0; }
+
+std::string json_escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size() + 2);
+  for (const unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
+        else out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
+// RFC 4180: quote every text field, double the quotes inside.
+std::string csv_quote(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
+}
+
+std::string shorten(const std::string& s, size_t width) {
+  return s.size() <= width ? s : s.substr(0, width - 3) + "...";
+}
+
+// Human-readable duration for the terminal: "812 ns", "15.2 us", "3.41 ms".
+std::string human_ns(double ns) {
+  if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
+  if (ns < 1e6) return fmt::format("{:.1f} us", ns / 1e3);
+  if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
+  return fmt::format("{:.2f} s", ns / 1e9);
+}
+
+}  // namespace
+
+void write_task_list(std::ostream& out, const std::vector<profiledb::TaskInfo>& tasks) {
+  size_t key_w = 8;
+  for (const auto& t : tasks) key_w = std::max(key_w, t.key.size());
+  fmt::print(out, "{:<{}}  {:>6}  {:>6}  {:<9}  {}\n", "TASK KEY", key_w, "RUNS", "WANTED", "STATE", "COMMAND");
+  for (const auto& t : tasks)
+    fmt::print(out, "{:<{}}  {:>6}  {:>6}  {:<9}  {}\n", t.key, key_w, t.runs_measured, t.runs_wanted, t.state,
+               shorten(t.command_line, 60));
+}
+
+void write_kernel_table(std::ostream& out, const profiledb::TaskInfo& task, const std::vector<KernelProfile>& kernels) {
+  double total = 0;
+  for (const auto& k : kernels) total += k.dur_mean * static_cast<double>(k.count);
+  fmt::print(out, "task {}  ({} runs, {})  {} kernels, {} GPU time in all\n", task.key, task.runs_measured, task.state,
+             kernels.size(), human_ns(total));
+  fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>6}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}\n", "KERNEL ID",
+             "NAME", "CALLS", "TIME%", "DUR MEAN", "DUR SD", "DUR P50", "DUR P90", "GAP MEAN", "GAP P50", "GAP P90",
+             "BOUNDARY");
+  for (const auto& k : kernels) {
+    const double share = total > 0 ? 100.0 * k.dur_mean * static_cast<double>(k.count) / total : 0;
+    const auto gap = [&](double v) { return k.gap_count ? human_ns(v) : std::string("-"); };
+    fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>5.1f}%  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}\n",
+               hex_id(k.kernel_id), shorten(k.name, 40), k.count, share, human_ns(k.dur_mean), human_ns(k.dur_stddev),
+               human_ns(static_cast<double>(k.dur_p50)), human_ns(static_cast<double>(k.dur_p90)), gap(k.gap_mean),
+               gap(static_cast<double>(k.gap_p50)), gap(static_cast<double>(k.gap_p90)), k.boundary_count);
+  }
+}
+
+static constexpr const char* kCsvHeader =
+    "kernel_id,name,call_site,grid_x,grid_y,grid_z,block_x,block_y,block_z,shared_mem,count,dur_mean_ns,"
+    "dur_stddev_ns,dur_min_ns,dur_p50_ns,dur_p90_ns,dur_max_ns,gap_count,gap_mean_ns,gap_p10_ns,gap_p50_ns,"
+    "gap_p90_ns,boundary_count";
+
+void write_kernels_csv(std::ostream& out, const std::vector<KernelProfile>& kernels) {
+  out << kCsvHeader << '\n';
+  for (const auto& k : kernels)
+    fmt::print(out, "{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{},{:.3f},{},{},{},{}\n",
+               hex_id(k.kernel_id), csv_quote(k.name), csv_quote(k.call_site), k.grid[0], k.grid[1], k.grid[2],
+               k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev, k.dur_min,
+               k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
+               k.boundary_count);
+}
+
+void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, const std::vector<KernelProfile>& kernels) {
+  fmt::print(out, "{{\"task\": \"{}\", \"command_line\": \"{}\", \"runs_measured\": {}, \"kernels\": [",
+             json_escape(task.key), json_escape(task.command_line), task.runs_measured);
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    const auto& k = kernels[i];
+    fmt::print(out,
+               "{}\n  {{\"kernel_id\": \"{}\", \"name\": \"{}\", \"call_site\": \"{}\", \"grid\": [{}, {}, {}], "
+               "\"block\": [{}, {}, {}], \"shared_mem\": {}, \"count\": {}, \"dur_mean_ns\": {:.3f}, "
+               "\"dur_stddev_ns\": {:.3f}, \"dur_min_ns\": {}, \"dur_p50_ns\": {}, \"dur_p90_ns\": {}, "
+               "\"dur_max_ns\": {}, \"gap_count\": {}, \"gap_mean_ns\": {:.3f}, \"gap_p10_ns\": {}, "
+               "\"gap_p50_ns\": {}, \"gap_p90_ns\": {}, \"boundary_count\": {}}}",
+               i ? "," : "", hex_id(k.kernel_id), json_escape(k.name), json_escape(k.call_site), k.grid[0], k.grid[1],
+               k.grid[2], k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev,
+               k.dur_min, k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
+               k.boundary_count);
+  }
+  out << "\n]}\n";
+}
+
+void write_trace_json(std::ostream& out, const std::string& task_key, const std::vector<profiledb::TraceOp>& ops,
+                      const std::vector<KernelProfile>& kernels) {
+  std::unordered_map<uint64_t, const KernelProfile*> by_id;
+  for (const auto& k : kernels) by_id.emplace(k.kernel_id, &k);
+  std::map<uint64_t, int> track;   // stream handle -> small track number, in order of first use
+  uint64_t t0 = UINT64_MAX;
+  for (const auto& op : ops) {
+    t0 = std::min(t0, op.start_ns);
+    track.emplace(op.stream, 0);
+  }
+  int next = 1;
+  for (auto& [stream, tid] : track) tid = next++;
+
+  fmt::print(out, "{{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
+  fmt::print(out, "{{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": {{\"name\": \"{}\"}}}}",
+             json_escape(task_key));
+  for (const auto& [stream, tid] : track)
+    fmt::print(out, ",\n{{\"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"name\": \"thread_name\", "
+               "\"args\": {{\"name\": \"stream 0x{:x}\"}}}}", tid, stream);
+  for (const auto& op : ops) {
+    const auto it = by_id.find(op.kernel_id);
+    const std::string name = it != by_id.end() && !it->second->name.empty() ? it->second->name : hex_id(op.kernel_id);
+    const uint64_t end = std::max(op.end_ns, op.start_ns);
+    fmt::print(out, ",\n{{\"ph\": \"X\", \"pid\": 1, \"tid\": {}, \"name\": \"{}\", \"ts\": {:.3f}, \"dur\": {:.3f}, "
+               "\"args\": {{\"kernel_id\": \"{}\"}}}}",
+               track[op.stream], json_escape(name), us(static_cast<double>(op.start_ns - t0)),
+               us(static_cast<double>(end - op.start_ns)), hex_id(op.kernel_id));
+  }
+  out << "\n]}\n";
+}
+
+void write_gap_histogram(std::ostream& out, const profiledb::Histogram& gaps, uint64_t boundary_count, int width) {
+  using profiledb::Histogram;
+  fmt::print(out, "{} gaps between ops (iteration boundaries excluded: {})\n", gaps.total(), boundary_count);
+  if (gaps.empty()) return;
+  fmt::print(out, "p10 {}   p50 {}   p90 {}   p99 {}\n", human_ns(static_cast<double>(gaps.quantile(0.1))),
+             human_ns(static_cast<double>(gaps.quantile(0.5))), human_ns(static_cast<double>(gaps.quantile(0.9))),
+             human_ns(static_cast<double>(gaps.quantile(0.99))));
+  // One bar per octave [2^k, 2^(k+1)) ns; zero-length gaps get a bar of their own.
+  std::map<int, uint64_t> octaves;
+  for (uint32_t b = 0; b < gaps.bucket_end(); ++b) {
+    const uint64_t n = gaps.count_in(b);
+    if (n == 0) continue;
+    const uint64_t low = Histogram::bucket_low(b);
+    octaves[low == 0 ? -1 : 63 - std::countl_zero(low)] += n;
+  }
+  uint64_t peak = 0;
+  for (const auto& [o, n] : octaves) peak = std::max(peak, n);
+  const int first = octaves.begin()->first, last = octaves.rbegin()->first;
+  for (int o = first; o <= last; ++o) {
+    const uint64_t n = octaves.count(o) ? octaves[o] : 0;
+    const std::string range = o < 0 ? std::string("0") :
+                                      fmt::format("{} - {}", human_ns(std::ldexp(1.0, o)), human_ns(std::ldexp(1.0, o + 1)));
+    const int bar = static_cast<int>((n * static_cast<uint64_t>(width) + peak - 1) / peak);
+    fmt::print(out, "{:>21} | {:<{}} {} ({:.1f}%)\n", range, std::string(bar, '#'), width, n,
+               100.0 * static_cast<double>(n) / static_cast<double>(gaps.total()));
+  }
+}
+
+}  // namespace fikit::profile_cli
