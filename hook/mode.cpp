@@ -40,10 +40,24 @@ const char* mode_name(ModeKind kind) noexcept {
   return "?";
 }
 
+using KernelGetNameFn = CUresult (*)(const char** name, CUkernel kernel);
+kernelid::FuncGetNameFn g_func_get_name = nullptr;
+KernelGetNameFn g_kernel_get_name = nullptr;
+
+// libcudart >= 12 launches CUkernel handles (from cuLibraryGetKernel) cast to CUfunction, which
+// cuFuncGetName rejects; cuKernelGetName names those. Called once per handle (kernelid caches).
+CUresult function_or_kernel_name(const char** name, CUfunction func) {
+  if (g_func_get_name != nullptr && g_func_get_name(name, func) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  if (g_kernel_get_name != nullptr) return g_kernel_get_name(name, reinterpret_cast<CUkernel>(func));
+  return CUDA_ERROR_NOT_FOUND;
+}
+
 void configure_kernel_ids(const Config& cfg) noexcept {
   kernelid::Settings settings;
   settings.depth = cfg.backtrace_depth;
-  settings.func_get_name = real_driver<kernelid::FuncGetNameFn>("cuFuncGetName");
+  g_func_get_name = real_driver<kernelid::FuncGetNameFn>("cuFuncGetName");
+  g_kernel_get_name = real_driver<KernelGetNameFn>("cuKernelGetName");
+  settings.func_get_name = function_or_kernel_name;
   if (cfg.trace_ids_path[0] != '\0') {
     settings.trace_fd = open(cfg.trace_ids_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (settings.trace_fd < 0) log(LogLevel::Error, "FIKIT_TRACE_IDS=%s cannot be opened", cfg.trace_ids_path);

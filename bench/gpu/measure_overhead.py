@@ -16,6 +16,11 @@ import sys
 import tempfile
 import time
 
+# plain: no hook. off: the hook in passthrough. ids: off, but every launch takes the non-passthrough
+# path (capture check, kernel ID, a do-nothing mode: FIKIT_TRACE_IDS). measure[-events|-cupti]: the
+# measure mode with the --timing choice, or with that timing forced. Splitting them shows where the
+# overhead comes from.
+ALL_CONFIGS = ("plain", "off", "ids", "measure", "measure-events", "measure-cupti")
 CONFIGS = ("plain", "off", "measure")
 
 
@@ -42,10 +47,12 @@ def run_once(args, model, config, db, timing):
     env = dict(os.environ)
     if config != "plain":
         env["LD_PRELOAD"] = os.path.join(args.prefix, "lib", "libfikit_hook.so")
-        env["FIKIT_MODE"] = "off" if config == "off" else "measure"
+        env["FIKIT_MODE"] = "measure" if config.startswith("measure") else "off"
         env["FIKIT_DB"] = db
         env["FIKIT_TASK_KEY"] = f"bench-{model}"
-        env["FIKIT_TIMING"] = timing
+        env["FIKIT_TIMING"] = config.split("-", 1)[1] if "-" in config else timing
+        if config == "ids":
+            env["FIKIT_TRACE_IDS"] = "/dev/null"
     cmd = [sys.executable, args.infer, "--model", model, "--batch", "1", "--requests", str(args.requests),
            "--warmup", str(args.warmup), "--think-ms", "0"]
     t0 = time.time()
@@ -67,6 +74,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--timing", choices=("auto", "cupti", "events"), default="auto", help="FIKIT_TIMING in measure runs")
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help=f"comma-separated, from {','.join(ALL_CONFIGS)} (plain is always run)")
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--out", help="folder for measure_overhead.{txt,json} and the profile database")
     args = ap.parse_args()
@@ -79,12 +88,15 @@ def main():
     db = os.path.join(out_dir, "profiles.db")
 
     models = args.models.split(",")
-    runs = {(m, c): [] for m in models for c in CONFIGS}
+    configs = ["plain"] + [c for c in args.configs.split(",") if c and c != "plain"]
+    if bad := [c for c in configs if c not in ALL_CONFIGS]:
+        ap.error(f"unknown config(s): {', '.join(bad)}")
+    runs = {(m, c): [] for m in models for c in configs}
     logs = set()
     started = time.time()
     for rep in range(args.reps):
         for m in models:
-            for c in CONFIGS:
+            for c in configs:
                 jct, secs, log = run_once(args, m, c, db, args.timing)
                 runs[(m, c)].append(jct)
                 logs.update(log)
@@ -99,7 +111,7 @@ def main():
     summary = {}
     for m in models:
         base = {k: statistics.median(r[k] for r in runs[(m, "plain")]) for k in ("p50", "p99", "mean")}
-        for c in CONFIGS:
+        for c in configs:
             med = {k: statistics.median(r[k] for r in runs[(m, c)]) for k in ("p50", "p99", "mean")}
             over = {k: 100.0 * (med[k] / base[k] - 1.0) for k in med}
             summary[f"{m}/{c}"] = {"median": med, "overhead_pct": over, "runs": runs[(m, c)]}

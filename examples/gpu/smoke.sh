@@ -13,6 +13,7 @@ db=$(mktemp -d)/profiles.db
   ls /usr/local/cuda/lib64/libcupti* 2>/dev/null; python3 -c 'import nvidia, os; print(os.path.dirname(nvidia.__file__))' 2>/dev/null
 } 2>&1 | tee "$out/smoke-env.txt"
 echo "== measure: fikit-example-infer and PyTorch resnet50 bs1"
+export FIKIT_LOG_LEVEL=${FIKIT_LOG_LEVEL:-info}
 "$prefix/bin/fikit-run" --mode measure --task-key ex-infer --db "$db" -- "$prefix/bin/fikit-example-infer" --requests 50
 "$prefix/bin/fikit-run" --mode measure --task-key r50 --db "$db" -- python3 "$here/examples/pytorch/infer.py" --model resnet50 --requests 50 --warmup 10
 "$prefix/bin/fikit-profile" --db "$db" list
