@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <time.h>
+
 #include <cinttypes>
 #include <cstdio>
 
@@ -12,6 +14,10 @@ constexpr size_t kEvents = 5;
 std::atomic<uint64_t> g_events[kEvents];
 std::atomic<uint64_t> g_calls[kVariantCount];
 
+constexpr size_t kPhases = 5;
+std::atomic<uint64_t> g_phase_ns[kPhases];
+std::atomic<uint64_t> g_phase_ops[kPhases];
+
 uint64_t get(Event e) noexcept { return g_events[static_cast<size_t>(e)].load(std::memory_order_relaxed); }
 
 }  // namespace
@@ -21,6 +27,17 @@ std::atomic<bool> g_enabled{false};
 void count(Variant v, Event e) noexcept {
   g_calls[index_of(v)].fetch_add(1, std::memory_order_relaxed);
   g_events[static_cast<size_t>(e)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void add_time(Phase phase, uint64_t ns) noexcept {
+  g_phase_ns[static_cast<size_t>(phase)].fetch_add(ns, std::memory_order_relaxed);
+  g_phase_ops[static_cast<size_t>(phase)].fetch_add(1, std::memory_order_relaxed);
+}
+
+uint64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void print() noexcept {
@@ -37,11 +54,25 @@ void print() noexcept {
   if (n <= 0) return;
   line[n++] = '\n';
   (void)!write(STDERR_FILENO, line, n);
+
+  const uint64_t observed = g_phase_ops[static_cast<size_t>(Phase::Capture)].load(std::memory_order_relaxed);
+  if (observed == 0) return;
+  auto mean = [](Phase p) {
+    const uint64_t ops = g_phase_ops[static_cast<size_t>(p)].load(std::memory_order_relaxed);
+    return ops == 0 ? 0.0 : double(g_phase_ns[static_cast<size_t>(p)].load(std::memory_order_relaxed)) / double(ops);
+  };
+  n = std::snprintf(line, sizeof line,
+                    "[fikit pid %d] stats: observed=%" PRIu64 " ns/op: capture=%.0f id=%.0f before=%.0f real=%.0f after=%.0f\n",
+                    static_cast<int>(getpid()), observed, mean(Phase::Capture), mean(Phase::Id), mean(Phase::Before),
+                    mean(Phase::Real), mean(Phase::After));
+  if (n > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
 }
 
 void reset() noexcept {
   for (auto& e : g_events) e.store(0, std::memory_order_relaxed);
   for (auto& c : g_calls) c.store(0, std::memory_order_relaxed);
+  for (auto& t : g_phase_ns) t.store(0, std::memory_order_relaxed);
+  for (auto& o : g_phase_ops) o.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace fikit::hook::stats

@@ -22,8 +22,15 @@ inline bool enabled() noexcept { return g_enabled.load(std::memory_order_relaxed
 
 void count(Variant v, Event e) noexcept;
 
+// Where an observed op's CPU time goes (only timed when enabled), to find the hook's own cost on a
+// real GPU: the capture query, the kernel ID, the mode before the call, the real call, the mode after.
+enum class Phase : uint8_t { Capture, Id, Before, Real, After };
+void add_time(Phase phase, uint64_t ns) noexcept;
+uint64_t now_ns() noexcept;
+
 // "[fikit pid N] stats: launches=.. graph_launches=.. captured=.. memops=.. syncs=.. | <symbol>=<calls> ..."
-// (entry points never called are left out).
+// (entry points never called are left out), then, if ops were observed with a mode on, one line of
+// mean nanoseconds per op by phase.
 void print() noexcept;
 // A forked child counts its own calls.
 void reset() noexcept;

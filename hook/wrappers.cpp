@@ -80,12 +80,39 @@ stats::Event eager_event(OpKind kind) noexcept {
   }
 }
 
+// observed_op with FIKIT_STATS=1 and a mode on: the same steps, each timed (stats::Phase).
+template <Variant V, class Call>
+CUresult timed_observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
+  uint64_t t0 = stats::now_ns();
+  const bool captured = capturing(op.stream);
+  uint64_t t1 = stats::now_ns();
+  stats::add_time(stats::Phase::Capture, t1 - t0);
+  if (captured) {
+    stats::count(V, stats::Event::Captured);
+    return call();
+  }
+  stats::count(V, eager_event(op.kind));
+  op.id = op_identity(op);
+  t0 = stats::now_ns();
+  stats::add_time(stats::Phase::Id, t0 - t1);
+  mode->before_launch(op);
+  t1 = stats::now_ns();
+  stats::add_time(stats::Phase::Before, t1 - t0);
+  const CUresult result = call();
+  t0 = stats::now_ns();
+  stats::add_time(stats::Phase::Real, t0 - t1);
+  mode->after_launch(op, result);
+  stats::add_time(stats::Phase::After, stats::now_ns() - t0);
+  return result;
+}
+
 // A GPU operation with the mode (or the counters) on: skip it during capture, else identify it and
 // let the mode act before and after the real call.
 template <Variant V, class Call>
 CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   mode = detail::settled_mode(mode);
   const bool counting = stats::enabled();
+  if (counting && mode != nullptr) return timed_observed_op<V>(mode, op, call);
   if (capturing(op.stream)) {
     if (counting) stats::count(V, stats::Event::Captured);
     return call();

@@ -26,16 +26,19 @@ std::atomic<Unwinder> g_unwinder{Unwinder::Gcc};
 FixedMap<8192> g_name_by_func;   // CUfunction -> hash of its (mangled) name
 FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
 
-// Walking the launching thread's stack (~1 us, docs/performance-hook.md) dominates an ID's cost, and
-// in real programs nearly every launch shape (function, grid, block, shared memory) comes from one
-// call site. So a shape seen from a single site reuses that site's hash; each thread still walks its
-// first kExactLaunches launches and then one in kVerifyEvery, and a shape caught coming from a second
-// site is walked on every launch from then on. The price: after warm-up, a new second site of a shape
-// can be counted under the first for up to kVerifyEvery launches of that thread.
-constexpr uint64_t kManySites = 1;            // value in g_site_by_shape: walk every time
+// Walking the launching thread's stack (~1 us, docs/performance.md) dominates an ID's cost, so the
+// walk is skipped where its answer can be predicted:
+// - a launch shape (function, grid, block, shared memory) seen from one call site only reuses it;
+// - a shape seen from several sites is looked up by (shape, stack pointer at the hook): one call
+//   path reaches the hook at the same stack depth every time, so that pair nearly always names one
+//   site; a pair caught with two sites is walked on every launch from then on.
+// Each thread walks its first kExactLaunches launches, then one in kVerifyEvery to catch a site
+// that a shortcut would hide; until that check, a new site can be counted under the old one.
+constexpr uint64_t kManySites = 1;            // value in the maps below: walk every time
 constexpr uint32_t kExactLaunches = 512;
 constexpr uint32_t kVerifyEvery = 32;
 FixedMap<65536> g_site_by_shape;             // shape hash -> its only call site, or kManySites
+FixedMap<65536> g_site_by_path;              // hash(shape, stack pointer) -> call site, or kManySites
 thread_local uint32_t t_launches = 0;
 // Descriptions, owned here for the life of the process (describe() hands out pointers).
 std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
@@ -107,18 +110,29 @@ uint64_t site_hash(uintptr_t caller_pc) noexcept {
   return h > kManySites ? h : h + 2;   // never collides with the map's "empty" or kManySites values
 }
 
-// The call site of a launch of `shape`, walking the stack only when the rule above says so.
-uint64_t site_of_shape(uint64_t shape, uintptr_t caller_pc) noexcept {
-  const uint64_t known = g_site_by_shape.find(shape);
-  const uint32_t n = ++t_launches;
-  const bool walk = known == 0 || known == kManySites || n <= kExactLaunches || n % kVerifyEvery == 0;
-  if (!walk) return known;
-  const uint64_t site = site_hash(caller_pc);
+// Remember that `key` was seen with `site`: the first answer, or kManySites once there are two.
+template <size_t N>
+void learn(FixedMap<N>& map, uint64_t key, uint64_t known, uint64_t site) noexcept {
   if (known == 0) {
-    g_site_by_shape.insert(shape, site);
+    map.insert(key, site);
   } else if (known != kManySites && known != site) {
-    g_site_by_shape.assign(shape, kManySites);
+    map.assign(key, kManySites);
   }
+}
+
+// The call site of a launch of `shape` whose hook frames sit at stack address `sp`, walking the
+// stack only when the rules above say so.
+uint64_t site_of_shape(uint64_t shape, uintptr_t sp, uintptr_t caller_pc) noexcept {
+  const uint32_t n = ++t_launches;
+  const bool verify = n <= kExactLaunches || n % kVerifyEvery == 0;
+  const uint64_t by_shape = g_site_by_shape.find(shape);
+  if (!verify && by_shape > kManySites) return by_shape;
+  const uint64_t path = nonzero(combine(shape, sp));
+  const uint64_t by_path = by_shape == kManySites ? g_site_by_path.find(path) : 0;
+  if (!verify && by_path > kManySites) return by_path;
+  const uint64_t site = site_hash(caller_pc);
+  learn(g_site_by_shape, shape, by_shape, site);
+  if (by_shape == kManySites || (by_shape != 0 && by_shape != site)) learn(g_site_by_path, path, by_path, site);
   return site;
 }
 
@@ -144,7 +158,8 @@ void configure(const Settings& settings) noexcept {
 __attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3],
                                              uint32_t shared_mem) noexcept {
   const uint64_t shape = shape_hash(function_name_hash(func), grid, block, shared_mem);
-  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)),
+                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
   const uint64_t id = nonzero(combine(shape, site));
   if (g_seen_ids.find(id) == 0) [[unlikely]] {
     remember(id, site, function_name(func), true, grid, block, shared_mem);
@@ -154,7 +169,8 @@ __attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t gri
 
 __attribute__((noinline)) uint64_t op_id(const char* label, uint64_t bytes) noexcept {
   const uint64_t shape = nonzero(combine(combine(kFnvOffsetBasis, fnv1a(label)), bytes));
-  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
+  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)),
+                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
   const uint64_t id = nonzero(combine(shape, site));
   if (g_seen_ids.find(id) == 0) [[unlikely]] {
     const uint32_t none[3] = {0, 0, 0};
