@@ -110,9 +110,10 @@ void Client::send_register() noexcept {
   (void)send(fd_, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-void Client::notify_launch(uint64_t kernel_id) noexcept {
-  uint8_t buf[protocol::kHeaderSize + 8];
-  size_t n = protocol::encode_notify(task_id(), seq_.fetch_add(1, std::memory_order_relaxed), kernel_id, buf);
+void Client::notify_launch(uint64_t kernel_id, uint64_t launched_ns) noexcept {
+  uint8_t buf[protocol::kHeaderSize + 16];
+  size_t n = protocol::encode_notify(task_id(), seq_.fetch_add(1, std::memory_order_relaxed), kernel_id, buf,
+                                     launched_ns);
   (void)send(fd_, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
   notifications_.fetch_add(1, std::memory_order_relaxed);
 }
@@ -200,7 +201,9 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
       task_id_.store(m.header.task_id, std::memory_order_release);
       lease_ns_.store(uint64_t(r->lease_ms) * kMs);
       role_epoch_.store(0);
-      role_.store(r->role & (protocol::kRoleHolder | protocol::kRoleNotify), std::memory_order_release);
+      fill_min_gap_ns_.store(r->fill_min_gap_ns, std::memory_order_relaxed);
+      grant_latency_ns_.store(r->grant_latency_ns, std::memory_order_relaxed);
+      set_role(r->role);
       bool was = connected_.exchange(true, std::memory_order_acq_rel);
       log(was ? LogLevel::Debug : LogLevel::Info, "share mode: registered as task %u (role %u)", m.header.task_id,
           unsigned(r->role));
@@ -210,7 +213,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     } else if (const auto* role = std::get_if<protocol::Role>(&m.body)) {
       if (role->epoch < role_epoch_.load()) return;   // reordered: an older role change
       role_epoch_.store(role->epoch);
-      role_.store(role->flags & (protocol::kRoleHolder | protocol::kRoleNotify), std::memory_order_release);
+      set_role(role->flags);
       if (role->flags & protocol::kRoleRevoke) credit_ns_.store(0, std::memory_order_release);
       wake = true;
     } else if (const auto* g = std::get_if<protocol::Grant>(&m.body)) {
@@ -236,6 +239,12 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
   }
   if (wake) changed_.notify_all();
   if (!connected() && std::holds_alternative<protocol::Error>(m.body)) send_register();
+}
+
+void Client::set_role(uint8_t flags) noexcept {
+  const uint8_t kept = flags & (protocol::kRoleHolder | protocol::kRoleNotify);
+  const uint8_t was = role_.exchange(kept, std::memory_order_acq_rel);
+  if ((kept & protocol::kRoleNotify) && !(was & protocol::kRoleNotify)) set_notify_next();
 }
 
 void Client::receiver_loop() noexcept {

@@ -43,7 +43,7 @@ class Client {
   // Fast path (no locks, no allocation).
   bool connected() const noexcept { return connected_.load(std::memory_order_acquire); }
   uint8_t role() const noexcept { return role_.load(std::memory_order_acquire); }
-  void notify_launch(uint64_t kernel_id) noexcept;   // holder: fire-and-forget
+  void notify_launch(uint64_t kernel_id, uint64_t launched_ns = 0) noexcept;   // holder: fire-and-forget
   void send_idle() noexcept;
   // Uses free-run credit left from an earlier grant; false when there is not enough (or it expired).
   bool take_credit(uint64_t predicted_ns) noexcept;
@@ -51,6 +51,16 @@ class Client {
   // Slow path: asks for a grant for one launch and waits. Returns when granted, when this task
   // became holder, or when the daemon stopped answering (then the client is in passthrough).
   Wait request(uint64_t kernel_id, uint64_t predicted_ns, bool profiled) noexcept;
+
+  // The daemon's fill thresholds (from `registered`): a gap no fill can use needs no notification.
+  uint64_t fill_min_gap_ns() const noexcept { return fill_min_gap_ns_.load(std::memory_order_relaxed); }
+  uint64_t grant_latency_ns() const noexcept { return grant_latency_ns_.load(std::memory_order_relaxed); }
+  // True once after the notify role was (re)gained: the daemon must hear of the next launch, since
+  // it does not know this task is active.
+  bool take_notify_next() noexcept {
+    return notify_next_.load(std::memory_order_relaxed) && notify_next_.exchange(false, std::memory_order_acq_rel);
+  }
+  void set_notify_next() noexcept { notify_next_.store(true, std::memory_order_relaxed); }
 
   uint32_t task_id() const noexcept { return task_id_.load(std::memory_order_acquire); }
   uint64_t notifications_sent() const noexcept { return notifications_.load(std::memory_order_relaxed); }
@@ -69,6 +79,7 @@ class Client {
   void send_register() noexcept;
   void send_body(uint32_t seq, const protocol::Body& body) noexcept;
   void set_disconnected(const char* why) noexcept;
+  void set_role(uint8_t flags) noexcept;   // receiver thread, under mutex_
   bool wait_registered_for(uint32_t timeout_ms) noexcept;
 
   ClientOptions opts_;
@@ -86,6 +97,8 @@ class Client {
   std::atomic<int64_t> credit_ns_{0};
   std::atomic<uint64_t> credit_deadline_ns_{0};
   std::atomic<uint64_t> notifications_{0};
+  std::atomic<uint32_t> fill_min_gap_ns_{0}, grant_latency_ns_{0};
+  std::atomic<bool> notify_next_{true};
   std::atomic<protocol::TaskMode> mode_{protocol::TaskMode::Share};
 
   std::mutex mutex_;                         // guards slots_ and registration waits

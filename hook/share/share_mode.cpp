@@ -2,6 +2,7 @@
 // once and, only while the daemon says someone waits, notifies it after each launch; other tasks
 // use free-run credit or ask for a grant and wait. Without a daemon the program runs unscheduled.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -51,15 +52,33 @@ Client* client_for(const Config& cfg, protocol::TaskMode mode, bool wait_registe
   return the_client;
 }
 
-// Predicted durations of this task's kernels, from the profile store: a sorted table, so the
-// launch path looks up without allocating.
+// Predicted durations and following gaps of this task's kernels, from the profile store: a sorted
+// table, so the launch path looks up without allocating.
 class Predictions {
  public:
+  struct Kernel {
+    uint64_t id = 0;
+    uint64_t dur_ns = kUnknownKernelNs;  // mean: what free-run credit is charged
+    uint64_t dur_max_ns = 0;             // the larger of mean and p90 (the daemon's default estimate)
+    uint64_t gap_ns = 0;                 // the larger of mean and p50; 0: it usually ends an iteration
+    bool measured = false;
+    bool operator<(const Kernel& o) const { return id < o.id; }
+  };
+
   void load(const Config& cfg) noexcept {
     try {
       profiledb::Database db(cfg.db_path, profiledb::Database::Open::ReadOnly);
-      for (const auto& k : db.kernels(cfg.task_key))
-        table_.emplace_back(k.kernel_id, uint64_t(std::max(1.0, k.dur_mean)));
+      for (const auto& k : db.kernels(cfg.task_key)) {
+        Kernel e;
+        e.id = k.kernel_id;
+        e.dur_ns = uint64_t(std::max(1.0, k.dur_mean));
+        e.dur_max_ns = std::max<uint64_t>(e.dur_ns, k.dur_p90);
+        // As the daemon decides (docs/scheduling.md): mostly followed by iteration ends, no gap.
+        if (k.gap_count > 0 && k.boundary_count * 2 <= k.gap_count + k.boundary_count)
+          e.gap_ns = std::max<uint64_t>(uint64_t(k.gap_mean), k.gap_p50);
+        e.measured = true;
+        table_.push_back(e);
+      }
       std::sort(table_.begin(), table_.end());
     } catch (const std::exception& e) {
       log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps",
@@ -68,16 +87,17 @@ class Predictions {
       log(LogLevel::Warn, "share mode: cannot read profiles from %s", cfg.db_path);
     }
   }
-  // (duration, measured?)
-  std::pair<uint64_t, bool> of(uint64_t kernel_id) const noexcept {
-    auto it = std::lower_bound(table_.begin(), table_.end(), std::pair<uint64_t, uint64_t>{kernel_id, 0});
-    if (it != table_.end() && it->first == kernel_id) return {it->second, true};
-    return {kUnknownKernelNs, false};
+  Kernel of(uint64_t kernel_id) const noexcept {
+    Kernel key;
+    key.id = kernel_id;
+    auto it = std::lower_bound(table_.begin(), table_.end(), key);
+    if (it != table_.end() && it->id == kernel_id) return *it;
+    return key;   // unknown: kUnknownKernelNs, no gap
   }
   size_t size() const noexcept { return table_.size(); }
 
  private:
-  std::vector<std::pair<uint64_t, uint64_t>> table_;
+  std::vector<Kernel> table_;
 };
 
 class ShareMode final : public Mode {
@@ -88,30 +108,56 @@ class ShareMode final : public Mode {
   void before_launch(const LaunchInfo& op) noexcept override {
     if (!client_.connected()) return;                                 // passthrough
     if (client_.role() & protocol::kRoleHolder) return;               // the holder never waits
-    auto [predicted, measured] = predictions_.of(op.id);
-    if (client_.take_credit(predicted)) return;
-    client_.request(op.id, predicted, measured);
+    const Predictions::Kernel k = predictions_.of(op.id);
+    if (client_.take_credit(k.dur_ns)) return;
+    client_.request(op.id, k.dur_ns, k.measured);
   }
 
   void after_launch(const LaunchInfo& op, CUresult result) noexcept override {
     // After the launch, so the notification costs the GPU nothing; only while someone waits.
     constexpr uint8_t kNotifying = protocol::kRoleHolder | protocol::kRoleNotify;
-    if (result == CUDA_SUCCESS && (client_.role() & kNotifying) == kNotifying && client_.connected())
-      client_.notify_launch(op.id);
+    if (result != CUDA_SUCCESS || (client_.role() & kNotifying) != kNotifying || !client_.connected()) return;
+    // A notification wakes the daemon: ~8 us of this thread's time on a 2-core VM (a sendto that
+    // wakes a sleeping receiver), as long as a batch-1 inference gap. So the holder notifies only
+    // launches the daemon acts on: one that opens a gap a fill could use, the one after it (early
+    // stop), the first after a synchronisation or a role change (activity starts: lower tasks' free
+    // run ends), and one per kKeepAliveNs (so the daemon's quiet timeout never ends an active holder).
+    const Predictions::Kernel k = predictions_.of(op.id);
+    const uint64_t min_gap = client_.fill_min_gap_ns(), latency = client_.grant_latency_ns();
+    // The fill starts when the kernel ends or after the grant's trip, whichever is later.
+    const bool opens_gap = k.gap_ns > 0 && k.gap_ns >= min_gap && k.dur_max_ns + k.gap_ns >= latency + min_gap;
+    const uint64_t now = share::monotonic_ns();
+    const bool send = opens_gap || gap_open_.load(std::memory_order_relaxed) || client_.take_notify_next() ||
+                      now - last_notify_ns_.load(std::memory_order_relaxed) >= kKeepAliveNs;
+    if (!send) return;
+    gap_open_.store(opens_gap, std::memory_order_relaxed);
+    last_notify_ns_.store(now, std::memory_order_relaxed);
+    client_.notify_launch(op.id, now);
   }
 
   void after_sync(SyncKind) noexcept override {
     // The holder's queue just drained: the daemon decides (from the profile) whether this sync ends
     // an iteration. Others' idleness is found by the daemon's quiet timeout, which costs nothing.
     constexpr uint8_t kNotifying = protocol::kRoleHolder | protocol::kRoleNotify;
-    if ((client_.role() & kNotifying) == kNotifying && client_.connected()) client_.send_idle();
+    if ((client_.role() & kNotifying) == kNotifying && client_.connected()) {
+      client_.send_idle();
+      gap_open_.store(false, std::memory_order_relaxed);   // the idle closed it
+      client_.set_notify_next();                           // the next launch starts activity again
+    }
   }
 
   void shutdown() noexcept override { client_.stop(); }
 
  private:
+  // Well under the daemon's holder-quiet timeout (20 ms by default).
+  static constexpr uint64_t kKeepAliveNs = 2'000'000;
+
   Client& client_;
   Predictions predictions_;
+  // Launching threads share these; relaxed is enough: a stale value costs one extra or one missing
+  // notification, never correctness of the program.
+  std::atomic<bool> gap_open_{false};        // the last notification opened a fillable gap
+  std::atomic<uint64_t> last_notify_ns_{0};
 };
 
 }  // namespace

@@ -37,10 +37,12 @@ struct DurationSetting {
 constexpr DurationSetting kDurations[] = {
     {"min-gap", &policy::Settings::min_gap_ns, "predicted gaps shorter than this are not filled"},
     {"grant-latency", &policy::Settings::grant_latency_ns, "time from a grant to the client's launch; fills start no earlier"},
+    {"switch-cost", &policy::Settings::switch_cost_ns, "GPU time of switching to a filler's context and back; each fill is charged twice"},
     {"free-run-credit", &policy::Settings::free_run_credit_ns, "work one free-run grant allows when nothing above is active"},
     {"outstanding-bound", &policy::Settings::outstanding_bound_ns, "free-run work granted ahead of the GPU, at most"},
     {"lease", &policy::Settings::lease_ns, "a task silent this long is dropped"},
     {"holder-quiet", &policy::Settings::holder_quiet_ns, "an active task silent this long counts as idle"},
+    {"notify-poll", &policy::Settings::notify_poll_ns, "after a notification, poll this long before sleeping (0: never poll)"},
 };
 
 std::string format_ns(uint64_t ns) {

@@ -90,7 +90,11 @@ void Policy::on_register(uint64_t now, uint32_t seq, const protocol::Register& r
   std::vector<Action> changes;
   schedule(now, changes);
   // The registration reply carries the role, so the new task's own Role message is not needed.
-  out.push_back(reply(task->id, seq, protocol::Registered{uint32_t(settings_.lease_ns / 1'000'000), task->role}));
+  // The fill thresholds let a holder skip notifications after kernels whose gap nothing could fill.
+  const auto u32 = [](uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); };
+  out.push_back(reply(task->id, seq,
+                      protocol::Registered{uint32_t(settings_.lease_ns / 1'000'000), task->role,
+                                           u32(settings_.min_gap_ns), u32(settings_.grant_latency_ns)}));
   for (Action& a : changes)
     if (!(a.task_id == task->id && std::holds_alternative<protocol::Role>(a.message.body))) out.push_back(std::move(a));
 }
@@ -112,7 +116,12 @@ void Policy::on_message(uint64_t now, const Message& msg, std::vector<Action>& o
   }
   t->last_heard = now;
   if (const auto* n = std::get_if<protocol::LaunchNotify>(&msg.body)) {
-    handle_notify(now, *t, n->kernel_id);
+    // The gap is predicted from the launch; a launch time from the future or older than the
+    // holder-quiet timeout is not believed (clock trouble, a stale datagram).
+    uint64_t launched = now;
+    if (n->launched_ns != 0 && n->launched_ns <= now && now - n->launched_ns < settings_.holder_quiet_ns)
+      launched = n->launched_ns;
+    handle_notify(now, launched, *t, n->kernel_id);
   } else if (std::holds_alternative<protocol::LaunchRequest>(msg.body)) {
     handle_request(now, *t, msg, out);
   } else if (std::holds_alternative<protocol::Idle>(msg.body)) {
@@ -150,10 +159,11 @@ void Policy::drop(uint32_t id) {
   tasks_.erase(id);
 }
 
-void Policy::handle_notify(uint64_t now, Task& t, uint64_t kernel_id) {
+void Policy::handle_notify(uint64_t now, uint64_t launched, Task& t, uint64_t kernel_id) {
   ++t.notifications;
   ++counters_.notifications;
   t.active = true;
+  t.idle_at = 0;
   t.last_launch = now;
   t.last_kernel = kernel_id;
   if (t.id != holder_) return;   // a former holder's launch racing its role change: activity only
@@ -173,22 +183,29 @@ void Policy::handle_notify(uint64_t now, Task& t, uint64_t kernel_id) {
     return;
   }
   ++counters_.gaps_predicted;
-  // The GPU is idle from the end of this kernel for `gap` (assuming it starts at once).
-  uint64_t start = now + duration_of(it->second);
+  // The GPU is idle from the end of this kernel for `gap` (assuming it started at its launch).
+  const uint64_t start = launched + duration_of(it->second);
+  if (start + gap <= now) return;   // the notification came too late: the gap is over
   gap_ = Gap{true, start + gap, start};
 }
 
 void Policy::handle_idle(uint64_t now, Task& t) {
-  (void)now;
   if (t.queued > 0) return;
   if (t.id == holder_) {
-    // A sync in the middle of an iteration (the last kernel is normally followed by a short gap)
-    // does not end the holder's activity; one after a kernel that ends iterations does.
+    gap_.open = false;   // its GPU work drained: nothing is predicted any more
+    // A sync in the middle of an iteration is followed by the last kernel's usual gap; the holder
+    // stays active for that long (schedule() ends it) so that lower tasks do not free-run into it.
+    // A kernel launched meanwhile keeps it active. The same kernel often ends iterations and runs
+    // inside them (one ID, several uses), so the profile alone cannot tell the two apart.
     auto it = t.profile->find(t.last_kernel);
-    if (it != t.profile->end() && gap_after(it->second) > 0) return;
-    gap_.open = false;
+    const uint64_t gap = it != t.profile->end() ? gap_after(it->second) : 0;
+    if (gap > 0 && t.active) {
+      t.idle_at = now + gap + settings_.grant_latency_ns;
+      return;
+    }
   }
   t.active = false;
+  t.idle_at = 0;
 }
 
 void Policy::handle_request(uint64_t now, Task& t, const Message& msg, std::vector<Action>& out) {
@@ -240,11 +257,14 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out) {
   // A share task that stopped launching without saying so (no sync) is not active forever.
   for (auto& [id, t] : tasks_) {
     if (t.mode == TaskMode::Share && t.active && t.queued == 0) {
-      if (now - t.last_launch >= settings_.holder_quiet_ns) {
+      const uint64_t quiet_end = t.last_launch + settings_.holder_quiet_ns;
+      const uint64_t end = t.idle_at != 0 ? std::min(t.idle_at, quiet_end) : quiet_end;
+      if (now >= end) {
         t.active = false;
+        t.idle_at = 0;
         if (id == holder_) gap_.open = false;
       } else {
-        wake_at(t.last_launch + settings_.holder_quiet_ns);
+        wake_at(end);
       }
     }
     if (t.mode == TaskMode::Measure) t.active = true;
@@ -326,7 +346,13 @@ void Policy::fill_gap(uint64_t now, std::vector<Action>& out) {
       gap_.open = false;
       return;
     }
-    const uint64_t remaining = gap_.end - start;
+    // A fill is not free: the GPU switches to the filler's context and back to the holder's.
+    const uint64_t sw = settings_.switch_cost_ns;
+    if (gap_.end - start <= 2 * sw) {
+      gap_.open = false;
+      return;
+    }
+    const uint64_t remaining = gap_.end - start - 2 * sw;
     // BestPrioFit: the highest priority with a fitting request; in it, the longest that fits.
     std::deque<Request>* queue = nullptr;
     std::deque<Request>::iterator best;
@@ -342,10 +368,10 @@ void Policy::fill_gap(uint64_t now, std::vector<Action>& out) {
     Request r = *best;
     queue->erase(best);
     Task& t = tasks_[r.task_id];
-    grant(now, t, r, r.duration_ns, gap_.end - r.duration_ns, out);
+    grant(now, t, r, r.duration_ns, gap_.end - 2 * sw - r.duration_ns, out);
     ++t.fills;
     ++counters_.fills;
-    gap_.cursor = start + r.duration_ns;
+    gap_.cursor = start + sw + r.duration_ns;
   }
 }
 

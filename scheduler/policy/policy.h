@@ -44,10 +44,15 @@ struct Settings {
   GapEstimator gap_estimator = GapEstimator::Mean;          // FIKIT uses the mean
   DurationEstimator duration_estimator = DurationEstimator::P90;
   uint64_t grant_latency_ns = 20'000;          // grant -> client launch; fills start no earlier
+  uint64_t switch_cost_ns = 5'000;              // GPU time switching to a filler's context and back, per fill
   uint64_t free_run_credit_ns = 100'000;       // one free-run grant lets a task launch this much work
   uint64_t outstanding_bound_ns = 200'000;     // granted free-run work ahead of the GPU, at most
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
   uint64_t holder_quiet_ns = 20'000'000;       // an active holder silent this long counts as idle
+  // Daemon only (not the policy): after a notification, while the holder notifies, poll the socket
+  // this long before sleeping. A datagram that wakes a sleeping daemon costs the sender ~8 us on a
+  // 2-core VM, ~3 us when the daemon is polling (docs/performance-scheduler.md). 0: always sleep.
+  uint64_t notify_poll_ns = 200'000;
   double boundary_fraction = 0.5;              // a kernel followed by more boundaries than this has no gap
 };
 
@@ -81,6 +86,11 @@ class Policy {
   const Counters& counters() const { return counters_; }
   const Settings& settings() const { return settings_; }
   uint32_t holder() const { return holder_; }
+  // The holder is active and told to notify: more notifications are coming soon.
+  bool notifications_expected() const {
+    auto it = tasks_.find(holder_);
+    return it != tasks_.end() && it->second.active && (it->second.role & protocol::kRoleNotify);
+  }
   size_t task_count() const { return tasks_.size(); }
 
  private:
@@ -99,6 +109,7 @@ class Policy {
     bool active = false;             // launched since its iteration last ended (or queued, or measuring)
     uint64_t last_launch = 0;
     uint64_t last_kernel = 0;
+    uint64_t idle_at = 0;            // synchronised: inactive from then unless it launches (0: not pending)
     uint8_t role = 0;                // flags last sent
     uint32_t role_epoch = 0;
     // The last grants, to answer retransmitted requests (several launching threads may each
@@ -121,7 +132,7 @@ class Policy {
   Task* find(uint32_t id);
   void drop(uint32_t id);
   void handle_request(uint64_t now, Task& t, const protocol::Message& msg, std::vector<Action>& out);
-  void handle_notify(uint64_t now, Task& t, uint64_t kernel_id);
+  void handle_notify(uint64_t now, uint64_t launched, Task& t, uint64_t kernel_id);
   void handle_idle(uint64_t now, Task& t);
   // Recomputes who holds and who must notify, sends role changes, grants what may run, sets next_wake_.
   void schedule(uint64_t now, std::vector<Action>& out);

@@ -82,8 +82,10 @@ struct EncodeBody {
     w.u8(m.priority); w.u8(static_cast<uint8_t>(m.mode)); w.u16(m.key_length); w.u32(m.pid);
     w.bytes(m.key, m.key_length);
   }
-  void operator()(const Registered& m) { w.u32(m.lease_ms); w.u8(m.role); w.zeros(3); }
-  void operator()(const LaunchNotify& m) { w.u64(m.kernel_id); }
+  void operator()(const Registered& m) {
+    w.u32(m.lease_ms); w.u8(m.role); w.zeros(3); w.u32(m.fill_min_gap_ns); w.u32(m.grant_latency_ns);
+  }
+  void operator()(const LaunchNotify& m) { w.u64(m.kernel_id); w.u64(m.launched_ns); }
   void operator()(const LaunchRequest& m) { w.u64(m.kernel_id); w.u64(m.predicted_ns); w.u8(m.flags); w.zeros(7); }
   void operator()(const Queued& m) { w.u32(m.position); w.zeros(4); }
   void operator()(const Grant& m) { w.u64(m.credit_ns); w.u64(m.deadline_ns); }
@@ -116,9 +118,9 @@ struct EncodeBody {
 // Every fixed-size payload; StatusReply and Register are variable and checked by their decoders.
 size_t fixed_payload_size(Type t) {
   switch (t) {
-    case Type::Registered: case Type::LaunchNotify: case Type::Queued: case Type::Role: return 8;
+    case Type::Queued: case Type::Role: return 8;
     case Type::LaunchRequest: return 24;
-    case Type::Grant: return 16;
+    case Type::Grant: case Type::Registered: case Type::LaunchNotify: return 16;
     case Type::Idle: case Type::Heartbeat: case Type::Goodbye: case Type::StatusQuery: return 0;
     case Type::Error: return 4;
     default: return SIZE_MAX;
@@ -184,9 +186,10 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
     case Type::Registered: {
       Registered m; m.lease_ms = r.u32(); m.role = r.u8();
       if (!r.zeros(3) || (m.role & ~kRoleMask) || m.lease_ms == 0) return DecodeError::BadField;
+      m.fill_min_gap_ns = r.u32(); m.grant_latency_ns = r.u32();
       body = m; break;
     }
-    case Type::LaunchNotify: body = LaunchNotify{r.u64()}; break;
+    case Type::LaunchNotify: { LaunchNotify m; m.kernel_id = r.u64(); m.launched_ns = r.u64(); body = m; break; }
     case Type::LaunchRequest: {
       LaunchRequest m; m.kernel_id = r.u64(); m.predicted_ns = r.u64(); m.flags = r.u8();
       if (!r.zeros(7) || (m.flags & ~kRequestProfiled) || m.predicted_ns == 0 || m.predicted_ns > kMaxDurationNs)
@@ -268,10 +271,12 @@ size_t encode(Header header, const Body& body, std::span<uint8_t> out) noexcept 
   return enc.ok ? w.size() : 0;
 }
 
-size_t encode_notify(uint32_t task_id, uint32_t seq, uint64_t kernel_id, std::span<uint8_t> out) noexcept {
+size_t encode_notify(uint32_t task_id, uint32_t seq, uint64_t kernel_id, std::span<uint8_t> out,
+                     uint64_t launched_ns) noexcept {
   Writer w(out);
   write_header(w, Type::LaunchNotify, task_id, seq);
   w.u64(kernel_id);
+  w.u64(launched_ns);
   return w.size();
 }
 

@@ -13,7 +13,7 @@
 namespace fikit::protocol {
 
 constexpr uint32_t kMagic = 0x54494B46;   // "FKIT" in little-endian byte order
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;   // 2: fill thresholds in registered, launch time in notify
 constexpr size_t kHeaderSize = 16;
 constexpr size_t kMaxDatagram = 16384;    // the daemon never sends or accepts more
 constexpr size_t kMaxKeyLength = 127;     // task keys (hook Config::task_key holds 128 with NUL)
@@ -52,8 +52,16 @@ struct Register {
   char key[kMaxKeyLength + 1] = {};   // NUL-terminated copy
   std::string_view key_view() const { return {key, key_length}; }
 };
-struct Registered { uint32_t lease_ms = 0; uint8_t role = 0; };
-struct LaunchNotify { uint64_t kernel_id = 0; };
+// fill_min_gap_ns / grant_latency_ns: the daemon's min-gap and grant-latency settings, so the holder
+// can skip notifications after kernels whose gap no fill could use (0, 0: notify every launch).
+struct Registered {
+  uint32_t lease_ms = 0;
+  uint8_t role = 0;
+  uint32_t fill_min_gap_ns = 0, grant_latency_ns = 0;
+};
+// launched_ns: when the holder launched it (CLOCK_MONOTONIC, same host; 0: unknown), so the daemon
+// predicts the gap from the launch, not from the datagram's late arrival on a busy machine.
+struct LaunchNotify { uint64_t kernel_id = 0; uint64_t launched_ns = 0; };
 struct LaunchRequest { uint64_t kernel_id = 0; uint64_t predicted_ns = 0; uint8_t flags = 0; };
 struct Queued { uint32_t position = 0; };
 struct Grant { uint64_t credit_ns = 0; uint64_t deadline_ns = 0; };   // CLOCK_MONOTONIC, same host
@@ -101,7 +109,8 @@ const char* to_string(Type t) noexcept;
 size_t encode(Header header, const Body& body, std::span<uint8_t> out) noexcept;
 
 // Fixed-size messages without the variant (the hook's fast path: no variant construction).
-size_t encode_notify(uint32_t task_id, uint32_t seq, uint64_t kernel_id, std::span<uint8_t> out) noexcept;
+size_t encode_notify(uint32_t task_id, uint32_t seq, uint64_t kernel_id, std::span<uint8_t> out,
+                     uint64_t launched_ns = 0) noexcept;
 
 // Validates every field and size; on error `out` is unspecified and the datagram must be dropped.
 DecodeError decode(std::span<const uint8_t> in, Message& out);

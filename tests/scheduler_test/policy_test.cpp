@@ -51,6 +51,7 @@ class PolicyTest : public ::testing::Test {
   PolicyTest() {
     settings.min_gap_ns = us(5);
     settings.grant_latency_ns = us(10);
+    settings.switch_cost_ns = 0;   // the figures' arithmetic; SwitchCost... charges it
     settings.free_run_credit_ns = us(100);
     settings.outstanding_bound_ns = us(200);
     settings.lease_ns = 1'000'000'000;
@@ -268,6 +269,100 @@ TEST_F(PolicyTest, IdleInTheMiddleOfAnIterationKeepsTheHolderActive) {
   notify(T0 + us(10), hp, k4);   // followed by short gaps, not iteration ends
   idle(T0 + us(20), hp);
   EXPECT_TRUE(grants.empty());
+}
+
+// The same kernel runs inside requests and ends them (fikit-example-infer, most real services):
+// its profile says "short gap follows", yet a sync after it is the end of a request. The holder
+// stays active for that short gap only; then the lower task free-runs through the think time, and
+// the holder's next launch revokes it at once. (Before: the sync was ignored, the holder counted as
+// active through every think time, and the lower task got nothing while the holder lived.)
+TEST_F(PolicyTest, SyncAfterAMidIterationKernelEndsActivityAfterItsUsualGap) {
+  Profile hp;
+  hp[k1] = kernel(us(10), us(20), 49, 1);   // 20 us gaps inside a request, one request end in 50
+  profiles.table["hp"] = hp;
+  uint32_t h = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  notify(T0, h, k1);
+  request(T0 + us(1), lp, 1, 30);   // 30 us never fits a 20 us gap
+  run_until(T0 + us(25));
+  idle(T0 + us(25), h);             // request done: the holder syncs
+  run_until(T0 + us(25) + us(20) + settings.grant_latency_ns - 1);
+  EXPECT_TRUE(grants.empty()) << "no free run while the holder may still launch within its usual gap";
+  run_until(T0 + us(100));
+  ASSERT_EQ(order(), (std::vector<std::string>{id(lp, 1)}));
+  EXPECT_EQ(grants[0].at, T0 + us(25) + us(20) + settings.grant_latency_ns);
+  EXPECT_EQ(policy().counters().free_run_grants, 1u);
+  // Think time: the lower task keeps running in bounded chunks.
+  request(T0 + us(200), lp, 2, 30);
+  EXPECT_EQ(grants.size(), 2u);
+  // The holder's next request: credit revoked at its first launch, later requests wait.
+  notify(T0 + us(250), h, k1);
+  EXPECT_EQ(revoked, (std::vector<uint32_t>{lp}));
+  request(T0 + us(251), lp, 3, 30);
+  run_until(T0 + us(5000));
+  EXPECT_EQ(grants.size(), 2u);
+}
+
+// A launch inside the short gap after a sync keeps the holder active: nothing free-runs.
+TEST_F(PolicyTest, LaunchRightAfterAMidIterationSyncKeepsTheHolderActive) {
+  Profile hp;
+  hp[k1] = kernel(us(10), us(20), 49, 1);
+  profiles.table["hp"] = hp;
+  uint32_t h = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  notify(T0, h, k1);
+  request(T0 + us(1), lp, 1, 30);
+  idle(T0 + us(25), h);
+  notify(T0 + us(40), h, k1);       // within 20 us + latency: still the same iteration
+  run_until(T0 + us(2000));
+  EXPECT_TRUE(grants.empty());
+}
+
+// The gap is anchored at the holder's launch time from the notification, not at its arrival:
+// a notification delayed by a busy machine must not push fills into the holder's next kernel.
+TEST_F(PolicyTest, GapIsPredictedFromTheLaunchTimeNotTheArrival) {
+  uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  notify(T0, hp, kUnknown);
+  request(T0 + us(1), lp, 1, 50);
+  // Launched at T0+10: gap [T0+20, T0+120]; the datagram arrives 40 us late.
+  send(T0 + us(50), hp, protocol::LaunchNotify{k1, T0 + us(10)});
+  ASSERT_EQ(grants.size(), 1u);
+  EXPECT_EQ(grants[0].deadline, T0 + us(120) - us(50));   // from arrival it would be T0+110
+  // A launch time in the future is not believed: arrival time instead.
+  send(T0 + us(300), hp, protocol::LaunchNotify{k1, T0 + us(900)});
+  request(T0 + us(301), lp, 2, 50);
+  EXPECT_EQ(grants.size(), 2u);
+  EXPECT_EQ(grants[1].deadline, T0 + us(410) - us(50));
+}
+
+// Each fill is charged a switch into the filler's context and one back: a fill that would exactly
+// fit the bare gap delays the holder's next kernel by the switches.
+TEST_F(PolicyTest, SwitchCostIsChargedPerFill) {
+  settings.switch_cost_ns = us(5);
+  uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  notify(T0, hp, kUnknown);
+  for (uint32_t s = 1; s <= 4; ++s) request(T0 + us(1), lp, s, 30);
+  notify(T0 + us(10), hp, k1);   // gap [T0+20, T0+120]: without switches three 30 us fills fit
+  run_until(T0 + us(300));
+  ASSERT_EQ(order(), (std::vector<std::string>{id(lp, 1), id(lp, 2)}));
+  EXPECT_EQ(grants[0].deadline, T0 + us(120) - us(10) - us(30));
+  EXPECT_EQ(grants[1].at, T0 + us(20) + us(35) - settings.grant_latency_ns);
+}
+
+// The registration reply tells the hook the fill thresholds, so that a holder can skip notifying
+// kernels whose gaps nothing could fill (each notification costs the holder a daemon wake-up).
+TEST_F(PolicyTest, RegistrationCarriesTheFillThresholds) {
+  settings.min_gap_ns = us(7);
+  settings.grant_latency_ns = us(25);
+  protocol::Register r;
+  r.priority = 0;
+  r.pid = 42;
+  protocol::set_key(r, "hp");
+  std::vector<Action> out;
+  policy().on_register(T0, 1, r, out);
+  ASSERT_FALSE(out.empty());
+  const auto* g = std::get_if<protocol::Registered>(&out.front().message.body);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->fill_min_gap_ns, us(7));
+  EXPECT_EQ(g->grant_latency_ns, us(25));
 }
 
 TEST_F(PolicyTest, FreeRunIsBoundedByOutstandingWork) {

@@ -54,8 +54,10 @@ TEST(Protocol, FixedMessagesRoundTrip) {
   EXPECT_EQ(std::get<Role>(m.body).flags, kRoleHolder | kRoleNotify);
   EXPECT_EQ(std::get<Role>(m.body).epoch, 17u);
 
-  m = decoded(encoded({}, Registered{1000, kRoleHolder}));
+  m = decoded(encoded({}, Registered{1000, kRoleHolder, 5000, 20000}));
   EXPECT_EQ(std::get<Registered>(m.body).lease_ms, 1000u);
+  EXPECT_EQ(std::get<Registered>(m.body).fill_min_gap_ns, 5000u);
+  EXPECT_EQ(std::get<Registered>(m.body).grant_latency_ns, 20000u);
   EXPECT_EQ(std::get<Queued>(decoded(encoded({}, Queued{4})).body).position, 4u);
   EXPECT_EQ(std::get<Error>(decoded(encoded({}, Error{ErrorCode::UnknownTask})).body).code, ErrorCode::UnknownTask);
   for (Body b : {Body{Idle{}}, Body{Heartbeat{}}, Body{Goodbye{}}, Body{StatusQuery{}}}) {
@@ -73,6 +75,15 @@ TEST(Protocol, NotifyFastPathMatchesGenericEncoder) {
   EXPECT_EQ(std::vector<uint8_t>(fast, fast + n), generic);
   EXPECT_EQ(generic[0], 'F');   // little-endian magic spells FKIT on the wire
   EXPECT_EQ(generic[3], 'T');
+}
+
+TEST(Protocol, NotifyCarriesTheLaunchTime) {
+  uint8_t fast[48];
+  size_t n = encode_notify(5, 6, 77, fast, 123456789ull);
+  auto generic = encoded({Type::Heartbeat, 5, 6}, LaunchNotify{77, 123456789ull});
+  ASSERT_EQ(n, generic.size());
+  EXPECT_TRUE(std::equal(generic.begin(), generic.end(), fast));
+  EXPECT_EQ(std::get<LaunchNotify>(decoded(generic).body).launched_ns, 123456789ull);
 }
 
 TEST(Protocol, StatusReplyRoundTrip) {
@@ -139,7 +150,7 @@ TEST(Protocol, RejectsBadHeaders) {
   bad[0] ^= 1;
   EXPECT_EQ(decode(bad, m), DecodeError::BadMagic);
   bad = base;
-  bad[4] = 2;   // version 2
+  bad[4] = uint8_t(kVersion + 1);   // a newer version
   EXPECT_EQ(decode(bad, m), DecodeError::BadVersion);
   bad = base;
   bad[6] = 99;
