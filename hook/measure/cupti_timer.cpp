@@ -1,80 +1,190 @@
 // CUPTI timing: kernel, memcpy and memset activity records carry exact GPU start/end timestamps.
-// libcupti is loaded at run time (only in measure mode), its functions reached through dlsym. Each
-// record is tied to the hook's op through an external correlation id (the op's sequence number)
-// pushed around the launch: CUPTI emits an EXTERNAL_CORRELATION record mapping its own
-// correlation id to ours, and the activity records carry CUPTI's id.
+// libcupti is loaded at run time (only in measure mode), its functions reached through the C
+// library's dlsym. Records are tied to the hook's ops by order per stream (record_matcher.h): the
+// launching thread only notes CUPTI's (context id, stream id) of the op's stream, from a per-thread
+// cache (one CUPTI call per new stream and thread), and no CUPTI call at all in steady state. The
+// matcher runs under a mutex on CUPTI's delivering thread and on the measurement thread.
+//
+// If no op has been matched 2 s after the first flush, CUPTI timing is abandoned for the rest of
+// the process and the ops from then on are timed with events (one warning).
 #include <cupti.h>
 #include <dlfcn.h>
+#include <time.h>
 
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
+#include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
-#include <type_traits>
 #include <mutex>
 #include <new>
+#include <type_traits>
+#include <vector>
 
+#include "../driver.h"
 #include "../log.h"
+#include "../real_dlsym.h"
+#include "record_matcher.h"
 #include "timer.h"
 
 namespace fikit::hook::measure {
 namespace {
 
-constexpr auto kExternalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
-constexpr size_t kBufferBytes = 4u << 20;
+constexpr size_t kBufferBytes = 1u << 20;   // ~4000 kernel records: delivered well before the ring (16384) fills
+constexpr uint64_t kFlushAfterMs = 50;
+constexpr uint64_t kFallbackAfterMs = 2000;   // after the first flush, with nothing matched
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                          CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+                                          CUPTI_ACTIVITY_KIND_MEMSET};
+
+uint64_t now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
+}
 
 struct CuptiApi {
   decltype(&cuptiActivityEnable) enable;
   decltype(&cuptiActivityDisable) disable;
   decltype(&cuptiActivityRegisterCallbacks) register_callbacks;
-  decltype(&cuptiActivityPushExternalCorrelationId) push;
-  decltype(&cuptiActivityPopExternalCorrelationId) pop;
   decltype(&cuptiActivityGetNextRecord) next_record;
   decltype(&cuptiActivityFlushAll) flush_all;
   decltype(&cuptiGetResultString) result_string;
+  decltype(&cuptiGetContextId) context_id;
+  decltype(&cuptiGetStreamIdEx) stream_id_ex;   // optional: cuptiGetStreamId then
+  decltype(&cuptiGetStreamId) stream_id;
 };
+
+using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+using StreamGetCtxFn = CUresult (*)(CUstream, CUcontext*);
+
+// Per launching thread: CUPTI's ids of the streams it launched on lately. The default streams
+// (legacy, per-thread) are per context, so their entries are keyed by the current context too.
+struct StreamIds {
+  CUcontext context;   // nullptr for an explicit stream (its handle is unique)
+  CUstream stream;
+  uint32_t context_id, stream_id;
+};
+constexpr int kStreamCache = 8;
+thread_local StreamIds t_streams[kStreamCache] __attribute__((tls_model("initial-exec")));
+thread_local unsigned t_streams_next __attribute__((tls_model("initial-exec"))) = 0;
+
+bool default_stream(CUstream s) { return s == nullptr || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
 
 class CuptiTimer;
 CuptiTimer* g_timer = nullptr;   // CUPTI's buffer callbacks carry no user pointer
 
 class CuptiTimer final : public Timer {
  public:
-  CuptiTimer(OpRing& ring, const CuptiApi& api) : ring_(ring), api_(api) {}
+  CuptiTimer(OpRing& ring, const CuptiApi& api, CtxGetCurrentFn ctx_current, StreamGetCtxFn stream_ctx)
+      : ring_(ring), api_(api), ctx_current_(ctx_current), stream_ctx_(stream_ctx) {}
 
   const char* name() const noexcept override { return "cupti"; }
 
-  void before(OpSlot& slot, uint64_t seq, CUstream) noexcept override {
-    slot.gpu_start.store(UINT64_MAX, std::memory_order_relaxed);
-    slot.gpu_end.store(0, std::memory_order_relaxed);
-    slot.timed = api_.push(kExternalKind, seq) == CUPTI_SUCCESS;
+  void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept override {
+    if (Timer* ev = events_.load(std::memory_order_acquire)) {
+      slot.via_events = true;
+      ev->before(slot, seq, op);
+      return;
+    }
+    slot.via_events = false;
+    slot.gpu_state.store(0, std::memory_order_relaxed);
+    slot.timed = stream_ids(op.stream, slot.cupti_context, slot.cupti_stream);
+    for (int i = 0; i < 3; ++i) {
+      slot.grid[i] = op.grid[i];
+      slot.block[i] = op.block[i];
+    }
+    slot.bytes = op.bytes;
   }
 
-  void after(OpSlot& slot, uint64_t, CUstream, bool launched) noexcept override {
-    if (!slot.timed) return;
-    uint64_t last = 0;
-    api_.pop(kExternalKind, &last);
-    slot.timed = launched;
+  void after(OpSlot& slot, uint64_t seq, const LaunchInfo& op, bool launched) noexcept override {
+    if (slot.via_events) {
+      events_.load(std::memory_order_acquire)->after(slot, seq, op, launched);
+      return;
+    }
+    slot.timed = slot.timed && launched;
   }
 
-  Poll poll(OpSlot& slot, uint64_t, uint64_t& start_ns, uint64_t& end_ns) noexcept override {
-    if (!slot.timed) return Poll::Lost;
-    const uint64_t end = slot.gpu_end.load(std::memory_order_acquire);
-    if (end == 0) return Poll::Pending;   // the measurement thread flushes, then gives up in time
-    start_ns = slot.gpu_start.load(std::memory_order_acquire);
-    end_ns = std::max(end, start_ns);
-    return Poll::Ready;
+  Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept override {
+    polled_.store(seq, std::memory_order_release);   // ops below are decided
+    if (slot.via_events) return events_.load(std::memory_order_acquire)->poll(slot, seq, start_ns, end_ns);
+    if (!slot.timed || fallen_back_) return Poll::Lost;
+    uint8_t state = slot.gpu_state.load(std::memory_order_acquire);
+    // Pending: see what the matcher has. Now and then anyway, so that slots are given back.
+    if (state == 0 || seq % 256 == 0) {
+      {
+        std::lock_guard guard(mutex_);
+        ingest();
+        apply();
+      }
+      state = slot.gpu_state.load(std::memory_order_acquire);
+    }
+    if (state == 1) {
+      start_ns = slot.gpu_start.load(std::memory_order_relaxed);
+      end_ns = std::max(slot.gpu_end.load(std::memory_order_relaxed), start_ns);
+      ever_timed_ = true;
+      return Poll::Ready;
+    }
+    if (state == 2) return Poll::Lost;
+    if (!ever_timed_ && first_flush_ms_ && now_ms() - first_flush_ms_ >= kFallbackAfterMs) {
+      fall_back();
+      if (fallen_back_) return Poll::Lost;
+    }
+    return Poll::Pending;
   }
 
-  uint64_t give_up_ms() const noexcept override { return 3000; }
+  uint64_t oldest_needed(uint64_t next) const noexcept override {
+    // Slots the matcher may still read (not yet offered to it) or write (not yet retired in it)
+    // stay ours.
+    uint64_t oldest = std::min({next, ingested_.load(std::memory_order_acquire),
+                                retired_.load(std::memory_order_acquire)});
+    if (Timer* ev = events_.load(std::memory_order_acquire)) oldest = std::min(oldest, ev->oldest_needed(next));
+    return oldest;
+  }
 
-  void flush() noexcept override { api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED); }
+  uint64_t give_up_ms() const noexcept override { return fallen_back_ ? 0 : 3000; }
+  uint64_t flush_after_ms() const noexcept override { return kFlushAfterMs; }
+
+  void flush() noexcept override {
+    if (fallen_back_) return;
+    if (!first_flush_ms_) first_flush_ms_ = now_ms();
+    api_.flush_all(0);   // completed records only; a forced flush would cut records in progress
+    std::lock_guard guard(mutex_);
+    ingest();
+    matcher_.settle(results_);
+    apply();
+  }
 
   void stop() noexcept override {
     for (auto kind : kKinds) api_.disable(kind);
     api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  }
+
+  void run_stored(uint64_t run, uint64_t ops, uint64_t timed) noexcept override {
+    MatchCounters c;
+    {
+      std::lock_guard guard(mutex_);
+      c = matcher_.counters();
+    }
+    const bool warn = timed == 0 && !fallen_back_;
+    if (!warn && !log_enabled(LogLevel::Info)) return;
+    char line[512];
+    describe(c, line, sizeof line);
+    log(warn ? LogLevel::Warn : LogLevel::Info, "measure: cupti: run %" PRIu64 " stored, %" PRIu64 " of %" PRIu64
+        " ops timed%s; since start %s", run, timed, ops, fallen_back_ ? " (by events since the fallback)" : "", line);
+  }
+
+  void finished() noexcept override {
+    MatchCounters c;
+    {
+      std::lock_guard guard(mutex_);
+      c = matcher_.counters();
+    }
+    if (c.ops_timed != 0 && !log_enabled(LogLevel::Info)) return;
+    char line[512];
+    describe(c, line, sizeof line);
+    log(c.ops_timed == 0 ? LogLevel::Warn : LogLevel::Info, "measure: cupti: at exit: %s", line);
   }
 
   bool start(char* why, size_t why_len) noexcept {
@@ -90,13 +200,6 @@ class CuptiTimer final : public Timer {
   }
 
  private:
-  // Records of one launch and the correlation record naming its op can come in either order, in
-  // different buffers; both sides wait in direct-mapped tables keyed by CUPTI's correlation id
-  // (which increases by one per API call, so the tables act as rings).
-  static constexpr uint32_t kPending = 1u << 16;
-  struct Timing { uint32_t correlation = 0; uint64_t start = 0, end = 0; };
-  struct Correlation { uint32_t correlation = 0; uint64_t seq = 0; bool valid = false; };
-
   static void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
     // CUPTI's thread, not the launching one: allocating here is fine.
     *buffer = static_cast<uint8_t*>(std::aligned_alloc(8, kBufferBytes));
@@ -109,65 +212,193 @@ class CuptiTimer final : public Timer {
     std::free(buffer);
   }
 
-  void consume(uint8_t* buffer, size_t valid) noexcept {
-    std::lock_guard guard(mutex_);   // CUPTI's thread or a flushing one; never a launching thread
-    CUpti_Activity* rec = nullptr;
-    while (api_.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
-      switch (rec->kind) {
-        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-        case CUPTI_ACTIVITY_KIND_KERNEL: {
-          const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
-          timing(k->correlationId, k->start, k->end);
-          break;
-        }
-        case CUPTI_ACTIVITY_KIND_MEMCPY: {
-          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
-          timing(m->correlationId, m->start, m->end);
-          break;
-        }
-        case CUPTI_ACTIVITY_KIND_MEMSET: {
-          const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
-          timing(m->correlationId, m->start, m->end);
-          break;
-        }
-        case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
-          const auto* c = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(rec);
-          if (c->externalKind != kExternalKind) break;
-          correlations_[c->correlationId % kPending] = {c->correlationId, c->externalId, true};
-          Timing& t = timings_[c->correlationId % kPending];
-          if (t.correlation == c->correlationId && t.end) deliver(c->externalId, t.start, t.end);
-          break;
-        }
-        default: break;
+  // Launching thread: CUPTI's ids of the op's stream; false when CUPTI does not know it.
+  bool stream_ids(CUstream stream, uint32_t& context_id, uint32_t& stream_id) noexcept {
+    CUcontext ctx = nullptr;
+    if (default_stream(stream) && (!ctx_current_ || ctx_current_(&ctx) != CUDA_SUCCESS || !ctx)) return false;
+    for (const StreamIds& e : t_streams) {
+      if (e.stream == stream && e.context == ctx) {   // an empty entry never matches: no stream or no context
+        context_id = e.context_id;
+        stream_id = e.stream_id;
+        return true;
       }
     }
+    // Slow path, once per new stream on this thread.
+    CUcontext owner = ctx;   // an explicit stream's own context, else the current one
+    if (!owner && (!stream_ctx_ || stream_ctx_(stream, &owner) != CUDA_SUCCESS || !owner) &&
+        ctx_current_(&owner) != CUDA_SUCCESS)
+      owner = nullptr;
+    uint32_t cid = 0, sid = 0;
+    if (!owner || api_.context_id(owner, &cid) != CUPTI_SUCCESS) return false;
+    CUptiResult r = CUPTI_ERROR_UNKNOWN;
+    if (default_stream(stream)) {
+      // The default stream of the context: the per-thread one (the calling thread's) or the legacy one.
+      const uint8_t per_thread = stream == CU_STREAM_PER_THREAD;
+      if (api_.stream_id_ex) r = api_.stream_id_ex(owner, nullptr, per_thread, &sid);
+      if (r != CUPTI_SUCCESS && api_.stream_id_ex) r = api_.stream_id_ex(owner, stream, per_thread, &sid);
+      if (r != CUPTI_SUCCESS && !per_thread && api_.stream_id) r = api_.stream_id(owner, nullptr, &sid);
+    } else {
+      if (api_.stream_id_ex) r = api_.stream_id_ex(owner, stream, 0, &sid);
+      if (r != CUPTI_SUCCESS && api_.stream_id) r = api_.stream_id(owner, stream, &sid);
+    }
+    if (r != CUPTI_SUCCESS) return false;
+    StreamIds& e = t_streams[t_streams_next++ % kStreamCache];
+    e = {ctx, stream, cid, sid};
+    context_id = cid;
+    stream_id = sid;
+    return true;
   }
 
-  void timing(uint32_t correlation, uint64_t start, uint64_t end) noexcept {
-    const Correlation& c = correlations_[correlation % kPending];
-    if (c.valid && c.correlation == correlation) {
-      deliver(c.seq, start, end);
+  // Under mutex_: forget the ops the measurement thread has decided, and offer the matcher every
+  // op published since the last time, in sequence order.
+  void ingest() noexcept {
+    const uint64_t polled = polled_.load(std::memory_order_acquire);
+    matcher_.retire_below(polled);   // from now on no result of an op below reaches its slot
+    uint64_t s = std::max(ingested_.load(std::memory_order_relaxed), polled);
+    const uint64_t claimed = ring_.claimed();
+    try {
+      for (; s < claimed; ++s) {
+        OpSlot* slot = ring_.published(s);
+        if (!slot) break;
+        if (slot->via_events || !slot->timed) continue;
+        MatchOp op;
+        op.seq = s;
+        op.context = slot->cupti_context;
+        op.stream = slot->cupti_stream;
+        switch (slot->kind) {
+          case OpKind::Kernel: op.cls = OpClass::Kernel; break;
+          case OpKind::Graph: op.cls = OpClass::Graph; break;
+          case OpKind::Memset: op.cls = OpClass::Memset; break;
+          default: op.cls = OpClass::Memcpy; break;
+        }
+        std::copy(slot->grid, slot->grid + 3, op.grid);
+        std::copy(slot->block, slot->block + 3, op.block);
+        op.bytes = slot->bytes;
+        matcher_.add_op(op, results_);
+      }
+      matcher_.ingested_below(s, results_);
+    } catch (const std::bad_alloc&) {
+      // Out of memory: the ops not offered go untimed (given up), nothing worse.
+    }
+    ingested_.store(s, std::memory_order_release);
+    retired_.store(polled, std::memory_order_release);
+  }
+
+  // Under mutex_: hand the matcher's results to the ops' slots.
+  void apply() noexcept {
+    for (const MatchResult& r : results_) {
+      OpSlot& slot = ring_.at(r.seq);
+      if (slot.published.load(std::memory_order_acquire) != r.seq + 1) continue;
+      slot.gpu_start.store(r.start, std::memory_order_relaxed);
+      slot.gpu_end.store(r.end, std::memory_order_relaxed);
+      slot.gpu_state.store(r.timed ? 1 : 2, std::memory_order_release);
+    }
+    results_.clear();
+  }
+
+  void consume(uint8_t* buffer, size_t valid) noexcept {
+    // Every op whose record is in this buffer was claimed before now.
+    const uint64_t claimed = ring_.claimed();
+    std::lock_guard guard(mutex_);   // CUPTI's thread or a flushing one; never a launching thread
+    try {
+      batch_.clear();
+      CUpti_Activity* rec = nullptr;
+      while (api_.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        MatchRecord m;
+        switch (rec->kind) {
+          case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+          case CUPTI_ACTIVITY_KIND_KERNEL: {
+            const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
+            m.cls = OpClass::Kernel;
+            m.context = k->contextId, m.stream = k->streamId;
+            m.start = k->start, m.end = k->end;
+            m.grid[0] = static_cast<uint32_t>(k->gridX), m.grid[1] = static_cast<uint32_t>(k->gridY);
+            m.grid[2] = static_cast<uint32_t>(k->gridZ);
+            m.block[0] = static_cast<uint32_t>(k->blockX), m.block[1] = static_cast<uint32_t>(k->blockY);
+            m.block[2] = static_cast<uint32_t>(k->blockZ);
+            m.graph_id = k->graphId, m.graph_node = k->graphNodeId;
+            break;
+          }
+          case CUPTI_ACTIVITY_KIND_MEMCPY: {
+            const auto* c = reinterpret_cast<const CUpti_ActivityMemcpy6*>(rec);
+            m.cls = OpClass::Memcpy;
+            m.context = c->contextId, m.stream = c->streamId;
+            m.start = c->start, m.end = c->end, m.bytes = c->bytes;
+            m.graph_id = c->graphId, m.graph_node = c->graphNodeId;
+            break;
+          }
+          case CUPTI_ACTIVITY_KIND_MEMSET: {
+            const auto* s = reinterpret_cast<const CUpti_ActivityMemset4*>(rec);
+            m.cls = OpClass::Memset;
+            m.context = s->contextId, m.stream = s->streamId;
+            m.start = s->start, m.end = s->end, m.bytes = s->bytes;
+            m.graph_id = s->graphId, m.graph_node = s->graphNodeId;
+            break;
+          }
+          default: continue;
+        }
+        batch_.push_back(m);
+      }
+      ingest();
+      matcher_.add_records(batch_, claimed, results_);
+    } catch (const std::bad_alloc&) {
+    }
+    apply();
+  }
+
+  // Measurement thread: CUPTI matched nothing; time the rest with events.
+  void fall_back() noexcept {
+    Timer* ev = make_event_timer(ring_);
+    if (!ev) {
+      first_flush_ms_ = now_ms();   // try again later; CUPTI stays on
       return;
     }
-    Timing& t = timings_[correlation % kPending];   // a graph: several records for one correlation
-    if (t.correlation != correlation) t = {correlation, start, end};
-    t.start = std::min(t.start, start);
-    t.end = std::max(t.end, end);
+    MatchCounters c;
+    {
+      std::lock_guard guard(mutex_);
+      c = matcher_.counters();
+    }
+    char line[512];
+    describe(c, line, sizeof line);
+    log(LogLevel::Warn, "measure: CUPTI timed no op %" PRIu64 " ms after the first flush (%s); timing with CUDA "
+        "events from now on", kFallbackAfterMs, line);
+    fallen_back_ = true;
+    events_.store(ev, std::memory_order_release);
+    for (auto kind : kKinds) api_.disable(kind);
   }
 
-  // The op's span grows to cover every record of it (a graph launch is one op of many kernels).
-  void deliver(uint64_t seq, uint64_t start, uint64_t end) noexcept {
-    OpSlot& slot = ring_.at(seq);
-    if (slot.published.load(std::memory_order_acquire) != seq + 1) return;   // slot reused or not yet out
-    if (start < slot.gpu_start.load(std::memory_order_relaxed)) slot.gpu_start.store(start, std::memory_order_release);
-    if (end > slot.gpu_end.load(std::memory_order_relaxed)) slot.gpu_end.store(end, std::memory_order_release);
+  static void describe(const MatchCounters& c, char* out, size_t len) {
+    static constexpr const char* kNames[kOpClasses] = {"kernel", "memcpy", "memset", "graph"};
+    size_t n = 0;
+    const auto put = [&](const char* fmt, auto... args) {
+      if (n < len) n += static_cast<size_t>(std::snprintf(out + n, len - n, fmt, args...));
+    };
+    put("records received/matched/unmatched:");
+    for (int i = 0; i < kOpClasses; ++i)
+      put(" %s %" PRIu64 "/%" PRIu64 "/%" PRIu64, kNames[i], c.received[i], c.matched[i], c.unmatched[i]);
+    put(", incomplete %" PRIu64 "; ops queued %" PRIu64 " timed %" PRIu64 " lost %" PRIu64 " expired %" PRIu64,
+        c.incomplete, c.ops_queued, c.ops_timed, c.ops_lost, c.ops_expired);
   }
 
   OpRing& ring_;
   CuptiApi api_;
+  CtxGetCurrentFn ctx_current_;
+  StreamGetCtxFn stream_ctx_;
+  std::atomic<Timer*> events_{nullptr};        // set once, at the fallback
+  std::atomic<uint64_t> ingested_{0};          // ops below were offered to the matcher
+  std::atomic<uint64_t> polled_{0};            // the op being polled: ops below are decided
+  std::atomic<uint64_t> retired_{0};           // ops below are retired in the matcher
+
+  // Under mutex_.
   std::mutex mutex_;
-  Correlation correlations_[kPending];
-  Timing timings_[kPending];
+  RecordMatcher matcher_;
+  std::vector<MatchRecord> batch_;
+  std::vector<MatchResult> results_;
+
+  // Measurement thread only.
+  bool fallen_back_ = false;
+  bool ever_timed_ = false;
+  uint64_t first_flush_ms_ = 0;
 };
 
 void* open_cupti(char* why, size_t why_len) {
@@ -187,23 +418,36 @@ void* open_cupti(char* why, size_t why_len) {
 Timer* make_cupti_timer(OpRing& ring, char* why, size_t why_len) noexcept {
   void* lib = open_cupti(why, why_len);
   if (!lib) return nullptr;
+  // The C library's dlsym: the hook's own (resolve.cpp) looks at every name starting with "cu".
+  const DlsymFn find = real_dlsym();
   CuptiApi api{};
   bool ok = true;
-  const auto sym = [&](auto& fn, const char* name) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-    if (!fn && ok) std::snprintf(why, why_len, "libcupti lacks %s", name);
-    ok = ok && fn;
+  const auto sym = [&](auto& fn, const char* name, bool required = true) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(find(lib, name));
+    if (!fn && required && ok) std::snprintf(why, why_len, "libcupti lacks %s", name);
+    ok = ok && (fn || !required);
   };
   sym(api.enable, "cuptiActivityEnable");
   sym(api.disable, "cuptiActivityDisable");
   sym(api.register_callbacks, "cuptiActivityRegisterCallbacks");
-  sym(api.push, "cuptiActivityPushExternalCorrelationId");
-  sym(api.pop, "cuptiActivityPopExternalCorrelationId");
   sym(api.next_record, "cuptiActivityGetNextRecord");
   sym(api.flush_all, "cuptiActivityFlushAll");
   sym(api.result_string, "cuptiGetResultString");
+  sym(api.context_id, "cuptiGetContextId");
+  sym(api.stream_id_ex, "cuptiGetStreamIdEx", false);
+  sym(api.stream_id, "cuptiGetStreamId", false);
+  if (ok && !api.stream_id_ex && !api.stream_id) {
+    std::snprintf(why, why_len, "libcupti lacks cuptiGetStreamIdEx and cuptiGetStreamId");
+    ok = false;
+  }
   if (!ok) return nullptr;   // the library stays loaded: unloading CUPTI is not supported
-  auto* timer = new (std::nothrow) CuptiTimer(ring, api);
+  auto ctx_current = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
+  auto stream_ctx = real_driver<StreamGetCtxFn>("cuStreamGetCtx");
+  if (!ctx_current) {   // cuStreamGetCtx is optional (the current context stands in)
+    std::snprintf(why, why_len, "the driver lacks cuCtxGetCurrent");
+    return nullptr;
+  }
+  auto* timer = new (std::nothrow) CuptiTimer(ring, api, ctx_current, stream_ctx);
   if (!timer) return nullptr;
   if (!timer->start(why, why_len)) {
     g_timer = nullptr;

@@ -30,7 +30,8 @@ class EventTimer final : public Timer {
 
   const char* name() const noexcept override { return "events"; }
 
-  void before(OpSlot& slot, uint64_t, CUstream stream) noexcept override {
+  void before(OpSlot& slot, uint64_t, const LaunchInfo& op) noexcept override {
+    const CUstream stream = op.stream;
     slot.timed = false;
     // Created on first use of the slot, on the launching thread (whose context the op runs in);
     // the ring reuses them afterwards, so steady state creates nothing.
@@ -45,8 +46,8 @@ class EventTimer final : public Timer {
     slot.timed = record_(slot.start_event, stream) == CUDA_SUCCESS;
   }
 
-  void after(OpSlot& slot, uint64_t, CUstream stream, bool launched) noexcept override {
-    if (slot.timed) slot.timed = launched && record_(slot.end_event, stream) == CUDA_SUCCESS;
+  void after(OpSlot& slot, uint64_t, const LaunchInfo& op, bool launched) noexcept override {
+    if (slot.timed) slot.timed = launched && record_(slot.end_event, op.stream) == CUDA_SUCCESS;
   }
 
   Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept override {

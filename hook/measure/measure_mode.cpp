@@ -78,7 +78,7 @@ class MeasureMode final : public Mode {
     slot->kind = op.kind;
     slot->sync_epoch = sync_epoch_.load(std::memory_order_relaxed);
     slot->after_drop = drop_pending_.exchange(false, std::memory_order_relaxed);
-    timer_->before(*slot, seq, op.stream);
+    timer_->before(*slot, seq, op);
     t_in_flight = {slot, seq};
   }
 
@@ -87,7 +87,7 @@ class MeasureMode final : public Mode {
     if (!f.slot) return;
     t_in_flight.slot = nullptr;
     f.slot->launched = result == CUDA_SUCCESS;
-    timer_->after(*f.slot, f.seq, op.stream, f.slot->launched);
+    timer_->after(*f.slot, f.seq, op, f.slot->launched);
     ring_->publish(*f.slot, f.seq);
   }
 
@@ -109,8 +109,6 @@ class MeasureMode final : public Mode {
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
-  // CUPTI hands records over when a buffer fills; an op still pending after this long gets a flush.
-  static constexpr uint64_t kFlushAfterMs = 500;
 
   // The thread starts with the first launch, not at load time: the process may never use the GPU.
   void start_thread_once() noexcept {
@@ -160,7 +158,8 @@ class MeasureMode final : public Mode {
           const uint64_t now = now_ms();
           if (!pending_since) pending_since = now;
           // CUPTI delivers records in buffers: ask for them, and give up on one that never comes.
-          if (now - last_flush >= kFlushAfterMs && now - pending_since >= kFlushAfterMs) {
+          const uint64_t flush_after = timer_->flush_after_ms();
+          if (now - last_flush >= flush_after && now - pending_since >= flush_after) {
             timer_->flush();
             last_flush = now;
           }
@@ -170,6 +169,7 @@ class MeasureMode final : public Mode {
         pending_since = 0;
         std::optional<measure::Run> run;
         if (p == Timer::Poll::Ready) {
+          ++timed_in_run_;
           run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop});
         } else if (slot->launched) {
           run = builder_.add_untimed(slot->sync_epoch);
@@ -191,6 +191,7 @@ class MeasureMode final : public Mode {
       if (!progressed) sleep_us(200);
     }
     if (auto run = builder_.finish()) store(*run);
+    timer_->finished();
   }
 
   // Writes one run; false once auto mode has handed over to share mode (stop measuring).
@@ -221,6 +222,9 @@ class MeasureMode final : public Mode {
     }
     log(LogLevel::Debug, "measure: stored run %" PRIu64 " of task %s (%" PRIu64 " ops)", runs, cfg_.task_key,
         run.summary.gpu_ops);
+    // The op that closed the run belongs to the next one: its timing is counted there next time.
+    timer_->run_stored(runs, run.summary.gpu_ops, timed_in_run_);
+    timed_in_run_ = 0;
     if (share_after_runs_ == 0 || runs < share_after_runs_) return true;
 
     // Enough runs: measure no more. At exit there is nothing left to share; the next start shares.
@@ -255,6 +259,7 @@ class MeasureMode final : public Mode {
 
   // Measurement thread only.
   uint64_t next_ = 0;
+  uint64_t timed_in_run_ = 0;
   measure::RunBuilder builder_;
   std::unique_ptr<profiledb::Database> db_;
 };

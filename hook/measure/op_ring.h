@@ -25,8 +25,15 @@ struct OpSlot {
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
   // Events timing: created lazily on a launching thread, reused when the slot comes round again.
   CUevent start_event = nullptr, end_event = nullptr;
-  // CUPTI timing: filled from activity records (several for a graph launch: the span is kept).
-  std::atomic<uint64_t> gpu_start{UINT64_MAX}, gpu_end{0};
+  // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
+  // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
+  // back in gpu_start/gpu_end, published by gpu_state (0 pending, 1 timed, 2 lost).
+  bool via_events = false;        // CUPTI fell back to events: this op was armed by the event timer
+  uint32_t cupti_context = 0, cupti_stream = 0;
+  uint32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  uint64_t bytes = 0;
+  std::atomic<uint8_t> gpu_state{0};
+  std::atomic<uint64_t> gpu_start{0}, gpu_end{0};
 };
 
 class OpRing {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../config.h"
+#include "../mode.h"
 #include "op_ring.h"
 
 namespace fikit::hook::measure {
@@ -18,8 +19,8 @@ class Timer {
   virtual ~Timer() = default;
   virtual const char* name() const noexcept = 0;
   // Launching thread, around the real driver call. No allocation, no locks.
-  virtual void before(OpSlot& slot, uint64_t seq, CUstream stream) noexcept = 0;
-  virtual void after(OpSlot& slot, uint64_t seq, CUstream stream, bool launched) noexcept = 0;
+  virtual void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept = 0;
+  virtual void after(OpSlot& slot, uint64_t seq, const LaunchInfo& op, bool launched) noexcept = 0;
   // Measurement thread, ops in sequence order: the op's GPU interval (ns) once known.
   virtual Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept = 0;
   // Oldest op whose slot the timer still needs, given that ops below `next` were polled.
@@ -27,8 +28,14 @@ class Timer {
   // How long an op may stay Pending before it is counted as lost. 0: as long as the GPU takes (an
   // event completes when the op does); CUPTI records can go missing, so it gives up.
   virtual uint64_t give_up_ms() const noexcept { return 0; }
-  // Deliver buffered records now (CUPTI); nothing for events.
+  // Deliver buffered records now (CUPTI); nothing for events. The measurement thread calls it when
+  // an op has been pending for flush_after_ms(), and again at that period while it stays pending.
   virtual void flush() noexcept {}
+  virtual uint64_t flush_after_ms() const noexcept { return 500; }
+  // A run was stored (`timed` of its `ops` had GPU times), and the process is done measuring:
+  // diagnostics for the log (CUPTI: its record counters).
+  virtual void run_stored(uint64_t run, uint64_t ops, uint64_t timed) noexcept { (void)run, (void)ops, (void)timed; }
+  virtual void finished() noexcept {}
   // No more ops will come (auto mode moved on to sharing): stop collecting.
   virtual void stop() noexcept {}
 };

@@ -1,0 +1,192 @@
+#include "record_matcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace fikit::hook::measure {
+namespace {
+
+bool complete(const MatchRecord& r) { return r.end != 0 && r.start != 0 && r.end >= r.start; }
+
+// Does `rec` look like the record of `op`? (Same queue, so same stream and class already.)
+bool fits(const MatchOp& op, const MatchRecord& rec) {
+  switch (op.cls) {
+    case OpClass::Kernel:
+      return std::equal(op.grid, op.grid + 3, rec.grid) && std::equal(op.block, op.block + 3, rec.block);
+    case OpClass::Memcpy:
+    case OpClass::Memset:
+      return op.bytes == 0 || op.bytes == rec.bytes;
+    case OpClass::Graph:
+      return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+size_t RecordMatcher::ops_waiting() const noexcept {
+  size_t n = 0;
+  for (const auto& [key, q] : queues_) n += q.ops.size();
+  return n;
+}
+
+void RecordMatcher::emit(uint64_t seq, uint64_t start, uint64_t end, bool timed, std::vector<MatchResult>& out) {
+  if (seq < retired_below_) return;   // the caller has moved on; its slot may hold another op
+  out.push_back({seq, start, end, timed});
+  if (timed) ++counters_.ops_timed;
+}
+
+void RecordMatcher::add_op(const MatchOp& op, std::vector<MatchResult>& out) {
+  const Key key{op.context, op.stream, static_cast<uint8_t>(op.cls)};
+  Queue& q = queues_[key];
+  PendingOp pending;
+  pending.op = op;
+  q.ops.push_back(std::move(pending));
+  ++counters_.ops_queued;
+  if (!q.held.empty()) process(q, key, out);
+}
+
+void RecordMatcher::ingested_below(uint64_t seq, std::vector<MatchResult>& out) {
+  if (seq <= ingested_below_) return;
+  ingested_below_ = seq;
+  for (auto& [key, q] : queues_)
+    if (!q.held.empty()) process(q, key, out);
+}
+
+void RecordMatcher::add_records(std::vector<MatchRecord>& batch, uint64_t claimed, std::vector<MatchResult>& out) {
+  // One stream runs its work in order, so start times give the launch order within a queue,
+  // whatever order CUPTI wrote the records in.
+  std::stable_sort(batch.begin(), batch.end(),
+                   [](const MatchRecord& a, const MatchRecord& b) { return a.start < b.start; });
+  std::vector<Key> touched;
+  for (const MatchRecord& rec : batch) {
+    const OpClass cls = rec.graph_id != 0 ? OpClass::Graph : rec.cls;
+    ++counters_.received[static_cast<int>(cls)];
+    const Key key{rec.context, rec.stream, static_cast<uint8_t>(cls)};
+    Queue& q = queues_[key];
+    q.held.push_back({rec, claimed});
+    if (q.held.size() == 1) touched.push_back(key);
+  }
+  for (const Key& key : touched) process(queues_[key], key, out);
+}
+
+void RecordMatcher::drop_retired(Queue& q) {
+  while (!q.ops.empty() && q.ops.front().op.seq < retired_below_) {
+    q.ops.pop_front();
+    ++counters_.ops_expired;
+  }
+}
+
+void RecordMatcher::retire_below(uint64_t seq) {
+  if (seq <= retired_below_) return;
+  retired_below_ = seq;
+  // Queues that no record reaches would keep their ops forever: sweep now and then.
+  if (seq - purged_at_ >= 1024) {
+    purged_at_ = seq;
+    for (auto& [key, q] : queues_) drop_retired(q);
+  }
+}
+
+void RecordMatcher::process(Queue& q, const Key& key, std::vector<MatchResult>& out) {
+  drop_retired(q);
+  while (!q.held.empty()) {
+    const Held& h = q.held.front();
+    if (decide(q, key, h.rec, out) == Decision::Wait) {
+      // No op waits here. Its op may not have been added yet, unless every op that could be its
+      // own has been: then it is work the hook did not see.
+      if (h.claimed > ingested_below_) return;
+      ++counters_.unmatched[std::get<2>(key)];
+    }
+    q.held.pop_front();
+  }
+}
+
+RecordMatcher::Decision RecordMatcher::decide(Queue& q, const Key& key, const MatchRecord& rec,
+                                             std::vector<MatchResult>& out) {
+  const int cls = std::get<2>(key);
+  if (static_cast<OpClass>(cls) == OpClass::Graph) {
+    if (!complete(rec)) {
+      ++counters_.incomplete;
+      return Decision::Done;
+    }
+    while (!q.ops.empty()) {
+      PendingOp& head = q.ops.front();
+      if (head.records > 0 &&
+          (rec.graph_id != head.graph_id || std::find(head.nodes.begin(), head.nodes.end(), rec.graph_node) !=
+                                                 head.nodes.end())) {
+        close_graph(q, out);   // the record belongs to the next launch
+        continue;
+      }
+      head.graph_id = rec.graph_id;
+      if (head.nodes.size() < kMaxGraphNodes) head.nodes.push_back(rec.graph_node);
+      head.start = std::min(head.start, rec.start);
+      head.end = std::max(head.end, rec.end);
+      ++head.records;
+      head.grew = true;
+      ++counters_.matched[cls];
+      return Decision::Done;
+    }
+    return Decision::Wait;
+  }
+
+  if (q.ops.empty()) return Decision::Wait;
+  PendingOp& head = q.ops.front();
+  if (!complete(rec)) {
+    // A forced flush handed over a record still in progress: its op will get no other.
+    ++counters_.incomplete;
+    if (fits(head.op, rec)) {
+      emit(head.op.seq, 0, 0, false, out);
+      q.ops.pop_front();
+    }
+    return Decision::Done;
+  }
+  if (fits(head.op, rec)) {
+    const uint64_t seq = head.op.seq;
+    emit(seq, rec.start, rec.end, true, out);
+    q.ops.pop_front();
+    ++counters_.matched[cls];
+    close_graphs_before(rec.context, rec.stream, seq, out);
+    return Decision::Done;
+  }
+  // Not the head's record. Usually work the hook did not see; but when records keep fitting the
+  // op after the head, the head's own record went missing: give it up rather than stall the queue.
+  if (q.ops.size() > 1 && fits(q.ops[1].op, rec) && ++head.misses >= kMissesBeforeLost) {
+    emit(head.op.seq, 0, 0, false, out);
+    q.ops.pop_front();
+    ++counters_.ops_lost;
+    return decide(q, key, rec, out);
+  }
+  ++counters_.unmatched[cls];
+  return Decision::Done;
+}
+
+void RecordMatcher::close_graph(Queue& q, std::vector<MatchResult>& out) {
+  const PendingOp& head = q.ops.front();
+  emit(head.op.seq, head.start, head.end, true, out);
+  q.ops.pop_front();
+}
+
+// A later op of the stream got its record: a graph launched before it has finished (stream order).
+void RecordMatcher::close_graphs_before(uint32_t context, uint32_t stream, uint64_t seq,
+                                        std::vector<MatchResult>& out) {
+  auto it = queues_.find(Key{context, stream, static_cast<uint8_t>(OpClass::Graph)});
+  if (it == queues_.end()) return;
+  Queue& q = it->second;
+  drop_retired(q);
+  if (!q.ops.empty() && q.ops.front().records > 0 && q.ops.front().op.seq < seq) close_graph(q, out);
+}
+
+void RecordMatcher::settle(std::vector<MatchResult>& out) {
+  for (auto& [key, q] : queues_) {
+    if (static_cast<OpClass>(std::get<2>(key)) != OpClass::Graph) continue;
+    drop_retired(q);
+    if (q.ops.empty() || q.ops.front().records == 0) continue;
+    if (q.ops.front().grew) {
+      q.ops.front().grew = false;
+    } else {
+      close_graph(q, out);
+    }
+  }
+}
+
+}  // namespace fikit::hook::measure
