@@ -403,7 +403,7 @@ class CuptiTimer final : public Timer {
 
 void* open_cupti(char* why, size_t why_len) {
   const char* candidates[] = {std::getenv("FIKIT_CUPTI_PATH"), "libcupti.so.13", "libcupti.so",
-                              "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"};
+                              "/usr/local/cuda/lib64/libcupti.so.13", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"};
   for (const char* path : candidates) {
     if (!path || !*path) continue;
     if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;

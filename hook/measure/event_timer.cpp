@@ -109,13 +109,14 @@ Timer* make_event_timer(OpRing& ring) noexcept {
 }
 
 Timer* make_timer(TimingKind kind, OpRing& ring) noexcept {
-  // auto means events for now: on the H200 (driver 580, CUPTI 13) the CUPTI path delivered no timed
-  // op, so runs were lost; events were verified there. FIKIT_TIMING=cupti still asks for CUPTI.
-  if (kind == TimingKind::Cupti) {
+  // CUPTI: exact GPU timestamps at ~0.2 us of hook work per launch (the driver adds ~1.7 us of its
+  // own); events cost two records per op (~3.3 us). Verified on an H200: docs/performance.md.
+  if (kind != TimingKind::Events) {
     char why[256] = "";
     if (Timer* t = make_cupti_timer(ring, why, sizeof why)) return t;
-    log(LogLevel::Warn, "measure: CUPTI unavailable (%s): timing with CUDA events, at a higher overhead "
-                        "(FIKIT_CUPTI_PATH names libcupti.so)", why);
+    if (kind == TimingKind::Cupti || log_enabled(LogLevel::Info))
+      log(kind == TimingKind::Cupti ? LogLevel::Warn : LogLevel::Info,
+          "measure: CUPTI unavailable (%s): timing with CUDA events (FIKIT_CUPTI_PATH names libcupti.so)", why);
   }
   return make_event_timer(ring);
 }
