@@ -4,7 +4,10 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
+#include <linux/futex.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -25,13 +28,36 @@ namespace {
 constexpr uint64_t kMs = 1'000'000;
 constexpr int kReceivePollMs = 10;              // the receiver's housekeeping period
 constexpr uint64_t kReregisterEveryNs = 500 * kMs;   // while the daemon is away
+constexpr long kSenderSleepNs = 100 * long(kMs);      // a sleeping sender still checks for stop
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, long timeout_ns) noexcept {
+  timespec ts{timeout_ns / 1'000'000'000, timeout_ns % 1'000'000'000};
+  (void)syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+}
+
+inline void futex_wake(std::atomic<uint32_t>* word) noexcept {
+  (void)syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
 }  // namespace
 
-Client::~Client() { stop(); }
+Client::~Client() {
+  stop();
+  // Not in stop(): a launching thread may still be queueing into the ring while the process exits.
+  if (!sender_running_.load()) delete[] ring_;
+}
 
 bool Client::start(const ClientOptions& opts, bool wait_registered) noexcept {
   opts_ = opts;
   mode_.store(opts.mode);
+  owner_pid_ = int(getpid());
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(opts.port);
@@ -56,13 +82,29 @@ bool Client::start(const ClientOptions& opts, bool wait_registered) noexcept {
     fd_ = -1;
     return false;
   }
+  if (opts.mode == protocol::TaskMode::Share) start_sender();
   send_register();
   if (!wait_registered) return true;
   return wait_registered_for(opts_.daemon_timeout_ms);
 }
 
+void Client::start_sender() noexcept {
+  if (sender_running_.load() || fd_ < 0 || int(getpid()) != owner_pid_) return;
+  ring_ = new (std::nothrow) Cell[kRing];
+  if (ring_ == nullptr) return;   // notifications are sent inline
+  for (uint32_t i = 0; i < kRing; ++i) ring_[i].turn.store(i, std::memory_order_relaxed);
+  try {
+    sender_ = std::thread([this] { sender_loop(); });
+  } catch (...) {
+    log(LogLevel::Warn, "share mode: cannot start the notification thread: notifications are sent inline");
+    return;
+  }
+  sender_running_.store(true, std::memory_order_release);
+}
+
 bool Client::reregister(protocol::TaskMode mode, bool wait_registered) noexcept {
   mode_.store(mode);
+  if (mode == protocol::TaskMode::Share) start_sender();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     connected_.store(false, std::memory_order_release);
@@ -79,8 +121,26 @@ bool Client::wait_registered_for(uint32_t timeout_ms) noexcept {
 
 void Client::stop() noexcept {
   if (fd_ < 0 || stopping_.exchange(true)) return;
+  // A forked child has copies of the thread handles but not the threads: joining would hang.
+  const bool forked = int(getpid()) != owner_pid_;
+  if (sender_.joinable()) {
+    // The sender sends what the ring holds, then exits: at most one spin (bounded) after this.
+    sender_stop_.store(true, std::memory_order_seq_cst);
+    sender_sleeps_.store(0, std::memory_order_seq_cst);
+    futex_wake(&sender_sleeps_);
+    if (forked) sender_.detach(); else sender_.join();
+    sender_running_.store(false, std::memory_order_release);   // later notifications: inline
+    const uint64_t dropped = dropped_.load();
+    if (dropped > 0)
+      log(LogLevel::Warn, "share mode: %llu launch notifications dropped (the notification ring was full)",
+          static_cast<unsigned long long>(dropped));
+    log(LogLevel::Debug, "share mode: %llu notifications sent, %llu sender wake-ups by launching threads",
+        static_cast<unsigned long long>(notifications_.load()), static_cast<unsigned long long>(wakeups_.load()));
+  }
   if (connected()) send_body(seq_.fetch_add(1), protocol::Goodbye{});
-  if (receiver_.joinable()) receiver_.join();
+  if (receiver_.joinable()) {
+    if (forked) receiver_.detach(); else receiver_.join();
+  }
   close(fd_);
   fd_ = -1;
   connected_.store(false);
@@ -110,12 +170,100 @@ void Client::send_register() noexcept {
   (void)send(fd_, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-void Client::notify_launch(uint64_t kernel_id, uint64_t launched_ns) noexcept {
+void Client::send_notify(uint64_t kernel_id, uint64_t launched_ns) noexcept {
   uint8_t buf[protocol::kHeaderSize + 16];
   size_t n = protocol::encode_notify(task_id(), seq_.fetch_add(1, std::memory_order_relaxed), kernel_id, buf,
                                      launched_ns);
   (void)send(fd_, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL);
   notifications_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Client::notify_launch(uint64_t kernel_id, uint64_t launched_ns) noexcept {
+  // The daemon anchors the gap at the launch time: take it now, not when the sender sends.
+  if (launched_ns == 0) launched_ns = monotonic_ns();
+  if (!sender_running_.load(std::memory_order_acquire)) {
+    send_notify(kernel_id, launched_ns);   // no sender thread (not share mode, or it could not start)
+    return;
+  }
+  uint64_t pos = enqueue_pos_.load(std::memory_order_relaxed);
+  for (;;) {
+    Cell& cell = ring_[pos & (kRing - 1)];
+    const uint64_t turn = cell.turn.load(std::memory_order_acquire);
+    if (turn == pos) {
+      // seq_cst: ordered before the load of sender_sleeps_ below (the sender stores, then loads).
+      if (enqueue_pos_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+        cell.kernel_id = kernel_id;
+        cell.launched_ns = launched_ns;
+        cell.turn.store(pos + 1, std::memory_order_release);
+        break;
+      }
+    } else if (turn < pos) {
+      // Full: the sender is kRing notifications behind. Never block the launching thread.
+      dropped_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    } else {
+      pos = enqueue_pos_.load(std::memory_order_relaxed);
+    }
+  }
+  // Common case: the sender is awake (spinning or sending): one load, no syscall.
+  if (sender_sleeps_.load(std::memory_order_seq_cst) != 0) wake_sender();
+}
+
+void Client::wake_sender() noexcept {
+  if (sender_sleeps_.exchange(0, std::memory_order_seq_cst) == 0) return;   // another thread woke it
+  wakeups_.fetch_add(1, std::memory_order_relaxed);
+  futex_wake(&sender_sleeps_);
+}
+
+bool Client::pop(uint64_t& kernel_id, uint64_t& launched_ns) noexcept {
+  Cell& cell = ring_[dequeue_pos_ & (kRing - 1)];
+  if (cell.turn.load(std::memory_order_acquire) != dequeue_pos_ + 1) return false;
+  kernel_id = cell.kernel_id;
+  launched_ns = cell.launched_ns;
+  cell.turn.store(dequeue_pos_ + kRing, std::memory_order_release);
+  ++dequeue_pos_;
+  return true;
+}
+
+void Client::sender_loop() noexcept {
+  const uint64_t spin_ns = uint64_t(opts_.notify_spin_us) * 1000;
+  uint64_t kernel_id, launched_ns;
+  for (;;) {
+    // In ring order, which is the launching threads' order: the daemon's early stop relies on it.
+    while (pop(kernel_id, launched_ns)) send_notify(kernel_id, launched_ns);
+    if (sender_stop_.load(std::memory_order_acquire)) {
+      // Items claimed before the stop may still be being written: a bounded wait for them.
+      const uint64_t until = monotonic_ns() + kMs;
+      while (dequeue_pos_ != enqueue_pos_.load() && monotonic_ns() < until) {
+        if (pop(kernel_id, launched_ns)) send_notify(kernel_id, launched_ns);
+        else cpu_relax();
+      }
+      return;
+    }
+    if (spin_ns > 0) {
+      // A request launches every ~14 us: stay awake between its launches so that they make no syscall.
+      const uint64_t until = monotonic_ns() + spin_ns;
+      bool ready = false;
+      do {
+        for (int i = 0; i < 64 && !ready; ++i) {
+          cpu_relax();
+          ready = ring_[dequeue_pos_ & (kRing - 1)].turn.load(std::memory_order_acquire) == dequeue_pos_ + 1;
+        }
+        // On a machine with fewer cores than busy threads the spin must not take the launching
+        // thread's core: give it up whenever another thread can run (no-op when none can).
+        if (!ready) sched_yield();
+      } while (!ready && !sender_stop_.load(std::memory_order_relaxed) && monotonic_ns() < until);
+      if (ready || sender_stop_.load(std::memory_order_relaxed)) continue;
+    }
+    // Say that it sleeps, then look once more (seq_cst pairs with the producers' CAS and load).
+    sender_sleeps_.store(1, std::memory_order_seq_cst);
+    if (enqueue_pos_.load(std::memory_order_seq_cst) != dequeue_pos_ || sender_stop_.load()) {
+      sender_sleeps_.store(0, std::memory_order_relaxed);
+      continue;
+    }
+    futex_wait(&sender_sleeps_, 1, kSenderSleepNs);
+    sender_sleeps_.store(0, std::memory_order_relaxed);
+  }
 }
 
 void Client::send_idle() noexcept { send_body(seq_.fetch_add(1, std::memory_order_relaxed), protocol::Idle{}); }

@@ -3,6 +3,8 @@
 // use free-run credit or ask for a grant and wait. Without a daemon the program runs unscheduled.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -35,6 +37,17 @@ share::ClientOptions client_options(const Config& cfg, protocol::TaskMode mode) 
   o.priority = std::clamp(cfg.priority, 0, protocol::kPriorityLevels - 1);
   o.mode = mode;
   o.daemon_timeout_ms = cfg.daemon_timeout_ms > 0 ? cfg.daemon_timeout_ms : 100;
+  if (const char* spin = std::getenv("FIKIT_NOTIFY_SPIN_US"); spin != nullptr && *spin != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long us = std::strtoul(spin, &end, 10);
+    // Bounded: the sender thread spins this long at most, and shutdown waits for one spin.
+    if (errno != 0 || end == spin || *end != '\0' || us > 100'000 || spin[0] == '-')
+      log(LogLevel::Warn, "FIKIT_NOTIFY_SPIN_US='%s' is not a number of microseconds in 0..100000: using %u",
+          spin, o.notify_spin_us);
+    else
+      o.notify_spin_us = uint32_t(us);
+  }
   return o;
 }
 
@@ -117,8 +130,8 @@ class ShareMode final : public Mode {
     // After the launch, so the notification costs the GPU nothing; only while someone waits.
     constexpr uint8_t kNotifying = protocol::kRoleHolder | protocol::kRoleNotify;
     if (result != CUDA_SUCCESS || (client_.role() & kNotifying) != kNotifying || !client_.connected()) return;
-    // A notification wakes the daemon: ~8 us of this thread's time on a 2-core VM (a sendto that
-    // wakes a sleeping receiver), as long as a batch-1 inference gap. So the holder notifies only
+    // A notification wakes the daemon (~8 us of the sender thread's time on a 2-core VM; this thread
+    // only queues it, docs/scheduling.md) and makes the daemon plan a fill. So the holder notifies only
     // launches the daemon acts on: one that opens a gap a fill could use, the one after it (early
     // stop), the first after a synchronisation or a role change (activity starts: lower tasks' free
     // run ends), and one per kKeepAliveNs (so the daemon's quiet timeout never ends an active holder).
