@@ -142,15 +142,6 @@ std::string executable_basename() {
   return std::string(basename_of(path));
 }
 
-std::string demangled(const char* name) {
-  int status = 0;
-  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  if (status != 0 || out == nullptr) return name;
-  std::string result(out);
-  std::free(out);
-  return result;
-}
-
 // One frame: the stable text goes into the hash, the readable text into descriptions.
 void symbolize(uintptr_t pc, std::string& stable, std::string& readable) {
   Dl_info info{};
@@ -234,5 +225,14 @@ std::mutex& slow_path_mutex() noexcept { return g_mutex; }
 
 // The forked child has one thread; a mutex some other parent thread held stays locked forever.
 void reset_slow_path_mutex() noexcept { new (&g_mutex) std::mutex; }
+
+std::string demangled(const char* name) {
+  int status = 0;
+  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  if (status != 0 || out == nullptr) return name;
+  std::string result(out);
+  std::free(out);
+  return result;
+}
 
 }  // namespace fikit::kernelid::detail

@@ -31,6 +31,9 @@ const std::string& readable_call_site(uint64_t stable) noexcept;
 
 // Guards every allocation in kernelid/ (symbolization, descriptions). Never taken on a cache hit.
 std::mutex& slow_path_mutex() noexcept;
+
+// The demangled form of a C++ symbol name, or the name itself.
+std::string demangled(const char* name);
 void reset_slow_path_mutex() noexcept;
 
 // libgcc_s.so.1's unwinder, looked up once (nullptr if not available: the LLVM one is used).

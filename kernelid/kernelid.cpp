@@ -60,15 +60,6 @@ uint64_t function_name_hash(CUfunction func) noexcept {
   return h;
 }
 
-std::string demangled(const char* name) {
-  int status = 0;
-  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  if (status != 0 || out == nullptr) return name;
-  std::string result(out);
-  std::free(out);
-  return result;
-}
-
 void trace(const Description& d) noexcept {
   const int fd = g_trace_fd.load(std::memory_order_relaxed);
   if (fd < 0) return;
@@ -87,7 +78,7 @@ void remember(uint64_t id, uint64_t site, const char* name, bool demangle, const
   try {
     auto d = std::make_unique<Description>();
     d->id = id;
-    d->name = demangle ? demangled(name) : name;
+    d->name = demangle ? detail::demangled(name) : name;
     d->call_site = detail::readable_call_site(site);
     for (int i = 0; i < 3; ++i) {
       d->grid[i] = grid[i];
