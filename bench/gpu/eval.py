@@ -211,6 +211,14 @@ class Harness:
         return p
 
     # ---------------------------------------------------------------- scheduler
+    def with_scheduler(self, flags, label, run):
+        """run(port) beside a fresh fikit-scheduler with this variant's settings, stopped afterwards."""
+        sched, port = self.start_scheduler(flags, label)
+        try:
+            return run(port)
+        finally:
+            sched.stop()
+
     def start_scheduler(self, flags, label):
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         s.bind(("127.0.0.1", 0))
@@ -431,13 +439,9 @@ class Harness:
             self.ensure_measured(hp, "hp")
             self.ensure_measured(lp, "lp")
             for label, flags in self.variants:
-                def go():
-                    sched, port = self.start_scheduler(flags, label)
-                    try:
-                        return self.pair_run(hp, lp, "fikit", port)
-                    finally:
-                        sched.stop()
-                self._store_pair(pr, label, self.step("%s %s" % (label, text), go))
+                r = self.step("%s %s" % (label, text), lambda: self.with_scheduler(
+                    flags, label, lambda port: self.pair_run(hp, lp, "fikit", port)))
+                self._store_pair(pr, label, r)
             self._summarise_pair(pr)
             self.save()
 
@@ -483,13 +487,9 @@ class Harness:
         self.ensure_measured(hp, "hp")
         self.ensure_measured(lp, "lp")
         for label, flags in self.variants:
-            def go():
-                sched, port = self.start_scheduler(flags, label)
-                try:
-                    return self.pair_run(hp, lp, "fikit", port, **kw)
-                finally:
-                    sched.stop()
-            self._store_preempt(out, label, self.step("preempt %s" % label, go))
+            r = self.step("preempt %s" % label, lambda: self.with_scheduler(
+                flags, label, lambda port: self.pair_run(hp, lp, "fikit", port, **kw)))
+            self._store_preempt(out, label, r)
         alone = (out["setups"].get("alone") or {}).get("jct_us") or {}
         for label, s in out["setups"].items():
             if s and label != "alone":
@@ -527,13 +527,9 @@ class Harness:
         self.ensure_measured(hp, "hp")
         self.ensure_measured(lp, "lp")
         for label, flags in self.variants:
-            def go():
-                sched, port = self.start_scheduler(flags, label)
-                try:
-                    return shared("fikit", port)
-                finally:
-                    sched.stop()
-            self._store_stab(out, label, self.step("stability %s" % label, go))
+            r = self.step("stability %s" % label, lambda: self.with_scheduler(
+                flags, label, lambda port: shared("fikit", port)))
+            self._store_stab(out, label, r)
         self.save()
 
     def _store_stab(self, out, label, r):
