@@ -360,6 +360,11 @@ Database::~Database() { delete impl_; }
 
 int Database::schema_version() { return read_user_version(impl_->db); }
 
+std::string Database::integrity_check() {
+  Stmt s(impl_->db, "PRAGMA integrity_check");
+  return s.step() ? s.text(0) : "no answer";
+}
+
 uint64_t Database::add_run(const std::string& task_key, const std::string& command_line, const RunSummary& run,
                            const std::vector<KernelSample>& kernels, const std::vector<TraceOp>& trace,
                            uint32_t runs_wanted) {

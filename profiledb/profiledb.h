@@ -115,6 +115,8 @@ class Database {
 
   static constexpr int kSchemaVersion = 1;   // PRAGMA user_version written by the migrations
   int schema_version();
+  // SQLite's own check of the file: "ok", or the first problem it found.
+  std::string integrity_check();
   static std::string default_path();   // $XDG_DATA_HOME/fikit/profiles.db or ~/.local/share/fikit/profiles.db
 
  private:

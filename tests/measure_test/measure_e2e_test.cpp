@@ -2,7 +2,6 @@
 // and what lands in the profile database is compared with what the probe says it did.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -214,14 +213,7 @@ TEST_F(MeasureE2E, KilledMidRunThenACleanRun) {
   ASSERT_EQ(run({"--iterations", "4"}, {{"FIKIT_RUN_ITERATIONS", "2"}}), 0) << slurp("err0");
   EXPECT_EQ(runs_of(), before + 2);
   EXPECT_EQ(by_position().at(0).count, count_before + 4);
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(db_.c_str(), &raw), SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "ok");
-  sqlite3_finalize(st);
-  sqlite3_close(raw);
+  EXPECT_EQ(fikit::profiledb::Database(db_).integrity_check(), "ok");
 }
 
 TEST_F(MeasureE2E, AutoModeSharesAfterTheMeasuredRuns) {

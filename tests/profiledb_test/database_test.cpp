@@ -171,14 +171,7 @@ TEST_F(DbTest, WriterKilledMidTransactionLeavesTheDatabaseUsable) {
   Database db(path_, Database::Open::ReadWrite, 2000);
   EXPECT_EQ(db.add_run("t", "", {}, {sample(1, 10, 1, 1)}, {}), 2u);   // not 1000: the kill rolled back
   EXPECT_EQ(db.kernels("t").at(0).count, 2u);
-  sqlite3* raw = nullptr;
-  ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
-  sqlite3_stmt* st = nullptr;
-  sqlite3_prepare_v2(raw, "PRAGMA integrity_check", -1, &st, nullptr);
-  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
-  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "ok");
-  sqlite3_finalize(st);
-  sqlite3_close(raw);
+  EXPECT_EQ(db.integrity_check(), "ok");
 }
 
 TEST_F(DbTest, MissingFileIsMissing) {
