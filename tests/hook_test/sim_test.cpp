@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -12,6 +13,16 @@
 #include <vector>
 
 namespace {
+
+// The simulated device lives in shared memory until removed: each test leaves none behind.
+class RemoveSimulatedDevice : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (const char* name = std::getenv("FIKIT_SIMGPU_NAME"); name && *name)
+      unlink((std::string("/dev/shm/") + name).c_str());
+  }
+};
+const auto* const kRemoveSimulatedDevice = ::testing::AddGlobalTestEnvironment(new RemoveSimulatedDevice);
 
 struct Result {
   int exit_code = -1;

@@ -39,7 +39,10 @@ class MeasureE2E : public ::testing::Test {
     std::filesystem::create_directories(dir_);
     db_ = (dir_ / "sub" / "profiles.db").string();   // the hook creates the directory
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void TearDown() override {
+    std::filesystem::remove_all(dir_);
+    std::filesystem::remove("/dev/shm/" + name_);   // the test's simulated device
+  }
 
   // Starts the probe under the hook; `extra` adds or overrides FIKIT_* settings.
   pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra, int index = 0) {

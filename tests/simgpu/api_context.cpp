@@ -35,14 +35,23 @@ uint64_t env_u64(const char* name, uint64_t fallback) {
 
 CUresult init_once() {
   g_settings.kernel_ns = env_u64("FIKIT_SIMGPU_KERNEL_NS", 5000);
-  g_settings.switch_ns = env_u64("FIKIT_SIMGPU_SWITCH_NS", 2000);
   g_settings.die_in_lock_at = env_u64("FIKIT_SIMGPU_TEST_DIE_IN_LOCK", 0);
   const uint64_t gbps = env_u64("FIKIT_SIMGPU_COPY_GBPS", 25);
   g_settings.copy_gbps = gbps == 0 ? 25.0 : static_cast<double>(gbps);
+  // As the real MPS client reads it: 0 normal, 1 below normal (anything else: normal).
+  g_settings.mps_priority = env_u64("CUDA_MPS_CLIENT_PRIORITY", 0) == 1 ? 1 : 0;
+  if (const char* p = std::getenv("FIKIT_SIMGPU_STATS"); p && *p)
+    std::snprintf(g_settings.stats_path, sizeof g_settings.stats_path, "%s", p);
+  SegmentConfig config;
+  config.switch_ns = env_u64("FIKIT_SIMGPU_SWITCH_NS", 2000);
+  const uint64_t devices = env_u64("FIKIT_SIMGPU_DEVICES", 1);
+  if (devices < 1 || devices > kMaxDevices) log_error("FIKIT_SIMGPU_DEVICES must be 1..%d: using 1", kMaxDevices);
+  config.devices = devices < 1 || devices > kMaxDevices ? 1 : uint32_t(devices);
+  config.sharing = env_u64("FIKIT_SIMGPU_MPS", 0) != 0 ? Sharing::Mps : Sharing::TimeSlice;
   char name[200];
   segment_name(name, sizeof name);
   DeviceState* dev = nullptr;
-  switch (open_segment(name, g_settings.switch_ns, &dev)) {
+  switch (open_segment(name, config, &dev)) {
     case OpenResult::Ok:
       g_device = dev;
       return CUDA_SUCCESS;
@@ -56,7 +65,7 @@ CUresult init_once() {
   return CUDA_ERROR_OPERATING_SYSTEM;
 }
 
-bool valid_device(CUdevice dev) { return dev == 0; }
+bool valid_device(CUdevice dev) { return g_device && dev >= 0 && uint32_t(dev) < g_device->device_count; }
 
 Context* checked_context(CUcontext handle) { return g_contexts.find(handle); }
 
@@ -104,15 +113,15 @@ CUresult cuDriverGetVersion(int* version) {
 CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
-  if (ordinal != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *device = 0;
+  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
+  *device = ordinal;
   return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetCount(int* count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
-  *count = 1;
+  *count = int(g_device->device_count);
   return CUDA_SUCCESS;
 }
 
@@ -122,6 +131,23 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   std::snprintf(name, static_cast<size_t>(len), "%s", kDeviceName);
   return CUDA_SUCCESS;
 }
+
+// Distinct per device and per simulated machine (segment name), stable across processes.
+CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  char name[200];
+  segment_name(name, sizeof name);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char* c = name; *c; ++c) h = (h ^ uint8_t(*c)) * 0x100000001b3ull;
+  for (int i = 0; i < 8; ++i) uuid->bytes[i] = char(h >> (8 * i));
+  std::memcpy(uuid->bytes + 8, "simgpu", 6);
+  uuid->bytes[14] = 0;
+  uuid->bytes[15] = char(dev);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
 
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
@@ -174,6 +200,7 @@ CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice de
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *value = 232448; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *value = 32; break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MPS_ENABLED: *value = g_device->sharing == Sharing::Mps ? 1 : 0; break;
     default: *value = 0; break;
   }
   return CUDA_SUCCESS;
@@ -183,16 +210,16 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  static Context* primary = nullptr;
+  static Context* primary[kMaxDevices] = {};
   static std::mutex primary_mutex;
   std::lock_guard guard(primary_mutex);
-  if (!primary || !primary->live) {
-    primary = nullptr;
-    CUresult r = create_context(true, &primary);
+  if (!primary[dev] || !primary[dev]->live) {
+    primary[dev] = nullptr;
+    CUresult r = create_context(dev, true, &primary[dev]);
     if (r != CUDA_SUCCESS) return r;
   }
-  ++primary->primary_refs;
-  *pctx = reinterpret_cast<CUcontext>(primary);
+  ++primary[dev]->primary_refs;
+  *pctx = reinterpret_cast<CUcontext>(primary[dev]);
   return CUDA_SUCCESS;
 }
 
@@ -200,7 +227,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   Context* primary = nullptr;
-  g_contexts.for_each_live([&](Context& c) { if (c.primary) primary = &c; });
+  g_contexts.for_each_live([&](Context& c) { if (c.primary && c.device == dev) primary = &c; });
   if (!primary) return CUDA_ERROR_INVALID_CONTEXT;
   if (--primary->primary_refs <= 0) return destroy_context(primary);
   return CUDA_SUCCESS;
@@ -212,7 +239,7 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* acti
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   bool found = false;
-  g_contexts.for_each_live([&](Context& c) { found |= c.primary; });
+  g_contexts.for_each_live([&](Context& c) { found |= c.primary && c.device == dev; });
   *flags = 0;
   *active = found ? 1 : 0;
   return CUDA_SUCCESS;
@@ -223,7 +250,7 @@ CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   Context* ctx = nullptr;
-  CUresult r = create_context(false, &ctx);
+  CUresult r = create_context(dev, false, &ctx);
   if (r != CUDA_SUCCESS) return r;
   current_context() = ctx;
   *pctx = reinterpret_cast<CUcontext>(ctx);
@@ -283,14 +310,14 @@ CUresult cuCtxGetDevice(CUdevice* device) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
   Context* ctx = current_context();
   if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
-  *device = 0;
+  *device = ctx->device;
   return CUDA_SUCCESS;
 }
 
 CUresult cuCtxGetDevice_v2(CUdevice* device, CUcontext handle) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
   if (handle && !checked_context(handle)) return CUDA_ERROR_INVALID_CONTEXT;
-  return handle ? (*device = 0, CUDA_SUCCESS) : cuCtxGetDevice(device);
+  return handle ? (*device = checked_context(handle)->device, CUDA_SUCCESS) : cuCtxGetDevice(device);
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext handle) {

@@ -1,6 +1,7 @@
 // Driver entry points that put work on the device: memory, streams, events, launches and graphs.
 // The _ptsz/_ptds forms behave like the plain ones: every stream of a context runs in one FIFO,
 // so the per-thread default stream and the legacy one are the same queue here.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -56,7 +57,7 @@ CUresult put(CUstream handle, const GraphOp& op) {
       for (size_t i = 0; i < op.bytes / 4; ++i) p[i] = op.value;
     }
   }
-  return enqueue(ctx, stream, op.kind, op.duration_ns);
+  return enqueue(ctx, stream, op.kind, op.duration_ns, 0, op.threads);
 }
 
 CUresult launch(CUfunction hfunc, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -68,7 +69,9 @@ CUresult launch(CUfunction hfunc, unsigned gx, unsigned gy, unsigned gz, unsigne
       static_cast<uint64_t>(bx) * by * bz > 1024)
     return CUDA_ERROR_INVALID_VALUE;
   if (!f->param_sizes.empty() && !params && !extra) return CUDA_ERROR_INVALID_VALUE;
-  GraphOp op{OpKind::Kernel, kernel_duration_ns(*f, params, extra), nullptr, nullptr, 0, 0, 0};
+  const uint64_t threads = uint64_t(gx) * gy * gz * bx * by * bz;
+  GraphOp op{OpKind::Kernel, kernel_duration_ns(*f, params, extra), uint32_t(std::min<uint64_t>(threads, UINT32_MAX)),
+             nullptr, nullptr, 0, 0, 0};
   return put(stream, op);
 }
 
@@ -80,7 +83,7 @@ CUresult copy(void* dst, const void* src, size_t bytes, Dir dir, CUstream stream
   const bool dst_dev = dir != Dir::DtoH, src_dev = dir != Dir::HtoD;
   if (dst_dev && !is_device_range(reinterpret_cast<CUdeviceptr>(dst), bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (src_dev && !is_device_range(reinterpret_cast<CUdeviceptr>(src), bytes)) return CUDA_ERROR_INVALID_VALUE;
-  GraphOp op{OpKind::Copy, copy_duration_ns(bytes), dst, src, bytes, 0, 0};
+  GraphOp op{OpKind::Copy, copy_duration_ns(bytes), 0, dst, src, bytes, 0, 0};
   CUresult r = put(stream, op);
   if (r != CUDA_SUCCESS || !blocking) return r;
   Context* ctx = current_live();
@@ -91,7 +94,7 @@ CUresult set(CUdeviceptr dst, uint32_t value, uint8_t elem, size_t count, CUstre
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   const size_t bytes = count * elem;
   if (!is_device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  GraphOp op{OpKind::Set, set_duration_ns(bytes), reinterpret_cast<void*>(dst), nullptr, bytes, value, elem};
+  GraphOp op{OpKind::Set, set_duration_ns(bytes), 0, reinterpret_cast<void*>(dst), nullptr, bytes, value, elem};
   CUresult r = put(stream, op);
   if (r != CUDA_SUCCESS || !blocking) return r;
   Context* ctx = current_live();

@@ -1,5 +1,6 @@
 #include "driver_state.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -39,15 +40,38 @@ uint64_t g_submits = 0;  // for the test-only die-in-lock hook
 // Short sleeps must be short: the simulated completions are microseconds apart.
 __attribute__((constructor)) void set_timer_slack() { prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); }
 
+// FIKIT_SIMGPU_STATS: what this context did on the device and how long it waited for others, one
+// JSON line appended per context when it is released (tests read it after the process exits).
+void write_stats(const CtxSlot& s) {
+  if (g_settings.stats_path[0] == '\0') return;
+  char line[512];
+  const int n = std::snprintf(
+      line, sizeof line,
+      "{\"pid\":%d,\"device\":%u,\"priority\":%u,\"ops\":%llu,\"busy_ns\":%llu,\"wait_ns\":%llu,"
+      "\"max_wait_ns\":%llu,\"overlap_ns\":%llu}\n",
+      s.pid, s.device, s.priority, static_cast<unsigned long long>(s.stats.ops_done),
+      static_cast<unsigned long long>(s.stats.busy_ns), static_cast<unsigned long long>(s.stats.wait_ns),
+      static_cast<unsigned long long>(s.stats.max_wait_ns), static_cast<unsigned long long>(s.stats.overlap_ns));
+  const int fd = open(g_settings.stats_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  ssize_t ignored = write(fd, line, static_cast<size_t>(n));   // O_APPEND: one line, one write
+  (void)ignored;
+  close(fd);
+}
+
+void release(Context& ctx) {
+  if (g_device->ctx[ctx.slot].gen != ctx.gen) return;
+  write_stats(g_device->ctx[ctx.slot]);
+  release_slot(*g_device, ctx.slot);
+}
+
 // A process that exits without destroying its contexts drops their pending work, as a real
 // driver tears a process's contexts down at exit.
 __attribute__((destructor)) void release_contexts_at_exit() {
   if (!g_device) return;
   DeviceLock lock(*g_device);
   if (!lock.ok()) return;
-  g_contexts.for_each_live([](Context& ctx) {
-    if (g_device->ctx[ctx.slot].gen == ctx.gen) release_slot(*g_device, ctx.slot);
-  });
+  g_contexts.for_each_live([](Context& ctx) { release(ctx); });
 }
 
 }  // namespace
@@ -90,13 +114,14 @@ Context* stream_context(CUstream handle, Stream** stream, CUresult* err) {
   return s->ctx;
 }
 
-CUresult create_context(bool primary, Context** out) {
+CUresult create_context(int device, bool primary, Context** out) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   std::lock_guard guard(g_mutex);
   Context* ctx = g_contexts.allocate();
   if (!ctx) return CUDA_ERROR_OUT_OF_MEMORY;
   DeviceLock lock(*g_device);
-  const int slot = lock.ok() ? claim_slot(*g_device, getpid(), 0, lock.now()) : -1;
+  const int slot =
+      lock.ok() ? claim_slot(*g_device, getpid(), 0, lock.now(), uint32_t(device), g_settings.mps_priority) : -1;
   if (slot < 0) {
     g_contexts.release(ctx);
     log_error("the simulated device has no free context slot (%d in use)", kMaxContexts);
@@ -105,6 +130,7 @@ CUresult create_context(bool primary, Context** out) {
   g_device->ctx[slot].local_id = static_cast<uint32_t>(g_contexts.index_of(ctx));
   ctx->slot = slot;
   ctx->gen = g_device->ctx[slot].gen;
+  ctx->device = device;
   ctx->primary = primary;
   *out = ctx;
   return CUDA_SUCCESS;
@@ -114,7 +140,7 @@ CUresult destroy_context(Context* ctx) {
   std::lock_guard guard(g_mutex);
   {
     DeviceLock lock(*g_device);
-    if (lock.ok() && g_device->ctx[ctx->slot].gen == ctx->gen) release_slot(*g_device, ctx->slot);
+    if (lock.ok()) release(*ctx);
   }
   g_streams.for_each_live([ctx](Stream& s) { if (s.ctx == ctx) g_streams.release(&s); });
   g_events.for_each_live([ctx](Event& e) { if (e.ctx == ctx) g_events.release(&e); });
@@ -123,7 +149,7 @@ CUresult destroy_context(Context* ctx) {
   return CUDA_SUCCESS;
 }
 
-CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event) {
+CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event, uint32_t threads) {
   for (;;) {
     uint64_t wake;
     {
@@ -131,7 +157,7 @@ CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns
       if (!lock.ok()) return CUDA_ERROR_UNKNOWN;
       if (g_device->ctx[ctx->slot].gen != ctx->gen) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
       if (g_settings.die_in_lock_at && ++g_submits == g_settings.die_in_lock_at) raise(SIGKILL);
-      Op op{lock.now(), duration_ns, event, kind};
+      Op op{lock.now(), duration_ns, event, threads, kind};
       const uint64_t seq = submit(*g_device, ctx->slot, op);
       if (seq != UINT64_MAX) {
         ctx->tail.store(seq + 1, std::memory_order_release);

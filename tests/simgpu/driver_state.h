@@ -20,6 +20,7 @@ struct Context {
   std::atomic<bool> live{false};
   int slot = -1;           // CtxSlot index in the shared device
   uint32_t gen = 0;
+  int device = 0;          // ordinal
   bool primary = false;
   int primary_refs = 0;
   std::atomic<uint64_t> tail{0};  // sequence number after the last op submitted
@@ -30,6 +31,7 @@ struct Context {
 struct GraphOp {
   OpKind kind;
   uint64_t duration_ns;
+  uint32_t threads;    // Kernel: blocks x threads per block
   void* dst;           // Copy / Set
   const void* src;     // Copy
   size_t bytes;        // Copy / Set (bytes written)
@@ -119,7 +121,8 @@ class Pool {
 struct Settings {
   uint64_t kernel_ns = 5000;
   double copy_gbps = 25.0;
-  uint64_t switch_ns = 2000;
+  uint32_t mps_priority = 0;    // CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal)
+  char stats_path[512] = {};    // FIKIT_SIMGPU_STATS: one JSON line per context at its release
   uint64_t die_in_lock_at = 0;  // test only: SIGKILL this process inside the lock on that submit
 };
 
@@ -141,11 +144,12 @@ void log_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 // context. nullptr with *err set when the handle or the context is not valid.
 Context* stream_context(CUstream handle, Stream** stream, CUresult* err);
 
-CUresult create_context(bool primary, Context** out);
+CUresult create_context(int device, bool primary, Context** out);
 CUresult destroy_context(Context* ctx);
 
 // Submits one op (waiting while the context's ring is full) and tracks it on the stream.
-CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event = 0);
+CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event = 0,
+                 uint32_t threads = 0);
 // Waits until every op before sequence number `target` of `ctx` has completed.
 CUresult wait_for(Context* ctx, uint64_t target);
 // CUDA_SUCCESS when done, CUDA_ERROR_NOT_READY when not.

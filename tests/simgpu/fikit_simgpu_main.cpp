@@ -34,21 +34,26 @@ int status(const char* name) {
     return kFailed;
   }
   const double ms = 1e-6;
-  std::printf("device /dev/shm/%s\n", name);
-  std::printf("simulated time %.3f ms since creation, device busy %.3f ms, ops run %llu\n",
-              (dev->sim_ns - dev->created_ns) * ms, dev->busy_ns * ms, static_cast<unsigned long long>(dev->ops_run));
-  std::printf("context switches %llu (%llu ns each), dead contexts dropped %llu\n",
-              static_cast<unsigned long long>(dev->switches), static_cast<unsigned long long>(dev->switch_ns),
-              static_cast<unsigned long long>(dev->dropped_contexts));
-  if (dev->running >= 0)
-    std::printf("running: slot %d until +%.3f ms\n", dev->running, (dev->running_end_ns - lock.now()) * ms);
-  std::printf("%-5s %-8s %-6s %-8s %-10s %-12s\n", "slot", "pid", "ctx", "pending", "ops done", "busy ms");
+  std::printf("simulated machine /dev/shm/%s: %u device(s), %s, switch %llu ns\n", name, dev->device_count,
+              dev->sharing == Sharing::Mps ? "MPS-like sharing" : "time-sliced",
+              static_cast<unsigned long long>(dev->switch_ns));
+  std::printf("simulated time %.3f ms since creation, dead contexts dropped %llu\n",
+              (dev->sim_ns - dev->created_ns) * ms, static_cast<unsigned long long>(dev->dropped_contexts));
+  for (uint32_t d = 0; d < dev->device_count; ++d) {
+    const DeviceSim& g = dev->dev[d];
+    std::printf("device %u: busy %.3f ms, ops run %llu, context switches %llu, running %u\n", d, g.busy_ns * ms,
+                static_cast<unsigned long long>(g.ops_run), static_cast<unsigned long long>(g.switches),
+                g.running_count);
+  }
+  std::printf("%-5s %-8s %-4s %-4s %-6s %-8s %-10s %-10s %-10s %-10s\n", "slot", "pid", "dev", "prio", "ctx",
+              "pending", "ops done", "busy ms", "wait ms", "overlap ms");
   for (int i = 0; i < kMaxContexts; ++i) {
     const CtxSlot& s = dev->ctx[i];
     if (s.state != SlotState::Live) continue;
-    std::printf("%-5d %-8d %-6u %-8llu %-10llu %-12.3f\n", i, s.pid, s.local_id,
-                static_cast<unsigned long long>(s.tail - s.head), static_cast<unsigned long long>(s.ops_done),
-                s.busy_ns * ms);
+    std::printf("%-5d %-8d %-4u %-4u %-6u %-8llu %-10llu %-10.3f %-10.3f %-10.3f\n", i, s.pid, s.device, s.priority,
+                s.local_id, static_cast<unsigned long long>(s.tail - s.head),
+                static_cast<unsigned long long>(s.stats.ops_done), s.stats.busy_ns * ms, s.stats.wait_ns * ms,
+                s.stats.overlap_ns * ms);
   }
   return kOk;
 }

@@ -27,6 +27,8 @@ const Entry kEntries[] = {
     {"cuDeviceGet", 2000, FN(cuDeviceGet), nullptr},
     {"cuDeviceGetCount", 2000, FN(cuDeviceGetCount), nullptr},
     {"cuDeviceGetName", 2000, FN(cuDeviceGetName), nullptr},
+    {"cuDeviceGetUuid", 9020, FN(cuDeviceGetUuid), nullptr},
+    {"cuDeviceGetUuid", 11040, FN(cuDeviceGetUuid_v2), nullptr},
     {"cuDeviceGetAttribute", 2000, FN(cuDeviceGetAttribute), nullptr},
     {"cuDeviceTotalMem", 3020, FN(cuDeviceTotalMem_v2), nullptr},
     {"cuDevicePrimaryCtxRetain", 7000, FN(cuDevicePrimaryCtxRetain), nullptr},

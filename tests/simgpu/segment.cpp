@@ -39,7 +39,7 @@ bool init_mutex(pthread_mutex_t* m) {
 }
 
 // Builds a complete segment under a private name; linking it into place is the atomic publish.
-bool create_segment(const char* path, uint64_t switch_ns) {
+bool create_segment(const char* path, const SegmentConfig& config) {
   char tmp[300];
   std::snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, static_cast<int>(getpid()));
   int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -49,7 +49,7 @@ bool create_segment(const char* path, uint64_t switch_ns) {
   close(fd);
   if (dev) {
     ok = init_mutex(&dev->mutex);
-    init_state(*dev, switch_ns, now_ns());
+    init_state(*dev, config.switch_ns, now_ns(), config.devices, config.sharing);
     munmap(dev, sizeof(DeviceState));
   } else {
     ok = false;
@@ -83,8 +83,25 @@ void repair(DeviceState& dev) {
   for (CtxSlot& s : dev.ctx) {
     if (s.tail < s.head || s.tail - s.head > kRingOps) s.tail = s.head;
   }
-  if (dev.running >= kMaxContexts || dev.running < -1) dev.running = -1;
-  if (dev.resident >= kMaxContexts || dev.resident < -1) dev.resident = -1;
+  for (DeviceSim& d : dev.dev)
+    if (d.resident >= kMaxContexts || d.resident < -1) d.resident = -1;
+  if (dev.device_count == 0 || dev.device_count > kMaxDevices) dev.device_count = 1;
+  // The running counts are derived data: recompute them from the contexts.
+  for (DeviceSim& d : dev.dev) {
+    d.running_count = 0;
+    d.free_threads = kDeviceThreads;
+  }
+  for (CtxSlot& s : dev.ctx) {
+    if (!s.running) continue;
+    if (s.device >= dev.device_count || s.running_threads > kDeviceThreads) {
+      s.running = 0;
+      continue;
+    }
+    DeviceSim& d = dev.dev[s.device];
+    if (s.running_threads > d.free_threads) s.running_threads = uint32_t(d.free_threads);
+    ++d.running_count;
+    d.free_threads -= s.running_threads;
+  }
   dev.last_reap_ns = 0;  // the dead holder's context goes at once
 }
 
@@ -104,13 +121,13 @@ void segment_name(char* out, size_t size) noexcept {
     std::snprintf(out, size, "fikit-simgpu-%u", static_cast<unsigned>(getuid()));
 }
 
-OpenResult open_segment(const char* name, uint64_t switch_ns, DeviceState** out) noexcept {
+OpenResult open_segment(const char* name, const SegmentConfig& config, DeviceState** out) noexcept {
   char path[256];
   shm_path(name, path, sizeof path);
   for (int attempt = 0; attempt < 3; ++attempt) {
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
-      if (errno != ENOENT || !create_segment(path, switch_ns)) return OpenResult::SystemError;
+      if (errno != ENOENT || !create_segment(path, config)) return OpenResult::SystemError;
       continue;
     }
     struct stat st;
@@ -136,7 +153,7 @@ DeviceState* attach_segment(const char* name) noexcept {
   char path[256];
   shm_path(name, path, sizeof path);
   if (access(path, F_OK) != 0) return nullptr;
-  return open_segment(name, 0, &dev) == OpenResult::Ok ? dev : nullptr;
+  return open_segment(name, SegmentConfig{}, &dev) == OpenResult::Ok ? dev : nullptr;
 }
 
 bool remove_segment(const char* name) noexcept {

@@ -15,9 +15,16 @@ void segment_name(char* out, size_t size) noexcept;
 
 enum class OpenResult { Ok, SystemError, LayoutMismatch };
 
+// What a new segment is created with (FIKIT_SIMGPU_SWITCH_NS, _DEVICES, _MPS); fixed for its life.
+struct SegmentConfig {
+  uint64_t switch_ns = 2000;
+  uint32_t devices = 1;
+  Sharing sharing = Sharing::TimeSlice;
+};
+
 // Maps the segment, creating it race-free (built under a temporary name, then linked into place)
-// when it does not exist. `switch_ns` applies only when this call creates it.
-OpenResult open_segment(const char* name, uint64_t switch_ns, DeviceState** out) noexcept;
+// when it does not exist. `config` applies only when this call creates it.
+OpenResult open_segment(const char* name, const SegmentConfig& config, DeviceState** out) noexcept;
 // Maps an existing segment; nullptr when there is none (or it is not a simulator segment).
 DeviceState* attach_segment(const char* name) noexcept;
 // Unlinks the segment; processes that still map it keep their (now private) device.

@@ -1,19 +1,20 @@
 #include "timeline.h"
 
 #include <algorithm>
-#include <cstring>
 
 namespace fikit::simgpu {
 namespace {
 
+constexpr uint64_t kNever = UINT64_MAX;
+
 bool live(const CtxSlot& s) { return s.state == SlotState::Live; }
 const Op& head_op(const CtxSlot& s) { return s.ring[s.head % kRingOps]; }
+bool has_pending(const CtxSlot& s) { return live(s) && s.head < s.tail; }
 
 // Event markers never occupy the device: one at the head of an idle context completes when the
 // op before it did, or when it was submitted if the context had nothing in flight.
-void complete_event_markers(DeviceState& dev, CtxSlot& s) {
-  (void)dev;
-  while (s.head < s.tail && head_op(s).kind == OpKind::EventMarker) {
+void complete_event_markers(CtxSlot& s) {
+  while (!s.running && has_pending(s) && head_op(s).kind == OpKind::EventMarker) {
     const Op& op = head_op(s);
     const uint64_t t = std::max(op.submit_ns, s.last_end_ns);
     if (op.event < kMaxEvents && s.events[op.event].seq == s.head) s.events[op.event].time_ns = t;
@@ -22,87 +23,148 @@ void complete_event_markers(DeviceState& dev, CtxSlot& s) {
   }
 }
 
-void complete_running(DeviceState& dev) {
-  CtxSlot& s = dev.ctx[dev.running];
-  const uint64_t end = dev.running_end_ns;
-  if (live(s) && s.gen == dev.running_gen && s.head < s.tail) {
-    s.busy_ns += head_op(s).duration_ns;
-    ++s.ops_done;
-    s.last_end_ns = end;
-    ++s.head;
-    complete_event_markers(dev, s);
-  }
-  dev.free_at_ns = std::max(dev.free_at_ns, end);
-  dev.running = -1;
+// The head op of a context that could start at `t` (submitted by then, not a marker).
+bool startable(const CtxSlot& s, uint32_t device, uint64_t t) {
+  return live(s) && s.device == device && !s.running && s.head < s.tail &&
+         head_op(s).kind != OpKind::EventMarker && head_op(s).submit_ns <= t;
 }
 
-// Round-robin after the resident context among those whose head op was submitted by `at_ns`.
-int pick_next(const DeviceState& dev, uint64_t at_ns) {
-  const int start = dev.resident < 0 ? 0 : dev.resident + 1;
+void start(DeviceState& st, int i, uint64_t at, uint64_t exec_start) {
+  CtxSlot& s = st.ctx[i];
+  DeviceSim& d = st.dev[s.device];
+  const Op& op = head_op(s);
+  const uint64_t ready = std::max(op.submit_ns, s.last_end_ns);
+  const uint64_t wait = exec_start > ready ? exec_start - ready : 0;
+  s.stats.wait_ns += wait;
+  s.stats.max_wait_ns = std::max(s.stats.max_wait_ns, wait);
+  s.running = 1;
+  s.running_threads = st.sharing == Sharing::Mps ? uint32_t(std::min<uint64_t>(op.threads, kDeviceThreads)) : 0;
+  s.run_end_ns = exec_start + op.duration_ns;
+  d.free_threads -= s.running_threads;
+  ++d.running_count;
+  d.busy_ns += op.duration_ns;
+  ++d.ops_run;
+  (void)at;
+}
+
+void finish(DeviceState& st, CtxSlot& s) {
+  DeviceSim& d = st.dev[s.device];
+  d.free_threads += s.running_threads;
+  --d.running_count;
+  s.running = 0;
+  s.running_threads = 0;
+  if (!live(s)) return;   // released while its op ran: the op is gone with it
+  s.stats.busy_ns += head_op(s).duration_ns;
+  ++s.stats.ops_done;
+  s.last_end_ns = s.run_end_ns;
+  ++s.head;
+  complete_event_markers(s);
+}
+
+// Time-slice: when the device is free, the next context round-robin after the one that ran last
+// starts its head op, after a switch if it is another context.
+void dispatch_time_slice(DeviceState& st, uint32_t device, uint64_t t) {
+  DeviceSim& d = st.dev[device];
+  if (d.running_count > 0) return;
+  const int from = d.resident < 0 ? 0 : d.resident + 1;
   for (int k = 0; k < kMaxContexts; ++k) {
-    const int i = (start + k) % kMaxContexts;
-    const CtxSlot& s = dev.ctx[i];
-    if (live(s) && s.head < s.tail && head_op(s).submit_ns <= at_ns) return i;
+    const int i = (from + k) % kMaxContexts;
+    if (!startable(st.ctx[i], device, t)) continue;
+    const bool same = d.resident == i && d.resident_gen == st.ctx[i].gen;
+    const bool first = d.resident < 0;
+    if (!same && !first) ++d.switches;
+    d.resident = i;
+    d.resident_gen = st.ctx[i].gen;
+    start(st, i, t, t + (same || first ? 0 : st.switch_ns));
+    return;
   }
-  return -1;
+}
+
+// MPS: ready head ops in order of client priority, then of the time they became ready; each starts
+// if its threads fit, and the first that does not fit stops the dispatch (no backfilling past it).
+void dispatch_mps(DeviceState& st, uint32_t device, uint64_t t) {
+  DeviceSim& d = st.dev[device];
+  for (;;) {
+    int best = -1;
+    uint64_t best_ready = 0;
+    for (int i = 0; i < kMaxContexts; ++i) {
+      const CtxSlot& s = st.ctx[i];
+      if (!startable(s, device, t)) continue;
+      const uint64_t ready = std::max(head_op(s).submit_ns, s.last_end_ns);
+      if (best < 0 || s.priority < st.ctx[best].priority ||
+          (s.priority == st.ctx[best].priority && ready < best_ready)) {
+        best = i;
+        best_ready = ready;
+      }
+    }
+    if (best < 0) return;
+    const uint64_t need = std::min<uint64_t>(head_op(st.ctx[best]).threads, kDeviceThreads);
+    if (need > d.free_threads) return;
+    start(st, best, t, t);
+  }
+}
+
+void advance_device(DeviceState& st, uint32_t device, uint64_t now) {
+  DeviceSim& d = st.dev[device];
+  uint64_t cur = d.cur_ns;
+  for (int i = 0; i < kMaxContexts; ++i)
+    if (st.ctx[i].device == device) complete_event_markers(st.ctx[i]);
+  for (;;) {
+    // Completions due by `cur`, then whatever may start at `cur`.
+    for (CtxSlot& s : st.ctx)
+      if (s.running && s.device == device && s.run_end_ns <= cur) finish(st, s);
+    if (st.sharing == Sharing::Mps) dispatch_mps(st, device, cur); else dispatch_time_slice(st, device, cur);
+    // The next event: a running op ending, or a later submission arriving.
+    uint64_t next = kNever;
+    for (const CtxSlot& s : st.ctx) {
+      if (s.device != device) continue;
+      if (s.running) next = std::min(next, s.run_end_ns);
+      else if (has_pending(s) && head_op(s).submit_ns > cur) next = std::min(next, head_op(s).submit_ns);
+    }
+    const uint64_t until = std::min(next, now);
+    if (d.running_count >= 2 && until > cur)
+      for (CtxSlot& s : st.ctx)
+        if (s.running && s.device == device && live(s)) s.stats.overlap_ns += until - cur;
+    if (next > now) break;
+    cur = next;
+  }
+  d.cur_ns = std::max(cur, now);
 }
 
 }  // namespace
 
-void init_state(DeviceState& dev, uint64_t switch_ns, uint64_t now_ns) {
-  dev.version = kLayoutVersion;
-  dev.slot_size = sizeof(CtxSlot);
-  dev.switch_ns = switch_ns;
-  dev.created_ns = dev.sim_ns = dev.free_at_ns = dev.last_reap_ns = now_ns;
-  dev.resident = dev.running = -1;
-  dev.magic = kMagic;
-}
-
-void advance(DeviceState& dev, uint64_t now_ns) {
-  for (int i = 0; i < kMaxContexts; ++i)
-    if (live(dev.ctx[i]) && dev.running != i) complete_event_markers(dev, dev.ctx[i]);
-  for (;;) {
-    if (dev.running >= 0) {
-      if (dev.running_end_ns > now_ns) break;
-      complete_running(dev);
-    }
-    // The device is free at free_at; if nobody had work queued by then, it idled until the
-    // earliest pending submission.
-    uint64_t decide = dev.free_at_ns;
-    if (pick_next(dev, decide) < 0) {
-      uint64_t earliest = UINT64_MAX;
-      for (const CtxSlot& s : dev.ctx)
-        if (live(s) && s.head < s.tail) earliest = std::min(earliest, head_op(s).submit_ns);
-      if (earliest > now_ns) break;
-      decide = std::max(decide, earliest);
-    }
-    const int next = pick_next(dev, decide);
-    if (next < 0) break;
-    CtxSlot& s = dev.ctx[next];
-    const bool same = dev.resident == next && dev.resident_gen == s.gen;
-    const bool first = dev.resident < 0;
-    const uint64_t start = decide + (same || first ? 0 : dev.switch_ns);
-    if (!same && !first) ++dev.switches;
-    dev.resident = next;
-    dev.resident_gen = s.gen;
-    dev.running = next;
-    dev.running_gen = s.gen;
-    dev.running_end_ns = start + head_op(s).duration_ns;
-    dev.busy_ns += head_op(s).duration_ns;
-    ++dev.ops_run;
+void init_state(DeviceState& st, uint64_t switch_ns, uint64_t now_ns, uint32_t device_count, Sharing sharing) {
+  st.version = kLayoutVersion;
+  st.slot_size = sizeof(CtxSlot);
+  st.switch_ns = switch_ns;
+  st.device_count = std::clamp<uint32_t>(device_count, 1, kMaxDevices);
+  st.sharing = sharing;
+  st.created_ns = st.sim_ns = st.last_reap_ns = now_ns;
+  for (DeviceSim& d : st.dev) {
+    d.cur_ns = now_ns;
+    d.resident = -1;
+    d.free_threads = kDeviceThreads;
   }
-  dev.sim_ns = std::max(dev.sim_ns, now_ns);
+  st.magic = kMagic;
 }
 
-int claim_slot(DeviceState& dev, int32_t pid, uint32_t local_id, uint64_t now_ns) {
+void advance(DeviceState& st, uint64_t now_ns) {
+  for (uint32_t d = 0; d < st.device_count; ++d) advance_device(st, d, now_ns);
+  st.sim_ns = std::max(st.sim_ns, now_ns);
+}
+
+int claim_slot(DeviceState& st, int32_t pid, uint32_t local_id, uint64_t now_ns, uint32_t device, uint32_t priority) {
+  if (device >= st.device_count) return -1;
   for (int i = 0; i < kMaxContexts; ++i) {
-    CtxSlot& s = dev.ctx[i];
-    if (live(s)) continue;
+    CtxSlot& s = st.ctx[i];
+    if (live(s) || s.running) continue;   // a released slot whose op still runs is not free yet
     s.pid = pid;
     s.local_id = local_id;
+    s.device = device;
+    s.priority = priority > 1 ? 1 : priority;
     s.head = s.tail = 0;
     s.last_end_ns = now_ns;
-    s.ops_done = s.busy_ns = 0;
+    s.stats = CtxStats{};
     for (EventSlot& e : s.events) e = EventSlot{UINT64_MAX, 0};
     s.state = SlotState::Live;
     return i;
@@ -110,17 +172,17 @@ int claim_slot(DeviceState& dev, int32_t pid, uint32_t local_id, uint64_t now_ns
   return -1;
 }
 
-void release_slot(DeviceState& dev, int slot) {
+void release_slot(DeviceState& st, int slot) {
   if (slot < 0 || slot >= kMaxContexts) return;
-  CtxSlot& s = dev.ctx[slot];
+  CtxSlot& s = st.ctx[slot];
   s.state = SlotState::Free;
   s.head = s.tail;
   ++s.gen;
 }
 
-uint64_t submit(DeviceState& dev, int slot, const Op& op) {
-  if (slot < 0 || slot >= kMaxContexts || !live(dev.ctx[slot])) return UINT64_MAX;
-  CtxSlot& s = dev.ctx[slot];
+uint64_t submit(DeviceState& st, int slot, const Op& op) {
+  if (slot < 0 || slot >= kMaxContexts || !live(st.ctx[slot])) return UINT64_MAX;
+  CtxSlot& s = st.ctx[slot];
   if (s.tail - s.head >= kRingOps) return UINT64_MAX;
   s.ring[s.tail % kRingOps] = op;
   const uint64_t seq = s.tail;
@@ -129,8 +191,11 @@ uint64_t submit(DeviceState& dev, int slot, const Op& op) {
   return seq;
 }
 
-uint64_t next_progress_ns(const DeviceState& dev, uint64_t now_ns) {
-  return dev.running >= 0 ? std::max(dev.running_end_ns, now_ns) : now_ns;
+uint64_t next_progress_ns(const DeviceState& st, uint64_t now_ns) {
+  uint64_t next = kNever;
+  for (const CtxSlot& s : st.ctx)
+    if (s.running) next = std::min(next, s.run_end_ns);
+  return next == kNever ? now_ns : std::max(next, now_ns);
 }
 
 }  // namespace fikit::simgpu

@@ -1,5 +1,5 @@
 #pragma once
-// The simulated device's state and its timeline rules (docs/simulated-gpu.md). Everything here is
+// The simulated devices' state and their timeline rules (docs/simulated-gpu.md). Everything here is
 // plain data that lives in one shared-memory segment, and pure functions over it with the time
 // passed in: the shared-memory, locking and process plumbing is in segment.h. Callers hold the lock.
 #include <pthread.h>
@@ -9,17 +9,29 @@
 namespace fikit::simgpu {
 
 inline constexpr uint64_t kMagic = 0x5550474d49534b46ull;  // "FKSIMGPU"
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;   // 2: several devices, MPS-like sharing, wait statistics
 inline constexpr int kMaxContexts = 64;
+inline constexpr int kMaxDevices = 8;
 inline constexpr uint32_t kRingOps = 4096;    // pending ops per context, like a bounded pushbuffer
 inline constexpr uint32_t kMaxEvents = 8192;  // event slots per context
+// What an MPS-shared device can hold at once: 132 SMs x 2048 resident threads (an H100/H200).
+inline constexpr uint64_t kDeviceThreads = 132ull * 2048;
 
 enum class OpKind : uint8_t { Kernel = 1, Copy = 2, Set = 3, EventMarker = 4 };
+
+// How the contexts of one device share it.
+//   TimeSlice: one op at a time, round-robin between contexts, a switch cost between contexts (the
+//              default compute mode without MPS).
+//   Mps:       contexts run side by side as long as their ops' threads fit (kDeviceThreads); ops that
+//              do not fit wait; higher client priority (0 before 1) is dispatched first; nothing is
+//              ever preempted; no switch cost.
+enum class Sharing : uint32_t { TimeSlice = 0, Mps = 1 };
 
 struct Op {
   uint64_t submit_ns;
   uint64_t duration_ns;
-  uint32_t event;  // EventMarker: index into CtxSlot::events
+  uint32_t event;    // EventMarker: index into CtxSlot::events
+  uint32_t threads;  // Kernel: blocks x threads per block (what it occupies under MPS); others 0
   OpKind kind;
 };
 
@@ -30,6 +42,15 @@ struct EventSlot {
 
 enum class SlotState : uint32_t { Free = 0, Live = 1 };
 
+// Per-context accounting, reported by `fikit-simgpu status` and written at exit (FIKIT_SIMGPU_STATS):
+// what a test needs to see who delayed whom on the device, whatever the host's CPU load was.
+struct CtxStats {
+  uint64_t ops_done, busy_ns;
+  uint64_t wait_ns;      // sum over ops of (start - ready): ready to run but the device was not
+  uint64_t max_wait_ns;
+  uint64_t overlap_ns;   // time an op of this context ran while another context's op ran (MPS)
+};
+
 // One context of one process. Ops [head, tail) are pending; op sequence numbers are these counters,
 // so "op n is done" is n < head. The op at head may be the one running on the device.
 struct CtxSlot {
@@ -37,48 +58,61 @@ struct CtxSlot {
   uint32_t gen;          // bumped whenever the slot is released: stale references see a new gen
   int32_t pid;
   uint32_t local_id;     // the owning process's own number for the context (for status)
+  uint32_t device;       // ordinal of the device it runs on
+  uint32_t priority;     // MPS client priority: 0 normal, 1 below normal
   uint64_t head, tail;
   uint64_t last_end_ns;  // completion time of the last completed op
-  uint64_t ops_done, busy_ns;
+  uint32_t running;      // 1 while the head op is on the device (may outlive the slot's release)
+  uint32_t running_threads;
+  uint64_t run_end_ns;
+  CtxStats stats;
   Op ring[kRingOps];
   EventSlot events[kMaxEvents];
+};
+
+struct DeviceSim {
+  uint64_t cur_ns;        // events are simulated up to this time
+  int32_t resident;       // time-slice: slot whose op ran last (-1: none yet)
+  uint32_t resident_gen;
+  uint32_t running_count;
+  uint64_t free_threads;  // MPS: what the running ops leave
+  uint64_t switches, ops_run, busy_ns;
 };
 
 struct DeviceState {
   uint64_t magic;
   uint32_t version;
-  uint32_t slot_size;  // sizeof(CtxSlot): a cheap layout check besides the version
+  uint32_t slot_size;     // sizeof(CtxSlot): a cheap layout check besides the version
   pthread_mutex_t mutex;  // process-shared, robust
-  uint64_t switch_ns;     // fixed when the segment is created
+  uint64_t switch_ns;     // fixed when the segment is created, like the next two
+  uint32_t device_count;
+  Sharing sharing;
   uint64_t created_ns;
   uint64_t sim_ns;        // the simulation has been advanced up to this time
-  uint64_t free_at_ns;    // the device finished its last op at this time
-  int32_t resident;       // slot whose op ran last (-1: none yet)
-  uint32_t resident_gen;
-  int32_t running;        // slot whose head op is on the device (-1: idle)
-  uint32_t running_gen;
-  uint64_t running_end_ns;
-  uint64_t switches, ops_run, busy_ns, dropped_contexts;
+  uint64_t dropped_contexts;
   uint64_t last_reap_ns;
+  DeviceSim dev[kMaxDevices];
   CtxSlot ctx[kMaxContexts];
 };
 
 // Initialises a zeroed state (the caller initialises the mutex).
-void init_state(DeviceState& dev, uint64_t switch_ns, uint64_t now_ns);
+void init_state(DeviceState& st, uint64_t switch_ns, uint64_t now_ns, uint32_t device_count = 1,
+                Sharing sharing = Sharing::TimeSlice);
 
-// Runs the simulation forward to `now_ns`: completes ops, picks the next context round-robin after
-// the resident one, charges switch_ns on a context switch, completes event markers.
-void advance(DeviceState& dev, uint64_t now_ns);
+// Runs the simulation of every device forward to `now_ns`: completes ops and event markers and
+// starts what may start, by the device's sharing rule.
+void advance(DeviceState& st, uint64_t now_ns);
 
-// Claims a free slot for (pid, local_id); -1 if all are taken.
-int claim_slot(DeviceState& dev, int32_t pid, uint32_t local_id, uint64_t now_ns);
+// Claims a free slot for (pid, local_id) on `device`; -1 if all are taken.
+int claim_slot(DeviceState& st, int32_t pid, uint32_t local_id, uint64_t now_ns, uint32_t device = 0,
+               uint32_t priority = 0);
 // Releases a slot and drops its pending ops (an op already on the device finishes on its own).
-void release_slot(DeviceState& dev, int slot);
+void release_slot(DeviceState& st, int slot);
 
 // Appends an op; returns its sequence number, or UINT64_MAX when the ring is full (wait and retry).
-uint64_t submit(DeviceState& dev, int slot, const Op& op);
+uint64_t submit(DeviceState& st, int slot, const Op& op);
 
-// When the caller may next find progress: the running op's end, or now when idle.
-uint64_t next_progress_ns(const DeviceState& dev, uint64_t now_ns);
+// When the caller may next find progress: the earliest running op's end, or now when idle.
+uint64_t next_progress_ns(const DeviceState& st, uint64_t now_ns);
 
 }  // namespace fikit::simgpu

@@ -17,13 +17,20 @@ class TimelineTest : public ::testing::Test {
     dev_ = std::make_unique<DeviceState>();
     init_state(*dev_, kSwitch, 0);
   }
-  uint64_t kernel(int slot, uint64_t at, uint64_t ns) {
-    return submit(*dev_, slot, Op{at, ns, 0, OpKind::Kernel});
+  uint64_t kernel(int slot, uint64_t at, uint64_t ns, uint32_t threads = 132 * 128) {
+    return submit(*dev_, slot, Op{at, ns, 0, threads, OpKind::Kernel});
   }
   uint64_t event(int slot, uint64_t at, uint32_t index) {
-    return submit(*dev_, slot, Op{at, 0, index, OpKind::EventMarker});
+    return submit(*dev_, slot, Op{at, 0, index, 0, OpKind::EventMarker});
   }
   bool done(int slot, uint64_t seq) const { return seq < dev_->ctx[slot].head; }
+  // The slot whose op runs on device 0 (time-slice: at most one), or -1.
+  int running() const {
+    for (int i = 0; i < kMaxContexts; ++i)
+      if (dev_->ctx[i].running && dev_->ctx[i].device == 0) return i;
+    return -1;
+  }
+  const DeviceSim& device0() const { return dev_->dev[0]; }
   std::unique_ptr<DeviceState> dev_;
 };
 
@@ -36,7 +43,7 @@ TEST_F(TimelineTest, OneContextRunsBackToBackWithoutSwitchCost) {
   advance(*dev_, 4000);
   EXPECT_TRUE(done(a, second));
   EXPECT_EQ(dev_->ctx[a].last_end_ns, 4000u);
-  EXPECT_EQ(dev_->switches, 0u);
+  EXPECT_EQ(device0().switches, 0u);
 }
 
 TEST_F(TimelineTest, DeviceIdlesUntilTheNextSubmission) {
@@ -65,14 +72,14 @@ TEST_F(TimelineTest, BackloggedContextsAlternateRoundRobinAndPayTheSwitch) {
   std::vector<int> order;
   uint64_t t = 0;
   for (int step = 0; step < 9; ++step) {
-    ASSERT_GE(dev_->running, 0) << "step " << step;
-    order.push_back(dev_->running);
-    t = dev_->running_end_ns;
+    ASSERT_GE(running(), 0) << "step " << step;
+    order.push_back(running());
+    t = dev_->ctx[running()].run_end_ns;
     advance(*dev_, t);
   }
   EXPECT_EQ(order, (std::vector<int>{a, b, c, a, b, c, a, b, c}));
   EXPECT_EQ(t, 9 * 1000 + 8 * kSwitch);
-  EXPECT_EQ(dev_->switches, 8u);
+  EXPECT_EQ(device0().switches, 8u);
   EXPECT_TRUE(done(c, sc.back()));
 }
 
@@ -103,7 +110,7 @@ TEST_F(TimelineTest, EventMarkersAreZeroDurationAndNeverSwitch) {
   advance(*dev_, 10'000 + kSwitch + 1000);
   EXPECT_TRUE(done(a, after));
   EXPECT_EQ(dev_->ctx[a].events[1].time_ns, 10'000 + kSwitch + 1000);
-  EXPECT_EQ(dev_->switches, 1u);
+  EXPECT_EQ(device0().switches, 1u);
 }
 
 TEST_F(TimelineTest, FullRingRefusesUntilOpsComplete) {
@@ -124,9 +131,83 @@ TEST_F(TimelineTest, ReleasedContextDropsItsPendingOps) {
   // a's running op finishes (no preemption); then b runs at once after one switch.
   advance(*dev_, 1000 + kSwitch + 1000);
   EXPECT_TRUE(done(b, mine));
-  EXPECT_EQ(dev_->running, -1);
+  EXPECT_EQ(running(), -1);
   EXPECT_EQ(claim_slot(*dev_, 3, 0, 3000), a);  // the slot is reusable
   EXPECT_EQ(dev_->ctx[a].head, dev_->ctx[a].tail);
+}
+
+TEST_F(TimelineTest, WaitCountsTheTimeAReadyOpSpentBehindAnotherContext) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0);
+  kernel(a, 0, 10'000);
+  kernel(b, 1000, 1000);   // ready at 1 us, starts after a's op and a switch
+  advance(*dev_, 20'000);
+  EXPECT_EQ(dev_->ctx[b].stats.wait_ns, 10'000 + kSwitch - 1000);
+  EXPECT_EQ(dev_->ctx[b].stats.max_wait_ns, 10'000 + kSwitch - 1000);
+  EXPECT_EQ(dev_->ctx[a].stats.wait_ns, 0u);
+  EXPECT_EQ(dev_->ctx[a].stats.busy_ns, 10'000u);
+  EXPECT_EQ(dev_->ctx[b].stats.overlap_ns, 0u);   // time-sliced: never side by side
+}
+
+class MpsTimelineTest : public TimelineTest {
+ protected:
+  void SetUp() override {
+    dev_ = std::make_unique<DeviceState>();
+    init_state(*dev_, kSwitch, 0, 1, Sharing::Mps);
+  }
+};
+
+TEST_F(MpsTimelineTest, SmallKernelsOfTwoContextsRunSideBySideWithoutSwitchCost) {
+  int a = claim_slot(*dev_, 1, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0);
+  uint64_t ka = kernel(a, 0, 10'000);
+  uint64_t kb = kernel(b, 0, 10'000);
+  advance(*dev_, 10'000);
+  EXPECT_TRUE(done(a, ka));
+  EXPECT_TRUE(done(b, kb));
+  EXPECT_EQ(dev_->ctx[a].stats.overlap_ns, 10'000u);
+  EXPECT_EQ(dev_->ctx[b].stats.wait_ns, 0u);
+  EXPECT_EQ(device0().switches, 0u);
+}
+
+TEST_F(MpsTimelineTest, AKernelThatFillsTheDeviceMakesOthersWaitForItsEnd) {
+  int lp = claim_slot(*dev_, 1, 0, 0, 0, 1);
+  int hp = claim_slot(*dev_, 2, 0, 0, 0, 0);
+  kernel(lp, 0, 1'000'000, uint32_t(kDeviceThreads));   // resident blocks are never evicted
+  uint64_t k = kernel(hp, 100, 5000);
+  advance(*dev_, 1'000'000 + 4999);
+  EXPECT_FALSE(done(hp, k));
+  advance(*dev_, 1'000'000 + 5000);
+  EXPECT_TRUE(done(hp, k));
+  EXPECT_EQ(dev_->ctx[hp].stats.wait_ns, 1'000'000u - 100);
+}
+
+TEST_F(MpsTimelineTest, HigherClientPriorityIsDispatchedFirstWhenBothWait) {
+  int blocker = claim_slot(*dev_, 1, 0, 0, 0, 1);
+  int low = claim_slot(*dev_, 2, 0, 0, 0, 1);
+  int high = claim_slot(*dev_, 3, 0, 0, 0, 0);
+  kernel(blocker, 0, 1000, uint32_t(kDeviceThreads));
+  uint64_t kl = kernel(low, 10, 1000, uint32_t(kDeviceThreads));    // ready first...
+  uint64_t kh = kernel(high, 20, 1000, uint32_t(kDeviceThreads));   // ...but this one goes first
+  advance(*dev_, 2000);
+  EXPECT_TRUE(done(high, kh));
+  EXPECT_FALSE(done(low, kl));
+  advance(*dev_, 3000);
+  EXPECT_TRUE(done(low, kl));
+}
+
+TEST_F(TimelineTest, DevicesOfOneSegmentAreIndependent) {
+  dev_ = std::make_unique<DeviceState>();
+  init_state(*dev_, kSwitch, 0, 2);
+  int a = claim_slot(*dev_, 1, 0, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0, 1);
+  EXPECT_EQ(claim_slot(*dev_, 3, 0, 0, 2), -1);   // no third device
+  kernel(a, 0, 10'000);
+  uint64_t kb = kernel(b, 0, 1000);
+  advance(*dev_, 1000);
+  EXPECT_TRUE(done(b, kb));                        // not behind a's op on the other device
+  EXPECT_EQ(dev_->ctx[b].stats.wait_ns, 0u);
+  EXPECT_EQ(dev_->dev[1].switches + dev_->dev[0].switches, 0u);
 }
 
 }  // namespace
