@@ -32,6 +32,18 @@ add_library(fikit_unwind INTERFACE)
 target_include_directories(fikit_unwind SYSTEM INTERFACE ${FIKIT_UNWIND_INCLUDE_DIR})
 target_link_libraries(fikit_unwind INTERFACE ${FIKIT_UNWIND_STATIC})
 
+# libsodium for the datagrams' HMAC (scheduler/protocol/auth.cpp), linked statically so the hook and
+# the daemon carry it: the GPU machine need not have it. Only HMAC-SHA256 is used; it is
+# position-independent in Debian's archive (its random-number objects are not, and are not pulled in).
+find_path(FIKIT_SODIUM_INCLUDE_DIR sodium.h)
+find_library(FIKIT_SODIUM_STATIC NAMES libsodium.a)
+if(NOT FIKIT_SODIUM_INCLUDE_DIR OR NOT FIKIT_SODIUM_STATIC)
+  message(FATAL_ERROR "libsodium not found: install libsodium-dev (scripts/setup.sh does)")
+endif()
+add_library(fikit_sodium INTERFACE)
+target_include_directories(fikit_sodium SYSTEM INTERFACE ${FIKIT_SODIUM_INCLUDE_DIR})
+target_link_libraries(fikit_sodium INTERFACE ${FIKIT_SODIUM_STATIC})
+
 # spdlog + fmt compiled into each program (header-only), so binaries built here run on the GPU
 # machine, whose spdlog has a different soname.
 add_library(fikit_spdlog INTERFACE)

@@ -61,6 +61,21 @@ void read_timing(Config& cfg) noexcept {
   else log(LogLevel::Error, "FIKIT_TIMING=%s is not auto|cupti|events: using auto", value);
 }
 
+void read_backend(Config& cfg) noexcept {
+  const char* value = std::getenv("FIKIT_BACKEND");
+  if (value == nullptr || *value == '\0') return;
+  const std::string_view v(value);
+  if (v == "auto") cfg.backend = BackendKind::Auto;
+  else if (v == "timeslice") cfg.backend = BackendKind::TimeSlice;
+  else if (v == "mps") cfg.backend = BackendKind::Mps;
+  else log(LogLevel::Error, "FIKIT_BACKEND=%s is not auto|timeslice|mps: using auto", value);
+}
+
+void read_path(const char* var, char* out, size_t size) noexcept {
+  const char* value = std::getenv(var);
+  if (value != nullptr && *value != '\0') copy_setting(var, value, out, size);
+}
+
 void read_scheduler(Config& cfg) noexcept {
   const char* value = std::getenv("FIKIT_SCHEDULER");
   if (value == nullptr || *value == '\0') return;
@@ -138,6 +153,10 @@ Config parse() noexcept {
   read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth, 0, 16);
   read_timing(cfg);
   read_number("FIKIT_DAEMON_TIMEOUT_MS", cfg.daemon_timeout_ms, 1, 60000);
+  read_number("FIKIT_MAX_WAIT_MS", cfg.max_wait_ms, 1, 600000);
+  read_backend(cfg);
+  read_path("FIKIT_KEY_FILE", cfg.key_file, sizeof cfg.key_file);
+  read_path("FIKIT_SHARE_STATS", cfg.share_stats_path, sizeof cfg.share_stats_path);
   const char* stats = std::getenv("FIKIT_STATS");
   cfg.stats = stats != nullptr && stats[0] != '\0' && std::strcmp(stats, "0") != 0;
   if (const char* trace = std::getenv("FIKIT_TRACE_IDS"); trace != nullptr && *trace != '\0') {

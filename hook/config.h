@@ -6,6 +6,7 @@ namespace fikit::hook {
 
 enum class ModeKind : uint8_t { Off, Measure, Share, Auto };
 enum class TimingKind : uint8_t { Auto, Cupti, Events };
+enum class BackendKind : uint8_t { Auto, TimeSlice, Mps };
 
 struct Config {
   ModeKind mode = ModeKind::Off;        // FIKIT_MODE=off|measure|share|auto (unset: off)
@@ -19,6 +20,10 @@ struct Config {
   uint32_t backtrace_depth = 4;         // FIKIT_BACKTRACE_DEPTH: caller frames kept in the kernel ID
   TimingKind timing = TimingKind::Auto; // FIKIT_TIMING=auto|cupti|events
   uint32_t daemon_timeout_ms = 100;     // FIKIT_DAEMON_TIMEOUT_MS: no answer -> passthrough
+  uint32_t max_wait_ms = 1000;          // FIKIT_MAX_WAIT_MS: the longest one launch waits (docs/scheduling.md)
+  BackendKind backend = BackendKind::Auto;  // FIKIT_BACKEND=auto|timeslice|mps (auto: ask the driver)
+  char key_file[512] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)
+  char share_stats_path[512] = {};      // FIKIT_SHARE_STATS=path: share-mode statistics appended at exit
   char command_line[1024] = {};         // /proc/self/cmdline, spaces between arguments (for the profile DB)
   bool stats = false;                   // FIKIT_STATS=1: per-entry-point call counts on stderr at exit
   char trace_ids_path[512] = {};        // FIKIT_TRACE_IDS=path: one line per new kernel ID (debugging, tests)

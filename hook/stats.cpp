@@ -34,12 +34,6 @@ void add_time(Phase phase, uint64_t ns) noexcept {
   g_phase_ops[static_cast<size_t>(phase)].fetch_add(1, std::memory_order_relaxed);
 }
 
-uint64_t now_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
 void print() noexcept {
   char line[4096];
   int n = std::snprintf(line, sizeof line,

@@ -4,6 +4,7 @@
 // with relaxed atomics, and only when enabled; they work in every mode, off included.
 #include <atomic>
 
+#include "clock.h"
 #include "entry_table.h"
 
 namespace fikit::hook::stats {
@@ -26,7 +27,7 @@ void count(Variant v, Event e) noexcept;
 // real GPU: the capture query, the kernel ID, the mode before the call, the real call, the mode after.
 enum class Phase : uint8_t { Capture, Id, Before, Real, After };
 void add_time(Phase phase, uint64_t ns) noexcept;
-uint64_t now_ns() noexcept;
+inline uint64_t now_ns() noexcept { return hook::monotonic_ns(); }
 
 // "[fikit pid N] stats: launches=.. graph_launches=.. captured=.. memops=.. syncs=.. | <symbol>=<calls> ..."
 // (entry points never called are left out), then, if ops were observed with a mode on, one line of

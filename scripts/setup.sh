@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev
-          libunwind-14-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3
+          libunwind-14-dev libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3
           clang-14 libclang-rt-14-dev)   # clang: the libFuzzer target on the protocol decoder
 
 missing=()

@@ -23,6 +23,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../clock.h"
 #include "../driver.h"
 #include "../log.h"
 #include "../real_dlsym.h"
@@ -38,11 +39,8 @@ constexpr uint64_t kFallbackAfterMs = 2000;   // after the first flush, with not
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                           CUPTI_ACTIVITY_KIND_MEMSET};
 
-uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
+using hook::monotonic_ms;
+inline uint64_t now_ms() { return monotonic_ms(); }
 
 struct CuptiApi {
   decltype(&cuptiActivityEnable) enable;

@@ -2,6 +2,7 @@
 // (op_ring.h) to one measurement thread, which builds runs (run_builder.h) and stores each run in
 // the profile database. Auto mode is measure mode that hands over to share mode after enough runs.
 #include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "../clock.h"
 #include "../driver.h"
 #include "../log.h"
 #include "../mode.h"
@@ -29,11 +31,7 @@ using measure::OpRing;
 using measure::OpSlot;
 using measure::Timer;
 
-uint64_t now_ms() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
-}
+uint64_t now_ms() { return monotonic_ms(); }
 
 void sleep_us(long us) {
   timespec ts{0, us * 1000};
@@ -60,7 +58,7 @@ class MeasureMode final : public Mode {
   // share_after_runs > 0: auto mode, hand over to share mode once the task has that many runs.
   MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs)
       : cfg_(cfg), ring_(std::move(ring)), timer_(timer), share_after_runs_(share_after_runs),
-        builder_(cfg.run_iterations) {}
+        owner_pid_(getpid()), builder_(cfg.run_iterations) {}
 
   void before_launch(const LaunchInfo& op) noexcept override {
     t_in_flight.slot = nullptr;
@@ -94,6 +92,8 @@ class MeasureMode final : public Mode {
   void after_sync(SyncKind) noexcept override { sync_epoch_.fetch_add(1, std::memory_order_relaxed); }
 
   void shutdown() noexcept override {
+    // A forked child inherits the exit handlers but not the measurement thread: nothing to drain.
+    if (getpid() != owner_pid_) return;
     if (thread_state_.load(std::memory_order_acquire) != kRunning || finished_.load(std::memory_order_acquire))
       return;
     stopping_.store(true, std::memory_order_release);
@@ -246,6 +246,7 @@ class MeasureMode final : public Mode {
   const std::unique_ptr<OpRing> ring_;
   Timer* const timer_;                       // lives as long as the mode (never deleted, like it)
   const uint32_t share_after_runs_;
+  const pid_t owner_pid_;
   CUcontext context_ = nullptr;
 
   // Shared between launching threads and the measurement thread.

@@ -1,42 +1,88 @@
-// Share mode: launches are scheduled by fikit-scheduler (docs/scheduling.md). The holder launches at
-// once and, only while the daemon says someone waits, notifies it after each launch; other tasks
-// use free-run credit or ask for a grant and wait. Without a daemon the program runs unscheduled.
+// Share mode: launches follow the directives fikit-scheduler pushes (docs/scheduling.md). The holder
+// launches at once and reports its activity (and, while someone waits for credit, the launches that
+// open fillable gaps); the tasks below it go through the launch gate. Without a daemon the program
+// runs unscheduled.
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
-#include <utility>
-#include <vector>
+#include <optional>
 
 #include "client.h"
+#include "clock.h"
+#include "driver.h"
+#include "inflight_window.h"
+#include "launch_gate.h"
 #include "log.h"
 #include "mode.h"
-#include "profiledb.h"
+#include "predictions.h"
 
 namespace fikit::hook {
 namespace {
 
 using share::Client;
 
-// A kernel with no profile is predicted this long: long enough that free-run credit does not
-// underestimate unknown work badly, short enough not to waste a whole credit chunk on it.
-constexpr uint64_t kUnknownKernelNs = 100'000;
-
 // The process's one client, shared by announce_measurement and the share mode (auto mode moves
-// from one to the other). Created once, never destroyed: launching threads may still read it.
-Client* the_client = nullptr;
-std::once_flag client_once;
+// from one to the other). Created on first use, never destroyed: launching threads may still read
+// it at exit. A forked child inherits the pointer but not the threads: it starts its own.
+std::atomic<Client*> g_client{nullptr};
+std::atomic<int> g_client_pid{0};
+std::mutex g_client_mutex;   // first use only (mode start), never on the launch path
 
-share::ClientOptions client_options(const Config& cfg, protocol::TaskMode mode) {
+// Which way the GPU is shared: the driver knows whether contexts on this device go through MPS.
+protocol::Backend detect_backend(const Config& cfg, const protocol::DeviceUuid& device) noexcept {
+  (void)device;
+  if (cfg.backend == BackendKind::TimeSlice) return protocol::Backend::TimeSlice;
+  if (cfg.backend == BackendKind::Mps) return protocol::Backend::Mps;
+  using GetDeviceFn = CUresult (*)(CUdevice*);
+  using AttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
+  auto attribute = real_driver<AttributeFn>("cuDeviceGetAttribute");
+  CUdevice dev = 0;
+  int mps = 0;
+  if (get_device && attribute && get_device(&dev) == CUDA_SUCCESS &&
+      attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps == 1)
+    return protocol::Backend::Mps;
+  return protocol::Backend::TimeSlice;
+}
+
+// The device of the current context, by UUID (ordinals change with CUDA_VISIBLE_DEVICES).
+protocol::DeviceUuid current_device() noexcept {
+  protocol::DeviceUuid uuid{};
+  using GetDeviceFn = CUresult (*)(CUdevice*);
+  using UuidFn = CUresult (*)(CUuuid*, CUdevice);
+  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
+  auto get_uuid = real_driver<UuidFn>("cuDeviceGetUuid_v2");
+  if (get_uuid == nullptr) get_uuid = real_driver<UuidFn>("cuDeviceGetUuid");
+  CUdevice dev = 0;
+  CUuuid u;
+  if (get_device && get_uuid && get_device(&dev) == CUDA_SUCCESS && get_uuid(&u, dev) == CUDA_SUCCESS)
+    std::memcpy(uuid.data(), u.bytes, uuid.size());
+  return uuid;
+}
+
+std::optional<share::ClientOptions> client_options(const Config& cfg, protocol::TaskMode mode) {
   share::ClientOptions o;
   std::snprintf(o.host, sizeof o.host, "%s", cfg.scheduler_host);
   o.port = cfg.scheduler_port;
   std::snprintf(o.task_key, sizeof o.task_key, "%s", cfg.task_key);
   o.priority = std::clamp(cfg.priority, 0, protocol::kPriorityLevels - 1);
   o.mode = mode;
+  o.device = current_device();
+  o.backend = detect_backend(cfg, o.device);
   o.daemon_timeout_ms = cfg.daemon_timeout_ms > 0 ? cfg.daemon_timeout_ms : 100;
+  if (cfg.key_file[0] != '\0') {
+    protocol::Key key;
+    std::string error;
+    if (!protocol::load_key_file(cfg.key_file, key, error)) {
+      log(LogLevel::Error, "share mode: %s: running unscheduled", error.c_str());
+      return std::nullopt;
+    }
+    o.key = key;
+  }
   if (const char* spin = std::getenv("FIKIT_NOTIFY_SPIN_US"); spin != nullptr && *spin != '\0') {
     char* end = nullptr;
     errno = 0;
@@ -51,126 +97,103 @@ share::ClientOptions client_options(const Config& cfg, protocol::TaskMode mode) 
   return o;
 }
 
-// Starts the client on first use; later calls only switch its mode. Returns nullptr on failure.
+// Starts this process's client on first use; later calls only switch its mode. nullptr on failure.
 Client* client_for(const Config& cfg, protocol::TaskMode mode, bool wait_registered, bool& answered) {
-  bool created = false;
-  std::call_once(client_once, [&] {
-    Client* c = new (std::nothrow) Client();
-    if (c == nullptr) return;
-    created = true;
-    answered = c->start(client_options(cfg, mode), wait_registered);
-    the_client = c;
-  });
-  if (the_client != nullptr && !created) answered = the_client->reregister(mode, wait_registered);
-  return the_client;
+  std::lock_guard<std::mutex> lock(g_client_mutex);
+  Client* c = g_client.load();
+  if (c != nullptr && g_client_pid.load() == int(getpid())) {
+    answered = c->reregister(mode, wait_registered);
+    return c;
+  }
+  auto options = client_options(cfg, mode);
+  if (!options) return nullptr;
+  c = new (std::nothrow) Client();
+  if (c == nullptr) return nullptr;
+  answered = c->start(*options, wait_registered);
+  c->stats().enable(cfg.share_stats_path);
+  g_client.store(c);
+  g_client_pid.store(int(getpid()));
+  return c;
 }
-
-// Predicted durations and following gaps of this task's kernels, from the profile store: a sorted
-// table, so the launch path looks up without allocating.
-class Predictions {
- public:
-  struct Kernel {
-    uint64_t id = 0;
-    uint64_t dur_ns = kUnknownKernelNs;  // mean: what free-run credit is charged
-    uint64_t dur_max_ns = 0;             // the larger of mean and p90 (the daemon's default estimate)
-    uint64_t gap_ns = 0;                 // the larger of mean and p50; 0: it usually ends an iteration
-    bool measured = false;
-    bool operator<(const Kernel& o) const { return id < o.id; }
-  };
-
-  void load(const Config& cfg) noexcept {
-    try {
-      profiledb::Database db(cfg.db_path, profiledb::Database::Open::ReadOnly);
-      for (const auto& k : db.kernels(cfg.task_key)) {
-        Kernel e;
-        e.id = k.kernel_id;
-        e.dur_ns = uint64_t(std::max(1.0, k.dur_mean));
-        e.dur_max_ns = std::max<uint64_t>(e.dur_ns, k.dur_p90);
-        // As the daemon decides (docs/scheduling.md): mostly followed by iteration ends, no gap.
-        if (k.gap_count > 0 && k.boundary_count * 2 <= k.gap_count + k.boundary_count)
-          e.gap_ns = std::max<uint64_t>(uint64_t(k.gap_mean), k.gap_p50);
-        e.measured = true;
-        table_.push_back(e);
-      }
-      std::sort(table_.begin(), table_.end());
-    } catch (const std::exception& e) {
-      log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps",
-          cfg.task_key, cfg.db_path, e.what());
-    } catch (...) {
-      log(LogLevel::Warn, "share mode: cannot read profiles from %s", cfg.db_path);
-    }
-  }
-  Kernel of(uint64_t kernel_id) const noexcept {
-    Kernel key;
-    key.id = kernel_id;
-    auto it = std::lower_bound(table_.begin(), table_.end(), key);
-    if (it != table_.end() && it->id == kernel_id) return *it;
-    return key;   // unknown: kUnknownKernelNs, no gap
-  }
-  size_t size() const noexcept { return table_.size(); }
-
- private:
-  std::vector<Kernel> table_;
-};
 
 class ShareMode final : public Mode {
  public:
-  explicit ShareMode(Client& client) : client_(client) {}
-  Predictions& predictions() { return predictions_; }
+  ShareMode(Client& client, const Config& cfg)
+      : client_(client), gate_(client, window_, uint64_t(cfg.max_wait_ms) * 1'000'000) {
+    if (!window_.init()) log(LogLevel::Warn, "share mode: no event functions in the driver: in-flight work is not bounded");
+    client_.set_inflight_probe([](void* w) { return static_cast<share::InflightWindow*>(w)->inflight_ns(); },
+                               &window_);
+  }
+  share::Predictions& predictions() { return predictions_; }
 
   void before_launch(const LaunchInfo& op) noexcept override {
-    if (!client_.connected()) return;                                 // passthrough
-    if (client_.role() & protocol::kRoleHolder) return;               // the holder never waits
-    const Predictions::Kernel k = predictions_.of(op.id);
-    if (client_.take_credit(k.dur_ns)) return;
-    client_.request(op.id, k.dur_ns, k.measured);
+    if (!client_.connected()) return;   // passthrough
+    const uint8_t role = client_.directive().role();
+    if (role & protocol::kRoleActivity) {
+      // Activity starts: the tasks below stop at this news, so it leaves now, from this thread,
+      // before the launch. Also once per keep-alive period, so the daemon never finds it quiet.
+      const uint64_t now = monotonic_ns();
+      if (idle_.exchange(false, std::memory_order_relaxed) ||
+          now - last_notify_ns_.load(std::memory_order_relaxed) >= kKeepAliveNs) {
+        last_notify_ns_.store(now, std::memory_order_relaxed);
+        client_.notify_now(op.id, now, protocol::kNotifyActivityStart);
+      }
+    }
+    if (role & protocol::kRoleHolder) return;   // the holder never waits
+    const share::Predictions::Kernel k = predictions_.of(op.id);
+    gate_.admit(op.id, k.dur_ns, k.measured);
   }
 
   void after_launch(const LaunchInfo& op, CUresult result) noexcept override {
-    // After the launch, so the notification costs the GPU nothing; only while someone waits.
-    constexpr uint8_t kNotifying = protocol::kRoleHolder | protocol::kRoleNotify;
-    if (result != CUDA_SUCCESS || (client_.role() & kNotifying) != kNotifying || !client_.connected()) return;
-    // A notification wakes the daemon (~8 us of the sender thread's time on a 2-core VM; this thread
-    // only queues it, docs/scheduling.md) and makes the daemon plan a fill. So the holder notifies only
-    // launches the daemon acts on: one that opens a gap a fill could use, the one after it (early
-    // stop), the first after a synchronisation or a role change (activity starts: lower tasks' free
-    // run ends), and one per kKeepAliveNs (so the daemon's quiet timeout never ends an active holder).
-    const Predictions::Kernel k = predictions_.of(op.id);
+    if (result != CUDA_SUCCESS || !client_.connected()) return;
+    last_kernel_.store(op.id, std::memory_order_relaxed);
+    const uint8_t role = client_.directive().role();
+    const share::Predictions::Kernel k = predictions_.of(op.id);
+    if (!(role & protocol::kRoleHolder)) {
+      client_.stats().launched();
+      window_.launched(op.stream, k.dur_ns, client_.directive().load().bound_ns);
+      return;
+    }
+    if (!(role & protocol::kRoleGaps)) return;
+    // Someone waits for gap credit. A notification wakes the daemon and makes it plan a fill, so the
+    // holder notifies only launches the daemon acts on: one that opens a gap a fill could use, and
+    // the one after it (early stop). Sent by the notification thread, after the launch.
     const uint64_t min_gap = client_.fill_min_gap_ns(), latency = client_.grant_latency_ns();
-    // The fill starts when the kernel ends or after the grant's trip, whichever is later.
     const bool opens_gap = k.gap_ns > 0 && k.gap_ns >= min_gap && k.dur_max_ns + k.gap_ns >= latency + min_gap;
-    const uint64_t now = share::monotonic_ns();
-    const bool send = opens_gap || gap_open_.load(std::memory_order_relaxed) || client_.take_notify_next() ||
-                      now - last_notify_ns_.load(std::memory_order_relaxed) >= kKeepAliveNs;
-    if (!send) return;
+    if (!opens_gap && !gap_open_.load(std::memory_order_relaxed)) return;
     gap_open_.store(opens_gap, std::memory_order_relaxed);
+    const uint64_t now = monotonic_ns();
     last_notify_ns_.store(now, std::memory_order_relaxed);
-    client_.notify_launch(op.id, now);
+    client_.notify(op.id, now, 0);
   }
 
   void after_sync(SyncKind) noexcept override {
-    // The holder's queue just drained: the daemon decides (from the profile) whether this sync ends
-    // an iteration. Others' idleness is found by the daemon's quiet timeout, which costs nothing.
-    constexpr uint8_t kNotifying = protocol::kRoleHolder | protocol::kRoleNotify;
-    if ((client_.role() & kNotifying) == kNotifying && client_.connected()) {
-      client_.send_idle();
-      gap_open_.store(false, std::memory_order_relaxed);   // the idle closed it
-      client_.set_notify_next();                           // the next launch starts activity again
-    }
+    // This thread's work drained: the daemon decides from the last kernel whether the iteration ended.
+    if (!(client_.directive().role() & protocol::kRoleActivity) || !client_.connected()) return;
+    client_.send_idle(last_kernel_.load(std::memory_order_relaxed));
+    gap_open_.store(false, std::memory_order_relaxed);
+    idle_.store(true, std::memory_order_relaxed);   // the next launch starts activity again
   }
 
-  void shutdown() noexcept override { client_.stop(); }
+  void shutdown() noexcept override {
+    client_.stop();
+    client_.stats().write(int(getpid()), window_.untracked_ns());
+  }
 
  private:
   // Well under the daemon's holder-quiet timeout (20 ms by default).
   static constexpr uint64_t kKeepAliveNs = 2'000'000;
 
   Client& client_;
-  Predictions predictions_;
+  share::InflightWindow window_;
+  share::LaunchGate gate_;
+  share::Predictions predictions_;
   // Launching threads share these; relaxed is enough: a stale value costs one extra or one missing
-  // notification, never correctness of the program.
-  std::atomic<bool> gap_open_{false};        // the last notification opened a fillable gap
+  // notification, never the program's correctness.
+  std::atomic<bool> idle_{true};
+  std::atomic<bool> gap_open_{false};
   std::atomic<uint64_t> last_notify_ns_{0};
+  std::atomic<uint64_t> last_kernel_{0};
 };
 
 }  // namespace
@@ -179,15 +202,15 @@ Mode* make_share_mode(const Config& cfg) noexcept {
   bool answered = false;
   Client* client = client_for(cfg, protocol::TaskMode::Share, /*wait_registered=*/true, answered);
   if (client == nullptr) return nullptr;
-  auto* mode = new (std::nothrow) ShareMode(*client);
+  auto* mode = new (std::nothrow) ShareMode(*client, cfg);
   if (mode == nullptr) return nullptr;
   mode->predictions().load(cfg);
   if (!answered)
     log(LogLevel::Warn, "share mode: no fikit-scheduler answered at %s:%u within %u ms: running unscheduled "
         "until it does", cfg.scheduler_host, unsigned(cfg.scheduler_port), cfg.daemon_timeout_ms);
   else
-    log(LogLevel::Info, "share mode: task '%s' priority %d, %zu kernels with predicted durations", cfg.task_key,
-        cfg.priority, mode->predictions().size());
+    log(LogLevel::Info, "share mode: task '%s' priority %u, %zu kernels with predicted durations", cfg.task_key,
+        unsigned(client->priority()), mode->predictions().size());
   return mode;
 }
 
@@ -195,13 +218,12 @@ void announce_measurement(const Config& cfg) noexcept {
   bool answered = false;
   // Returns at once: the receiver thread registers (and retries) in the background.
   if (client_for(cfg, protocol::TaskMode::Measure, /*wait_registered=*/false, answered) == nullptr) return;
-  static bool exit_registered = false;
-  if (!exit_registered) {
-    exit_registered = true;
+  static std::atomic<bool> exit_registered{false};
+  if (!exit_registered.exchange(true)) {
     // The measure mode owns shutdown(); saying goodbye at exit releases lower tasks at once
-    // instead of after the lease.
+    // instead of after the lease. Client::stop() does nothing in a forked child.
     std::atexit([] {
-      if (the_client != nullptr) the_client->stop();
+      if (Client* c = g_client.load()) c->stop();
     });
   }
 }

@@ -1,4 +1,5 @@
-// fikit-scheduler: the FIKIT scheduling daemon, and `fikit-scheduler status` to ask a running one.
+// fikit-scheduler: the FIKIT scheduling daemon; `fikit-scheduler status` asks a running one,
+// `fikit-scheduler keygen PATH` writes a key file for authenticated clients.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -6,52 +7,67 @@
 #include <cstring>
 #include <string>
 
+#include "auth.h"
+#include "control.h"
 #include "db_profiles.h"
 #include "options.h"
 #include "profiledb.h"
 #include "server.h"
-#include "status_client.h"
 
 namespace {
 
 // Exit codes.
 constexpr int kOk = 0;
 constexpr int kNoDaemon = 1;     // status: nobody answered
-constexpr int kUsage = 2;        // bad command line or config
+constexpr int kUsage = 2;        // bad command line, config or key file
 constexpr int kCannotListen = 3;
 
 void usage(FILE* to) {
   std::fprintf(to,
-               "Usage: fikit-scheduler [OPTIONS]            run the daemon\n"
-               "       fikit-scheduler status [--scheduler HOST:PORT]\n"
+               "Usage: fikit-scheduler [OPTIONS]                run the daemon\n"
+               "       fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
+               "       fikit-scheduler keygen PATH              write a new key file (mode 600)\n"
                "\n"
                "Schedules the GPU kernels of programs run under FIKIT's hook in share mode: ten priority\n"
-               "queues, the highest-priority active program launches freely and lower ones fill its\n"
-               "predicted idle gaps (BestPrioFit) until it launches again (early stop). See docs/scheduling.md.\n"
+               "levels; the highest-priority active program launches freely, lower ones run while it is\n"
+               "idle (keeping a bounded amount of work in flight) and fill its predicted idle gaps\n"
+               "(BestPrioFit) until it launches again (early stop). See docs/scheduling.md.\n"
                "\n"
                "Options:\n"
-               "  --listen HOST:PORT   UDP address to serve (default 127.0.0.1:47800)\n"
+               "  --listen HOST:PORT   UDP address to serve (default 127.0.0.1:47800; a non-loopback\n"
+               "                       address needs --key-file)\n"
                "  --db PATH            profile database (default %s)\n"
-               "  --config FILE        'key = value' settings (keys as the flags below, without --)\n"
+               "  --key-file PATH      authenticate datagrams with this key (docs/security.md); the file\n"
+               "                       must not be accessible to group or others\n"
+               "  --reserved-priorities N\n"
+               "                       with a key: priorities 0..N-1 need it; unauthenticated tasks that\n"
+               "                       ask for them get priority N (default 1)\n"
+               "  --control PATH       control socket for `status` (default $XDG_RUNTIME_DIR/fikit/\n"
+               "                       scheduler-PORT.sock, else /tmp/fikit-UID/scheduler-PORT.sock)\n"
+               "  --config FILE        'key = value' settings (keys as the flags, without --)\n"
                "  --log-level LEVEL    error|warn|info|debug|trace (default info)\n"
                "  -h, --help           this help\n"
                "Scheduling settings (durations take ns, us, ms or s; plain numbers are us):\n%s"
                "\n"
-               "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage or config error, 3 cannot listen.\n",
+               "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage, config or key error,\n"
+               "3 cannot listen.\n",
                fikit::profiledb::Database::default_path().c_str(), fikit::scheduler::settings_help().c_str());
 }
 
 int status_command(int argc, char** argv) {
-  std::string host = "127.0.0.1";
+  std::string host = "127.0.0.1", control;
   uint16_t port = 47800;
+  bool json = false;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
-      std::printf("Usage: fikit-scheduler status [--scheduler HOST:PORT]\n"
-                  "Prints the running daemon's tasks, priorities, queue lengths, holder, grants, gap fills,\n"
-                  "early stops and dropped datagrams. Exit 1 when no daemon answers.\n");
+      std::printf("Usage: fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
+                  "Prints the running daemon's tasks (priority, state, role), gap fills, early stops and\n"
+                  "dropped datagrams, read from its control socket (the daemon's user only).\n"
+                  "Exit 0, or 1 when no daemon answers, 2 on bad usage.\n");
       return kOk;
     }
+    if (arg == "--json") { json = true; continue; }
     if (arg == "--scheduler" && i + 1 < argc) {
       if (!fikit::scheduler::parse_host_port(argv[++i], host, port)) {
         std::fprintf(stderr, "fikit-scheduler status: --scheduler: '%s' is not HOST:PORT\n", argv[i]);
@@ -59,16 +75,34 @@ int status_command(int argc, char** argv) {
       }
       continue;
     }
+    if (arg == "--control" && i + 1 < argc) { control = argv[++i]; continue; }
     std::fprintf(stderr, "fikit-scheduler status: unexpected argument '%s' (try --help)\n", arg.c_str());
     return kUsage;
   }
+  if (control.empty()) control = fikit::scheduler::default_control_path(port);
   std::string error;
-  auto reply = fikit::scheduler::query_status(host, port, 1000, error);
+  auto reply = fikit::scheduler::control_request(control, json ? "status-json" : "status", 2000, error);
   if (!reply) {
     std::fprintf(stderr, "fikit-scheduler status: %s\n", error.c_str());
     return kNoDaemon;
   }
-  std::fputs(fikit::scheduler::format_status(*reply).c_str(), stdout);
+  std::fputs(reply->c_str(), stdout);
+  return kOk;
+}
+
+int keygen_command(int argc, char** argv) {
+  if (argc != 3 || argv[2][0] == '-') {
+    std::fprintf(argc == 3 ? stdout : stderr,
+                 "Usage: fikit-scheduler keygen PATH\n"
+                 "Writes 32 random bytes as 64 hex digits to a new file PATH (mode 600; never overwrites).\n"
+                 "Give it to the daemon (--key-file) and the programs (fikit-run --key-file).\n");
+    return std::strcmp(argv[argc - 1], "--help") == 0 || std::strcmp(argv[argc - 1], "-h") == 0 ? kOk : kUsage;
+  }
+  std::string error;
+  if (!fikit::protocol::create_key_file(argv[2], error)) {
+    std::fprintf(stderr, "fikit-scheduler keygen: %s\n", error.c_str());
+    return kUsage;
+  }
   return kOk;
 }
 
@@ -76,6 +110,7 @@ int status_command(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return status_command(argc, argv);
+  if (argc >= 2 && std::strcmp(argv[1], "keygen") == 0) return keygen_command(argc, argv);
 
   fikit::scheduler::Options opts;
   // Settings apply in order: defaults, --config, then the other flags, whatever their position.
@@ -105,6 +140,25 @@ int main(int argc, char** argv) {
       return kUsage;
     }
   }
+  std::string error;
+  if (!fikit::scheduler::check_options(opts, error)) {
+    std::fprintf(stderr, "fikit-scheduler: %s\n", error.c_str());
+    return kUsage;
+  }
+  fikit::scheduler::ServerOptions server;
+  server.host = opts.listen_host;
+  server.port = opts.listen_port;
+  server.settings = opts.policy;
+  server.control_path = opts.control_path.empty() ? fikit::scheduler::default_control_path(opts.listen_port)
+                                                  : opts.control_path;
+  if (!opts.key_file.empty()) {
+    fikit::protocol::Key key;
+    if (!fikit::protocol::load_key_file(opts.key_file, key, error)) {
+      std::fprintf(stderr, "fikit-scheduler: %s\n", error.c_str());
+      return kUsage;
+    }
+    server.key = key;
+  }
   if (opts.db_path.empty()) opts.db_path = fikit::profiledb::Database::default_path();
 
   auto logger = spdlog::stderr_color_mt("fikit-scheduler");
@@ -113,10 +167,14 @@ int main(int argc, char** argv) {
 
   fikit::scheduler::DbProfileSource profiles(opts.db_path);
   try {
-    fikit::scheduler::Server server(opts.listen_host, opts.listen_port, opts.policy, profiles);
-    spdlog::info("listening on {}:{}, profiles from {}", opts.listen_host, server.port(), opts.db_path);
-    server.run(/*handle_signals=*/true);
-    spdlog::info("stopped ({} malformed datagrams dropped)", server.dropped_datagrams());
+    fikit::scheduler::Server daemon(server, profiles);
+    spdlog::info("listening on {}:{} ({}), control socket {}, profiles from {}", opts.listen_host, daemon.port(),
+                 server.key ? "datagrams authenticated with " + opts.key_file : std::string("no key"),
+                 server.control_path, opts.db_path);
+    daemon.run(/*handle_signals=*/true);
+    const auto s = daemon.snapshot();
+    spdlog::info("stopped ({} malformed, {} bad MAC, {} refused by session datagrams dropped)", s.malformed,
+                 s.bad_mac, s.sessions.total());
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return kCannotListen;

@@ -1,10 +1,15 @@
 #include "options.h"
 
+#include <boost/asio/ip/address.hpp>
 #include <charconv>
 #include <fstream>
 
+#include "protocol.h"
+
 namespace fikit::scheduler {
 namespace {
+
+constexpr uint64_t kUs = 1'000, kMs = 1'000'000, kS = 1'000'000'000;
 
 // Durations accept a unit suffix: ns, us, ms, s (plain numbers are microseconds).
 bool parse_duration_ns(const std::string& text, uint64_t& out) {
@@ -13,10 +18,10 @@ bool parse_duration_ns(const std::string& text, uint64_t& out) {
   if (ec != std::errc() || ptr == text.data()) return false;
   std::string unit(ptr, text.data() + text.size());
   uint64_t scale = 0;
-  if (unit.empty() || unit == "us") scale = 1'000;
+  if (unit.empty() || unit == "us") scale = kUs;
   else if (unit == "ns") scale = 1;
-  else if (unit == "ms") scale = 1'000'000;
-  else if (unit == "s") scale = 1'000'000'000;
+  else if (unit == "ms") scale = kMs;
+  else if (unit == "s") scale = kS;
   else return false;
   if (value > UINT64_MAX / scale) return false;
   out = value * scale;
@@ -29,28 +34,42 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
+std::string format_ns(uint64_t ns) {
+  if (ns != 0 && ns % kS == 0) return std::to_string(ns / kS) + "s";
+  if (ns != 0 && ns % kMs == 0) return std::to_string(ns / kMs) + "ms";
+  if (ns % kUs == 0) return std::to_string(ns / kUs) + "us";
+  return std::to_string(ns) + "ns";
+}
+
+// Each duration with the range it may take: what it means, and what the wire format can carry.
 struct DurationSetting {
   const char* name;
   uint64_t policy::Settings::*field;
+  uint64_t min_ns, max_ns;
   const char* meaning;
 };
 constexpr DurationSetting kDurations[] = {
-    {"min-gap", &policy::Settings::min_gap_ns, "predicted gaps shorter than this are not filled"},
-    {"grant-latency", &policy::Settings::grant_latency_ns, "time from a grant to the client's launch; fills start no earlier"},
-    {"switch-cost", &policy::Settings::switch_cost_ns, "GPU time of switching to a filler's context and back; each fill is charged twice"},
-    {"free-run-credit", &policy::Settings::free_run_credit_ns, "work one free-run grant allows when nothing above is active"},
-    {"outstanding-bound", &policy::Settings::outstanding_bound_ns, "free-run work granted ahead of the GPU, at most"},
-    {"lease", &policy::Settings::lease_ns, "a task silent this long is dropped"},
-    {"holder-quiet", &policy::Settings::holder_quiet_ns, "an active task silent this long counts as idle"},
-    {"notify-poll", &policy::Settings::notify_poll_ns, "after a notification, poll this long before sleeping (0: never poll)"},
+    {"min-gap", &policy::Settings::min_gap_ns, 0, protocol::kMaxU32Ns,
+     "predicted gaps shorter than this are not filled"},
+    {"grant-latency", &policy::Settings::grant_latency_ns, 0, protocol::kMaxU32Ns,
+     "a directive's trip plus the filler's launch: gap credit starts no earlier"},
+    {"switch-cost", &policy::Settings::switch_cost_ns, 0, kS,
+     "time-sliced GPU: switching to a filler's context and back, each (charged twice per fill)"},
+    {"run-bound", &policy::Settings::run_bound_ns, 1 * kUs, protocol::kMaxU32Ns,
+     "predicted GPU work a lower task keeps in flight while it runs: a returning holder waits at most about this"},
+    {"mps-overlap", &policy::Settings::mps_overlap_ns, 0, protocol::kMaxU32Ns,
+     "under MPS, lower kernels predicted up to this run beside an active holder (0: none)"},
+    {"max-predicted", &policy::Settings::max_predicted_ns, 1 * kUs, protocol::kMaxPredictedNs,
+     "a client's prediction of a kernel the daemon has no profile of is capped at this"},
+    {"lease", &policy::Settings::lease_ns, protocol::kMinLeaseMs * kMs, protocol::kMaxLeaseMs * kMs,
+     "a task silent this long is dropped (clients heartbeat every quarter of it)"},
+    {"holder-quiet", &policy::Settings::holder_quiet_ns, 1 * kMs, 60 * kS,
+     "an active task that notifies nothing for this long counts as idle"},
+    {"measure-hold-max", &policy::Settings::measure_hold_max_ns, 0, 24 * 3600 * kS,
+     "a task in its measurement phase keeps lower priorities off the GPU at most this long"},
+    {"notify-poll", &policy::Settings::notify_poll_ns, 0, 20 * kMs,
+     "after a notification, poll this long before sleeping (0: never poll)"},
 };
-
-std::string format_ns(uint64_t ns) {
-  if (ns % 1'000'000'000 == 0) return std::to_string(ns / 1'000'000'000) + "s";
-  if (ns % 1'000'000 == 0) return std::to_string(ns / 1'000'000) + "ms";
-  if (ns % 1'000 == 0) return std::to_string(ns / 1'000) + "us";
-  return std::to_string(ns) + "ns";
-}
 
 }  // namespace
 
@@ -63,8 +82,15 @@ bool parse_host_port(const std::string& text, std::string& host, uint16_t& port)
   auto [ptr, ec] = std::from_chars(b, e, value);
   if (ec != std::errc() || ptr != e || value > 65535) return false;
   host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   port = uint16_t(value);
   return true;
+}
+
+bool is_loopback(const std::string& host) {
+  boost::system::error_code ec;
+  const auto address = boost::asio::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
 }
 
 bool apply_setting(Options& opts, const std::string& key, const std::string& value, std::string& error) {
@@ -73,6 +99,10 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     uint64_t ns = 0;
     if (!parse_duration_ns(value, ns)) {
       error = key + ": '" + value + "' is not a duration (e.g. 20us, 5ms, 1s)";
+      return false;
+    }
+    if (ns < d.min_ns || ns > d.max_ns) {
+      error = key + ": " + format_ns(ns) + " is out of range (" + format_ns(d.min_ns) + " to " + format_ns(d.max_ns) + ")";
       return false;
     }
     opts.policy.*d.field = ns;
@@ -92,6 +122,16 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     else { error = "duration-estimator: '" + value + "' is not one of mean, p50, p90"; return false; }
     return true;
   }
+  if (key == "reserved-priorities") {
+    int n = -1;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (ec != std::errc() || ptr != value.data() + value.size() || n < 0 || n >= protocol::kPriorityLevels) {
+      error = "reserved-priorities: '" + value + "' is not a number of priorities 0..9";
+      return false;
+    }
+    opts.reserved_priorities = n;
+    return true;
+  }
   if (key == "listen") {
     if (!parse_host_port(value, opts.listen_host, opts.listen_port)) {
       error = "listen: '" + value + "' is not HOST:PORT";
@@ -100,6 +140,15 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     return true;
   }
   if (key == "db") { opts.db_path = value; return true; }
+  if (key == "key-file") { opts.key_file = value; return true; }
+  if (key == "control") {
+    if (value.empty() || value[0] != '/') {
+      error = "control: '" + value + "' is not an absolute path";
+      return false;
+    }
+    opts.control_path = value;
+    return true;
+  }
   if (key == "log-level") {
     if (value != "error" && value != "warn" && value != "info" && value != "debug" && value != "trace") {
       error = "log-level: '" + value + "' is not one of error, warn, info, debug, trace";
@@ -136,11 +185,33 @@ bool load_config_file(Options& opts, const std::string& path, std::string& error
   return true;
 }
 
+bool check_options(Options& opts, std::string& error) {
+  auto& p = opts.policy;
+  if (p.holder_quiet_ns >= p.lease_ns) {
+    error = "holder-quiet (" + format_ns(p.holder_quiet_ns) + ") must be shorter than the lease (" +
+            format_ns(p.lease_ns) + ")";
+    return false;
+  }
+  if (!is_loopback(opts.listen_host) && opts.key_file.empty()) {
+    error = "listen: refusing " + opts.listen_host +
+            " without --key-file: anyone who can reach it could steer the GPU (docs/security.md)";
+    return false;
+  }
+  if (opts.reserved_priorities > 0 && opts.key_file.empty()) {
+    error = "reserved-priorities needs --key-file: without a key nobody could use those priorities";
+    return false;
+  }
+  if (opts.reserved_priorities < 0) opts.reserved_priorities = opts.key_file.empty() ? 0 : 1;
+  p.min_unauthenticated_priority = opts.reserved_priorities;
+  return true;
+}
+
 std::string settings_help() {
   policy::Settings defaults;
   std::string s;
   for (const auto& d : kDurations)
-    s += "  --" + std::string(d.name) + " DURATION\n      " + d.meaning + " (default " + format_ns(defaults.*d.field) + ")\n";
+    s += "  --" + std::string(d.name) + " DURATION\n      " + d.meaning + " (default " + format_ns(defaults.*d.field) +
+         ", " + format_ns(d.min_ns) + " to " + format_ns(d.max_ns) + ")\n";
   s += "  --gap-estimator mean|p50|p10\n      statistic of a kernel's following gap used as the prediction (default mean)\n";
   s += "  --duration-estimator mean|p50|p90\n      statistic of a kernel's duration used as its predicted length (default p90)\n";
   return s;

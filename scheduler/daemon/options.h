@@ -1,5 +1,7 @@
 #pragma once
 // fikit-scheduler's settings: defaults, then a `key = value` config file, then command-line flags.
+// Every value is checked when it is parsed, against what it means and against the wire format's
+// limits (a lease is sent in milliseconds, the in-flight bound in 32-bit nanoseconds, ...).
 #include <cstdint>
 #include <string>
 
@@ -12,6 +14,9 @@ struct Options {
   uint16_t listen_port = 47800;
   std::string db_path;              // empty: profiledb's default path
   std::string log_level = "info";
+  std::string key_file;             // empty: no authentication
+  std::string control_path;         // empty: default_control_path(listen_port)
+  int reserved_priorities = -1;     // -1: 1 with a key, 0 without
   policy::Settings policy;
 };
 
@@ -24,6 +29,12 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
 
 // Reads `key = value` lines ('#' starts a comment). False with `error` set ("file:line: ...").
 bool load_config_file(Options& opts, const std::string& path, std::string& error);
+
+// Checks the settings together (after all were applied): false with `error` set.
+bool check_options(Options& opts, std::string& error);
+
+// Whether `host` is a loopback address (127.0.0.0/8, ::1): reachable from this machine only.
+bool is_loopback(const std::string& host);
 
 // The settings table for --help: "name", "meaning (default)".
 std::string settings_help();

@@ -1,13 +1,17 @@
 #include "server.h"
 
-#include <spdlog/spdlog.h>
 #include <sched.h>
+#include <spdlog/spdlog.h>
 #include <time.h>
 
 #include <array>
 #include <boost/asio.hpp>
+#include <future>
 #include <stdexcept>
-#include <unordered_map>
+
+#include "control.h"
+#include "log_limiter.h"
+#include "sessions.h"
 
 namespace fikit::scheduler {
 
@@ -20,18 +24,40 @@ uint64_t monotonic_ns() {
   return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
 }
 
+namespace {
+// Kinds of rate-limited log lines.
+enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend };
+}  // namespace
+
 struct Server::Impl {
-  Impl(Server& owner, const std::string& host, uint16_t port, policy::Settings settings,
-       policy::ProfileSource& profiles)
-      : owner(owner), socket(io), timer(io), signals(io), policy(settings, profiles) {
+  Impl(const ServerOptions& options, policy::ProfileSource& profiles)
+      : opts(options), socket(io), timer(io), signals(io), policy(options.settings, profiles),
+        sessions(protocol::random_nonzero_u64()), limiter(5, 10'000'000'000ull), started(monotonic_ns()) {
     boost::system::error_code ec;
-    auto address = asio::ip::make_address(host, ec);
-    if (ec) throw std::runtime_error("cannot listen on '" + host + "': not an IP address");
-    udp::endpoint ep(address, port);
+    auto address = asio::ip::make_address(opts.host, ec);
+    if (ec) throw std::runtime_error("cannot listen on '" + opts.host + "': not an IP address");
+    udp::endpoint ep(address, opts.port);
     socket.open(ep.protocol(), ec);
     if (!ec) socket.bind(ep, ec);
-    if (ec) throw std::runtime_error("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+    if (ec) throw std::runtime_error("cannot listen on " + opts.host + ":" + std::to_string(opts.port) + ": " + ec.message());
     socket.non_blocking(true, ec);   // poll_while_notified() reads without blocking
+    bound_port = socket.local_endpoint().port();
+    if (!opts.control_path.empty())
+      control = std::make_unique<ControlServer>(io, opts.control_path, [this](const std::string& command) {
+        if (command == "status") return format_text(make_snapshot());
+        if (command == "status-json") return format_json(make_snapshot());
+        return "error: unknown command '" + command.substr(0, 40) + "' (status, status-json)\n";
+      });
+  }
+
+  template <class... Args>
+  void log_limited(int kind, spdlog::level::level_enum level, fmt::format_string<Args...> f, Args&&... args) {
+    if (!spdlog::should_log(level)) return;
+    uint64_t suppressed = 0;
+    if (!limiter.allow(kind, monotonic_ns(), &suppressed)) return;
+    std::string line = fmt::format(f, std::forward<Args>(args)...);
+    if (suppressed > 0) line += fmt::format(" ({} similar lines suppressed)", suppressed);
+    spdlog::log(level, "{}", line);
   }
 
   void receive() {
@@ -43,65 +69,113 @@ struct Server::Impl {
   }
 
   void handle(size_t n) {
+    const std::span<const uint8_t> datagram(in.data(), n);
     protocol::Message msg;
     // One byte more than the largest datagram is read, so an oversized one shows as too long.
-    protocol::DecodeError err = protocol::decode(std::span<const uint8_t>(in.data(), n), msg);
+    const protocol::DecodeError err = protocol::decode(datagram, msg);
     if (err != protocol::DecodeError::None) {
-      uint64_t dropped = owner.dropped_.fetch_add(1, std::memory_order_relaxed) + 1;
-      spdlog::debug("dropped a datagram of {} bytes from {}: {} ({} dropped so far)", n,
-                    sender.address().to_string(), protocol::to_string(err), dropped);
+      ++malformed;
+      log_limited(kLogMalformed, spdlog::level::debug, "dropped a datagram of {} bytes from {}: {}", n,
+                  sender.address().to_string(), protocol::to_string(err));
       return;
+    }
+    if (!protocol::client_to_daemon(msg.header.type)) {
+      ++wrong_direction;
+      return;
+    }
+    bool authenticated = false;
+    if (msg.header.flags & protocol::kFlagMac) {
+      if (!opts.key || !protocol::verify(*opts.key, datagram)) {
+        ++bad_mac;
+        log_limited(kLogBadMac, spdlog::level::warn, "dropped a {} from {}: {}", protocol::to_string(msg.header.type),
+                    sender.address().to_string(),
+                    opts.key ? "its MAC does not verify (another key?)" : "it has a MAC and this daemon has no key");
+        return;
+      }
+      authenticated = true;
     }
     const uint64_t now = monotonic_ns();
-    if (std::holds_alternative<protocol::StatusQuery>(msg.body)) {
-      protocol::StatusReply reply = policy.status(now);
-      reply.dropped_datagrams = owner.dropped_datagrams();
-      send_to(sender, protocol::Header{protocol::Type::StatusReply, 0, msg.header.seq}, reply);
-      return;
-    }
-    if (!is_client_to_daemon(msg.body)) {
-      owner.dropped_.fetch_add(1, std::memory_order_relaxed);
-      return;
-    }
-    if (msg.header.task_id != 0 && endpoints.count(msg.header.task_id)) endpoints[msg.header.task_id] = sender;
     actions.clear();
-    policy.on_message(now, msg, actions);
-    for (const policy::Action& a : actions) {
-      if (auto* r = std::get_if<protocol::Registered>(&a.message.body)) {
-        endpoints[a.task_id] = sender;
-        spdlog::info("task {} registered: key '{}', priority {}, pid {}, role {}", a.task_id,
-                     std::get<protocol::Register>(msg.body).key_view(),
-                     std::get<protocol::Register>(msg.body).priority, std::get<protocol::Register>(msg.body).pid,
-                     r->role);
+    const Reply reply_to{sender, msg.header.session, authenticated};
+    if (const auto* reg = std::get_if<protocol::Register>(&msg.body)) {
+      register_task(now, msg.header, *reg, authenticated, reply_to);
+    } else {
+      const Refusal refusal = sessions.check(msg.header, sender, authenticated);
+      if (refusal == Refusal::UnknownSession || refusal == Refusal::StaleEpoch) {
+        // A restarted daemon or an expired lease: the client registers again (not worth an answer
+        // to a goodbye).
+        if (!std::holds_alternative<protocol::Goodbye>(msg.body))
+          actions.push_back({0, protocol::Error{protocol::ErrorCode::UnknownTask, 0}});
+      } else if (refusal != Refusal::None) {
+        log_limited(kLogRefused, spdlog::level::warn, "dropped a {} for task {} from {}: {}",
+                    protocol::to_string(msg.header.type), msg.header.task, sender.address().to_string(),
+                    to_string(refusal));
+        return;
+      } else {
+        policy.on_message(now, msg.header.task, msg.body, actions);
       }
     }
-    dispatch(msg.header.task_id);
-    forget_departed();
-    arm_timer();
-    if (std::holds_alternative<protocol::LaunchNotify>(msg.body)) poll_while_notified();
+    dispatch(reply_to);
+    after_event();
+    if (std::holds_alternative<protocol::Notify>(msg.body)) poll_while_notified();
   }
 
-  // While the holder notifies, the next notification is microseconds away: take it by polling
-  // rather than from epoll, so the holder's sendto does not pay for waking this thread (the
-  // holder's cost; the daemon pays CPU, yielding to anything else runnable). Bounded, so timers
-  // run and signals are seen; ends as soon as the holder goes quiet or stops notifying.
+  struct Reply {
+    udp::endpoint to;
+    uint64_t session;
+    bool authenticated;
+  };
+
+  void register_task(uint64_t now, const protocol::Header& h, const protocol::Register& reg, bool authenticated,
+                     const Reply& reply_to) {
+    uint32_t existing = 0;
+    const Refusal refusal = sessions.check_register(h, reg.device, sender, authenticated, &existing);
+    if (refusal != Refusal::None) {
+      log_limited(kLogRefused, spdlog::level::warn, "dropped a register from {}: {}", sender.address().to_string(),
+                  to_string(refusal));
+      return;
+    }
+    policy::Registration r;
+    r.priority = reg.priority;
+    r.mode = reg.mode;
+    r.backend = reg.backend;
+    r.pid = reg.pid;
+    r.key = std::string(reg.key_view());
+    r.authenticated = authenticated;
+    const uint32_t task = policy.on_register(now, existing, r, actions);
+    if (task == 0) {
+      log_limited(kLogRegistered, spdlog::level::warn, "refused a registration of '{}' (pid {}): too many tasks",
+                  r.key, r.pid);
+      return;
+    }
+    sessions.bind(h, reg.device, reply_to.to, authenticated, task);
+    const auto& reply = std::get<protocol::Registered>(actions.front().body);
+    log_limited(kLogRegistered, spdlog::level::info,
+                "task {} {}: key '{}', priority {}{}, pid {}, {}, {}, {}", task,
+                existing != 0 ? "registered again" : "registered", r.key, int(reply.priority),
+                reply.priority != reg.priority ? fmt::format(" (asked {}: priorities below {} need the key)",
+                                                             int(reg.priority), reply.priority)
+                                               : std::string(),
+                r.pid, reg.mode == protocol::TaskMode::Measure ? "measuring" : "sharing",
+                reg.backend == protocol::Backend::Mps ? "MPS" : "time-sliced",
+                authenticated ? "authenticated" : "unauthenticated");
+  }
+
+  // While the holder notifies gap-opening launches, the next notification is microseconds away:
+  // take it by polling rather than from epoll, so the holder's sendto does not pay for waking this
+  // thread (the daemon pays CPU, yielding to anything else runnable). Bounded, so timers run and
+  // signals are seen; ends as soon as the holder goes quiet or stops notifying.
   void poll_while_notified() {
     const uint64_t window = policy.settings().notify_poll_ns;
     if (window == 0 || polling) return;
     polling = true;
-    const uint64_t started = monotonic_ns();
-    uint64_t last = started;
+    const uint64_t started_at = monotonic_ns();
+    uint64_t last = started_at;
     boost::system::error_code ec;
     while (policy.notifications_expected()) {
       const uint64_t now = monotonic_ns();
-      if (now - last > window || now - started > kMaxPollNs) break;
-      if (policy.next_wake() <= now) {
-        actions.clear();
-        policy.on_tick(now, actions);
-        dispatch(0);
-        forget_departed();
-        arm_timer();
-      }
+      if (now - last > window || now - started_at > kMaxPollNs) break;
+      if (policy.next_wake() <= now) on_timer(now);
       size_t n = socket.receive_from(asio::buffer(in), sender, 0, ec);
       if (!ec) {
         handle(n);   // polling is set: no nested poll
@@ -117,45 +191,52 @@ struct Server::Impl {
   static constexpr uint64_t kMaxPollNs = 20'000'000;   // back to the event loop at least this often
   bool polling = false;
 
-  static bool is_client_to_daemon(const protocol::Body& b) {
-    return std::holds_alternative<protocol::Register>(b) || std::holds_alternative<protocol::LaunchNotify>(b) ||
-           std::holds_alternative<protocol::LaunchRequest>(b) || std::holds_alternative<protocol::Idle>(b) ||
-           std::holds_alternative<protocol::Heartbeat>(b) || std::holds_alternative<protocol::Goodbye>(b);
-  }
-
-  // Sends the policy's actions; a reply to a task the policy does not know goes back to the sender.
-  void dispatch(uint32_t sender_task) {
+  // Sends the policy's actions: to a task through its session, or (task 0) back to the sender.
+  void dispatch(const Reply& reply_to) {
     for (const policy::Action& a : actions) {
-      auto it = endpoints.find(a.task_id);
-      if (it != endpoints.end()) {
-        send_to(it->second, a.message.header, a.message.body);
-      } else if (a.task_id == sender_task || a.task_id == 0) {
-        send_to(sender, a.message.header, a.message.body);
+      protocol::Header h;
+      udp::endpoint to;
+      bool authenticated = false;
+      if (a.task_id == 0 || !sessions.address(a.task_id, &to, &h, &authenticated)) {
+        if (a.task_id != 0) continue;   // its session is gone
+        to = reply_to.to;
+        authenticated = reply_to.authenticated;
+        h.session = reply_to.session;
+        h.epoch = sessions.epoch();
+        h.seq = ++sessionless_seq;
       }
+      send_to(to, h, a.body, authenticated);
     }
   }
 
-  void forget_departed() {
-    if (endpoints.size() == policy.task_count()) return;
-    auto status = policy.status(monotonic_ns());
-    std::unordered_map<uint32_t, udp::endpoint> kept;
-    for (const auto& t : status.tasks) {
-      auto it = endpoints.find(t.task_id);
-      if (it != endpoints.end()) kept.emplace(t.task_id, it->second);
-    }
-    if (kept.size() < endpoints.size()) spdlog::info("{} task(s) left", endpoints.size() - kept.size());
-    endpoints.swap(kept);
-  }
-
-  void send_to(const udp::endpoint& to, protocol::Header h, const protocol::Body& body) {
+  void send_to(const udp::endpoint& to, const protocol::Header& h, const protocol::Body& body, bool authenticated) {
     size_t n = protocol::encode(h, body, out);
+    if (n != 0 && authenticated) n = protocol::seal(*opts.key, out.data(), n, out.size());
     if (n == 0) {
       spdlog::error("could not encode a {} message", int(body.index()));
       return;
     }
     boost::system::error_code ec;
     socket.send_to(asio::buffer(out.data(), n), to, 0, ec);   // UDP: never blocks for long
-    if (ec) spdlog::debug("send to {}:{} failed: {}", to.address().to_string(), to.port(), ec.message());
+    if (ec)
+      log_limited(kLogSend, spdlog::level::debug, "send to {}:{} failed: {}", to.address().to_string(), to.port(),
+                  ec.message());
+  }
+
+  void after_event() {
+    const auto dropped = policy.take_dropped();
+    if (!dropped.empty()) {
+      sessions.forget(dropped);
+      log_limited(kLogLeft, spdlog::level::info, "{} task(s) left (goodbye or lease expired)", dropped.size());
+    }
+    arm_timer();
+  }
+
+  void on_timer(uint64_t now) {
+    actions.clear();
+    policy.on_tick(now, actions);
+    dispatch(Reply{});
+    after_event();
   }
 
   void arm_timer() {
@@ -174,34 +255,54 @@ struct Server::Impl {
     timer.async_wait([this](boost::system::error_code ec) {
       if (ec) return;
       armed_for = policy::Policy::kNever;
-      actions.clear();
-      policy.on_tick(monotonic_ns(), actions);
-      dispatch(0);
-      forget_departed();
-      arm_timer();
+      on_timer(monotonic_ns());
     });
   }
 
-  Server& owner;
+  DaemonSnapshot make_snapshot() {
+    DaemonSnapshot s;
+    s.listen = opts.host + ":" + std::to_string(bound_port);
+    s.uptime_ns = monotonic_ns() - started;
+    s.epoch = sessions.epoch();
+    s.keyed = opts.key.has_value();
+    s.reserved_priorities = opts.settings.min_unauthenticated_priority;
+    s.holder = policy.holder();
+    s.malformed = malformed;
+    s.bad_mac = bad_mac;
+    s.wrong_direction = wrong_direction;
+    s.policy = policy.counters();
+    s.sessions = sessions.counters();
+    s.tasks = policy.status(monotonic_ns());
+    return s;
+  }
+
+  ServerOptions opts;
   asio::io_context io;
   udp::socket socket;
   asio::steady_timer timer;
   asio::signal_set signals;
+  std::unique_ptr<ControlServer> control;
   policy::Policy policy;
+  Sessions sessions;
+  LogLimiter limiter;
+  uint64_t started;
+  uint16_t bound_port = 0;
   std::array<uint8_t, protocol::kMaxDatagram + 1> in{};
   std::array<uint8_t, protocol::kMaxDatagram> out{};
   udp::endpoint sender;
-  std::unordered_map<uint32_t, udp::endpoint> endpoints;
   std::vector<policy::Action> actions;
   uint64_t armed_for = policy::Policy::kNever;
+  uint64_t sessionless_seq = 0;
+  uint64_t malformed = 0, bad_mac = 0, wrong_direction = 0;
+  std::atomic<bool> running{false};
 };
 
-Server::Server(const std::string& host, uint16_t port, policy::Settings settings, policy::ProfileSource& profiles)
-    : impl_(std::make_unique<Impl>(*this, host, port, settings, profiles)) {}
+Server::Server(const ServerOptions& options, policy::ProfileSource& profiles)
+    : impl_(std::make_unique<Impl>(options, profiles)) {}
 
 Server::~Server() = default;
 
-uint16_t Server::port() const { return impl_->socket.local_endpoint().port(); }
+uint16_t Server::port() const { return impl_->bound_port; }
 
 void Server::run(bool handle_signals) {
   if (handle_signals) {
@@ -214,7 +315,9 @@ void Server::run(bool handle_signals) {
     });
   }
   impl_->receive();
+  impl_->running = true;
   impl_->io.run();
+  impl_->running = false;
 }
 
 void Server::stop() {
@@ -223,8 +326,16 @@ void Server::stop() {
     impl_->socket.close(ec);
     impl_->timer.cancel();
     impl_->signals.cancel();
+    impl_->control.reset();
     impl_->io.stop();
   });
+}
+
+DaemonSnapshot Server::snapshot() {
+  if (!impl_->running) return impl_->make_snapshot();
+  std::promise<DaemonSnapshot> result;
+  asio::post(impl_->io, [&] { result.set_value(impl_->make_snapshot()); });
+  return result.get_future().get();
 }
 
 }  // namespace fikit::scheduler

@@ -1,18 +1,31 @@
 #pragma once
-// The daemon's event loop: one Asio thread owns the UDP socket, the timer and the policy.
+// The daemon's event loop: one Asio thread owns the UDP socket, the timer, the control socket, the
+// session table and the policy. Datagrams are decoded, authenticated and checked against their
+// session (sessions.h) before the policy sees them; the policy's messages go back the same way.
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "auth.h"
 #include "policy.h"
+#include "snapshot.h"
 
 namespace fikit::scheduler {
 
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 47800;              // 0: any free port (tests)
+  std::string control_path;           // "": none (tests)
+  std::optional<protocol::Key> key;   // datagrams with a valid MAC count as authenticated
+  policy::Settings settings;
+};
+
 class Server {
  public:
-  // Binds host:port (port 0: any free port). Throws std::runtime_error when it cannot bind.
-  Server(const std::string& host, uint16_t port, policy::Settings settings, policy::ProfileSource& profiles);
+  // Binds the UDP port and the control socket. Throws std::runtime_error when it cannot.
+  Server(const ServerOptions& options, policy::ProfileSource& profiles);
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -21,15 +34,16 @@ class Server {
   // Runs the event loop until stop() (from any thread) or SIGTERM/SIGINT when handle_signals.
   void run(bool handle_signals);
   void stop();
-  uint64_t dropped_datagrams() const { return dropped_.load(std::memory_order_relaxed); }
+  // The state as `fikit-scheduler status` shows it; thread-safe (runs on the loop, or directly
+  // when the loop is not running).
+  DaemonSnapshot snapshot();
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  std::atomic<uint64_t> dropped_{0};
 };
 
-// CLOCK_MONOTONIC in ns: the clock grant deadlines are written in (clients share the host).
+// CLOCK_MONOTONIC in ns: the clock directives' credit ends are written in (clients share the host).
 uint64_t monotonic_ns();
 
 }  // namespace fikit::scheduler

@@ -4,16 +4,23 @@
 
 namespace fikit::policy {
 
-using protocol::Message;
+using protocol::Backend;
+using protocol::Directive;
+using protocol::State;
 using protocol::TaskMode;
 
 namespace {
-constexpr uint32_t kMaxTasks = 256;
-constexpr int kNoPriority = protocol::kPriorityLevels;   // "no task at any priority"
 
-Action reply(uint32_t task_id, uint32_t seq, protocol::Body body) {
-  return Action{task_id, Message{protocol::Header{protocol::Type::Heartbeat, task_id, seq}, std::move(body)}};
+// Two directives tell the client the same thing at `now` (credit that has run out is no credit).
+bool same(const Directive& a, const Directive& b, uint64_t now) {
+  const bool ca = a.credit_ns != 0 && a.credit_until_ns > now, cb = b.credit_ns != 0 && b.credit_until_ns > now;
+  if (a.role != b.role || a.state != b.state || a.bound_ns != b.bound_ns || a.overlap_ns != b.overlap_ns || ca != cb)
+    return false;
+  return !ca || (a.credit_ns == b.credit_ns && a.credit_until_ns == b.credit_until_ns);
 }
+
+uint32_t u32(uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); }
+
 }  // namespace
 
 Policy::Policy(Settings settings, ProfileSource& profiles) : settings_(settings), profiles_(profiles) {}
@@ -45,97 +52,125 @@ uint64_t Policy::gap_after(const KernelStats& s) const {
   return 0;
 }
 
-int Policy::top_registered_priority() const {
-  int top = kNoPriority;
-  for (const auto& [id, t] : tasks_) top = std::min(top, t.priority);
-  return top;
+bool Policy::measuring_hold(uint64_t now, const Task& t) const {
+  return t.mode == TaskMode::Measure && now - t.measure_since < settings_.measure_hold_max_ns;
 }
 
-int Policy::measuring_priority() const {
-  int m = kNoPriority;
-  for (const auto& [id, t] : tasks_)
-    if (t.mode == TaskMode::Measure) m = std::min(m, t.priority);
-  return m;
+// Whether `above` keeps the tasks below it from running freely: it is active, or being measured.
+bool Policy::blocks(uint64_t now, const Task& above) const {
+  return above.mode == TaskMode::Share ? above.active : measuring_hold(now, above);
 }
 
-void Policy::on_register(uint64_t now, uint32_t seq, const protocol::Register& reg, std::vector<Action>& out) {
-  if (!started_set_) { started_ = now; started_set_ = true; }
-  Task* task = nullptr;
-  for (auto& [id, t] : tasks_)
-    if (t.pid == reg.pid && t.key == reg.key_view()) task = &t;
+// Fill by the holder's gaps is for tasks that nothing else above keeps back.
+bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
+  bool holder_blocks = false;
+  for (const auto& [id, u] : tasks_) {
+    if (id == t.id || u.priority >= t.priority || !blocks(now, u)) continue;
+    if (id != holder_) return false;
+    holder_blocks = true;
+  }
+  return holder_blocks;
+}
+
+Directive Policy::directive_for(uint64_t now, const Task& t) const {
+  Directive d;
+  d.bound_ns = u32(settings_.run_bound_ns);
+  if (t.id == holder_) d.role |= protocol::kRoleHolder;
+  bool below = false, hold = false, fill = false, wanted = false;
+  for (const auto& [id, u] : tasks_) {
+    if (id == t.id) continue;
+    below |= u.priority > t.priority;
+    wanted |= u.want && u.want->known;
+    if (u.priority < t.priority && blocks(now, u)) (u.mode == TaskMode::Measure ? hold : fill) = true;
+  }
+  // A task being measured runs unscheduled (the measure mode asks nothing); lower ones depend on it.
+  if (t.mode == TaskMode::Measure) return d;
+  if (below) d.role |= protocol::kRoleActivity;
+  if (t.id == holder_ && wanted) d.role |= protocol::kRoleGaps;
+  d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
+  if (d.state == State::Fill && t.backend == Backend::Mps) d.overlap_ns = u32(settings_.mps_overlap_ns);
+  if (d.state == State::Fill && gap_.open && gap_.filler == t.id && gap_.credit_until_ns > now) {
+    d.credit_ns = gap_.credit_ns;
+    d.credit_until_ns = gap_.credit_until_ns;
+  }
+  return d;
+}
+
+uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration& reg, std::vector<Action>& out) {
+  Task* task = find(existing);
   if (task == nullptr) {
     if (tasks_.size() >= kMaxTasks) {
-      out.push_back(reply(0, seq, protocol::Error{protocol::ErrorCode::TooManyTasks}));
-      return;
+      ++counters_.refused_registrations;
+      out.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 1000}});
+      return 0;
     }
-    uint32_t id = next_task_id_++;
-    if (next_task_id_ == 0) next_task_id_ = 1;   // 0 means "unregistered" on the wire
+    const uint32_t id = next_task_id_++;
+    if (next_task_id_ == 0) next_task_id_ = 1;   // 0 means "none" on the wire
     task = &tasks_[id];
     task->id = id;
-    task->pid = reg.pid;
-    task->key = std::string(reg.key_view());
+    task->key = reg.key;
     task->profile = profiles_.load(task->key);
     if (!task->profile) task->profile = std::make_shared<Profile>();
-  } else if (task->priority != reg.priority) {
-    // Its queued requests sit in the old priority's queue: move them.
-    auto& from = queues_[task->priority];
-    for (auto it = from.begin(); it != from.end();) {
-      if (it->task_id == task->id) { queues_[reg.priority].push_back(*it); it = from.erase(it); } else ++it;
-    }
   }
-  task->priority = reg.priority;
+  ++counters_.registrations;
+  task->pid = reg.pid;
+  task->requested_priority = reg.priority;
+  task->authenticated = reg.authenticated;
+  // Without the key a task cannot take the priorities reserved for those who have it.
+  int priority = reg.priority;
+  if (!reg.authenticated && priority < settings_.min_unauthenticated_priority) {
+    priority = std::min(settings_.min_unauthenticated_priority, protocol::kPriorityLevels - 1);
+    ++counters_.capped_registrations;
+  }
+  task->priority = priority;
+  if (reg.mode == TaskMode::Measure && (task->mode != TaskMode::Measure || task->measure_since == 0)) {
+    task->measure_since = now;
+    task->hold_ended = false;
+  }
   task->mode = reg.mode;
+  task->backend = reg.backend;
   task->last_heard = now;
-  task->active = task->active || reg.mode == TaskMode::Measure;
   std::vector<Action> changes;
   schedule(now, changes);
-  // The registration reply carries the role, so the new task's own Role message is not needed.
-  // The fill thresholds let a holder skip notifications after kernels whose gap nothing could fill.
-  const auto u32 = [](uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); };
-  out.push_back(reply(task->id, seq,
-                      protocol::Registered{uint32_t(settings_.lease_ns / 1'000'000), task->role,
-                                           u32(settings_.min_gap_ns), u32(settings_.grant_latency_ns)}));
+  protocol::Registered r;
+  r.lease_ms = u32(std::clamp<uint64_t>(settings_.lease_ns / 1'000'000, protocol::kMinLeaseMs, protocol::kMaxLeaseMs));
+  r.priority = uint8_t(task->priority);
+  r.min_gap_ns = u32(settings_.min_gap_ns);
+  r.grant_latency_ns = u32(settings_.grant_latency_ns);
+  r.directive = task->directive;
+  out.push_back({task->id, r});
+  // Its own directive travels in the reply.
   for (Action& a : changes)
-    if (!(a.task_id == task->id && std::holds_alternative<protocol::Role>(a.message.body))) out.push_back(std::move(a));
+    if (a.task_id != task->id) out.push_back(std::move(a));
+  return task->id;
 }
 
-void Policy::on_message(uint64_t now, const Message& msg, std::vector<Action>& out) {
-  if (!started_set_) { started_ = now; started_set_ = true; }
-  // Dispatch on the body: the header's type field was validated against it by the decoder.
-  const auto& h = msg.header;
-  if (const auto* reg = std::get_if<protocol::Register>(&msg.body)) {
-    on_register(now, h.seq, *reg, out);
-    return;
-  }
-  Task* t = find(h.task_id);
+void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, std::vector<Action>& out) {
+  Task* t = find(id);
   if (t == nullptr) {
-    // Unknown or expired task (or a restarted daemon): tell it to register again.
-    if (!std::holds_alternative<protocol::Goodbye>(msg.body))
-      out.push_back(reply(h.task_id, h.seq, protocol::Error{protocol::ErrorCode::UnknownTask}));
+    if (!std::holds_alternative<protocol::Goodbye>(body))
+      out.push_back({0, protocol::Error{protocol::ErrorCode::UnknownTask, 0}});
     return;
   }
   t->last_heard = now;
-  if (const auto* n = std::get_if<protocol::LaunchNotify>(&msg.body)) {
-    // The gap is predicted from the launch; a launch time from the future or older than the
-    // holder-quiet timeout is not believed (clock trouble, a stale datagram).
-    uint64_t launched = now;
-    if (n->launched_ns != 0 && n->launched_ns <= now && now - n->launched_ns < settings_.holder_quiet_ns)
-      launched = n->launched_ns;
-    handle_notify(now, launched, *t, n->kernel_id);
-  } else if (std::holds_alternative<protocol::LaunchRequest>(msg.body)) {
-    handle_request(now, *t, msg, out);
-  } else if (std::holds_alternative<protocol::Idle>(msg.body)) {
-    handle_idle(now, *t);
-  } else if (std::holds_alternative<protocol::Heartbeat>(msg.body)) {
-    out.push_back(reply(t->id, h.seq, protocol::Role{t->role, t->role_epoch}));
-  } else if (std::holds_alternative<protocol::Goodbye>(msg.body)) {
-    drop(t->id);
+  uint64_t cause = 0;
+  uint32_t answer = 0;
+  if (const auto* n = std::get_if<protocol::Notify>(&body)) {
+    handle_notify(now, *t, *n);
+    if (n->flags & protocol::kNotifyActivityStart) cause = n->launched_ns != 0 ? n->launched_ns : now;
+  } else if (const auto* i = std::get_if<protocol::Idle>(&body)) {
+    handle_idle(now, *t, i->last_kernel_id);
+  } else if (const auto* w = std::get_if<protocol::Want>(&body)) {
+    handle_want(now, *t, *w);
+  } else if (std::holds_alternative<protocol::Heartbeat>(body)) {
+    answer = id;   // the current directive answers it: the client's sign of life, and a repair of lost pushes
+  } else if (std::holds_alternative<protocol::Goodbye>(body)) {
+    drop(id);
   } else {
-    // Daemon-to-client messages sent to the daemon.
-    out.push_back(reply(t->id, h.seq, protocol::Error{protocol::ErrorCode::BadRequest}));
+    out.push_back({id, protocol::Error{protocol::ErrorCode::BadRequest, 0}});
     return;
   }
-  schedule(now, out);
+  schedule(now, out, cause, answer);
 }
 
 void Policy::on_tick(uint64_t now, std::vector<Action>& out) {
@@ -150,54 +185,90 @@ void Policy::on_tick(uint64_t now, std::vector<Action>& out) {
 }
 
 void Policy::drop(uint32_t id) {
-  for (auto& q : queues_)
-    q.erase(std::remove_if(q.begin(), q.end(), [id](const Request& r) { return r.task_id == id; }), q.end());
-  if (holder_ == id) {
-    holder_ = 0;
-    gap_.open = false;
-  }
+  if (holder_ == id) holder_ = 0;
+  if (gap_.open && (gap_.filler == id || holder_ == 0)) gap_ = Gap{};
   tasks_.erase(id);
+  dropped_.push_back(id);
 }
 
-void Policy::handle_notify(uint64_t now, uint64_t launched, Task& t, uint64_t kernel_id) {
+void Policy::handle_notify(uint64_t now, Task& t, const protocol::Notify& n) {
   ++t.notifications;
   ++counters_.notifications;
+  // The launch time is believed unless it is in the future or older than a quiet period (clock
+  // trouble, a stale datagram): the gap is predicted from the launch, not from a late arrival.
+  uint64_t launched = now;
+  if (n.launched_ns != 0 && n.launched_ns <= now && now - n.launched_ns < settings_.holder_quiet_ns)
+    launched = n.launched_ns;
   t.active = true;
   t.idle_at = 0;
   t.last_launch = now;
-  t.last_kernel = kernel_id;
-  if (t.id != holder_) return;   // a former holder's launch racing its role change: activity only
+  if (t.id != holder_) return;
   if (gap_.open) {
-    // Early stop: the holder is back, the rest of the predicted gap is gone.
-    bool waiting = false;
-    for (int p = t.priority + 1; p < protocol::kPriorityLevels; ++p) waiting |= !queues_[p].empty();
-    if (waiting && gap_.end > now) ++counters_.early_stops;
-    gap_.open = false;
+    // Early stop: the holder is back, the rest of its predicted gap is gone.
+    if (gap_.filler != 0 && gap_.credit_until_ns > now) ++counters_.early_stops;
+    gap_ = Gap{};
   }
-  auto it = t.profile->find(kernel_id);
-  if (it == t.profile->end()) return;   // unknown kernel: no prediction, no fill
-  uint64_t gap = gap_after(it->second);
+  open_gap(now, t, n.kernel_id, launched);
+}
+
+void Policy::open_gap(uint64_t now, const Task& holder, uint64_t kernel, uint64_t launched) {
+  auto it = holder.profile->find(kernel);
+  if (it == holder.profile->end()) return;   // unknown kernel: no prediction, no fill
+  const uint64_t gap = gap_after(it->second);
   if (gap == 0) return;
   if (gap < settings_.min_gap_ns) {
     ++counters_.gaps_too_short;
     return;
   }
   ++counters_.gaps_predicted;
-  // The GPU is idle from the end of this kernel for `gap` (assuming it started at its launch).
-  const uint64_t start = launched + duration_of(it->second);
-  if (start + gap <= now) return;   // the notification came too late: the gap is over
-  gap_ = Gap{true, start + gap, start};
+  // The GPU is idle from the end of this kernel (assumed to start at its launch) for `gap`.
+  gap_.open = true;
+  gap_.start = launched + duration_of(it->second);
+  gap_.end = gap_.start + gap;
+  fill_gap(now);
 }
 
-void Policy::handle_idle(uint64_t now, Task& t) {
-  if (t.queued > 0) return;
+// BestPrioFit, the FIKIT procedure: of the tasks waiting to fill, the highest priority whose wanted
+// kernel fits the usable gap; within it the longest such kernel. It gets the whole usable gap as
+// credit (it spends it on that kernel and whatever follows that still fits).
+void Policy::fill_gap(uint64_t now) {
+  if (!gap_.open || gap_.filler != 0) return;
+  if (gap_.end <= now) {
+    gap_ = Gap{};
+    return;
+  }
+  const uint64_t begin = std::max(gap_.start, now + settings_.grant_latency_ns);
+  Task* best = nullptr;
+  uint64_t best_usable = 0;
+  for (auto& [id, t] : tasks_) {
+    if (!t.want || !t.want->known || t.mode != TaskMode::Share || !only_holder_blocks(now, t)) continue;
+    // Time-sliced, a fill costs the GPU a switch to the filler's context and one back.
+    const uint64_t sw = t.backend == Backend::TimeSlice ? settings_.switch_cost_ns : 0;
+    if (gap_.end <= begin + 2 * sw) continue;
+    const uint64_t usable = gap_.end - begin - 2 * sw;
+    if (t.want->duration_ns > usable) continue;
+    if (best == nullptr || t.priority < best->priority ||
+        (t.priority == best->priority && t.want->duration_ns > best->want->duration_ns)) {
+      best = &t;
+      best_usable = usable;
+    }
+  }
+  if (best == nullptr) return;   // nothing fits now; a want arriving during the gap may
+  const uint64_t sw = best->backend == Backend::TimeSlice ? settings_.switch_cost_ns : 0;
+  gap_.filler = best->id;
+  gap_.credit_ns = best_usable;
+  gap_.credit_until_ns = gap_.end - sw;
+  best->want.reset();
+  ++best->fills;
+  ++counters_.fills;
+}
+
+void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
   if (t.id == holder_) {
-    gap_.open = false;   // its GPU work drained: nothing is predicted any more
-    // A sync in the middle of an iteration is followed by the last kernel's usual gap; the holder
-    // stays active for that long (schedule() ends it) so that lower tasks do not free-run into it.
-    // A kernel launched meanwhile keeps it active. The same kernel often ends iterations and runs
-    // inside them (one ID, several uses), so the profile alone cannot tell the two apart.
-    auto it = t.profile->find(t.last_kernel);
+    gap_ = Gap{};   // its GPU work drained: nothing is predicted any more
+    // A sync in the middle of an iteration is followed by the last kernel's usual gap: the holder
+    // stays active that long (lower tasks must not run into it) unless it launches meanwhile.
+    auto it = t.profile->find(last_kernel);
     const uint64_t gap = it != t.profile->end() ? gap_after(it->second) : 0;
     if (gap > 0 && t.active) {
       t.idle_at = now + gap + settings_.grant_latency_ns;
@@ -208,228 +279,106 @@ void Policy::handle_idle(uint64_t now, Task& t) {
   t.idle_at = 0;
 }
 
-void Policy::handle_request(uint64_t now, Task& t, const Message& msg, std::vector<Action>& out) {
-  const auto& req = std::get<protocol::LaunchRequest>(msg.body);
-  const uint32_t seq = msg.header.seq;
-  // A retransmission is idempotent by sequence number: the same grant again, or "still queued".
-  for (int i = 0; i < Task::kRecentGrants; ++i)
-    if (t.recent_grant_seq[i] == seq && seq != 0) {
-      out.push_back(reply(t.id, seq, t.recent_grant[i]));
-      return;
-    }
-  const auto& queue = queues_[t.priority];
-  for (size_t i = 0; i < queue.size(); ++i)
-    if (queue[i].task_id == t.id && queue[i].seq == seq) {
-      out.push_back(reply(t.id, seq, protocol::Queued{uint32_t(i + 1)}));
-      return;
-    }
-  ++t.requests;
-  ++counters_.requests;
-  t.active = true;
-  t.last_launch = now;
-  Request r{t.id, seq, req.kernel_id, req.predicted_ns, false};
-  auto it = t.profile->find(req.kernel_id);
+void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
+  ++t.wants;
+  ++counters_.wants;
+  Wanted want{w.kernel_id, w.predicted_ns, false};
+  // The daemon's own profile decides how long a kernel is; a client's word is capped.
+  auto it = t.profile->find(w.kernel_id);
   if (it != t.profile->end()) {
-    r.known = true;
-    r.duration_ns = duration_of(it->second);
+    want.duration_ns = duration_of(it->second);
+    want.known = true;
+  } else if (want.duration_ns > settings_.max_predicted_ns) {
+    want.duration_ns = settings_.max_predicted_ns;
+    ++counters_.clamped_predictions;
   }
-  auto& q = queues_[t.priority];
-  q.push_back(r);
-  ++t.queued;
-  out.push_back(reply(t.id, seq, protocol::Queued{uint32_t(q.size())}));
+  t.want = want;
+  fill_gap(now);   // a gap may be open with nobody to fill it yet
 }
 
-void Policy::grant(uint64_t now, Task& t, const Request& r, uint64_t credit, uint64_t deadline,
-                   std::vector<Action>& out) {
-  (void)now;
-  protocol::Grant g{credit, deadline};
-  out.push_back(reply(t.id, r.seq, g));
-  t.recent_grant_seq[t.next_recent] = r.seq;
-  t.recent_grant[t.next_recent] = g;
-  t.next_recent = (t.next_recent + 1) % Task::kRecentGrants;
-  ++t.grants;
-  ++counters_.grants;
-  if (t.queued > 0) --t.queued;
-}
-
-void Policy::schedule(uint64_t now, std::vector<Action>& out) {
+void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns, uint32_t always_to) {
   next_wake_ = kNever;
-  // A share task that stopped launching without saying so (no sync) is not active forever.
   for (auto& [id, t] : tasks_) {
-    if (t.mode == TaskMode::Share && t.active && t.queued == 0) {
+    // A share task that stopped launching without saying so (no sync) is not active forever.
+    if (t.mode == TaskMode::Share && t.active) {
       const uint64_t quiet_end = t.last_launch + settings_.holder_quiet_ns;
       const uint64_t end = t.idle_at != 0 ? std::min(t.idle_at, quiet_end) : quiet_end;
       if (now >= end) {
         t.active = false;
         t.idle_at = 0;
-        if (id == holder_) gap_.open = false;
       } else {
         wake_at(end);
       }
     }
-    if (t.mode == TaskMode::Measure) t.active = true;
+    if (t.mode == TaskMode::Measure) {
+      const uint64_t hold_end = t.measure_since + settings_.measure_hold_max_ns;
+      if (now < hold_end) {
+        wake_at(hold_end);
+      } else if (!t.hold_ended) {
+        t.hold_ended = true;
+        ++counters_.measure_holds_ended;
+      }
+    }
     wake_at(t.last_heard + settings_.lease_ns + 1);
   }
 
   // The holder: the one share task at the highest registered priority (none when it shares that
-  // priority with another task: equal priorities interleave through their queue instead).
-  const int top = top_registered_priority();
+  // priority with another task: equal priorities run side by side).
+  int top = protocol::kPriorityLevels;
+  for (const auto& [id, t] : tasks_) top = std::min(top, t.priority);
   uint32_t holder = 0;
   int at_top = 0;
   for (const auto& [id, t] : tasks_)
     if (t.priority == top) { ++at_top; holder = id; }
   if (at_top != 1 || tasks_[holder].mode != TaskMode::Share) holder = 0;
-  if (holder != holder_) gap_.open = false;
+  if (holder != holder_ || holder == 0 || !tasks_[holder].active) gap_ = Gap{};
   holder_ = holder;
+  if (gap_.open && gap_.filler != 0 && gap_.credit_until_ns <= now) gap_ = Gap{};   // spent or too late
 
-  int active_top = kNoPriority;
-  for (const auto& [id, t] : tasks_)
-    if (t.active || t.queued > 0) active_top = std::min(active_top, t.priority);
-  const bool holder_active = holder_ != 0 && tasks_[holder_].active;
-
-  // Roles: the holder notifies while any other share task has work; free-run credit of a task
-  // that may no longer run freely is revoked.
   for (auto& [id, t] : tasks_) {
-    uint8_t flags = 0;
-    if (id == holder_) {
-      flags = protocol::kRoleHolder;
-      for (const auto& [oid, o] : tasks_)
-        if (oid != id && o.mode == TaskMode::Share && (o.active || o.queued > 0)) flags |= protocol::kRoleNotify;
+    Directive d = directive_for(now, t);
+    if (d.state == State::Run) t.want.reset();   // it runs: whatever it waited for is launched
+    const bool changed = !same(d, t.directive, now);
+    if (!changed && id != always_to) continue;
+    if (changed) {
+      d.generation = t.directive.generation + 1;
+      d.cause_ns = d.state != t.directive.state ? cause_ns : 0;
+      ++counters_.directives;
+      t.directive = d;
     }
-    const bool may_free_run = !holder_active && t.priority == active_top;
-    bool revoke = false;
-    if (t.credit_until > now && !may_free_run && id != holder_) {
-      revoke = true;
-      t.credit_until = 0;
-    }
-    if (flags != t.role || revoke) {
-      t.role = flags;
-      out.push_back(reply(id, 0, protocol::Role{uint8_t(flags | (revoke ? protocol::kRoleRevoke : 0)), ++t.role_epoch}));
-    }
-  }
-
-  // The holder launches without asking: requests it sent before it became holder are granted.
-  if (holder_ != 0) {
-    Task& h = tasks_[holder_];
-    auto& q = queues_[h.priority];
-    for (auto it = q.begin(); it != q.end();) {
-      if (it->task_id == holder_) {
-        grant(now, h, *it, it->duration_ns, now + settings_.outstanding_bound_ns, out);
-        it = q.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  if (holder_active) {
-    if (gap_.open) fill_gap(now, out);
-  } else {
-    gap_.open = false;
-    free_run(now, active_top, out);
+    out.push_back({id, t.directive});
   }
 }
 
-void Policy::fill_gap(uint64_t now, std::vector<Action>& out) {
-  const uint64_t latency = settings_.grant_latency_ns;
-  const int holder_priority = tasks_[holder_].priority;
-  const int measuring = measuring_priority();
-  while (gap_.open) {
-    // Pace the fills: grant the next one when the GPU is about to be free of the previous one,
-    // so that an early stop cancels as little as possible.
-    if (gap_.cursor > now + latency) {
-      wake_at(gap_.cursor - latency);
-      return;
-    }
-    const uint64_t start = std::max(gap_.cursor, now + latency);
-    if (start >= gap_.end) {
-      gap_.open = false;
-      return;
-    }
-    // A fill is not free: the GPU switches to the filler's context and back to the holder's.
-    const uint64_t sw = settings_.switch_cost_ns;
-    if (gap_.end - start <= 2 * sw) {
-      gap_.open = false;
-      return;
-    }
-    const uint64_t remaining = gap_.end - start - 2 * sw;
-    // BestPrioFit: the highest priority with a fitting request; in it, the longest that fits.
-    std::deque<Request>* queue = nullptr;
-    std::deque<Request>::iterator best;
-    for (int p = holder_priority + 1; p < protocol::kPriorityLevels && queue == nullptr; ++p) {
-      if (p > measuring) break;   // below a measuring task: kept off the GPU
-      auto& q = queues_[p];
-      for (auto it = q.begin(); it != q.end(); ++it) {
-        if (!it->known || it->duration_ns > remaining) continue;
-        if (queue == nullptr || it->duration_ns > best->duration_ns) { queue = &q; best = it; }
-      }
-    }
-    if (queue == nullptr) return;   // nothing fits now; a later request may
-    Request r = *best;
-    queue->erase(best);
-    Task& t = tasks_[r.task_id];
-    grant(now, t, r, r.duration_ns, gap_.end - 2 * sw - r.duration_ns, out);
-    ++t.fills;
-    ++counters_.fills;
-    gap_.cursor = start + sw + r.duration_ns;
-  }
+bool Policy::notifications_expected() const {
+  auto it = tasks_.find(holder_);
+  return it != tasks_.end() && it->second.active && (it->second.directive.role & protocol::kRoleGaps);
 }
 
-void Policy::free_run(uint64_t now, int priority, std::vector<Action>& out) {
-  if (priority >= protocol::kPriorityLevels || priority > measuring_priority()) return;
-  const uint64_t bound = settings_.outstanding_bound_ns;
-  auto& q = queues_[priority];
-  while (!q.empty()) {
-    const Request r = q.front();
-    const uint64_t credit = std::max(settings_.free_run_credit_ns, r.duration_ns);
-    const uint64_t outstanding = busy_until_ > now ? busy_until_ - now : 0;
-    // Always let one grant through on an idle GPU, even one larger than the bound.
-    if (outstanding > 0 && outstanding + credit > bound) {
-      wake_at(busy_until_ + credit - bound);
-      return;
-    }
-    q.pop_front();
-    Task& t = tasks_[r.task_id];
-    const uint64_t deadline = now + std::max(bound, credit);
-    grant(now, t, r, credit, deadline, out);
-    ++counters_.free_run_grants;
-    busy_until_ = std::max(busy_until_, now) + credit;
-    t.credit_until = deadline;
-  }
-}
-
-protocol::StatusReply Policy::status(uint64_t now) const {
-  protocol::StatusReply s;
-  s.uptime_ns = started_set_ && now > started_ ? now - started_ : 0;
-  s.grants = counters_.grants;
-  s.fills = counters_.fills;
-  s.free_run_grants = counters_.free_run_grants;
-  s.early_stops = counters_.early_stops;
-  s.gaps_predicted = counters_.gaps_predicted;
-  s.lease_expiries = counters_.lease_expiries;
-  s.notifications = counters_.notifications;
-  s.requests = counters_.requests;
-  s.holder_task_id = holder_;
+std::vector<TaskStatus> Policy::status(uint64_t now) const {
+  (void)now;
+  std::vector<TaskStatus> out;
   for (const auto& [id, t] : tasks_) {
-    if (s.tasks.size() == protocol::kMaxStatusTasks) break;
-    protocol::TaskStatus ts;
-    ts.task_id = id;
-    ts.pid = t.pid;
-    ts.priority = uint8_t(t.priority);
-    ts.mode = t.mode;
-    ts.role = t.role;
-    ts.active = t.active ? 1 : 0;
-    ts.queue_length = t.queued;
-    ts.grants = t.grants;
-    ts.fills = t.fills;
-    ts.notifications = t.notifications;
-    ts.requests = t.requests;
-    protocol::set_key(ts, t.key);
-    s.tasks.push_back(ts);
+    TaskStatus s;
+    s.id = id;
+    s.pid = t.pid;
+    s.key = t.key;
+    s.priority = t.priority;
+    s.requested_priority = t.requested_priority;
+    s.mode = t.mode;
+    s.backend = t.backend;
+    s.authenticated = t.authenticated;
+    s.active = t.active;
+    s.waiting = t.want.has_value();
+    s.directive = t.directive;
+    s.fills = t.fills;
+    s.notifications = t.notifications;
+    s.wants = t.wants;
+    out.push_back(std::move(s));
   }
-  std::sort(s.tasks.begin(), s.tasks.end(),
-            [](const auto& a, const auto& b) { return a.priority != b.priority ? a.priority < b.priority : a.task_id < b.task_id; });
-  return s;
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.priority != b.priority ? a.priority < b.priority : a.id < b.id; });
+  return out;
 }
 
 }  // namespace fikit::policy

@@ -1,15 +1,16 @@
 #pragma once
 // The FIKIT scheduling policy as a pure, deterministic core: events in (with the time passed in),
 // actions out (messages to send, the next time to wake). No sockets, threads, clocks or SQLite:
-// the daemon wraps it in Asio, tests and the benchmark drive it in virtual time.
-// The rules are written down in docs/scheduling.md.
+// the daemon wraps it in Asio, tests and the benchmark drive it in virtual time. Profiles are
+// handed in (ProfileSource). The rules are written down in docs/scheduling.md.
 #include <array>
 #include <cstdint>
-#include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "protocol.h"
@@ -43,12 +44,16 @@ struct Settings {
   uint64_t min_gap_ns = 5'000;                 // predicted gaps shorter than this are not filled
   GapEstimator gap_estimator = GapEstimator::Mean;          // FIKIT uses the mean
   DurationEstimator duration_estimator = DurationEstimator::P90;
-  uint64_t grant_latency_ns = 20'000;          // grant -> client launch; fills start no earlier
-  uint64_t switch_cost_ns = 5'000;              // GPU time switching to a filler's context and back, per fill
-  uint64_t free_run_credit_ns = 100'000;       // one free-run grant lets a task launch this much work
-  uint64_t outstanding_bound_ns = 200'000;     // granted free-run work ahead of the GPU, at most
+  uint64_t grant_latency_ns = 20'000;          // a directive's trip + the filler's launch: credit starts no earlier
+  uint64_t switch_cost_ns = 5'000;             // time-sliced GPU: switching to a filler's context and back, each
+  uint64_t run_bound_ns = 200'000;             // predicted work a task keeps in flight in Run (and MPS overlap)
+  uint64_t mps_overlap_ns = 100'000;           // MPS: in Fill, kernels predicted up to this run beside the holder
+  uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
-  uint64_t holder_quiet_ns = 20'000'000;       // an active holder silent this long counts as idle
+  uint64_t holder_quiet_ns = 20'000'000;       // an active task silent this long counts as idle
+  uint64_t measure_hold_max_ns = 120'000'000'000;  // a measuring task holds lower priorities at most this long
+  // With a key configured, tasks that registered without authenticating get at best this priority.
+  int min_unauthenticated_priority = 0;
   // Daemon only (not the policy): after a notification, while the holder notifies, poll the socket
   // this long before sleeping. A datagram that wakes a sleeping daemon costs the sender ~8 us on a
   // 2-core VM, ~3 us when the daemon is polling (docs/performance-scheduler.md). 0: always sleep.
@@ -56,107 +61,125 @@ struct Settings {
   double boundary_fraction = 0.5;              // a kernel followed by more boundaries than this has no gap
 };
 
-// One message for one task (task_id names the receiver; the daemon maps it to an address).
+struct Registration {
+  uint8_t priority = 5;
+  protocol::TaskMode mode = protocol::TaskMode::Share;
+  protocol::Backend backend = protocol::Backend::TimeSlice;
+  uint32_t pid = 0;
+  std::string key;
+  bool authenticated = false;
+};
+
+// One message for one task (task_id names the receiver; 0: whoever sent the event).
 struct Action {
   uint32_t task_id = 0;
-  protocol::Message message;
+  protocol::Body body;
 };
 
 struct Counters {
-  uint64_t grants = 0, fills = 0, free_run_grants = 0, early_stops = 0, gaps_predicted = 0,
-           gaps_too_short = 0, lease_expiries = 0, notifications = 0, requests = 0;
+  uint64_t registrations = 0, capped_registrations = 0, refused_registrations = 0;
+  uint64_t notifications = 0, wants = 0, directives = 0;
+  uint64_t gaps_predicted = 0, gaps_too_short = 0, fills = 0, early_stops = 0;
+  uint64_t lease_expiries = 0, measure_holds_ended = 0, clamped_predictions = 0;
+};
+
+struct TaskStatus {
+  uint32_t id = 0, pid = 0;
+  std::string key;
+  int priority = 0, requested_priority = 0;
+  protocol::TaskMode mode = protocol::TaskMode::Share;
+  protocol::Backend backend = protocol::Backend::TimeSlice;
+  bool authenticated = false, active = false, waiting = false;
+  protocol::Directive directive;
+  uint64_t fills = 0, notifications = 0, wants = 0;
 };
 
 class Policy {
  public:
   static constexpr uint64_t kNever = UINT64_MAX;
+  static constexpr size_t kMaxTasks = 256;
 
   Policy(Settings settings, ProfileSource& profiles);
 
-  // Each handler appends the messages to send to `out`. Times are CLOCK_MONOTONIC ns.
-  // A registration from the same (pid, key) while the task lives is idempotent (same task ID).
-  void on_register(uint64_t now, uint32_t seq, const protocol::Register& reg, std::vector<Action>& out);
-  void on_message(uint64_t now, const protocol::Message& msg, std::vector<Action>& out);
-  // Timers: lease expiry, paced gap fills, free run under the bound, quiet holders.
+  // A registration. `existing` is the task the sender's session registered before (0: none): the
+  // same task is updated then. Returns the task ID, or 0 when refused (`out` then holds an Error for
+  // task 0). `out` gets the Registered reply first, then the directives that changed for others.
+  uint32_t on_register(uint64_t now, uint32_t existing, const Registration& reg, std::vector<Action>& out);
+  // Notify, Idle, Want, Heartbeat or Goodbye of a registered task (the daemon checked who sent it).
+  void on_message(uint64_t now, uint32_t task, const protocol::Body& body, std::vector<Action>& out);
+  // Timers: leases, quiet tasks, measurement holds.
   void on_tick(uint64_t now, std::vector<Action>& out);
   // The earliest time on_tick has something to do (kNever: nothing).
   uint64_t next_wake() const { return next_wake_; }
+  // Tasks dropped since the last call (lease expired, goodbye): the daemon forgets their sessions.
+  std::vector<uint32_t> take_dropped() { return std::exchange(dropped_, {}); }
 
-  protocol::StatusReply status(uint64_t now) const;
+  // The holder is active and sends gap notifications: more are coming soon (the daemon polls).
+  bool notifications_expected() const;
+  std::vector<TaskStatus> status(uint64_t now) const;
   const Counters& counters() const { return counters_; }
   const Settings& settings() const { return settings_; }
   uint32_t holder() const { return holder_; }
-  // The holder is active and told to notify: more notifications are coming soon.
-  bool notifications_expected() const {
-    auto it = tasks_.find(holder_);
-    return it != tasks_.end() && it->second.active && (it->second.role & protocol::kRoleNotify);
-  }
+  bool has_task(uint32_t id) const { return tasks_.count(id) != 0; }
   size_t task_count() const { return tasks_.size(); }
 
  private:
-  struct Request {
-    uint32_t task_id, seq;
-    uint64_t kernel_id, duration_ns;
-    bool known;                      // the daemon has a profile for it: it may fill gaps
+  struct Wanted {
+    uint64_t kernel_id = 0, duration_ns = 0;
+    bool known = false;   // the daemon has a profile for it: it may fill gaps
   };
   struct Task {
     uint32_t id = 0, pid = 0;
     std::string key;
-    int priority = 5;
+    int priority = 5, requested_priority = 5;
     protocol::TaskMode mode = protocol::TaskMode::Share;
+    protocol::Backend backend = protocol::Backend::TimeSlice;
+    bool authenticated = false;
     std::shared_ptr<const Profile> profile;
     uint64_t last_heard = 0;
-    bool active = false;             // launched since its iteration last ended (or queued, or measuring)
+    uint64_t measure_since = 0;      // when it registered in measure mode
+    bool hold_ended = false;         // its measurement hold ran out (counted once)
+    bool active = false;             // launched since its last idle (share tasks, from notifications)
     uint64_t last_launch = 0;
-    uint64_t last_kernel = 0;
-    uint64_t idle_at = 0;            // synchronised: inactive from then unless it launches (0: not pending)
-    uint8_t role = 0;                // flags last sent
-    uint32_t role_epoch = 0;
-    // The last grants, to answer retransmitted requests (several launching threads may each
-    // have one request in flight, so sequence numbers can arrive out of order).
-    static constexpr int kRecentGrants = 16;
-    std::array<uint32_t, kRecentGrants> recent_grant_seq{};
-    std::array<protocol::Grant, kRecentGrants> recent_grant{};
-    int next_recent = 0;
-    uint64_t credit_until = 0;       // a free-run chunk may still be in use until then
-    uint32_t queued = 0;
-    uint64_t grants = 0, fills = 0, notifications = 0, requests = 0;
+    uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
+    std::optional<Wanted> want;      // blocked on this launch
+    protocol::Directive directive;   // last sent
+    uint64_t fills = 0, notifications = 0, wants = 0;
   };
-  // The holder's predicted idle gap being filled.
+  // The holder's predicted idle gap, handed to one filler as credit.
   struct Gap {
     bool open = false;
-    uint64_t end = 0;                // predicted end of the gap
-    uint64_t cursor = 0;             // predicted end of the fill work granted so far
+    uint64_t start = 0, end = 0;
+    uint32_t filler = 0;             // 0: not handed out yet
+    uint64_t credit_ns = 0, credit_until_ns = 0;
   };
 
   Task* find(uint32_t id);
   void drop(uint32_t id);
-  void handle_request(uint64_t now, Task& t, const protocol::Message& msg, std::vector<Action>& out);
-  void handle_notify(uint64_t now, uint64_t launched, Task& t, uint64_t kernel_id);
-  void handle_idle(uint64_t now, Task& t);
-  // Recomputes who holds and who must notify, sends role changes, grants what may run, sets next_wake_.
-  void schedule(uint64_t now, std::vector<Action>& out);
-  void fill_gap(uint64_t now, std::vector<Action>& out);
-  void free_run(uint64_t now, int priority, std::vector<Action>& out);
-  void grant(uint64_t now, Task& t, const Request& r, uint64_t credit, uint64_t deadline, std::vector<Action>& out);
-  void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }
+  void handle_notify(uint64_t now, Task& t, const protocol::Notify& n);
+  void handle_idle(uint64_t now, Task& t, uint64_t last_kernel);
+  void handle_want(uint64_t now, Task& t, const protocol::Want& w);
+  // Opens the holder's gap after `kernel` launched at `launched` and hands it to the best filler.
+  void open_gap(uint64_t now, const Task& holder, uint64_t kernel, uint64_t launched);
+  void fill_gap(uint64_t now);
+  // Recomputes the holder, every task's directive, sends the changed ones, sets next_wake_.
+  void schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns = 0, uint32_t always_to = 0);
+  protocol::Directive directive_for(uint64_t now, const Task& t) const;
+  bool blocks(uint64_t now, const Task& above) const;
+  bool measuring_hold(uint64_t now, const Task& t) const;
+  bool only_holder_blocks(uint64_t now, const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;
-  // The predicted gap after kernel `s`, 0 when it usually ends an iteration.
-  uint64_t gap_after(const KernelStats& s) const;
-  int top_registered_priority() const;
-  int measuring_priority() const;    // highest priority of a task in its measurement phase, or 10
+  uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
+  void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }
 
   Settings settings_;
   ProfileSource& profiles_;
   std::unordered_map<uint32_t, Task> tasks_;
-  std::array<std::deque<Request>, protocol::kPriorityLevels> queues_;
   uint32_t next_task_id_ = 1;
   uint32_t holder_ = 0;              // 0: none
   Gap gap_;
-  uint64_t busy_until_ = 0;          // predicted end of the free-run work granted so far
   uint64_t next_wake_ = kNever;
-  uint64_t started_ = 0;
-  bool started_set_ = false;
+  std::vector<uint32_t> dropped_;
   Counters counters_;
 };
 

@@ -1,99 +1,107 @@
 #pragma once
 // The FIKIT wire protocol: binary UDP datagrams between the hook (clients) and fikit-scheduler.
-// Little-endian, a 16-byte header, one fixed-layout payload per type. docs/protocol.md is the
-// reference; this file is its implementation. No allocation except for StatusReply's task list,
-// so the hook can encode and decode everything else on any thread.
+// Little-endian, a 40-byte header, one fixed-layout payload per type, and optionally a 32-byte
+// HMAC-SHA256 trailer (auth.h). docs/protocol.md is the reference; this file is its implementation.
+// No allocation anywhere, so the hook can encode and decode on any thread.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
 #include <variant>
-#include <vector>
 
 namespace fikit::protocol {
 
 constexpr uint32_t kMagic = 0x54494B46;   // "FKIT" in little-endian byte order
-constexpr uint16_t kVersion = 2;   // 2: fill thresholds in registered, launch time in notify
-constexpr size_t kHeaderSize = 16;
-constexpr size_t kMaxDatagram = 16384;    // the daemon never sends or accepts more
+constexpr uint16_t kVersion = 3;          // 3: sessions, epochs, 64-bit sequences, state directives
+constexpr size_t kHeaderSize = 40;
+constexpr size_t kMacSize = 32;           // HMAC-SHA256 trailer when kFlagMac is set
+constexpr size_t kMaxDatagram = 512;      // the largest message (a register) with its MAC fits
 constexpr size_t kMaxKeyLength = 127;     // task keys (hook Config::task_key holds 128 with NUL)
-constexpr size_t kMaxStatusTasks = 64;    // a status reply lists at most this many tasks
 constexpr int kPriorityLevels = 10;       // Q0 (highest) .. Q9
-constexpr uint64_t kMaxDurationNs = 60'000'000'000ull;  // a predicted kernel longer than a minute is garbage
+// Limits of the fields settings travel in (the daemon checks its settings against them at start).
+constexpr uint64_t kMaxU32Ns = UINT32_MAX;                 // u32 nanosecond fields: ~4.29 s
+constexpr uint64_t kMinLeaseMs = 100, kMaxLeaseMs = 3'600'000;
+constexpr uint64_t kMaxPredictedNs = 60'000'000'000ull;    // a kernel predicted longer than a minute is garbage
 
-enum class Type : uint16_t {
-  Register = 1, Registered = 2, LaunchNotify = 3, LaunchRequest = 4, Queued = 5, Grant = 6,
-  Role = 7, Idle = 8, Heartbeat = 9, Goodbye = 10, StatusQuery = 11, StatusReply = 12, Error = 13,
+enum class Type : uint8_t {
+  Register = 1, Registered = 2, Notify = 3, Idle = 4, Want = 5, Directive = 6, Heartbeat = 7,
+  Goodbye = 8, Error = 9,
 };
+constexpr uint8_t kLastType = 9;
+
+constexpr uint8_t kFlagMac = 1;           // header flags: a MAC trailer follows the payload
 
 enum class TaskMode : uint8_t { Share = 0, Measure = 1 };
+// How the task's GPU is shared: time-sliced contexts (the default compute mode) or MPS.
+enum class Backend : uint8_t { TimeSlice = 0, Mps = 1 };
+// What a task below the holder may do (docs/scheduling.md):
+//   Run:  nothing above it is active; keep at most `bound_ns` of predicted work in flight.
+//   Fill: something above is active; launch only on gap credit, or (MPS) kernels up to `overlap_ns`.
+//   Hold: a task above is being measured; launch nothing.
+enum class State : uint8_t { Run = 0, Fill = 1, Hold = 2 };
 
-// Role flags (daemon -> client).
-constexpr uint8_t kRoleHolder = 1;   // launch without asking
-constexpr uint8_t kRoleNotify = 2;   // holder: send LaunchNotify for each launch (someone waits)
-constexpr uint8_t kRoleRevoke = 4;   // drop any unused free-run credit now
-constexpr uint8_t kRoleMask = kRoleHolder | kRoleNotify | kRoleRevoke;
+// Role flags in a directive.
+constexpr uint8_t kRoleHolder = 1;     // the top-priority task: launches without limit
+constexpr uint8_t kRoleActivity = 2;   // report activity (notify on the first launch after idle, idle
+                                       // after a sync): lower tasks' states depend on it
+constexpr uint8_t kRoleGaps = 4;       // holder: notify launches that open a fillable gap (someone wants credit)
+constexpr uint8_t kRoleMask = kRoleHolder | kRoleActivity | kRoleGaps;
 
-constexpr uint8_t kRequestProfiled = 1;  // LaunchRequest: the client's prediction comes from a profile
+constexpr uint8_t kNotifyActivityStart = 1;   // notify flags: the first launch after idle
+constexpr uint8_t kWantProfiled = 1;          // want flags: the prediction comes from the client's profile
 
 enum class ErrorCode : uint16_t { UnknownTask = 1, TooManyTasks = 2, BadRequest = 3 };
 
 struct Header {
   Type type = Type::Heartbeat;
-  uint32_t task_id = 0;   // 0 before registration
-  uint32_t seq = 0;       // sender's sequence number; replies echo the request's
+  uint8_t flags = 0;
+  uint64_t session = 0;   // the client's random session ID (never 0); a reply echoes it
+  uint64_t epoch = 0;     // the daemon's boot epoch (random); 0 in a register from a client that has none
+  uint64_t seq = 0;       // sender's sequence number, increasing per session and direction (never 0)
+  uint32_t task = 0;      // the daemon's task ID within the session; 0 in a register
 };
+
+using DeviceUuid = std::array<uint8_t, 16>;   // all zeros: not given
 
 struct Register {
   uint8_t priority = 5;
   TaskMode mode = TaskMode::Share;
+  Backend backend = Backend::TimeSlice;
   uint32_t pid = 0;
+  DeviceUuid device{};
   uint16_t key_length = 0;
   char key[kMaxKeyLength + 1] = {};   // NUL-terminated copy
   std::string_view key_view() const { return {key, key_length}; }
 };
-// fill_min_gap_ns / grant_latency_ns: the daemon's min-gap and grant-latency settings, so the holder
-// can skip notifications after kernels whose gap no fill could use (0, 0: notify every launch).
+// The daemon's decision for one task; sent whenever it changes and in answer to heartbeats.
+struct Directive {
+  uint8_t role = 0;
+  State state = State::Run;
+  uint32_t generation = 0;       // increases with each change: a reordered older one is ignored
+  uint32_t bound_ns = 0;         // predicted GPU work a task may keep in flight (Run, and Fill overlap)
+  uint32_t overlap_ns = 0;       // Fill under MPS: kernels predicted up to this may run beside the holder
+  uint64_t credit_ns = 0;        // Fill: predicted work it may launch now...
+  uint64_t credit_until_ns = 0;  // ...each launch ending by then (CLOCK_MONOTONIC, same host)
+  uint64_t cause_ns = 0;         // the launch time of the holder's launch that caused this change (0: none)
+};
 struct Registered {
   uint32_t lease_ms = 0;
-  uint8_t role = 0;
-  uint32_t fill_min_gap_ns = 0, grant_latency_ns = 0;
+  uint8_t priority = 0;          // effective (an unauthenticated client may be capped below what it asked)
+  uint32_t min_gap_ns = 0;       // the holder notifies only launches opening gaps of at least this...
+  uint32_t grant_latency_ns = 0; // ...that a fill can still reach (docs/scheduling.md)
+  Directive directive;
 };
-// launched_ns: when the holder launched it (CLOCK_MONOTONIC, same host; 0: unknown), so the daemon
-// predicts the gap from the launch, not from the datagram's late arrival on a busy machine.
-struct LaunchNotify { uint64_t kernel_id = 0; uint64_t launched_ns = 0; };
-struct LaunchRequest { uint64_t kernel_id = 0; uint64_t predicted_ns = 0; uint8_t flags = 0; };
-struct Queued { uint32_t position = 0; };
-struct Grant { uint64_t credit_ns = 0; uint64_t deadline_ns = 0; };   // CLOCK_MONOTONIC, same host
-struct Role { uint8_t flags = 0; uint32_t epoch = 0; };
-struct Idle {};
+struct Notify { uint64_t kernel_id = 0; uint64_t launched_ns = 0; uint8_t flags = 0; };
+// The task's GPU work drained at a synchronisation; the last kernel it launched tells the daemon
+// whether that ends an iteration or is a pause inside one.
+struct Idle { uint64_t last_kernel_id = 0; };
+struct Want { uint64_t kernel_id = 0; uint64_t predicted_ns = 0; uint8_t flags = 0; };
 struct Heartbeat {};
 struct Goodbye {};
-struct StatusQuery {};
-struct Error { ErrorCode code = ErrorCode::BadRequest; };
+struct Error { ErrorCode code = ErrorCode::BadRequest; uint32_t retry_after_ms = 0; };
 
-struct TaskStatus {
-  uint32_t task_id = 0, pid = 0;
-  uint8_t priority = 0;
-  TaskMode mode = TaskMode::Share;
-  uint8_t role = 0;
-  uint8_t active = 0;
-  uint32_t queue_length = 0;
-  uint64_t grants = 0, fills = 0, notifications = 0, requests = 0;
-  std::string_view key_view() const { return {key, key_length}; }
-  uint16_t key_length = 0;
-  char key[kMaxKeyLength + 1] = {};
-};
-struct StatusReply {
-  uint64_t uptime_ns = 0;
-  uint64_t grants = 0, fills = 0, free_run_grants = 0, early_stops = 0, gaps_predicted = 0;
-  uint64_t dropped_datagrams = 0, lease_expiries = 0, notifications = 0, requests = 0;
-  uint32_t holder_task_id = 0;   // 0: no holder
-  std::vector<TaskStatus> tasks;
-};
-
-using Body = std::variant<Register, Registered, LaunchNotify, LaunchRequest, Queued, Grant, Role, Idle,
-                          Heartbeat, Goodbye, StatusQuery, StatusReply, Error>;
+using Body = std::variant<Register, Registered, Notify, Idle, Want, Directive, Heartbeat, Goodbye, Error>;
 
 struct Message {
   Header header;
@@ -103,20 +111,22 @@ struct Message {
 enum class DecodeError : uint8_t { None, TooShort, TooLong, BadMagic, BadVersion, BadType, BadSize, BadField };
 const char* to_string(DecodeError e) noexcept;
 const char* to_string(Type t) noexcept;
+const char* to_string(State s) noexcept;
 
-// Writes the datagram for `header` + `body` into `out`; returns its size, or 0 if `out` is too small
-// or the body is not encodable (key too long, too many status tasks). header.type is taken from body.
+// Whether a message type travels from client to daemon (the rest go the other way).
+bool client_to_daemon(Type t) noexcept;
+
+// Writes the datagram for `header` + `body` into `out`, without a MAC (auth.h adds one); returns its
+// size, or 0 if `out` is too small or the body is not encodable (key too long or not printable, a
+// field out of range). header.type is taken from body; header.flags must be 0 here.
 size_t encode(Header header, const Body& body, std::span<uint8_t> out) noexcept;
 
-// Fixed-size messages without the variant (the hook's fast path: no variant construction).
-size_t encode_notify(uint32_t task_id, uint32_t seq, uint64_t kernel_id, std::span<uint8_t> out,
-                     uint64_t launched_ns = 0) noexcept;
+// Validates every field and size of the header and the payload; with kFlagMac the last kMacSize
+// bytes are the MAC (not checked here: auth.h). On error `out` is unspecified and the datagram must
+// be dropped.
+DecodeError decode(std::span<const uint8_t> in, Message& out) noexcept;
 
-// Validates every field and size; on error `out` is unspecified and the datagram must be dropped.
-DecodeError decode(std::span<const uint8_t> in, Message& out);
-
-// Helpers for filling key fields (truncating keys longer than kMaxKeyLength).
+// Helper for filling key fields (truncating keys longer than kMaxKeyLength).
 void set_key(Register& r, std::string_view key) noexcept;
-void set_key(TaskStatus& t, std::string_view key) noexcept;
 
 }  // namespace fikit::protocol

@@ -1,5 +1,7 @@
-// The daemon over real loopback UDP (in-process event loop on a thread), and the hook's share
-// client against it: registration, status, grants, malformed datagrams, daemon loss.
+// The daemon over real loopback UDP (its event loop on a thread), raw protocol peers and the hook's
+// share client against it: registration, directives pushed on the holder's activity, sessions that
+// cannot be spoofed or replayed, authentication, the control socket, daemon loss, registration
+// backoff and bounded waits against a process squatting on the daemon's port.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -7,25 +9,40 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 
+#include "clock.h"
 #include "client.h"
+#include "control.h"
+#include "inflight_window.h"
+#include "launch_gate.h"
 #include "log.h"
 #include "server.h"
-#include "status_client.h"
 
 namespace fikit {
 namespace {
+
+using namespace std::chrono_literals;
+using protocol::State;
 
 class NoProfiles : public policy::ProfileSource {
  public:
   std::shared_ptr<const policy::Profile> load(std::string_view) override { return std::make_shared<policy::Profile>(); }
 };
 
+protocol::Key test_key(uint8_t fill) {
+  protocol::Key k;
+  std::fill(std::begin(k.bytes), std::end(k.bytes), fill);
+  return k;
+}
+
 class Daemon {
  public:
-  Daemon() : server_("127.0.0.1", 0, settings(), profiles_), thread_([this] { server_.run(false); }) {}
+  explicit Daemon(std::optional<protocol::Key> key = std::nullopt, std::string control = "", int reserved = 0)
+      : server_(options(key, control, reserved), profiles_), thread_([this] { server_.run(false); }) {}
   ~Daemon() { stop(); }
   void stop() {
     if (!thread_.joinable()) return;
@@ -33,11 +50,16 @@ class Daemon {
     thread_.join();
   }
   uint16_t port() const { return server_.port(); }
-  static policy::Settings settings() {
-    policy::Settings s;
-    s.lease_ns = 300'000'000;
-    s.holder_quiet_ns = 10'000'000'000;   // only the lease releases a silent holder here
-    return s;
+  scheduler::DaemonSnapshot snapshot() { return server_.snapshot(); }
+  static scheduler::ServerOptions options(std::optional<protocol::Key> key, std::string control, int reserved) {
+    scheduler::ServerOptions o;
+    o.port = 0;
+    o.key = key;
+    o.control_path = control;
+    o.settings.lease_ns = 300'000'000;
+    o.settings.holder_quiet_ns = 10'000'000'000 / 100;   // 100 ms
+    o.settings.min_unauthenticated_priority = reserved;
+    return o;
   }
 
  private:
@@ -46,141 +68,238 @@ class Daemon {
   std::thread thread_;
 };
 
-// A raw protocol client: what the hook sends, byte for byte.
+// A raw protocol client: what the hook sends, byte for byte, from its own UDP port.
 class Peer {
  public:
-  explicit Peer(uint16_t port) {
+  explicit Peer(uint16_t port, std::optional<protocol::Key> key = std::nullopt) : key_(key) {
     fd_ = socket(AF_INET, SOCK_DGRAM, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(port);
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    session = protocol::random_nonzero_u64();
   }
   ~Peer() { close(fd_); }
-  void send(uint32_t task, uint32_t seq, const protocol::Body& body) {
-    uint8_t buf[protocol::kMaxDatagram];
-    size_t n = protocol::encode({protocol::Type::Heartbeat, task, seq}, body, buf);
-    ASSERT_GT(n, 0u);
-    ::send(fd_, buf, n, 0);
+
+  std::vector<uint8_t> datagram(const protocol::Body& body, uint64_t seq = 0) {
+    protocol::Header h;
+    h.session = session;
+    h.epoch = epoch;
+    h.seq = seq != 0 ? seq : next_seq++;
+    h.task = task;
+    std::vector<uint8_t> buf(protocol::kMaxDatagram);
+    size_t n = protocol::encode(h, body, buf);
+    if (key_) n = protocol::seal(*key_, buf.data(), n, buf.size());
+    buf.resize(n);
+    return buf;
   }
-  void send_raw(const void* p, size_t n) { ::send(fd_, p, n, 0); }
-  // The next message of type T within timeout_ms (others are skipped).
+  void send(const protocol::Body& body) { send_raw(datagram(body)); }
+  void send_raw(const std::vector<uint8_t>& d) { ::send(fd_, d.data(), d.size(), 0); }
+
+  // The next message of type T within timeout (others are skipped).
   template <class T>
   std::optional<protocol::Message> expect(int timeout_ms = 1000) {
-    uint8_t buf[protocol::kMaxDatagram + 1];
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::vector<uint8_t> buf(protocol::kMaxDatagram + 1);
+    protocol::Message m;
     for (;;) {
+      const int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count());
       pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, timeout_ms) <= 0) return std::nullopt;
-      ssize_t n = recv(fd_, buf, sizeof buf, 0);
-      protocol::Message m;
-      if (n > 0 && protocol::decode(std::span<const uint8_t>(buf, size_t(n)), m) == protocol::DecodeError::None &&
-          std::holds_alternative<T>(m.body))
-        return m;
+      if (left < 0 || poll(&p, 1, left) <= 0) return std::nullopt;
+      const ssize_t n = recv(fd_, buf.data(), buf.size(), 0);
+      if (n <= 0 || protocol::decode(std::span<const uint8_t>(buf.data(), size_t(n)), m) != protocol::DecodeError::None)
+        continue;
+      last_mac = m.header.flags & protocol::kFlagMac;
+      if (std::holds_alternative<T>(m.body)) return m;
     }
   }
-  uint32_t register_as(const char* key, int prio, uint32_t pid) {
+  // Registers; returns the Registered reply (and keeps task and epoch), or nullopt.
+  std::optional<protocol::Registered> register_as(const char* key, int prio,
+                                                  protocol::TaskMode mode = protocol::TaskMode::Share,
+                                                  int timeout_ms = 1000) {
     protocol::Register r;
     r.priority = uint8_t(prio);
-    r.pid = pid;
+    r.mode = mode;
+    r.pid = uint32_t(getpid());
     protocol::set_key(r, key);
-    send(0, 1, r);
-    auto m = expect<protocol::Registered>();
-    return m ? m->header.task_id : 0;
+    task = 0;
+    send(r);
+    auto m = expect<protocol::Registered>(timeout_ms);
+    if (!m) return std::nullopt;
+    task = m->header.task;
+    epoch = m->header.epoch;
+    return std::get<protocol::Registered>(m->body);
+  }
+  std::optional<protocol::Directive> expect_state(State s, int timeout_ms = 1000) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (std::chrono::steady_clock::now() < until) {
+      auto m = expect<protocol::Directive>(50);
+      if (m && std::get<protocol::Directive>(m->body).state == s) return std::get<protocol::Directive>(m->body);
+    }
+    return std::nullopt;
   }
 
+  uint64_t session = 0, epoch = 0, next_seq = 1;
+  uint32_t task = 0;
+  bool last_mac = false;
+
  private:
-  int fd_ = -1;
+  int fd_;
+  std::optional<protocol::Key> key_;
 };
 
-protocol::StatusReply status_of(uint16_t port) {
-  std::string error;
-  auto s = scheduler::query_status("127.0.0.1", port, 1000, error);
-  EXPECT_TRUE(s.has_value()) << error;
-  return s.value_or(protocol::StatusReply{});
+TEST(Daemon, RegistrationBindsASessionAndAnswersWithItsDirective) {
+  Daemon d;
+  Peer hp(d.port());
+  auto r = hp.register_as("infer", 0);
+  ASSERT_TRUE(r);
+  EXPECT_NE(hp.task, 0u);
+  EXPECT_NE(hp.epoch, 0u);
+  EXPECT_EQ(r->directive.role, protocol::kRoleHolder);
+  EXPECT_EQ(r->lease_ms, 300u);
+  // Registering again from the same session keeps the task.
+  const uint32_t first = hp.task;
+  ASSERT_TRUE(hp.register_as("infer", 0));
+  EXPECT_EQ(hp.task, first);
+  EXPECT_EQ(d.snapshot().tasks.size(), 1u);
 }
 
-TEST(Daemon, RegistersAndReportsStatus) {
+TEST(Daemon, TheHoldersActivityIsPushedToTheTasksBelow) {
   Daemon d;
   Peer hp(d.port()), lp(d.port());
-  uint32_t h = hp.register_as("infer", 0, 11);
-  uint32_t l = lp.register_as("train", 5, 12);
-  ASSERT_NE(h, 0u);
-  ASSERT_NE(l, h);
-  auto s = status_of(d.port());
-  ASSERT_EQ(s.tasks.size(), 2u);
-  EXPECT_EQ(s.holder_task_id, h);
-  EXPECT_EQ(s.tasks[0].key_view(), "infer");
-  EXPECT_EQ(s.tasks[1].priority, 5);
-  std::string table = scheduler::format_status(s);
-  EXPECT_NE(table.find("train"), std::string::npos);
-  EXPECT_NE(table.find("holder"), std::string::npos);
+  ASSERT_TRUE(hp.register_as("infer", 0));
+  auto r = lp.register_as("train", 5);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->directive.state, State::Run);
+  hp.send(protocol::Notify{42, scheduler::monotonic_ns(), protocol::kNotifyActivityStart});
+  auto fill = lp.expect_state(State::Fill);
+  ASSERT_TRUE(fill);
+  EXPECT_NE(fill->cause_ns, 0u);
+  hp.send(protocol::Idle{42});   // no profile: the idle ends its activity at once
+  EXPECT_TRUE(lp.expect_state(State::Run));
 }
 
-TEST(Daemon, QueuesThenGrantsWhenTheHolderLeaves) {
-  Daemon d;
-  Peer hp(d.port()), lp(d.port());
-  uint32_t h = hp.register_as("infer", 0, 21);
-  uint32_t l = lp.register_as("train", 5, 22);
-  hp.send(h, 2, protocol::LaunchNotify{42});   // holder active, unknown kernel: no gap to fill
-  lp.send(l, 7, protocol::LaunchRequest{99, 10'000, 0});
-  auto q = lp.expect<protocol::Queued>();
-  ASSERT_TRUE(q);
-  EXPECT_EQ(q->header.seq, 7u);
-  EXPECT_EQ(status_of(d.port()).tasks[1].queue_length, 1u);
-  hp.send(h, 3, protocol::Goodbye{});
-  auto g = lp.expect<protocol::Grant>();
-  ASSERT_TRUE(g);
-  EXPECT_EQ(g->header.seq, 7u);
-  EXPECT_GT(std::get<protocol::Grant>(g->body).deadline_ns, scheduler::monotonic_ns());
-}
-
-TEST(Daemon, MalformedDatagramsAreCountedAndDropped) {
+TEST(Daemon, MalformedAndMisdirectedDatagramsAreCountedAndDropped) {
   Daemon d;
   Peer p(d.port());
-  uint8_t header_only[protocol::kHeaderSize];
-  size_t n = protocol::encode({}, protocol::Heartbeat{}, header_only);
-  p.send_raw("junk", 4);                                   // truncated
-  uint8_t wrong_version[protocol::kHeaderSize];
-  std::memcpy(wrong_version, header_only, n);
-  wrong_version[4] = 9;
-  p.send_raw(wrong_version, n);
-  std::vector<uint8_t> oversized(protocol::kMaxDatagram + 1, 0);
-  std::memcpy(oversized.data(), header_only, n);
-  p.send_raw(oversized.data(), oversized.size());
-  p.send(0, 1, protocol::Grant{1, 1});                     // a daemon-to-client message
-  EXPECT_EQ(status_of(d.port()).dropped_datagrams, 4u);
-  // Still serving.
-  EXPECT_NE(p.register_as("after", 3, 31), 0u);
+  p.send_raw({'j', 'u', 'n', 'k'});
+  auto wrong_version = p.datagram(protocol::Heartbeat{});
+  wrong_version[4] = 2;
+  p.send_raw(wrong_version);
+  p.send_raw(std::vector<uint8_t>(protocol::kMaxDatagram + 1, 0));
+  p.send(protocol::Directive{});   // a daemon-to-client message
+  ASSERT_TRUE(p.register_as("after", 3));   // still serving
+  auto s = d.snapshot();
+  EXPECT_EQ(s.malformed, 3u);
+  EXPECT_EQ(s.wrong_direction, 1u);
 }
 
-TEST(Daemon, UnknownTaskIsToldToRegisterAgain) {
+TEST(Daemon, AnUnknownSessionIsToldToRegister) {
   Daemon d;
   Peer p(d.port());
-  p.send(1234, 1, protocol::Heartbeat{});
+  p.task = 1234;
+  p.epoch = 99;
+  p.send(protocol::Heartbeat{});
   auto e = p.expect<protocol::Error>();
   ASSERT_TRUE(e);
   EXPECT_EQ(std::get<protocol::Error>(e->body).code, protocol::ErrorCode::UnknownTask);
 }
 
-TEST(Daemon, SilentClientIsReleasedWithinItsLease) {
+TEST(Daemon, AnotherAddressCannotSpeakForASessionNorReplayIt) {
+  Daemon d;
+  Peer hp(d.port()), lp(d.port()), attacker(d.port());
+  ASSERT_TRUE(hp.register_as("infer", 0));
+  ASSERT_TRUE(lp.register_as("train", 5));
+  // The attacker knows everything about the holder's session (as if it read the datagrams), but
+  // sends from its own port: its goodbye and idle are dropped.
+  attacker.session = hp.session;
+  attacker.task = hp.task;
+  attacker.epoch = hp.epoch;
+  attacker.next_seq = 1000;
+  attacker.send(protocol::Goodbye{});
+  // A captured datagram of the holder, sent again, does nothing either.
+  const auto notify = hp.datagram(protocol::Notify{1, scheduler::monotonic_ns(), protocol::kNotifyActivityStart});
+  hp.send_raw(notify);
+  ASSERT_TRUE(lp.expect_state(State::Fill));
+  hp.send(protocol::Idle{1});
+  ASSERT_TRUE(lp.expect_state(State::Run));
+  hp.send_raw(notify);   // replayed: would move lp back to Fill
+  EXPECT_FALSE(lp.expect_state(State::Fill, 200));
+  auto s = d.snapshot();
+  EXPECT_EQ(s.tasks.size(), 2u);   // the holder is still there
+  EXPECT_EQ(s.sessions.wrong_address, 1u);
+  EXPECT_EQ(s.sessions.replayed, 1u);
+}
+
+TEST(Daemon, ASilentClientIsReleasedWithinItsLease) {
   Daemon d;   // lease 300 ms
   Peer hp(d.port()), lp(d.port());
-  uint32_t h = hp.register_as("infer", 0, 41);
-  uint32_t l = lp.register_as("train", 5, 42);
-  hp.send(h, 2, protocol::LaunchNotify{1});
-  lp.send(l, 3, protocol::LaunchRequest{2, 10'000, 0});
-  ASSERT_TRUE(lp.expect<protocol::Queued>());
+  ASSERT_TRUE(hp.register_as("infer", 0));
+  ASSERT_TRUE(lp.register_as("train", 5));
+  hp.send(protocol::Notify{1, scheduler::monotonic_ns(), protocol::kNotifyActivityStart});
+  ASSERT_TRUE(lp.expect_state(State::Fill));
   // The holder goes silent (as if SIGKILLed); lp keeps its lease with heartbeats.
-  std::optional<protocol::Message> g;
-  for (int i = 0; i < 20 && !g; ++i) {
-    lp.send(l, 10 + i, protocol::Heartbeat{});
-    g = lp.expect<protocol::Grant>(50);
+  bool holder = false;
+  for (int i = 0; i < 40 && !holder; ++i) {
+    lp.send(protocol::Heartbeat{});   // answered at once with the current directive
+    std::this_thread::sleep_for(50ms);
+    while (auto m = lp.expect<protocol::Directive>(0))
+      holder |= (std::get<protocol::Directive>(m->body).role & protocol::kRoleHolder) != 0;
   }
-  ASSERT_TRUE(g);
-  auto s = status_of(d.port());
-  EXPECT_EQ(s.lease_expiries, 1u);
-  EXPECT_EQ(s.holder_task_id, l);
+  EXPECT_TRUE(holder);
+  EXPECT_EQ(d.snapshot().policy.lease_expiries, 1u);
+}
+
+TEST(Daemon, WithAKeyUnauthenticatedTasksAreCappedAndRepliesAreSigned) {
+  Daemon d(test_key(7), "", 2);
+  Peer insider(d.port(), test_key(7)), outsider(d.port()), forger(d.port(), test_key(8));
+  auto in = insider.register_as("svc", 0);
+  ASSERT_TRUE(in);
+  EXPECT_EQ(in->priority, 0);
+  EXPECT_TRUE(insider.last_mac);
+  auto out = outsider.register_as("job", 0);
+  ASSERT_TRUE(out);
+  EXPECT_EQ(out->priority, 2);
+  EXPECT_FALSE(outsider.last_mac);
+  EXPECT_EQ(d.snapshot().holder, insider.task);
+  EXPECT_FALSE(forger.register_as("evil", 0, protocol::TaskMode::Share, 100));   // the wrong key: dropped
+  EXPECT_EQ(d.snapshot().bad_mac, 1u);
+  // Nor may an authenticated session be continued without its MAC.
+  Peer stripped(d.port());
+  stripped.session = insider.session;
+  stripped.task = insider.task;
+  stripped.epoch = insider.epoch;
+  stripped.next_seq = 500;
+  stripped.send(protocol::Goodbye{});
+  EXPECT_EQ(d.snapshot().tasks.size(), 2u);
+}
+
+TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/fikit-ctl-" + std::to_string(getpid());
+  const std::string path = dir + "/s.sock";
+  {
+    Daemon d(std::nullopt, path);
+    Peer p(d.port());
+    ASSERT_TRUE(p.register_as("visible-task", 4));
+    std::string error;
+    auto text = scheduler::control_request(path, "status", 1000, error);
+    ASSERT_TRUE(text) << error;
+    EXPECT_NE(text->find("visible-task"), std::string::npos) << *text;
+    auto json = scheduler::control_request(path, "status-json", 1000, error);
+    ASSERT_TRUE(json) << error;
+    EXPECT_EQ(json->front(), '{');
+    EXPECT_NE(json->find("\"key\":\"visible-task\""), std::string::npos) << *json;
+    auto bad = scheduler::control_request(path, "frobnicate", 1000, error);
+    ASSERT_TRUE(bad);
+    EXPECT_NE(bad->find("unknown command"), std::string::npos);
+    struct stat st;
+    ASSERT_EQ(stat(dir.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+  }
+  std::string error;
+  EXPECT_FALSE(scheduler::control_request(path, "status", 200, error));   // gone with the daemon
+  std::filesystem::remove_all(dir);
 }
 
 hook::share::ClientOptions options(uint16_t port, const char* key, int prio) {
@@ -192,37 +311,49 @@ hook::share::ClientOptions options(uint16_t port, const char* key, int prio) {
   return o;
 }
 
-TEST(ShareClient, HolderAndWaiterAgainstTheDaemon) {
+// Polls `done` every millisecond for up to `limit`.
+template <class F>
+bool eventually(F done, std::chrono::milliseconds limit = 2000ms) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+TEST(ShareClient, DirectivesFollowTheHoldersActivity) {
   Daemon d;
   hook::share::Client hp, lp;
   ASSERT_TRUE(hp.start(options(d.port(), "infer", 0), true));
-  EXPECT_TRUE(hp.role() & protocol::kRoleHolder);
+  EXPECT_TRUE(hp.directive().role() & protocol::kRoleHolder);
   ASSERT_TRUE(lp.start(options(d.port(), "train", 5), true));
-  EXPECT_FALSE(lp.role() & protocol::kRoleHolder);
-  // HP idle: LP runs free in bounded chunks; the grant's extra credit covers the next launches.
-  EXPECT_EQ(lp.request(7, 10'000, false), hook::share::Client::Wait::Granted);
-  EXPECT_TRUE(lp.take_credit(10'000));
-  hp.notify_launch(1);   // HP active: LP's credit is revoked, its next request waits
-  for (int i = 0; i < 100 && lp.take_credit(1); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_FALSE(lp.take_credit(1));
-  hp.stop();             // goodbye: LP becomes holder
-  for (int i = 0; i < 100 && !(lp.role() & protocol::kRoleHolder); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  EXPECT_TRUE(lp.role() & protocol::kRoleHolder);
+  EXPECT_EQ(lp.directive().state(), State::Run);
+  EXPECT_TRUE(eventually([&] { return hp.directive().role() & protocol::kRoleActivity; }));
+  hp.notify_now(1, hook::monotonic_ns(), protocol::kNotifyActivityStart);
+  EXPECT_TRUE(eventually([&] { return lp.directive().state() == State::Fill; }));
+  hp.send_idle(1);
+  EXPECT_TRUE(eventually([&] { return lp.directive().state() == State::Run; }));
+  hp.stop();   // goodbye: the task below becomes holder at once
+  EXPECT_TRUE(eventually([&] { return lp.directive().role() & protocol::kRoleHolder; }));
 }
 
-TEST(ShareClient, FallsBackToPassthroughWhenTheDaemonDies) {
+TEST(ShareClient, ReRegistersAfterTheDaemonRestarts) {
   auto d = std::make_unique<Daemon>();
-  uint16_t port = d->port();
-  hook::share::Client hp, lp;
-  ASSERT_TRUE(hp.start(options(port, "infer", 0), true));
-  ASSERT_TRUE(lp.start(options(port, "train", 5), true));
-  hp.notify_launch(1);
-  d.reset();   // the daemon is gone
-  auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EQ(lp.request(7, 10'000, false), hook::share::Client::Wait::Passthrough);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
-  EXPECT_FALSE(lp.connected());
+  const uint16_t port = d->port();
+  hook::share::Client c;
+  ASSERT_TRUE(c.start(options(port, "svc", 0), true));
+  d.reset();
+  EXPECT_TRUE(eventually([&] { return !c.connected(); }, 2000ms));
+  // The new daemon does not know the session; the client registers again on its own.
+  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+  o.port = port;
+  NoProfiles profiles;
+  scheduler::Server again(o, profiles);
+  std::thread loop([&] { again.run(false); });
+  EXPECT_TRUE(eventually([&] { return c.connected(); }, 8000ms));
+  again.stop();
+  loop.join();
 }
 
 TEST(ShareClient, NoDaemonMeansPassthroughWithinTheTimeout) {
@@ -234,18 +365,125 @@ TEST(ShareClient, NoDaemonMeansPassthroughWithinTheTimeout) {
   socklen_t len = sizeof a;
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   hook::share::Client c;
-  auto t0 = std::chrono::steady_clock::now();
+  const auto t0 = std::chrono::steady_clock::now();
   EXPECT_FALSE(c.start(options(ntohs(a.sin_port), "lonely", 3), true));
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(500));
+  // Bounded by the daemon timeout (100 ms), with room for a loaded machine.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5000ms);
   EXPECT_FALSE(c.connected());
   close(fd);
+}
+
+// A process squatting on the daemon's port: it answers every registration and heartbeat with
+// whatever directive `reply` makes, or with an error.
+class Squatter {
+ public:
+  explicit Squatter(std::function<protocol::Body()> reply) : reply_(std::move(reply)) {
+    fd_ = socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Squatter() {
+    stop_ = true;
+    thread_.join();
+    close(fd_);
+  }
+  uint16_t port = 0;
+  std::atomic<int> registers{0};
+
+ private:
+  void loop() {
+    std::vector<uint8_t> buf(protocol::kMaxDatagram + 1);
+    uint64_t seq = 1;
+    while (!stop_) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 20) <= 0) continue;
+      sockaddr_in from{};
+      socklen_t len = sizeof from;
+      const ssize_t n = recvfrom(fd_, buf.data(), buf.size(), 0, reinterpret_cast<sockaddr*>(&from), &len);
+      protocol::Message m;
+      if (n <= 0 || protocol::decode(std::span<const uint8_t>(buf.data(), size_t(n)), m) != protocol::DecodeError::None)
+        continue;
+      if (std::holds_alternative<protocol::Register>(m.body)) ++registers;
+      protocol::Header h;
+      h.session = m.header.session;
+      h.epoch = 77;
+      h.seq = seq++;
+      h.task = 1;
+      protocol::Body body = reply_();
+      if (std::holds_alternative<protocol::Directive>(body) && std::holds_alternative<protocol::Register>(m.body)) {
+        protocol::Registered r;
+        r.lease_ms = 300;
+        r.directive = std::get<protocol::Directive>(body);
+        body = r;
+      }
+      std::vector<uint8_t> out(protocol::kMaxDatagram);
+      const size_t k = protocol::encode(h, body, out);
+      sendto(fd_, out.data(), k, 0, reinterpret_cast<sockaddr*>(&from), len);
+    }
+  }
+  std::function<protocol::Body()> reply_;
+  int fd_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+protocol::Directive hold_forever() {
+  static uint32_t generation = 0;
+  protocol::Directive d;
+  d.state = State::Hold;
+  d.generation = ++generation;
+  d.bound_ns = 200'000;
+  return d;
+}
+
+TEST(ShareClient, AWaitingLaunchIsBoundedEvenIfTheDaemonSaysHoldForever) {
+  Squatter squatter([] { return protocol::Body{hold_forever()}; });
+  hook::share::Client c;
+  ASSERT_TRUE(c.start(options(squatter.port, "victim", 5), true));
+  ASSERT_EQ(c.directive().state(), State::Hold);
+  hook::share::InflightWindow window;   // not initialised: it admits everything
+  hook::share::LaunchGate gate(c, window, 200'000'000);
+  const auto t0 = std::chrono::steady_clock::now();
+  gate.admit(1, 10'000, true);
+  gate.admit(2, 10'000, true);
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, 400ms);    // it did wait: a Hold is obeyed...
+  EXPECT_LT(waited, 5000ms);   // ...up to FIKIT_MAX_WAIT_MS per launch (200 ms here), no longer
+  EXPECT_EQ(c.stats().forced_count(), 2u);
+}
+
+TEST(ShareClient, WithAKeyASquattersDirectivesAreIgnored) {
+  Squatter squatter([] { return protocol::Body{hold_forever()}; });
+  auto o = options(squatter.port, "victim", 5);
+  o.key = test_key(3);
+  hook::share::Client c;
+  EXPECT_FALSE(c.start(o, true));   // nothing it says is authenticated: no registration
+  EXPECT_FALSE(c.connected());      // so launches pass through
+}
+
+TEST(ShareClient, RegistrationsBackOffWhenRefused) {
+  Squatter squatter([] { return protocol::Body{protocol::Error{protocol::ErrorCode::TooManyTasks, 0}}; });
+  hook::share::Client c;
+  EXPECT_TRUE(c.start(options(squatter.port, "one-too-many", 5), /*wait_registered=*/false));
+  std::this_thread::sleep_for(1500ms);
+  // 50 ms doubling (each +-50 %): at most about 6 in 1.5 s, not thousands.
+  EXPECT_GE(squatter.registers.load(), 2);
+  EXPECT_LE(squatter.registers.load(), 10);
 }
 
 }  // namespace
 }  // namespace fikit
 
-// The share client logs through the hook's logger; here it goes nowhere.
+// The share client logs through the hook's logger and reaches the driver through it; here neither
+// is there.
 namespace fikit::hook {
 bool log_enabled(LogLevel) noexcept { return false; }
 void log(LogLevel, const char*, ...) noexcept {}
+void* real_driver_symbol(const char*) noexcept { return nullptr; }
 }  // namespace fikit::hook

@@ -1,0 +1,82 @@
+#pragma once
+// The daemon's latest directive for this task, as launching threads read it: written by the
+// client's receiver thread only, read by any thread without locks (every field an atomic; a reader
+// may see a mix of two directives for an instant, which costs at most one launch decided on the
+// older one). Launching threads that must wait sleep on `changes` until the next directive.
+#include <atomic>
+#include <cstdint>
+
+#include "futex.h"
+#include "protocol.h"
+
+namespace fikit::hook::share {
+
+class DirectiveCell {
+ public:
+  struct View {
+    uint8_t role = 0;
+    protocol::State state = protocol::State::Run;
+    uint32_t bound_ns = 0, overlap_ns = 0;
+    uint32_t changes = 0;   // the value of changes() this view was read at
+  };
+
+  // Receiver thread. A directive of an older generation than the last one (reordered) is ignored;
+  // `fresh` (a new registration) starts the generations again. Returns whether it was taken.
+  bool store(const protocol::Directive& d, bool fresh) noexcept {
+    if (!fresh && d.generation <= generation_.load(std::memory_order_relaxed)) return false;
+    generation_.store(d.generation, std::memory_order_relaxed);
+    role_.store(d.role, std::memory_order_relaxed);
+    state_.store(uint8_t(d.state), std::memory_order_relaxed);
+    bound_ns_.store(d.bound_ns, std::memory_order_relaxed);
+    overlap_ns_.store(d.overlap_ns, std::memory_order_relaxed);
+    // Credit comes whole with its directive and replaces what was left of the previous one.
+    credit_until_ns_.store(d.credit_until_ns, std::memory_order_relaxed);
+    credit_left_ns_.store(int64_t(d.credit_ns), std::memory_order_relaxed);
+    changes_.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&changes_);
+    return true;
+  }
+  // No daemon (any more): waiting threads must look again (they will pass through).
+  void wake_all() noexcept {
+    changes_.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&changes_);
+  }
+
+  View load() const noexcept {
+    View v;
+    v.changes = changes_.load(std::memory_order_acquire);
+    v.role = role_.load(std::memory_order_relaxed);
+    v.state = protocol::State(state_.load(std::memory_order_relaxed));
+    v.bound_ns = bound_ns_.load(std::memory_order_relaxed);
+    v.overlap_ns = overlap_ns_.load(std::memory_order_relaxed);
+    return v;
+  }
+  uint8_t role() const noexcept { return role_.load(std::memory_order_relaxed); }
+  protocol::State state() const noexcept { return protocol::State(state_.load(std::memory_order_relaxed)); }
+
+  // Spends `ns` of gap credit for a launch at `now` if enough is left and the launch ends in time.
+  bool take_credit(uint64_t ns, uint64_t now) noexcept {
+    if (now + ns > credit_until_ns_.load(std::memory_order_relaxed)) return false;
+    int64_t left = credit_left_ns_.load(std::memory_order_relaxed);
+    while (left >= int64_t(ns)) {
+      if (credit_left_ns_.compare_exchange_weak(left, left - int64_t(ns), std::memory_order_relaxed)) return true;
+    }
+    return false;
+  }
+
+  // Sleeps until the next directive (or timeout_ns), if none came since `seen` was read.
+  void wait_change(uint32_t seen, uint64_t timeout_ns) const noexcept {
+    futex_wait(const_cast<std::atomic<uint32_t>*>(&changes_), seen, timeout_ns);
+  }
+
+ private:
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<uint8_t> role_{0};
+  std::atomic<uint8_t> state_{uint8_t(protocol::State::Run)};
+  std::atomic<uint32_t> bound_ns_{0}, overlap_ns_{0};
+  std::atomic<uint64_t> credit_until_ns_{0};
+  std::atomic<int64_t> credit_left_ns_{0};
+  alignas(64) std::atomic<uint32_t> changes_{0};
+};
+
+}  // namespace fikit::hook::share

@@ -1,0 +1,113 @@
+#include "inflight_window.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <algorithm>
+
+#include "clock.h"
+#include "driver.h"
+
+namespace fikit::hook::share {
+namespace {
+constexpr uint64_t kMinCheckpointNs = 1'000;
+constexpr uint64_t kSpinNs = 20'000;     // look for completion this long with sched_yield...
+constexpr long kSleepNs = 10'000;        // ...then in short sleeps
+}  // namespace
+
+bool InflightWindow::init() noexcept {
+  create_ = real_driver<EventCreateFn>("cuEventCreate");
+  record_ = real_driver<EventRecordFn>("cuEventRecord");
+  query_ = real_driver<EventQueryFn>("cuEventQuery");
+  destroy_ = real_driver<EventDestroyFn>("cuEventDestroy_v2");
+  if (destroy_ == nullptr) destroy_ = real_driver<EventDestroyFn>("cuEventDestroy");
+  current_ = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
+  return create_ && record_ && query_ && destroy_ && current_;
+}
+
+bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns) noexcept {
+  if (query_ == nullptr) return true;
+  uint64_t in = inflight_.load(std::memory_order_relaxed);
+  if (in == 0 || in + pred_ns <= bound_ns) return true;
+  retire();
+  in = inflight_.load(std::memory_order_relaxed);
+  return in == 0 || in + pred_ns <= bound_ns;
+}
+
+void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept {
+  if (query_ == nullptr) return;
+  inflight_.fetch_add(pred_ns, std::memory_order_relaxed);
+  const uint64_t pending = pending_.fetch_add(pred_ns, std::memory_order_relaxed) + pred_ns;
+  last_stream_.store(stream, std::memory_order_relaxed);
+  if (pending < std::max(bound_ns / 4, kMinCheckpointNs)) return;
+  if (!try_lock()) return;   // another thread records or retires: this work joins a later checkpoint
+  record(stream);
+  unlock();
+}
+
+bool InflightWindow::record(CUstream stream) noexcept {
+  if (tail_ - head_ >= kSlots) return false;   // full: retire() makes room
+  CUcontext context = nullptr;
+  current_(&context);
+  Checkpoint& c = ring_[tail_ % kSlots];
+  if (c.event != nullptr && c.context != context) {
+    destroy_(c.event);   // made in another context: events are recorded in their own context only
+    c.event = nullptr;
+  }
+  if (c.event == nullptr) {
+    if (create_(&c.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+      c.event = nullptr;
+      return false;
+    }
+    c.context = context;
+  }
+  if (record_(c.event, stream) != CUDA_SUCCESS) return false;
+  c.work_ns = pending_.exchange(0, std::memory_order_relaxed);
+  ++tail_;
+  return true;
+}
+
+bool InflightWindow::retire() noexcept {
+  if (!try_lock()) return false;
+  bool progressed = false;
+  while (head_ < tail_) {
+    Checkpoint& c = ring_[head_ % kSlots];
+    const CUresult r = query_(c.event);
+    if (r == CUDA_ERROR_NOT_READY) break;
+    // Done, or an error (its context gone): either way the work is no longer in flight.
+    uint64_t in = inflight_.load(std::memory_order_relaxed);
+    while (!inflight_.compare_exchange_weak(in, in > c.work_ns ? in - c.work_ns : 0, std::memory_order_relaxed)) {
+    }
+    ++head_;
+    progressed = true;
+  }
+  // Work in flight that no checkpoint covers can never be seen to finish: cover it now.
+  if (head_ == tail_ && pending_.load(std::memory_order_relaxed) > 0 && inflight_.load() > 0) {
+    if (!record(last_stream_.load(std::memory_order_relaxed))) {
+      const uint64_t lost = inflight_.exchange(0, std::memory_order_relaxed);
+      pending_.store(0, std::memory_order_relaxed);
+      untracked_.fetch_add(lost, std::memory_order_relaxed);
+      progressed = true;
+    }
+  }
+  unlock();
+  return progressed;
+}
+
+void InflightWindow::wait_progress(uint64_t deadline_ns) noexcept {
+  const uint64_t start = monotonic_ns();
+  for (;;) {
+    if (retire()) return;
+    const uint64_t now = monotonic_ns();
+    if (now >= deadline_ns) return;
+    if (now - start < kSpinNs) {
+      sched_yield();
+    } else {
+      timespec ts{0, kSleepNs};
+      nanosleep(&ts, nullptr);
+      return;   // the caller looks at its directive between sleeps
+    }
+  }
+}
+
+}  // namespace fikit::hook::share

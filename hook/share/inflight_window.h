@@ -1,0 +1,69 @@
+#pragma once
+// How much predicted GPU work this process has in flight, learned from its own CUDA events, not from
+// the daemon (XSched's in-flight threshold, nvshare's pending window). Each launch adds its predicted
+// duration; about every quarter of the bound a checkpoint event is recorded after the launch on its
+// stream; a completed checkpoint retires the work launched before it. A task below the holder keeps
+// what is in flight under the bound the daemon gives it, so a holder that comes back waits for at
+// most about that much of its work.
+//
+// Approximations (docs/scheduling.md): work on another stream than a checkpoint's is retired with
+// it; several threads admitting at once may overshoot the bound by one launch each; one launch always
+// goes when nothing is in flight, whatever its size (else a kernel longer than the bound never runs).
+// No locks on the launch path: the checkpoint ring is guarded by a try-lock, and a thread that does
+// not get it simply does not record or retire this time.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace fikit::hook::share {
+
+class InflightWindow {
+ public:
+  // Resolves the real driver's event functions; false if it cannot (the window then admits all).
+  bool init() noexcept;
+
+  // Whether a launch predicted at `pred_ns` may go now under `bound_ns`.
+  bool admit(uint64_t pred_ns, uint64_t bound_ns) noexcept;
+  // After a launch on `stream` went through: counts it, and records a checkpoint when due.
+  void launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept;
+  // A short wait for progress (the oldest checkpoint completing), at most until `deadline_ns`.
+  void wait_progress(uint64_t deadline_ns) noexcept;
+
+  uint64_t inflight_ns() const noexcept { return inflight_.load(std::memory_order_relaxed); }
+  // Work that could not be tracked (a checkpoint could not be recorded): it was let go.
+  uint64_t untracked_ns() const noexcept { return untracked_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr uint32_t kSlots = 64;
+  struct Checkpoint {
+    CUevent event = nullptr;
+    CUcontext context = nullptr;   // the event's
+    uint64_t work_ns = 0;
+  };
+  bool try_lock() noexcept { return !lock_.test_and_set(std::memory_order_acquire); }
+  void unlock() noexcept { lock_.clear(std::memory_order_release); }
+  bool record(CUstream stream) noexcept;   // under the lock
+  bool retire() noexcept;                  // true if some work was retired
+
+  using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
+  using EventRecordFn = CUresult (*)(CUevent, CUstream);
+  using EventQueryFn = CUresult (*)(CUevent);
+  using EventDestroyFn = CUresult (*)(CUevent);
+  using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+  EventCreateFn create_ = nullptr;
+  EventRecordFn record_ = nullptr;
+  EventQueryFn query_ = nullptr;
+  EventDestroyFn destroy_ = nullptr;
+  CtxGetCurrentFn current_ = nullptr;
+
+  std::atomic_flag lock_ = ATOMIC_FLAG_INIT;
+  Checkpoint ring_[kSlots];
+  uint64_t head_ = 0, tail_ = 0;                  // under the lock: [head, tail) are outstanding
+  std::atomic<uint64_t> inflight_{0};             // predicted ns launched and not retired
+  std::atomic<uint64_t> pending_{0};              // of which not yet covered by a checkpoint
+  std::atomic<CUstream> last_stream_{nullptr};
+  std::atomic<uint64_t> untracked_{0};
+};
+
+}  // namespace fikit::hook::share

@@ -1,0 +1,50 @@
+#pragma once
+// What share mode did in this process, for the evaluation (FIKIT_SHARE_STATS=PATH: one JSON line
+// appended to PATH at exit). The numbers the sharing engine is judged by: how fast the holder's
+// return reached this task (reaction: from the holder's launch to this task receiving Fill or Hold)
+// and how much predicted work it had in flight then; how often and how long launches waited.
+// Counters are relaxed atomics; the samples are written by the receiver thread only.
+#include <atomic>
+#include <cstdint>
+
+namespace fikit::hook::share {
+
+class ShareStats {
+ public:
+  // Allocates the sample buffers when FIKIT_SHARE_STATS is set; otherwise only counters are kept.
+  void enable(const char* path) noexcept;
+  bool enabled() const noexcept { return path_[0] != '\0'; }
+
+  // Receiver thread: the holder's return (a directive moving this task from Run to Fill or Hold).
+  void reaction(uint64_t reaction_ns, uint64_t inflight_ns) noexcept;
+  void directive() noexcept { directives_.fetch_add(1, std::memory_order_relaxed); }
+
+  // Launching threads.
+  void waited(uint64_t ns) noexcept {
+    waits_.fetch_add(1, std::memory_order_relaxed);
+    wait_ns_.fetch_add(ns, std::memory_order_relaxed);
+    uint64_t m = max_wait_ns_.load(std::memory_order_relaxed);
+    while (ns > m && !max_wait_ns_.compare_exchange_weak(m, ns, std::memory_order_relaxed)) {
+    }
+  }
+  void forced() noexcept { forced_.fetch_add(1, std::memory_order_relaxed); }
+  void on_credit() noexcept { credit_launches_.fetch_add(1, std::memory_order_relaxed); }
+  void on_overlap() noexcept { overlap_launches_.fetch_add(1, std::memory_order_relaxed); }
+  void want_sent() noexcept { wants_.fetch_add(1, std::memory_order_relaxed); }
+  void launched() noexcept { launches_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t forced_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
+
+  // Appends the JSON line (at exit; `untracked_ns` from the in-flight window).
+  void write(int pid, uint64_t untracked_ns) noexcept;
+
+ private:
+  static constexpr uint32_t kMaxSamples = 1u << 16;
+  char path_[512] = {};
+  uint64_t* reaction_ns_ = nullptr;   // kMaxSamples each, when enabled
+  uint64_t* inflight_ns_ = nullptr;
+  std::atomic<uint32_t> samples_{0};
+  std::atomic<uint64_t> directives_{0}, reactions_{0}, waits_{0}, wait_ns_{0}, max_wait_ns_{0}, forced_{0},
+      credit_launches_{0}, overlap_launches_{0}, wants_{0}, launches_{0};
+};
+
+}  // namespace fikit::hook::share

@@ -1,0 +1,150 @@
+#include "control.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace fikit::scheduler {
+
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+
+namespace {
+
+constexpr size_t kMaxCommand = 256;
+
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash);
+}
+
+// One connection: read one line (bounded in size and time), answer, close.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(local::socket socket, const ControlServer::Handler& handler)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), handler_(handler), in_(kMaxCommand) {}
+
+  void start() {
+    auto self = shared_from_this();
+    timer_.expires_after(std::chrono::seconds(2));
+    timer_.async_wait([self](boost::system::error_code ec) {
+      if (!ec) self->socket_.close();
+    });
+    asio::async_read_until(socket_, in_, '\n', [self](boost::system::error_code ec, size_t n) {
+      if (ec) return self->finish();
+      std::string command(asio::buffers_begin(self->in_.data()), asio::buffers_begin(self->in_.data()) + n - 1);
+      self->out_ = self->handler_(command);
+      asio::async_write(self->socket_, asio::buffer(self->out_),
+                        [self](boost::system::error_code, size_t) { self->finish(); });
+    });
+  }
+
+ private:
+  void finish() {
+    boost::system::error_code ec;
+    timer_.cancel();
+    socket_.close(ec);
+  }
+  local::socket socket_;
+  asio::steady_timer timer_;
+  const ControlServer::Handler& handler_;
+  asio::streambuf in_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string default_control_path(uint16_t port) {
+  const char* runtime = std::getenv("XDG_RUNTIME_DIR");
+  const std::string dir = runtime != nullptr && *runtime == '/' ? std::string(runtime) + "/fikit"
+                                                                 : "/tmp/fikit-" + std::to_string(getuid());
+  return dir + "/scheduler-" + std::to_string(port) + ".sock";
+}
+
+ControlServer::ControlServer(asio::io_context& io, const std::string& path, Handler handler)
+    : path_(path), handler_(std::move(handler)), acceptor_(io) {
+  if (path_.size() >= sizeof(sockaddr_un{}.sun_path))
+    throw std::runtime_error("control socket path too long: " + path_);
+  const std::string dir = parent_of(path_);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw std::runtime_error("cannot create " + dir + " for the control socket: " + std::strerror(errno));
+  struct stat st;
+  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+    throw std::runtime_error(dir + " is not a folder of this user: refusing to put the control socket there");
+  // A socket file left by a daemon that died; the UDP port was free, so no live daemon owns it.
+  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path_.c_str());
+  const mode_t old = umask(0177);   // the socket file: owner only
+  boost::system::error_code ec;
+  acceptor_.open(local(), ec);
+  if (!ec) acceptor_.bind(local::endpoint(path_), ec);
+  umask(old);
+  if (!ec) acceptor_.listen(16, ec);
+  if (ec) throw std::runtime_error("cannot listen on the control socket " + path_ + ": " + ec.message());
+  accept();
+}
+
+ControlServer::~ControlServer() {
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  unlink(path_.c_str());
+}
+
+void ControlServer::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, local::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) std::make_shared<Connection>(std::move(socket), handler_)->start();
+    accept();
+  });
+}
+
+std::optional<std::string> control_request(const std::string& path, const std::string& command, int timeout_ms,
+                                           std::string& error) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    error = "control socket path too long: " + path;
+    return std::nullopt;
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    error = "no fikit-scheduler answers on " + path + " (" + std::strerror(errno) + ")";
+    if (fd >= 0) close(fd);
+    return std::nullopt;
+  }
+  const std::string line = command + "\n";
+  std::string out;
+  if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) != ssize_t(line.size())) {
+    error = "cannot send to " + path;
+    close(fd);
+    return std::nullopt;
+  }
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) {
+      error = "fikit-scheduler on " + path + " did not answer within " + std::to_string(timeout_ms) + " ms";
+      close(fd);
+      return std::nullopt;
+    }
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+  close(fd);
+  return out;
+}
+
+}  // namespace fikit::scheduler
