@@ -3,6 +3,7 @@
 // client's receiver thread only, read by any thread without locks (every field an atomic; a reader
 // may see a mix of two directives for an instant, which costs at most one launch decided on the
 // older one). Launching threads that must wait sleep on `changes` until the next directive.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -32,6 +33,7 @@ class DirectiveCell {
     // Credit comes whole with its directive and replaces what was left of the previous one.
     credit_until_ns_.store(d.credit_until_ns, std::memory_order_relaxed);
     credit_left_ns_.store(int64_t(d.credit_ns), std::memory_order_relaxed);
+    credit_cursor_ns_.store(0, std::memory_order_relaxed);
     changes_.fetch_add(1, std::memory_order_release);
     futex_wake_all(&changes_);
     return true;
@@ -54,9 +56,21 @@ class DirectiveCell {
   uint8_t role() const noexcept { return role_.load(std::memory_order_relaxed); }
   protocol::State state() const noexcept { return protocol::State(state_.load(std::memory_order_relaxed)); }
 
-  // Spends `ns` of gap credit for a launch at `now` if enough is left and the launch ends in time.
+  // Whether gap credit would cover a launch of `ns` at `now`: enough is left, and it ends in time
+  // counting the credit launches queued before it (they run first).
+  bool credit_covers(uint64_t ns, uint64_t now) const noexcept {
+    const uint64_t start = std::max(now, credit_cursor_ns_.load(std::memory_order_relaxed));
+    return start + ns <= credit_until_ns_.load(std::memory_order_relaxed) &&
+           credit_left_ns_.load(std::memory_order_relaxed) >= int64_t(ns);
+  }
+  // Spends it (false if another thread spent it first).
   bool take_credit(uint64_t ns, uint64_t now) noexcept {
-    if (now + ns > credit_until_ns_.load(std::memory_order_relaxed)) return false;
+    uint64_t cursor = credit_cursor_ns_.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint64_t end = std::max(now, cursor) + ns;
+      if (end > credit_until_ns_.load(std::memory_order_relaxed)) return false;
+      if (credit_cursor_ns_.compare_exchange_weak(cursor, end, std::memory_order_relaxed)) break;
+    }
     int64_t left = credit_left_ns_.load(std::memory_order_relaxed);
     while (left >= int64_t(ns)) {
       if (credit_left_ns_.compare_exchange_weak(left, left - int64_t(ns), std::memory_order_relaxed)) return true;
@@ -76,6 +90,7 @@ class DirectiveCell {
   std::atomic<uint32_t> bound_ns_{0}, overlap_ns_{0};
   std::atomic<uint64_t> credit_until_ns_{0};
   std::atomic<int64_t> credit_left_ns_{0};
+  std::atomic<uint64_t> credit_cursor_ns_{0};   // predicted end of the credit launches so far
   alignas(64) std::atomic<uint32_t> changes_{0};
 };
 

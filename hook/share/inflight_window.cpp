@@ -41,6 +41,7 @@ void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_
   last_stream_.store(stream, std::memory_order_relaxed);
   if (pending < std::max(bound_ns / 4, kMinCheckpointNs)) return;
   if (!try_lock()) return;   // another thread records or retires: this work joins a later checkpoint
+  if (tail_ - head_ >= kSlots / 2) retire_locked();   // launches that never wait still free the ring
   record(stream);
   unlock();
 }
@@ -69,6 +70,12 @@ bool InflightWindow::record(CUstream stream) noexcept {
 
 bool InflightWindow::retire() noexcept {
   if (!try_lock()) return false;
+  const bool progressed = retire_locked();
+  unlock();
+  return progressed;
+}
+
+bool InflightWindow::retire_locked() noexcept {
   bool progressed = false;
   while (head_ < tail_) {
     Checkpoint& c = ring_[head_ % kSlots];
@@ -90,7 +97,6 @@ bool InflightWindow::retire() noexcept {
       progressed = true;
     }
   }
-  unlock();
   return progressed;
 }
 

@@ -31,6 +31,11 @@ class InflightWindow {
   void wait_progress(uint64_t deadline_ns) noexcept;
 
   uint64_t inflight_ns() const noexcept { return inflight_.load(std::memory_order_relaxed); }
+  // The same after retiring what completed (any thread; a driver query per outstanding checkpoint).
+  uint64_t inflight_now() noexcept {
+    retire();
+    return inflight_ns();
+  }
   // Work that could not be tracked (a checkpoint could not be recorded): it was let go.
   uint64_t untracked_ns() const noexcept { return untracked_.load(std::memory_order_relaxed); }
 
@@ -44,7 +49,8 @@ class InflightWindow {
   bool try_lock() noexcept { return !lock_.test_and_set(std::memory_order_acquire); }
   void unlock() noexcept { lock_.clear(std::memory_order_release); }
   bool record(CUstream stream) noexcept;   // under the lock
-  bool retire() noexcept;                  // true if some work was retired
+  bool retire_locked() noexcept;           // under the lock; true if some work was retired
+  bool retire() noexcept;
 
   using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
   using EventRecordFn = CUresult (*)(CUevent, CUstream);

@@ -37,9 +37,17 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
           break;
         }
         wait_gpu = true;
-      } else if (cell.take_credit(predicted_ns, now)) {
-        stats.on_credit();
-        break;
+      } else if (cell.credit_covers(predicted_ns, now)) {
+        // On credit too, no more than the bound in flight: an early stop then costs the holder
+        // little, and a credit that arrived late cannot pile work into its next kernels.
+        if (window_.admit(predicted_ns, v.bound_ns)) {
+          if (cell.take_credit(predicted_ns, now)) {
+            stats.on_credit();
+            break;
+          }
+          continue;   // another thread spent it
+        }
+        wait_gpu = true;
       } else if (want_for != v.changes || now - want_at >= kWantAgainNs) {
         client_.send_want(kernel_id, predicted_ns, profiled);
         want_for = v.changes;

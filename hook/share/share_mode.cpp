@@ -121,7 +121,7 @@ class ShareMode final : public Mode {
   ShareMode(Client& client, const Config& cfg)
       : client_(client), gate_(client, window_, uint64_t(cfg.max_wait_ms) * 1'000'000) {
     if (!window_.init()) log(LogLevel::Warn, "share mode: no event functions in the driver: in-flight work is not bounded");
-    client_.set_inflight_probe([](void* w) { return static_cast<share::InflightWindow*>(w)->inflight_ns(); },
+    client_.set_inflight_probe([](void* w) { return static_cast<share::InflightWindow*>(w)->inflight_now(); },
                                &window_);
   }
   share::Predictions& predictions() { return predictions_; }

@@ -2,9 +2,18 @@
 // from two call sites and with two grids, so the tests can check which launches share an ID.
 //   launch_probe          three launches (site A grid 1, site B grid 1, site A grid 2), twice each
 //   launch_probe --ptsz   the same kernel through cuLaunchKernel_ptsz on the default stream
+//   launch_probe --fork LINGER_MS [DELAY_MS]
+//                         the three launches, DELAY_MS later fork a child that calls exit(0); print
+//                         "child_exit_ms N" (how long the child took to exit), launch again, stay
+//                         LINGER_MS (so a test can look at the scheduler meanwhile), exit
 #include <cuda.h>
 
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace {
@@ -42,7 +51,29 @@ __attribute__((noipa)) bool launch_site_b(CUfunction f, CUstream s, unsigned gri
 extern "C" CUresult cuLaunchKernel_ptsz(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                                         unsigned, CUstream, void**, void**);
 
-bool run(bool ptsz) {
+double now_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+// The reproduction of a forked child that inherits the hook's threads and exit handlers.
+bool fork_and_exit(CUfunction f, CUstream s, int linger_ms, int delay_ms) {
+  usleep(useconds_t(delay_ms) * 1000);
+  const double t0 = now_ms();
+  const pid_t child = fork();
+  if (child == 0) std::exit(0);   // runs the exit handlers it inherited
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::printf("child_exit_ms %.1f\n", now_ms() - t0);
+  std::fflush(stdout);
+  if (!launch_site_a(f, s, 1)) return false;
+  CHECK(cuStreamSynchronize(s));
+  usleep(useconds_t(linger_ms) * 1000);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+bool run(bool ptsz, int fork_linger_ms, int fork_delay_ms) {
   CUdevice dev;
   CUcontext ctx;
   CUmodule mod;
@@ -65,6 +96,7 @@ bool run(bool ptsz) {
     }
   }
   CHECK(cuStreamSynchronize(s));
+  if (fork_linger_ms >= 0 && !fork_and_exit(f, s, fork_linger_ms, fork_delay_ms)) return false;
   CHECK(cuCtxSynchronize());
   return true;
 }
@@ -73,8 +105,11 @@ bool run(bool ptsz) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--help") == 0) {
-    std::printf("usage: launch_probe [--ptsz]\n");
+    std::printf("usage: launch_probe [--ptsz | --fork LINGER_MS [DELAY_MS]]\n");
     return 0;
   }
-  return run(argc > 1 && std::strcmp(argv[1], "--ptsz") == 0) ? 0 : 1;
+  const bool ptsz = argc > 1 && std::strcmp(argv[1], "--ptsz") == 0;
+  const int linger = argc > 2 && std::strcmp(argv[1], "--fork") == 0 ? std::atoi(argv[2]) : -1;
+  const int delay = argc > 3 ? std::atoi(argv[3]) : 0;
+  return run(ptsz, linger, delay) ? 0 : 1;
 }

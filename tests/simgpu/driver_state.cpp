@@ -60,7 +60,8 @@ void write_stats(const CtxSlot& s) {
 }
 
 void release(Context& ctx) {
-  if (g_device->ctx[ctx.slot].gen != ctx.gen) return;
+  // A forked child inherits its parent's handles, not its contexts: those stay the parent's.
+  if (g_device->ctx[ctx.slot].gen != ctx.gen || g_device->ctx[ctx.slot].pid != getpid()) return;
   write_stats(g_device->ctx[ctx.slot]);
   release_slot(*g_device, ctx.slot);
 }
