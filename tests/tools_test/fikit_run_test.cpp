@@ -1,8 +1,11 @@
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -130,6 +133,8 @@ TEST_F(FikitRun, BadUsageExitsTwoWithOneLine) {
       {"--scheduler", "127.0.0.1:70000", "/bin/true"}, {"--measure-runs", "0", "/bin/true"},
       {"--priority"},                           {},
       {"--priority", "3"},                      {"--"},
+      {"--backend", "cuda", "/bin/true"},       {"--max-wait-ms", "0", "/bin/true"},
+      {"--key-file", "/nonexistent/key", "/bin/true"},
   };
   for (const auto& args : bad) {
     const Result r = run_with_hook(args);
@@ -184,6 +189,71 @@ TEST_F(FikitRun, FlagsBecomeEnvironment) {
   EXPECT_EQ(vars["FIKIT_DB"], "/tmp/p.db");
   EXPECT_EQ(vars["FIKIT_MEASURE_RUNS"], "7");
   EXPECT_EQ(vars["FIKIT_RUN_ITERATIONS"], "3");
+}
+
+TEST_F(FikitRun, KeyFileBackendAndMaxWaitBecomeEnvironment) {
+  const std::string key = (dir_ / "key").string();
+  std::ofstream(key) << std::string(64, 'a') << "\n";
+  chmod(key.c_str(), 0600);
+  const Result r = run_with_hook({"--key-file", key, "--backend", "mps", "--max-wait-ms", "250", "/usr/bin/env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto vars = parse_env(r.out);
+  EXPECT_EQ(vars["FIKIT_KEY_FILE"], key);
+  EXPECT_EQ(vars["FIKIT_BACKEND"], "mps");
+  EXPECT_EQ(vars["FIKIT_MAX_WAIT_MS"], "250");
+}
+
+TEST_F(FikitRun, AKeyFileOthersCanReadIsRefused) {
+  const std::string key = (dir_ / "key").string();
+  std::ofstream(key) << std::string(64, 'a') << "\n";
+  chmod(key.c_str(), 0644);
+  const Result r = run_with_hook({"--key-file", key, "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("group or others"), std::string::npos) << r.err;
+}
+
+// A stand-in for nvidia-cuda-mps-control: a listening `control` socket in a pipe folder.
+class FakeMpsControl {
+ public:
+  explicit FakeMpsControl(const fs::path& dir) {
+    fs::create_directories(dir);
+    fd_ = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", (dir / "control").c_str());
+    bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    listen(fd_, 4);
+  }
+  ~FakeMpsControl() { close(fd_); }
+
+ private:
+  int fd_;
+};
+
+TEST_F(FikitRun, UnderMpsTheClientPriorityFollowsTheFikitPriority) {
+  const fs::path pipe = dir_ / "mps";
+  FakeMpsControl control(pipe);
+  const std::string dir_env = "CUDA_MPS_PIPE_DIRECTORY=" + pipe.string();
+  auto prio = [&](const char* fikit_priority, std::vector<std::string> env) {
+    env.push_back(dir_env);
+    const Result r = run_with_hook({"--priority", fikit_priority, "/usr/bin/env"}, env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto vars = parse_env(r.out);
+    return vars.count("CUDA_MPS_CLIENT_PRIORITY") ? vars["CUDA_MPS_CLIENT_PRIORITY"] : std::string("unset");
+  };
+  EXPECT_EQ(prio("0", {}), "0");
+  EXPECT_EQ(prio("1", {}), "1");
+  EXPECT_EQ(prio("9", {}), "1");
+  EXPECT_EQ(prio("5", {"CUDA_MPS_CLIENT_PRIORITY=0"}), "0");   // the user's choice is kept
+}
+
+TEST_F(FikitRun, WithoutAnMpsDaemonNoClientPriorityIsSet) {
+  const fs::path pipe = dir_ / "mps";
+  fs::create_directories(pipe);
+  std::ofstream(pipe / "control") << "";   // a leftover file, no daemon behind it
+  const Result r = run_with_hook({"--priority", "5", "/usr/bin/env"}, {"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(parse_env(r.out).count("CUDA_MPS_CLIENT_PRIORITY"), 0u);
 }
 
 TEST_F(FikitRun, HookAlreadyPreloadedIsNotAddedTwice) {

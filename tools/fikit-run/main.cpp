@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "auth.h"
+#include "mps.h"
 #include "run_options.h"
 
 namespace {
@@ -107,6 +109,22 @@ int main(int argc, char** argv) {
   if (opts->db) set_env("FIKIT_DB", *opts->db);
   if (opts->measure_runs) set_env("FIKIT_MEASURE_RUNS", *opts->measure_runs);
   if (opts->run_iterations) set_env("FIKIT_RUN_ITERATIONS", *opts->run_iterations);
+  if (opts->backend) set_env("FIKIT_BACKEND", *opts->backend);
+  if (opts->max_wait_ms) set_env("FIKIT_MAX_WAIT_MS", *opts->max_wait_ms);
+  if (opts->key_file) {
+    // Checked here, where a bad key can still stop the start with a clear message; the hook,
+    // inside the program, could only run it unscheduled.
+    fikit::protocol::Key key;
+    if (!fikit::protocol::load_key_file(*opts->key_file, key, error)) {
+      std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    set_env("FIKIT_KEY_FILE", *opts->key_file);
+  }
+  // An MPS client's priority comes from its environment at start: make it FIKIT's.
+  if (fikit::run::mps_daemon_running(fikit::run::mps_pipe_directory(std::getenv("CUDA_MPS_PIPE_DIRECTORY"))))
+    if (auto prio = fikit::run::mps_client_priority(opts->priority, std::getenv("CUDA_MPS_CLIENT_PRIORITY")))
+      set_env("CUDA_MPS_CLIENT_PRIORITY", *prio);
 
   std::vector<char*> args;
   for (const std::string& a : opts->command) args.push_back(const_cast<char*>(a.c_str()));

@@ -58,7 +58,8 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
       has_value = true;
     }
     static const char* const kValued[] = {"--priority", "--task-key", "--mode", "--scheduler", "--db",
-                                          "--measure-runs", "--run-iterations", "--hook"};
+                                          "--measure-runs", "--run-iterations", "--hook", "--key-file",
+                                          "--backend", "--max-wait-ms"};
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
     if (!known) {
@@ -116,6 +117,24 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
         return std::nullopt;
       }
       opts.run_iterations = value;
+    } else if (name == "--key-file") {
+      if (value.empty() || value.size() > kMaxDbPath) {
+        *error = "--key-file must be a path of 1 to " + std::to_string(kMaxDbPath) + " characters";
+        return std::nullopt;
+      }
+      opts.key_file = value;
+    } else if (name == "--backend") {
+      if (value != "auto" && value != "timeslice" && value != "mps") {
+        *error = "--backend must be auto, timeslice or mps, got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.backend = value;
+    } else if (name == "--max-wait-ms") {
+      if (!parse_uint(value, 600000, &number) || number == 0) {
+        *error = "--max-wait-ms must be an integer from 1 to 600000, got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.max_wait_ms = value;
     } else {   // --hook
       if (value.empty()) {
         *error = "--hook needs a path";
@@ -146,13 +165,23 @@ Options:
   --db PATH           profile database; sets FIKIT_DB (default ~/.local/share/fikit/profiles.db)
   --measure-runs T    runs measured before auto mode shares; sets FIKIT_MEASURE_RUNS (default 10)
   --run-iterations N  synchronisations that make one run; sets FIKIT_RUN_ITERATIONS (0: process lifetime)
+  --key-file PATH     authenticate with the daemon's key (it must be private: mode 600); sets
+                      FIKIT_KEY_FILE. Priorities the daemon reserves need it (docs/security.md)
+  --backend B         auto|timeslice|mps: how the GPU is shared; sets FIKIT_BACKEND (default auto:
+                      the driver says whether this process is an MPS client)
+  --max-wait-ms N     the longest one launch may wait for the scheduler; sets FIKIT_MAX_WAIT_MS
+                      (default 1000)
   --hook PATH         the hook library (default: $FIKIT_HOOK, else ../lib/libfikit_hook.so next to
                       fikit-run, else the build tree's hook/libfikit_hook.so)
   --help              show this help and exit
   --version           show the version and exit
 
-Exit status: PROGRAM's own; 2 bad usage; 3 hook library not found; 126 PROGRAM not executable;
-127 PROGRAM not found.
+With an NVIDIA MPS control daemon running (its pipe folder: $CUDA_MPS_PIPE_DIRECTORY, else
+/tmp/nvidia-mps), fikit-run also sets CUDA_MPS_CLIENT_PRIORITY from --priority: 0 (normal) for
+priority 0, 1 (below normal) for 1-9, unless it is set already.
+
+Exit status: PROGRAM's own; 2 bad usage or unusable key file; 3 hook library not found;
+126 PROGRAM not executable; 127 PROGRAM not found.
 )";
 }
 
