@@ -128,6 +128,22 @@ def share_stats_lines(label, workers):
     return text
 
 
+def mps_priorities_line(label, pr, workers):
+    """CUDA_MPS_CLIENT_PRIORITY each MPS setup's processes ended up with (read from /proc after
+    fikit-run's exec; '?' for a process that ended before it was read), e.g. 'mps-prio HP 0 LP 1'."""
+    parts = []
+    for setup in pr["setups"]:
+        if not setup.startswith(("mps", "fikit-mps")):
+            continue
+        got = {}
+        for w in workers.values():
+            if w["setup"] == setup and label in (w.get("pairs") or []):
+                env = w["env"] if "env" in w else None
+                got[w["role"]] = "?" if env is None else env.get("CUDA_MPS_CLIENT_PRIORITY", "unset")
+        parts.append("%s HP %s LP %s" % (setup, got.get("hp", "?"), got.get("lp", "?")))
+    return "\n  MPS client priority: " + "; ".join(parts) if parts else ""
+
+
 def pair_block(label, pr, workers):
     s = pr.get("summary") or {}
     a = s.get("alone") or {}
@@ -149,7 +165,7 @@ def pair_block(label, pr, workers):
                                                  interval(v["lp"], unit="x"), verdict(v["lp"], False))
                  for b, v in s["versus"].items()]
         text += "\n  FIKIT best (%s) vs %s" % (best, "; vs ".join(parts) if parts else "no baseline ran")
-    return text + share_stats_lines(label, workers)
+    return text + mps_priorities_line(label, pr, workers) + share_stats_lines(label, workers)
 
 
 def lpo_block(name, entry, workers):

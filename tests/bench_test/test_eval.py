@@ -178,6 +178,16 @@ class PairSummary(unittest.TestCase):
         self.assertNotIn("mps", s["pareto"])
         er.pair_block("x", dict(self.pr, summary=s), {})
 
+    def test_mps_client_priorities_as_the_processes_ended_up(self):
+        workers = {"a": {"role": "hp", "setup": "mps-prio", "pairs": ["p1"], "env": {"CUDA_MPS_CLIENT_PRIORITY": "0"}},
+                   "b": {"role": "lp", "setup": "mps-prio", "pairs": ["p1"], "env": {"CUDA_MPS_CLIENT_PRIORITY": "1"}},
+                   "c": {"role": "lp", "setup": "fikit-mps", "pairs": ["p1"], "env": {}},
+                   "d": {"role": "hp", "setup": "fikit-mps", "pairs": ["p1"], "env_given": {}}}
+        text = er.pair_block("p1", dict(self.pr, summary=self.s), workers)
+        self.assertIn("MPS client priority: mps HP ? LP ?; ", text)
+        self.assertIn("mps-prio HP 0 LP 1", text)
+        self.assertIn("fikit-mps HP ? LP unset", text)
+
     def test_share_stats_shown_for_the_pair_workers_only(self):
         workers = {"lp-gemm8192-fikit": {"role": "lp", "setup": "fikit", "log": "012-lp", "pairs": ["p1"],
                                          "share_stats": {"reaction_us": {"n": 9, "p50": 3.5}}},
