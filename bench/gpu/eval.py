@@ -7,8 +7,8 @@ Scenarios (any subset, in the order given; default: pairs):
                its own: the noise floor), default (time-sliced), mps, mps-prio (MPS, LP at
                CUDA_MPS_CLIENT_PRIORITY=1), fikit (fikit-run share, HP priority 0, LP 5), fikit-mps
                (FIKIT on MPS); HP p50/p99 and LP throughput (counted over the HP's requests only)
-  lp-overhead  the LP alone: plain, plain-b, under FIKIT with the daemon up and nothing else, and
-               beside an idle registered HP (targets: >= 98 % and >= 95 % of plain)
+  lp-overhead  the LP alone: plain, plain-b, share (fikit-run share, the daemon up, nothing else),
+               share+idle-hp (beside an idle registered HP); targets >= 98 % and >= 95 % of plain
   overhead     the HP alone: native, native-b, fikit-run --mode share (daemon up, no competitor),
                --mode measure (and off, if asked)
   plot         OUT/pareto.png from OUT/results.json (needs matplotlib; skipped if missing)
@@ -286,9 +286,12 @@ def parse_args(argv):
     g.add_argument("--load", type=float, default=0.35,
                    help="Poisson rate = LOAD / the HP's mean service time alone (measured first) [0.35]")
     g.add_argument("--calibrate-requests", type=int, default=100, help="HP requests that measure that time [100]")
-    g.add_argument("--hp-requests", type=int, default=300, help="measured HP requests a window, PyTorch [300]")
-    g.add_argument("--synthetic-requests", type=int, default=1000, help="the same, synthetic HP [1000]")
+    g.add_argument("--hp-requests", type=int, default=200, help="measured HP requests a window, PyTorch [200]")
+    g.add_argument("--synthetic-requests", type=int, default=500, help="the same, synthetic HP [500]")
     g.add_argument("--warmup", type=int, default=5, help="HP requests before every window's measured ones [5]")
+    g.add_argument("--window-max-s", type=float, default=20,
+                   help="a PyTorch HP's measured requests end after this long (a 'capped' window: beside a "
+                        "job that slows it down many times); 0: never [20]")
     g.add_argument("--lp-alone-s", type=float, default=2.0, help="LP alone window [2]")
     g.add_argument("--lp-warm-s", type=float, default=0.3, help="LP running before a window starts [0.3]")
     g = ap.add_argument_group("FIKIT measure phase (once per task key, before the share-mode workers start)")
@@ -303,7 +306,7 @@ def parse_args(argv):
                                                                           SIM_DEFAULTS["overhead_hps"]))
     g.add_argument("--overhead-setups", default="native,native-b,share,measure",
                    help="native first, then from native-b, share, measure, off [native,native-b,share,measure]")
-    g.add_argument("--overhead-requests", type=int, default=300, help="requests a window, PyTorch [300]")
+    g.add_argument("--overhead-requests", type=int, default=200, help="requests a window, PyTorch [200]")
     a = ap.parse_args(argv)
 
     for x in a.scenarios:

@@ -165,6 +165,10 @@ def pair_block(label, pr, workers):
                                                  interval(v["lp"], unit="x"), verdict(v["lp"], False))
                  for b, v in s["versus"].items()]
         text += "\n  FIKIT best (%s) vs %s" % (best, "; vs ".join(parts) if parts else "no baseline ran")
+    capped = ["%s %d of %d" % (setup, sum(1 for r in runs if r["hp"].get("capped")), len(runs))
+              for setup, runs in pr["runs"].items() if any(r["hp"].get("capped") for r in runs)]
+    if capped:
+        text += "\n  capped windows (the HP's requests stopped at --window-max-s): " + ", ".join(capped)
     return text + mps_priorities_line(label, pr, workers) + share_stats_lines(label, workers)
 
 

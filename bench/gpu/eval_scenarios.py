@@ -42,7 +42,8 @@ def _status(h, setup, label):
 def _hp_numbers(res):
     return {"p50": res["jct_us"]["p50"], "p99": res["jct_us"]["p99"], "mean": res["jct_us"]["mean"],
             "max": res["jct_us"]["max"], "service_p50": (res.get("service_us") or {}).get("p50"),
-            "requests": res["requests"], "window_s": round(res["t1"] - res["t0"], 3)}
+            "requests": res["requests"], "capped": bool(res.get("capped")),
+            "window_s": round(res["t1"] - res["t0"], 3)}
 
 
 def _reps(h, label, setups, window, store):
@@ -107,7 +108,7 @@ def pairs(h):
             pr.update(load=h.a.load, rate_per_s=rate)
 
         def window(setup, rep):
-            options = {"warmup": h.a.warmup, "arrival": arrival}
+            options = {"warmup": h.a.warmup, "arrival": arrival, "max_s": h.a.window_max_s}
             if arrival == "poisson":
                 options.update(rate=round(pr["rate_per_s"], 3), seed=h.a.seed + rep)
             else:
@@ -255,8 +256,8 @@ def overhead(h):
 
         def window(setup, rep):
             r = h.pool.get(epool.Spec("hp", hp, setup)).run(
-                requests, {"warmup": h.a.warmup, "arrival": "closed", "think_ms": h.a.think_ms},
-                h.limit(h.a.run_limit_s))
+                requests, {"warmup": h.a.warmup, "arrival": "closed", "think_ms": h.a.think_ms,
+                           "max_s": h.a.window_max_s}, h.limit(h.a.run_limit_s))
             # No engagement check here: with no competitor there may be nothing for the daemon to do.
             status_file, _ = _status(h, setup, "overhead %s %s rep %d" % (hp.name, setup.name, rep + 1))
             return {"hp": _hp_numbers(r), "status": status_file}

@@ -95,14 +95,17 @@ def check_arrival_flags(parser, args):
         parser.error("--arrival poisson needs --rate, or --load with --warmup >= 1")
 
 
-def run_requests(serve_one, count, warmup, arrival, think_s, rate, load, seed, stop, progress=None):
+def run_requests(serve_one, count, warmup, arrival, think_s, rate, load, seed, stop, progress=None, max_s=0.0):
     """Runs `warmup` requests closed-loop, then `count` measured ones; serve_one() runs one request
     to completion. Closed loop: a request starts think_s after the previous one ends, and its JCT is
     its own duration. Poisson: arrivals at exponential gaps of mean 1/rate from the first measured
     instant (rate 0: load / mean warm-up duration), served one at a time in arrival order; latency =
-    completion - arrival, so queueing behind earlier requests counts. Returns a dict with the
-    latency summary "jct_us", the service-time summary "service_us", "rate" and the measured window
-    "t0"/"t1" (time.monotonic())."""
+    completion - arrival, so queueing behind earlier requests counts. max_s > 0 ends the measured
+    requests after that many seconds ("capped": a window that would otherwise run for minutes
+    beside a job that slows the service down many times; under Poisson arrivals the requests not yet
+    served are then missing from the latencies, which flatters them). Returns a dict with the
+    latency summary "jct_us", the service-time summary "service_us", "rate", "capped" and the
+    measured window "t0"/"t1" (time.monotonic())."""
     warm_us = []
     for _ in range(warmup):
         if stop.stopped:
@@ -119,10 +122,14 @@ def run_requests(serve_one, count, warmup, arrival, think_s, rate, load, seed, s
     jct_us, service_us = [], []
     t0 = time.monotonic()
     arrival_t = t0
+    capped = False
     if progress:
         progress.emit(force=True, phase="start", requests=0)
     for i in range(count):
         if stop.stopped:
+            break
+        if max_s > 0 and time.monotonic() - t0 > max_s:
+            capped = True
             break
         if arrival == "poisson":
             arrival_t += gaps.expovariate(rate)
@@ -142,7 +149,7 @@ def run_requests(serve_one, count, warmup, arrival, think_s, rate, load, seed, s
     if progress:
         progress.emit(force=True, phase="end", requests=len(jct_us))
     return {"requests": len(jct_us), "jct_us": jct_summary(jct_us), "service_us": jct_summary(service_us),
-            "arrival": arrival, "rate": round(rate, 3) if arrival == "poisson" else None,
+            "arrival": arrival, "rate": round(rate, 3) if arrival == "poisson" else None, "capped": capped,
             "t0": round(t0, 6), "t1": round(t1, 6), "wall_s": round(t1 - t0, 6)}
 
 

@@ -12,9 +12,10 @@ SIGTERM) prints one JSON line:
  "service_us":{...},"kernels":..,"wall_s":..}   ("kernels" is null: PyTorch does not say how many).
 
 --serve keeps the model loaded and answers commands on stdin (example_common.serve): 'run N
-[warmup=W arrival=closed|poisson think_ms=T rate=R seed=S]' serves N requests (options default to the
-flags) and answers with the same fields; 'go'/'pause' run forward passes back to back as a background
-job counting "requests" (a large --batch makes a throughput job: bench/gpu's vgg16-bs16)."""
+[warmup=W arrival=closed|poisson think_ms=T rate=R seed=S max_s=M]' serves N requests (options
+default to the flags; max_s ends them early) and answers with the same fields; 'go'/'pause' run
+forward passes back to back as a background job counting "requests" (a large --batch makes a
+throughput job: bench/gpu's vgg16-bs16)."""
 import argparse
 
 import torch
@@ -95,7 +96,8 @@ def main():
                            options.get("arrival", args.arrival),
                            float(options.get("think_ms", args.think_ms)) / 1000.0,
                            float(options.get("rate", args.rate)), args.load,
-                           int(options.get("seed", args.seed)), stop, None if args.serve else progress)
+                           int(options.get("seed", args.seed)), stop, None if args.serve else progress,
+                           float(options.get("max_s", 0)))
         served["requests"] += res["requests"]
         return res
 

@@ -9,7 +9,9 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
 import eval_proc as ep          # noqa: E402
+import example_common as ec     # noqa: E402
 import eval_report as er        # noqa: E402
 import eval_scenarios as esc    # noqa: E402
 import eval_setups as es        # noqa: E402
@@ -178,6 +180,12 @@ class PairSummary(unittest.TestCase):
         self.assertNotIn("mps", s["pareto"])
         er.pair_block("x", dict(self.pr, summary=s), {})
 
+    def test_capped_windows_are_counted(self):
+        for r in self.pr["runs"]["default"][:3]:
+            r["hp"]["capped"] = True
+        text = er.pair_block("p1", dict(self.pr, summary=self.s), {})
+        self.assertIn("capped windows (the HP's requests stopped at --window-max-s): default 3 of 5", text)
+
     def test_mps_client_priorities_as_the_processes_ended_up(self):
         workers = {"a": {"role": "hp", "setup": "mps-prio", "pairs": ["p1"], "env": {"CUDA_MPS_CLIENT_PRIORITY": "0"}},
                    "b": {"role": "lp", "setup": "mps-prio", "pairs": ["p1"], "env": {"CUDA_MPS_CLIENT_PRIORITY": "1"}},
@@ -196,6 +204,44 @@ class PairSummary(unittest.TestCase):
         text = er.pair_block("p1", dict(self.pr, summary=self.s), workers)
         self.assertIn("reaction_us{n=9,p50=3.5}", text)
         self.assertNotIn("013-lp", text)
+
+
+class Requests(unittest.TestCase):
+    """example_common.run_requests, the request loop of infer.py, with a 2 ms stand-in request."""
+
+    class NoStop:
+        stopped = False
+
+    def run_with(self, **kw):
+        args = dict(count=40, warmup=2, arrival="closed", think_s=0.001, rate=0.0, load=0.0, seed=1, stop=self.NoStop())
+        args.update(kw)
+        return ec.run_requests(lambda: time.sleep(0.002), **args)
+
+    def test_closed_loop_latency_is_the_service_time(self):
+        r = self.run_with()
+        self.assertEqual(r["requests"], 40)
+        self.assertEqual(r["jct_us"], r["service_us"])
+        self.assertGreaterEqual(r["jct_us"]["p50"], 2000)
+        self.assertFalse(r["capped"])
+        self.assertGreaterEqual(r["wall_s"], 40 * 0.002 + 39 * 0.001)
+
+    def test_poisson_latency_includes_queueing(self):
+        # 300 arrivals a second of 2 ms requests: busy 60 % of the time, so some requests queue.
+        r = self.run_with(arrival="poisson", rate=300.0, count=150)
+        self.assertEqual(r["rate"], 300.0)
+        self.assertGreaterEqual(r["jct_us"]["p50"], r["service_us"]["p50"])
+        self.assertGreater(r["jct_us"]["p99"], 1.3 * r["service_us"]["p99"])
+        self.assertGreater(r["wall_s"], 0.3)      # 150 arrivals at 300/s: ~0.5 s
+
+    def test_load_sizes_the_rate_from_the_warm_up(self):
+        r = self.run_with(arrival="poisson", load=0.5, warmup=5, count=5)
+        self.assertTrue(100 < r["rate"] < 260, r["rate"])     # 0.5 / ~2.1 ms
+
+    def test_max_s_caps_the_window(self):
+        r = self.run_with(count=10000, max_s=0.1)
+        self.assertTrue(r["capped"])
+        self.assertLess(r["requests"], 10000)
+        self.assertLess(r["wall_s"], 0.2)
 
 
 class Scenarios(unittest.TestCase):
