@@ -98,19 +98,22 @@ class Mps:
                                text=True, timeout=60)
         except (OSError, subprocess.TimeoutExpired) as e:
             raise RuntimeError("%s -d: %s" % (CONTROL, e))
-        pid_file = os.path.join(self.folder, "pipe", "nvidia-cuda-mps-control.pid")
-        end = time.monotonic() + 10
-        while time.monotonic() < end and not os.path.exists(pid_file):
-            time.sleep(0.05)
+        # Up once its control socket is in the pipe folder; the pid file NVIDIA documents comes with it.
+        pipe = os.path.join(self.folder, "pipe")
+        pid_file = os.path.join(pipe, "nvidia-cuda-mps-control.pid")
+        for path, wait_s in ((os.path.join(pipe, "control"), 10), (pid_file, 1)):
+            end = time.monotonic() + wait_s
+            while time.monotonic() < end and not os.path.exists(path):
+                time.sleep(0.05)
         try:
             with open(pid_file) as f:
                 self.pid = int(f.read().strip())
         except (OSError, ValueError):
-            self.pid = None
-        if r.returncode != 0 or self.pid is None:
-            raise RuntimeError("%s -d: exit %s, pid file %s: %s" % (
-                CONTROL, r.returncode, "found" if self.pid else "missing", (r.stdout + r.stderr).strip()))
-        self._note("MPS control daemon started (pid %d, pipe %s)" % (self.pid, self.client_env["CUDA_MPS_PIPE_DIRECTORY"]))
+            self.pid = None     # then stop() can only trust quit's exit status
+        if r.returncode != 0 or not os.path.exists(os.path.join(pipe, "control")):
+            raise RuntimeError("%s -d: exit %s, no control pipe in %s: %s" % (
+                CONTROL, r.returncode, pipe, (r.stdout + r.stderr).strip()))
+        self._note("MPS control daemon started (pid %s, pipe %s)" % (self.pid or "unknown", pipe))
 
     def clients(self):
         """PIDs of the processes connected to this daemon's servers (None if it cannot tell)."""
