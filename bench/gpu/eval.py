@@ -289,9 +289,9 @@ def parse_args(argv):
     g.add_argument("--hp-requests", type=int, default=200, help="measured HP requests a window, PyTorch [200]")
     g.add_argument("--synthetic-requests", type=int, default=500, help="the same, synthetic HP [500]")
     g.add_argument("--warmup", type=int, default=5, help="HP requests before every window's measured ones [5]")
-    g.add_argument("--window-max-s", type=float, default=20,
+    g.add_argument("--window-max-s", type=float, default=8,
                    help="a PyTorch HP's measured requests end after this long (a 'capped' window: beside a "
-                        "job that slows it down many times); 0: never [20]")
+                        "job that slows it down many times); 0: never [8]")
     g.add_argument("--lp-alone-s", type=float, default=2.0, help="LP alone window [2]")
     g.add_argument("--lp-warm-s", type=float, default=0.3, help="LP running before a window starts [0.3]")
     g = ap.add_argument_group("FIKIT measure phase (once per task key, before the share-mode workers start)")
