@@ -63,7 +63,6 @@ class Proc:
         self.deadline = monotonic() + max(1.0, limit_s)
         self.limit_s = limit_s
         self.timed_out = False
-        self.killed = False
         with open(os.path.join(log_dir, name + ".cmd"), "w") as f:
             f.write(" ".join(self.cmd) + "\n")
         self._out = open(self.out_path, "w")
@@ -109,7 +108,6 @@ class Proc:
             try:
                 self.popen.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                self.killed = True
                 self._signal(signal.SIGKILL)
                 self.popen.wait()
         else:
