@@ -9,7 +9,8 @@ timestamped progress lines go to stderr ('progress {"t":..,"phase":"start"}', on
 every --progress-ms with its "jct_us", '"phase":"end"'; see example_common.Progress). At exit (or on
 SIGTERM) prints one JSON line:
 {"example":"infer","model":..,"requests":..,"jct_us":{"p50":..,"p99":..,"mean":..,"max":..},
- "service_us":{...},"kernels":..,"wall_s":..}   ("kernels" is null: PyTorch does not say how many).
+ "kernels":..,"wall_s":..}   ("kernels" is null: PyTorch does not say how many; with Poisson arrivals
+also "service_us", the requests' own times, and "rate").
 
 --serve keeps the model loaded and answers commands on stdin (example_common.serve): 'run N
 [warmup=W arrival=closed|poisson think_ms=T rate=R seed=S max_s=M]' serves N requests (options
@@ -115,9 +116,11 @@ def main():
             return
         res = requests(args.requests, {})
 
-    print_json_line({"example": "infer", "model": args.model, "requests": res["requests"],
-                     "jct_us": res["jct_us"], "service_us": res["service_us"], "kernels": None,
-                     "wall_s": res["wall_s"]})
+    result = {"example": "infer", "model": args.model, "requests": res["requests"], "jct_us": res["jct_us"]}
+    if args.arrival == "poisson":
+        # Only here does it differ from jct_us (scripts grep the line for "p50").
+        result.update(service_us=res["service_us"], rate=res["rate"])
+    print_json_line(dict(result, kernels=None, wall_s=res["wall_s"]))
 
 
 if __name__ == "__main__":
