@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # README's main job: a high-priority inference-like service (fikit-example-infer) and a low-priority
-# training-like job (fikit-example-train) share one GPU, first uncoordinated, then under FIKIT;
-# prints one comparison table. Runs on a real GPU when `nvidia-smi -L` works, else on the simulated
-# driver built with the tests.
+# training-like job (fikit-example-train) share one GPU, first uncoordinated, then under MPS with
+# client priorities, then under FIKIT; prints one comparison table. Runs on a real GPU when
+# `nvidia-smi -L` works, else on the simulated driver built with the tests.
 set -euo pipefail
 
 usage() {
@@ -10,12 +10,19 @@ usage() {
 Usage: scripts/demo.sh [--quick] [--prefix DIR] [--build DIR] [--help]
 
 Installs dependencies and builds (scripts/setup.sh, scripts/build.sh), then runs the example pair
-HP = fikit-example-infer (priority 0) and LP = fikit-example-train (priority 5) in four setups:
+HP = fikit-example-infer (priority 0) and LP = fikit-example-train (priority 5) in five setups:
   alone            each program by itself
   default sharing  both at once, no FIKIT (the driver time-slices)
+  MPS + client priority
+                   both at once as MPS clients, the LP at CUDA_MPS_CLIENT_PRIORITY=1 (below
+                   normal). On a GPU: a private MPS control daemon, started for this run only and
+                   always stopped (echo quit | nvidia-cuda-mps-control); skipped, saying so, when
+                   nvidia-cuda-mps-control is not installed. On the simulator: a second simulated
+                   device created with FIKIT_SIMGPU_MPS=1 (the simulator's MPS model)
   FIKIT measure    each alone under the hook in measure mode (builds the profiles)
   FIKIT share      both at once under fikit-run --mode share, with fikit-scheduler running
 and prints one table: HP request time p50/p99, LP kernels/s, and both relative to running alone.
+One run each: a demonstration, not a measurement (bench/gpu/eval.py repeats and gives intervals).
 
 Options:
   --quick       fewer requests and shorter runs (about half a minute on the simulator)
@@ -89,11 +96,19 @@ run_limit_s=120                  # no single run may hang the demo
 work=$(mktemp -d "${TMPDIR:-/tmp}/fikit-demo.XXXXXX")
 # Background processes still running (cleared once reaped, so a reused pid is never signalled).
 lp_pid="" scheduler_pid=""
+# The MPS control daemon's environment while it runs (its own pipe and log folders under $work).
+mps_env=()
+mps_quit() {
+  echo quit | env "${mps_env[@]}" nvidia-cuda-mps-control >/dev/null 2>&1 || true
+  mps_env=()
+}
 cleanup() {
   for pid in $lp_pid $scheduler_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  # After its clients: quit waits for them.
+  if [ ${#mps_env[@]} -gt 0 ]; then mps_quit; fi
   rm -rf "$work"
-  # The simulated device lives in shared memory until removed (what `fikit-simgpu reset` does).
-  if [ -n "${FIKIT_SIMGPU_NAME:-}" ]; then rm -f "/dev/shm/$FIKIT_SIMGPU_NAME"; fi
+  # The simulated devices live in shared memory until removed (what `fikit-simgpu reset` does).
+  if [ -n "${FIKIT_SIMGPU_NAME:-}" ]; then rm -f "/dev/shm/$FIKIT_SIMGPU_NAME" "/dev/shm/$FIKIT_SIMGPU_NAME-mps"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -131,6 +146,29 @@ run alone-lp "$bin/fikit-example-train" "${lp_args[@]}" --duration-s "$lp_alone_
 echo "running: default sharing"
 pair default "$bin/fikit-example-infer" "${hp_args[@]}" :: "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
 
+# ---- MPS with client priorities: HP normal (0), LP below normal (1) ----
+mps_note=""
+if [ -n "${FIKIT_SIMGPU_NAME:-}" ]; then
+  echo "running: MPS + client priority (simulated MPS device $FIKIT_SIMGPU_NAME-mps)"
+  client=(env FIKIT_SIMGPU_NAME="$FIKIT_SIMGPU_NAME-mps" FIKIT_SIMGPU_MPS=1)
+  pair mps "${client[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
+    :: "${client[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
+elif command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  mkdir -p "$work/mps-pipe" "$work/mps-log"
+  mps_env=(CUDA_MPS_PIPE_DIRECTORY="$work/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$work/mps-log")
+  echo "running: MPS + client priority (MPS control daemon with pipe folder $work/mps-pipe)"
+  if env "${mps_env[@]}" nvidia-cuda-mps-control -d; then
+    pair mps env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
+      :: env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
+  else
+    echo "demo: nvidia-cuda-mps-control -d failed" >&2; failed=1
+  fi
+  mps_quit    # before anything else starts: a process started while it runs would be its client
+else
+  mps_note="MPS + client priority: skipped (nvidia-cuda-mps-control not found)"
+  echo "$mps_note"
+fi
+
 # ---- FIKIT: needs the hook (found by fikit-run in ../lib) and the scheduler ----
 missing=()
 [ -x "$bin/fikit-run" ] || missing+=(fikit-run)
@@ -162,10 +200,10 @@ else
 fi
 
 # ---- the table ----
-python3 - "$work" "$fikit_note" <<'EOF'
+python3 - "$work" "$fikit_note" "$mps_note" <<'EOF'
 import json, os, sys
 
-work, note = sys.argv[1], sys.argv[2]
+work, note, mps_note = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def load(name):
     try:
@@ -176,6 +214,7 @@ def load(name):
 
 alone_hp, alone_lp = load("alone-hp"), load("alone-lp")
 rows = [("alone", alone_hp, alone_lp), ("default sharing", load("default-hp"), load("default-lp")),
+        ("MPS + client priority", load("mps-hp"), load("mps-lp")),
         ("FIKIT measure (alone)", load("measure-hp"), load("measure-lp")),
         ("FIKIT share (HP 0, LP 5)", load("fikit-hp"), load("fikit-lp"))]
 
@@ -188,7 +227,8 @@ def ratio(v, base):
 header = ("setup", "HP p50 us", "HP p99 us", "LP kernels/s", "HP p99 vs alone", "LP thr vs alone")
 lines = []
 for setup, hp, lp in rows:
-    if setup.startswith("FIKIT") and hp is None and lp is None and note:
+    skipped = note if setup.startswith("FIKIT") else mps_note if setup.startswith("MPS") else ""
+    if hp is None and lp is None and skipped:
         lines.append((setup, "-", "-", "-", "-", "-"))
         continue
     p50 = hp["jct_us"]["p50"] if hp else None
@@ -206,7 +246,8 @@ print(fmt.format(*header))
 print("  ".join("-" * w for w in widths))
 for line in lines:
     print(fmt.format(*line))
-if note:
-    print(note)
+for text in (mps_note, note):
+    if text:
+        print(text)
 EOF
 exit "$failed"

@@ -1,7 +1,12 @@
 """Child processes for bench/gpu/eval.py: every child runs in its own session (process group) with
 stdout and stderr in log files, is time-limited, and is killed (group SIGTERM, then SIGKILL) when the
-harness exits for any reason. Progress lines ('progress {json}' on stderr, written by the examples
-with --progress-ms) and the final JSON line on stdout are parsed from those files."""
+harness exits for any reason; cleanup functions registered with at_cleanup (the MPS control daemon's
+shutdown) run after the children are gone, also on SIGTERM, SIGINT and SIGHUP.
+
+Progress lines ('progress {json}' on stderr, written by the examples with --progress-ms) and JSON
+lines on stdout are parsed from those files as they grow. A Served child is an example started with
+--serve: commands go to its stdin, its answers are JSON lines with an "event" key on stdout
+(examples/pytorch/example_common.serve)."""
 import atexit
 import json
 import os
@@ -10,6 +15,7 @@ import subprocess
 import time
 
 _LIVE = []          # Proc objects started and not yet reaped
+_CLEANUPS = []      # functions run by cleanup() after the children are stopped
 
 
 def monotonic():
@@ -21,8 +27,35 @@ class ChildError(Exception):
     pass
 
 
+class _Lines:
+    """The complete lines appended to a file since the last call (a line still being written waits)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.pos = 0
+
+    def new(self):
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.pos += end
+        return data[:end].decode(errors="replace").splitlines()
+
+
+def _json(text):
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
 class Proc:
-    def __init__(self, name, cmd, log_dir, env=None, limit_s=120.0):
+    def __init__(self, name, cmd, log_dir, env=None, limit_s=120.0, stdin_pipe=False):
         self.name = name
         self.cmd = [str(c) for c in cmd]
         self.out_path = os.path.join(log_dir, name + ".out")
@@ -30,14 +63,17 @@ class Proc:
         self.deadline = monotonic() + max(1.0, limit_s)
         self.limit_s = limit_s
         self.timed_out = False
-        self.killed = False
         with open(os.path.join(log_dir, name + ".cmd"), "w") as f:
             f.write(" ".join(self.cmd) + "\n")
         self._out = open(self.out_path, "w")
         self._err = open(self.err_path, "w")
+        self._out_lines, self._err_lines = _Lines(self.out_path), _Lines(self.err_path)
+        self._json_out, self._progress = [], []
         self.started = monotonic()
-        self.popen = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err, stdin=subprocess.DEVNULL,
+        self.popen = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err,
+                                      stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                                       env=env, start_new_session=True)
+        self.pid = self.popen.pid
         _LIVE.append(self)
 
     # --- state ---
@@ -58,9 +94,10 @@ class Proc:
     def _reaped(self):
         if self in _LIVE:
             _LIVE.remove(self)
-        for f in (self._out, self._err):
+        for f in (self._out, self._err, self.popen.stdin):
             try:
-                f.close()
+                if f:
+                    f.close()
             except OSError:
                 pass
 
@@ -71,7 +108,6 @@ class Proc:
             try:
                 self.popen.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
-                self.killed = True
                 self._signal(signal.SIGKILL)
                 self.popen.wait()
         else:
@@ -97,13 +133,6 @@ class Proc:
         return self.popen.returncode
 
     # --- output ---
-    def stdout_text(self):
-        try:
-            with open(self.out_path) as f:
-                return f.read()
-        except OSError:
-            return ""
-
     def stderr_tail(self, lines=5):
         try:
             with open(self.err_path, errors="replace") as f:
@@ -112,75 +141,143 @@ class Proc:
             return ""
         return "\n".join(text[-lines:])
 
+    def json_lines(self):
+        """The JSON object lines printed on stdout so far."""
+        for line in self._out_lines.new():
+            obj = _json(line.strip()) if line.strip().startswith("{") else None
+            if obj is not None:
+                self._json_out.append(obj)
+        return self._json_out
+
     def result_json(self):
         """The last JSON object line on stdout, or None."""
-        for line in reversed(self.stdout_text().splitlines()):
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    return None
-        return None
+        lines = self.json_lines()
+        return lines[-1] if lines else None
 
     def progress(self):
         """Progress records (dicts with 't') written so far."""
-        records = []
-        try:
-            with open(self.err_path, errors="replace") as f:
-                for line in f:
-                    if line.startswith("progress {"):
-                        try:
-                            records.append(json.loads(line[len("progress "):]))
-                        except ValueError:
-                            pass     # a line cut mid-write
-        except OSError:
-            pass
-        return records
+        for line in self._err_lines.new():
+            if line.startswith("progress {"):
+                rec = _json(line[len("progress "):])
+                if rec is not None and "t" in rec:
+                    self._progress.append(rec)
+        return self._progress
 
-    def wait_for_progress(self, predicate, timeout_s, poll_s=0.05):
+    def wait_for_progress(self, predicate, timeout_s, poll_s=0.02):
         """Waits until some progress record satisfies predicate; returns it, or None when the child
         exits or the timeout (or the child's deadline) passes first."""
         end = min(monotonic() + timeout_s, self.deadline)
-        while monotonic() < end:
+        while True:
+            alive = self.running()
             for rec in self.progress():
                 if predicate(rec):
                     return rec
-            if not self.running():
-                for rec in self.progress():
-                    if predicate(rec):
-                        return rec
+            if not alive or monotonic() >= end:
                 return None
             time.sleep(poll_s)
-        return None
 
     def describe_failure(self):
-        why = "timed out after %.0f s (killed)" % self.limit_s if self.timed_out else "exit status %s" % self.returncode
+        if self.timed_out:
+            why = "timed out after %.0f s (killed)" % self.limit_s
+        elif self.running():
+            why = "still running"
+        else:
+            why = "exit status %s" % self.returncode
         tail = self.stderr_tail()
         return "%s: %s%s" % (self.name, why, ("\n    " + tail.replace("\n", "\n    ")) if tail else "")
 
 
-def run(name, cmd, log_dir, env=None, limit_s=120.0):
-    """Runs a child to completion (bounded by limit_s); returns the Proc."""
-    p = Proc(name, cmd, log_dir, env=env, limit_s=limit_s)
-    p.wait()
-    return p
+class Served(Proc):
+    """An example started with --serve: one command a line on stdin, answers on stdout."""
 
+    def __init__(self, name, cmd, log_dir, env=None, limit_s=3600.0):
+        super().__init__(name, cmd, log_dir, env=env, limit_s=limit_s, stdin_pipe=True)
+        self._seen = 0
 
-def stop_all():
-    for p in list(_LIVE):
+    def send(self, line):
         try:
-            p.stop(grace_s=3.0)
+            self.popen.stdin.write((line + "\n").encode())
+            self.popen.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            raise ChildError("%s: cannot send '%s': %s" % (self.name, line, self.describe_failure()))
+
+    def wait_event(self, name, timeout_s, poll_s=0.005):
+        """The next answer on stdout, which must be event `name`; ChildError on an error answer,
+        exit, or timeout."""
+        end = monotonic() + timeout_s
+        while True:
+            alive = self.running()
+            lines = self.json_lines()
+            for obj in lines[self._seen:]:
+                self._seen += 1
+                if "event" not in obj:
+                    continue    # the program's final summary line
+                if obj["event"] != name:
+                    raise ChildError("%s: answered %s, expected '%s'" % (self.name, json.dumps(obj), name))
+                return obj
+            if not alive:
+                raise ChildError("%s: exited waiting for '%s': %s" % (self.name, name, self.describe_failure()))
+            if monotonic() >= end:
+                raise ChildError("%s: no '%s' within %.0f s" % (self.name, name, timeout_s))
+            time.sleep(poll_s)
+
+    def command(self, line, answer, timeout_s):
+        self.send(line)
+        return self.wait_event(answer, timeout_s)
+
+    def request_quit(self):
+        """Asks the program to exit normally (so a hook in measure mode stores its profile, and the
+        share-mode counters are written): 'quit', then end of input. Returns at once."""
+        if self.running() and not self.popen.stdin.closed:
+            try:
+                self.send("quit")
+                self.popen.stdin.close()
+            except (ChildError, OSError):
+                pass
+
+    def quit(self, timeout_s=15.0):
+        """request_quit(), then waits up to timeout_s for the exit before stopping it."""
+        self.request_quit()
+        try:
+            self.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        return self.stop(grace_s=5.0)
+
+
+def at_cleanup(fn):
+    _CLEANUPS.append(fn)
+
+
+def cleanup(grace_s=5.0):
+    """Stops every child (SIGTERM to all at once, then SIGKILL to those still there after grace_s
+    in all), then runs the registered cleanups (each once). Never raises."""
+    live = list(_LIVE)
+    for p in live:
+        p._signal(signal.SIGTERM)
+    end = monotonic() + grace_s
+    for p in live:
+        try:
+            p.stop(grace_s=max(0.1, end - monotonic()))
         except Exception:   # never let cleanup raise
+            pass
+    while _CLEANUPS:
+        fn = _CLEANUPS.pop()
+        try:
+            fn()
+        except Exception:
             pass
 
 
 def _on_signal(signum, frame):
-    stop_all()
+    # A second Ctrl-C must not cut the cleanup short (the MPS daemon would be left running).
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    cleanup()
     raise SystemExit(128 + signum)
 
 
 def install_cleanup():
-    atexit.register(stop_all)
+    atexit.register(cleanup)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _on_signal)

@@ -1,14 +1,18 @@
-"""The programs bench/gpu/eval.py runs: high-priority (HP) inference services and low-priority (LP)
-background jobs, as command lines for the examples (examples/pytorch/*.py, fikit-example-infer,
-fikit-example-train), plus their shorter measure-phase variants."""
+"""The programs bench/gpu/eval.py runs, as command lines: high-priority (HP) inference services and
+low-priority (LP) background jobs. PyTorch programs (examples/pytorch/*.py) run as --serve workers
+that stay up across measurement windows (start-up takes seconds); the C++ examples
+(fikit-example-infer / fikit-example-train) start in milliseconds and run once per window."""
 import os
 import sys
 
-HP_MODELS = ("resnet50", "mobilenet_v2", "fcn_resnet50", "bert-base", "vgg16")
-LP_NAMES = ("resnet50-train", "vgg16-bs16", "synthetic-train")
-DEFAULT_PAIRS = ("resnet50:resnet50-train", "mobilenet_v2:vgg16-bs16", "bert-base:resnet50-train", "synthetic")
-FOREVER_REQUESTS = 100_000_000     # "run until stopped" for an inference program used as a job
-FOREVER_S = 3600.0
+HP_MODELS = ("resnet50", "mobilenet_v2", "bert-base", "fcn_resnet50", "vgg16")
+HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("synthetic",)
+LP_NAMES = ("resnet50-train", "vgg16-bs16", "gemm8192", "gemm2048", "synthetic-train")
+ARRIVALS = ("closed", "poisson")
+FOREVER_REQUESTS = 100_000_000     # "until stopped" for fikit-example-infer
+FOREVER_S = 100_000.0              # "until stopped" for fikit-example-train
+SYNTHETIC_HP = ["--kernels", 50, "--kernel-us", 5, "--cpu-us", 20]    # MEASURED.md's synthetic pair
+SYNTHETIC_LP = ["--kernel-us", 10, "--sync-every", 100]
 
 
 class Paths:
@@ -25,59 +29,83 @@ class Paths:
 
 
 class HP:
-    """A batch-1 inference service; one measured request = one JCT sample."""
+    """A latency-critical service; one measured request = one latency sample. served: a --serve
+    worker answering 'run N ...'; else one fikit-example-infer process per run. 'idle-hp' (not a
+    pair's HP) is the LP-overhead scenario's idle high-priority task: one 5 us kernel every
+    IDLE_THINK_MS, registered with FIKIT at priority 0 and otherwise out of the way."""
+    IDLE_THINK_MS = 50.0
 
-    def __init__(self, name, paths, think_ms):
-        if name not in HP_MODELS + ("synthetic",):
-            raise ValueError("unknown HP '%s' (one of %s, synthetic)" % (name, ", ".join(HP_MODELS)))
-        self.name, self.paths, self.think_ms = name, paths, think_ms
+    def __init__(self, name, paths):
+        if name not in HP_NAMES + ("idle-hp",):
+            raise ValueError("unknown HP '%s' (one of %s)" % (name, ", ".join(HP_NAMES)))
+        self.name, self.paths = name, paths
         self.key = "eval-hp-" + name
-        self.synthetic = name == "synthetic"
-        self.warm_s = 0.0
+        self.served = name not in ("synthetic", "idle-hp")
 
-    def cmd(self, requests, warmup=10, think_ms=None, progress_ms=1e9):
-        think = self.think_ms if think_ms is None else think_ms
-        if self.synthetic:
-            # MEASURED.md's synthetic HP: 50 kernels of 5 us, 20 us of host work before each launch.
-            return [self.paths.tool("fikit-example-infer"), "--requests", requests, "--warmup", warmup,
-                    "--kernels", 50, "--kernel-us", 5, "--cpu-us", 20, "--think-us", think * 1000.0,
-                    "--progress-ms", progress_ms]
-        return self.paths.py("infer.py") + ["--model", self.name, "--batch", 1, "--requests", requests,
-                                            "--warmup", warmup, "--think-ms", think, "--progress-ms", progress_ms]
+    def serve_cmd(self):
+        model = self.name[:-len("-graph")] if self.name.endswith("-graph") else self.name
+        cmd = self.paths.py("infer.py") + ["--model", model, "--batch", 1, "--serve"]
+        return cmd + ["--cuda-graph"] if self.name.endswith("-graph") else cmd
+
+    def run_cmd(self, requests, warmup, arrival, think_ms, rate=0.0, seed=1):
+        """fikit-example-infer for one run; --progress-ms marks the measured window's start and end."""
+        cmd = [self.paths.tool("fikit-example-infer"), "--requests", requests, "--warmup", warmup]
+        if self.name == "idle-hp":
+            return cmd + ["--kernels", 1, "--kernel-us", 5, "--cpu-us", 0, "--think-us", self.IDLE_THINK_MS * 1000.0,
+                          "--progress-ms", 1e9]
+        cmd += SYNTHETIC_HP + ["--progress-ms", 1e9, "--arrival", arrival]
+        if arrival == "poisson":
+            return cmd + ["--rate", rate, "--seed", seed]
+        return cmd + ["--think-us", think_ms * 1000.0]
 
 
 class LP:
-    """A background job that runs until stopped and reports a progress counter."""
+    """A background job counting progress (`counter`, reported in `unit`). served: a --serve worker
+    running between 'go' and 'pause'; else one fikit-example-train process per window."""
 
     def __init__(self, name, paths):
         if name not in LP_NAMES:
             raise ValueError("unknown LP '%s' (one of %s)" % (name, ", ".join(LP_NAMES)))
         self.name, self.paths = name, paths
         self.key = "eval-lp-" + name
-        self.synthetic = name == "synthetic-train"
+        self.served = name != "synthetic-train"
         self.counter, self.unit = {"resnet50-train": ("iterations", "it/s"),
                                    "vgg16-bs16": ("requests", "batches/s"),
+                                   "gemm8192": ("gemms", "GEMM/s"), "gemm2048": ("gemms", "GEMM/s"),
                                    "synthetic-train": ("kernels", "kernels/s")}[name]
-        # After its first progress line, the job runs this long before a window may start.
-        self.warm_s = 0.3 if self.synthetic else 1.0
 
-    def cmd(self, progress_ms, duration_s=FOREVER_S):
+    def serve_cmd(self, progress_ms):
         if self.name == "resnet50-train":
-            return self.paths.py("train.py") + ["--model", "resnet50", "--batch", 32, "--duration-s", duration_s,
-                                                "--progress-ms", progress_ms]
-        if self.name == "vgg16-bs16":
-            requests = FOREVER_REQUESTS if duration_s >= FOREVER_S else max(20, int(duration_s * 100))
-            return self.paths.py("infer.py") + ["--model", "vgg16", "--batch", 16, "--think-ms", 0, "--warmup", 5,
-                                                "--requests", requests, "--progress-ms", progress_ms]
+            cmd = self.paths.py("train.py") + ["--model", "resnet50", "--batch", 32]
+        elif self.name == "vgg16-bs16":
+            cmd = self.paths.py("infer.py") + ["--model", "vgg16", "--batch", 16]
+        else:
+            # An iteration of ~15 ms (8192: 10 x 1.6 ms) or ~3 ms (2048: 100 x 28 us): the job checks
+            # for 'pause' and reports progress between iterations.
+            size = int(self.name[len("gemm"):])
+            cmd = self.paths.py("gemm.py") + ["--size", size, "--sync-every", 10 if size >= 8192 else 100]
+        return cmd + ["--serve", "--progress-ms", progress_ms]
+
+    def run_cmd(self, progress_ms, duration_s=FOREVER_S):
         # MEASURED.md's synthetic LP: 10 us kernels back to back, a synchronisation every 100.
-        return [self.paths.tool("fikit-example-train"), "--kernel-us", 10, "--sync-every", 100,
-                "--duration-s", duration_s, "--progress-ms", progress_ms]
+        return [self.paths.tool("fikit-example-train")] + SYNTHETIC_LP + ["--duration-s", duration_s,
+                                                                         "--progress-ms", progress_ms]
 
 
-def parse_pair(text):
-    if text == "synthetic":
-        return "synthetic", "synthetic-train"
-    if ":" not in text:
-        raise ValueError("pair '%s' is not HP:LP (or 'synthetic')" % text)
-    hp, lp = text.split(":", 1)
-    return hp, lp
+def parse_pair(text, default_arrival):
+    """'HP:LP[@closed|@poisson]', or 'synthetic[@...]' = synthetic:synthetic-train.
+    Returns (hp, lp, arrival); ValueError names what is wrong."""
+    body, _, arrival = text.partition("@")
+    arrival = arrival or default_arrival
+    if arrival not in ARRIVALS:
+        raise ValueError("pair '%s': arrival '%s' is not one of %s" % (text, arrival, ", ".join(ARRIVALS)))
+    if body == "synthetic":
+        return "synthetic", "synthetic-train", arrival
+    if ":" not in body:
+        raise ValueError("pair '%s' is not HP:LP[@ARRIVAL] (or 'synthetic')" % text)
+    hp, lp = body.split(":", 1)
+    if hp not in HP_NAMES:
+        raise ValueError("pair '%s': unknown HP '%s' (one of %s)" % (text, hp, ", ".join(HP_NAMES)))
+    if lp not in LP_NAMES:
+        raise ValueError("pair '%s': unknown LP '%s' (one of %s)" % (text, lp, ", ".join(LP_NAMES)))
+    return hp, lp, arrival

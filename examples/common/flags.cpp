@@ -33,6 +33,10 @@ void Flags::add_switch(std::string name, bool* value, std::string help) {
   flags_.push_back({std::move(name), Kind::Switch, value, std::move(help), *value ? "on" : "off"});
 }
 
+void Flags::add_choice(std::string name, std::string* value, std::vector<std::string> choices, std::string help) {
+  flags_.push_back({std::move(name), Kind::Choice, value, std::move(help), *value, std::move(choices)});
+}
+
 bool Flags::assign(const Flag& flag, const std::string& text, std::string* error) const {
   const char* begin = text.c_str();
   char* end = nullptr;
@@ -45,6 +49,17 @@ bool Flags::assign(const Flag& flag, const std::string& text, std::string* error
       return false;
     }
     *static_cast<uint64_t*>(flag.value) = v;
+  } else if (flag.kind == Kind::Choice) {
+    std::string list;
+    for (const std::string& c : flag.choices) {
+      if (c == text) {
+        *static_cast<std::string*>(flag.value) = text;
+        return true;
+      }
+      list += (list.empty() ? "" : "|") + c;
+    }
+    *error = "--" + flag.name + " needs one of " + list + ", got '" + text + "'";
+    return false;
   } else {
     const double v = std::strtod(begin, &end);
     if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || v < 0) {
@@ -120,7 +135,13 @@ void Flags::fail(const std::string& reason) {
 std::string Flags::help_text() const {
   std::string text = "Usage: " + usage_line_ + "\n" + summary_ + "\n\nOptions:\n";
   for (const Flag& f : flags_) {
-    std::string left = "  --" + f.name + (f.kind == Kind::Switch ? "" : " N");
+    std::string left = "  --" + f.name;
+    if (f.kind == Kind::Choice) {
+      left += ' ';
+      for (size_t i = 0; i < f.choices.size(); ++i) left += (i ? "|" : "") + f.choices[i];
+    } else if (f.kind != Kind::Switch) {
+      left += " N";
+    }
     if (left.size() < 24) left.resize(24, ' ');
     text += left + " " + f.help + " (default " + f.default_text + ")\n";
   }

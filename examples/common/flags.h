@@ -15,6 +15,8 @@ class Flags {
   void add(std::string name, uint64_t* value, std::string help);
   void add(std::string name, double* value, std::string help);    // rejects negative values
   void add_switch(std::string name, bool* value, std::string help);
+  // A word from `choices` (e.g. --arrival closed|poisson); anything else is an error.
+  void add_choice(std::string name, std::string* value, std::vector<std::string> choices, std::string help);
 
   enum class Outcome { Ok, Help, Error };
   // Parses argv[1..]. Error leaves a one-line reason in *error; Help means --help was given.
@@ -29,13 +31,14 @@ class Flags {
   [[noreturn]] static void fail(const std::string& reason);
 
  private:
-  enum class Kind { Count, Number, Switch };
+  enum class Kind { Count, Number, Switch, Choice };
   struct Flag {
     std::string name;
     Kind kind;
     void* value;
     std::string help;
     std::string default_text;
+    std::vector<std::string> choices;   // Kind::Choice only
   };
   bool assign(const Flag& flag, const std::string& text, std::string* error) const;
 

@@ -1,7 +1,10 @@
 // fikit-example-infer: an inference-like service. Each request launches K short kernels with host
-// work before each launch (like a framework's dispatch), then waits for the results; requests are
-// separated by idle think time. The request's wall time is its job completion time (JCT). The
-// GPU-idle gaps between its kernels are what FIKIT fills with a low-priority job's kernels.
+// work before each launch (like a framework's dispatch), then waits for the results. Arrivals are
+// closed-loop (the next request --think-us after the previous one ends; JCT = the request's own wall
+// time) or open-loop Poisson (--arrival poisson: exponential gaps at --rate per second, or --load
+// times the warm-up requests' mean rate; requests are served one at a time in arrival order and the
+// JCT is completion minus arrival, so queueing counts; --seed fixes the arrival times). The GPU-idle
+// gaps between its kernels are what FIKIT fills with a low-priority job's kernels.
 // With --progress-ms it also writes timestamped progress lines on stderr (bench/gpu/eval.py cuts a
 // low-priority job's throughput window with them): "progress {"t":S,"phase":"start","requests":0}"
 // when the measured requests begin, "progress {"t":S,"requests":N,"jct_us":J}" after a request (at
@@ -9,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -33,8 +37,10 @@ int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   uint64_t requests = 200, warmup = 10, kernels = 50;
   double kernel_us = 5, cpu_us = 20, think_us = 500, progress_ms = 0;
-  uint64_t blocks = 132, threads = 128;
+  uint64_t blocks = 132, threads = 128, seed = 1;
   bool sync_every_kernel = false;
+  std::string arrival = "closed";
+  double rate = 0, load = 0;
 
   ex::Flags flags("fikit-example-infer [options]",
                   "Inference-like GPU service: requests of short spin kernels with host work between\n"
@@ -44,13 +50,21 @@ int main(int argc, char** argv) {
   flags.add("kernels", &kernels, "kernel launches per request");
   flags.add("kernel-us", &kernel_us, "GPU time of each kernel, microseconds");
   flags.add("cpu-us", &cpu_us, "host busy-wait before each launch, microseconds");
-  flags.add("think-us", &think_us, "sleep between requests, microseconds");
+  flags.add_choice("arrival", &arrival, {"closed", "poisson"},
+                   "closed: --think-us after each request; poisson: open loop at --rate");
+  flags.add("think-us", &think_us, "sleep between requests, microseconds (closed loop)");
+  flags.add("rate", &rate, "Poisson arrivals per second (0: from --load)");
+  flags.add("load", &load, "Poisson rate = LOAD / mean time of the warm-up requests");
+  flags.add("seed", &seed, "seed of the Poisson arrival times");
   flags.add("blocks", &blocks, "thread blocks per kernel");
   flags.add("threads", &threads, "threads per block");
   flags.add_switch("sync-every-kernel", &sync_every_kernel, "wait for each kernel before the next");
   flags.add("progress-ms", &progress_ms, "write timestamped progress lines on stderr at most this often (0: none)");
   flags.parse(argc, argv);
   if (blocks == 0 || threads == 0) ex::Flags::fail("--blocks and --threads must be at least 1");
+  const bool poisson = arrival == "poisson";
+  if (poisson && rate == 0 && (load == 0 || warmup == 0))
+    ex::Flags::fail("--arrival poisson needs --rate, or --load with --warmup >= 1");
 
   ex::SpinGpu gpu({static_cast<uint32_t>(blocks), static_cast<uint32_t>(threads)});
   const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
@@ -64,24 +78,39 @@ int main(int argc, char** argv) {
     gpu.synchronize();
   };
 
-  for (uint64_t r = 0; r < warmup && !ex::stop_requested(); ++r) {
+  double warm_us = 0;
+  uint64_t warm_done = 0;
+  for (; warm_done < warmup && !ex::stop_requested(); ++warm_done) {
+    const auto request_start = ex::Clock::now();
     run_request();
+    warm_us += ex::elapsed_us(request_start);
     ex::sleep_us(think_us);
   }
+  // No warm-up time only when a signal stopped the warm-up: no request follows, any rate will do.
+  if (poisson && rate == 0) rate = warm_us > 0 ? load * 1e6 * static_cast<double>(warm_done) / warm_us : 1.0;
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> gap_s(poisson ? rate : 1.0);
 
-  std::vector<double> jct_us;
+  std::vector<double> jct_us, service_us;
   jct_us.reserve(requests);
+  service_us.reserve(requests);
   const bool progress = progress_ms > 0;
   double last_progress_s = 0;
   const auto start = ex::Clock::now();
+  auto arrival_time = start;
   if (progress) {
     last_progress_s = monotonic_s();
     progress_line(ex::JsonObject().add("t", last_progress_s, 6).add("phase", "start").add("requests", uint64_t{0}));
   }
   for (uint64_t r = 0; r < requests && !ex::stop_requested(); ++r) {
+    if (poisson) {
+      arrival_time += std::chrono::duration_cast<ex::Clock::duration>(std::chrono::duration<double>(gap_s(rng)));
+      ex::sleep_us(std::chrono::duration<double, std::micro>(arrival_time - ex::Clock::now()).count());
+    }
     const auto request_start = ex::Clock::now();
     run_request();
-    jct_us.push_back(ex::elapsed_us(request_start));
+    service_us.push_back(ex::elapsed_us(request_start));
+    jct_us.push_back(poisson ? ex::elapsed_us(arrival_time) : service_us.back());
     if (progress) {
       const double now_s = monotonic_s();
       if ((now_s - last_progress_s) * 1e3 >= progress_ms) {
@@ -92,7 +121,7 @@ int main(int argc, char** argv) {
                           .add("jct_us", jct_us.back(), 1));
       }
     }
-    if (r + 1 < requests) ex::sleep_us(think_us);
+    if (!poisson && r + 1 < requests) ex::sleep_us(think_us);
   }
   const double wall_s = ex::elapsed_us(start) / 1e6;
   if (progress)
@@ -101,16 +130,17 @@ int main(int argc, char** argv) {
                       .add("phase", "end")
                       .add("requests", static_cast<uint64_t>(jct_us.size())));
 
-  const ex::Summary jct = ex::summarize(jct_us);
-  ex::print_json_line(ex::JsonObject()
-                          .add("example", "infer")
-                          .add("requests", static_cast<uint64_t>(jct_us.size()))
-                          .add("jct_us", ex::JsonObject()
-                                             .add("p50", jct.p50, 1)
-                                             .add("p99", jct.p99, 1)
-                                             .add("mean", jct.mean, 1)
-                                             .add("max", jct.max, 1))
-                          .add("kernels", static_cast<uint64_t>(jct_us.size()) * kernels)
-                          .add("wall_s", wall_s, 6));
+  auto summary_json = [](const std::vector<double>& values) {
+    const ex::Summary s = ex::summarize(values);
+    return ex::JsonObject().add("p50", s.p50, 1).add("p99", s.p99, 1).add("mean", s.mean, 1).add("max", s.max, 1);
+  };
+  ex::JsonObject result;
+  result.add("example", "infer")
+      .add("requests", static_cast<uint64_t>(jct_us.size()))
+      .add("jct_us", summary_json(jct_us))
+      .add("service_us", summary_json(service_us))
+      .add("arrival", arrival);
+  if (poisson) result.add("rate", rate, 3);
+  ex::print_json_line(result.add("kernels", static_cast<uint64_t>(jct_us.size()) * kernels).add("wall_s", wall_s, 6));
   return 0;
 }

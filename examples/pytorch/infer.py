@@ -1,18 +1,28 @@
 #!/usr/bin/env python3
 """Batch inference service on the GPU with random weights (nothing is downloaded).
 
-Each request: one forward pass, then torch.cuda.synchronize(); JCT = request wall time. Requests are
-separated by --think-ms of idle time. With --progress-ms, timestamped progress lines go to stderr
-('progress {"t":..,"phase":"start"}', one per request at most every --progress-ms with its "jct_us",
-'"phase":"end"'; see example_common.Progress). At exit (or on SIGTERM) prints one JSON line:
+Each request: one forward pass, then torch.cuda.synchronize(). Arrivals (example_common.run_requests):
+closed loop (--think-ms of idle time after each request; JCT = the request's own time) or open-loop
+Poisson (--arrival poisson --rate R, or --load L to size R from the warm-up requests; latency =
+completion - arrival, queueing included; --seed fixes the arrival times). With --progress-ms,
+timestamped progress lines go to stderr ('progress {"t":..,"phase":"start"}', one per request at most
+every --progress-ms with its "jct_us", '"phase":"end"'; see example_common.Progress). At exit (or on
+SIGTERM) prints one JSON line:
 {"example":"infer","model":..,"requests":..,"jct_us":{"p50":..,"p99":..,"mean":..,"max":..},
- "kernels":..,"wall_s":..}   ("kernels" is null: PyTorch does not say how many it launched)."""
+ "kernels":..,"wall_s":..}   ("kernels" is null: PyTorch does not say how many; with Poisson arrivals
+also "service_us", the requests' own times, and "rate").
+
+--serve keeps the model loaded and answers commands on stdin (example_common.serve): 'run N
+[warmup=W arrival=closed|poisson think_ms=T rate=R seed=S max_s=M]' serves N requests (options
+default to the flags; max_s ends them early) and answers with the same fields; 'go'/'pause' run
+forward passes back to back as a background job counting "requests" (a large --batch makes a
+throughput job: bench/gpu's vgg16-bs16)."""
 import argparse
-import time
 
 import torch
 
-from example_common import Progress, StopFlag, jct_summary, print_json_line
+from example_common import (Progress, StopFlag, add_arrival_flags, check_arrival_flags, print_json_line,
+                            run_requests, serve)
 
 MODELS = ("resnet50", "mobilenet_v2", "vgg16", "fcn_resnet50", "bert-base")
 
@@ -33,20 +43,46 @@ def build_model(name, batch):
     return model.cuda().eval(), inputs.cuda()
 
 
+def make_forward(model, inputs, cuda_graph):
+    """One request's GPU work, synchronised: eager, or one CUDA graph replay."""
+    if not cuda_graph:
+        def forward():
+            model(inputs)
+            torch.cuda.synchronize()
+        return forward
+    # Capture after a few eager passes on a side stream, as PyTorch's documentation requires.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model(inputs)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        model(inputs)
+
+    def replay():
+        graph.replay()
+        torch.cuda.synchronize()
+    return replay
+
+
 def main():
     parser = argparse.ArgumentParser(description="Batch inference service (PyTorch, random weights).")
     parser.add_argument("--model", choices=MODELS, default="resnet50")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--requests", type=int, default=200, help="measured requests")
     parser.add_argument("--warmup", type=int, default=10, help="requests run first and not measured")
-    parser.add_argument("--think-ms", type=float, default=2.0, help="idle time between requests")
+    add_arrival_flags(parser)
     parser.add_argument("--cuda-graph", action="store_true", help="replay the forward pass as one CUDA graph")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model first")
     parser.add_argument("--progress-ms", type=float, default=0.0,
                         help="write timestamped progress lines on stderr at most this often (0: none)")
+    parser.add_argument("--serve", action="store_true", help="answer commands on stdin (see the top of this file)")
     args = parser.parse_args()
-    if args.batch < 1 or args.requests < 0 or args.warmup < 0 or args.think_ms < 0 or args.progress_ms < 0:
-        parser.error("--batch must be >= 1; --requests, --warmup, --think-ms and --progress-ms >= 0")
+    if args.batch < 1 or args.requests < 0 or args.warmup < 0 or args.progress_ms < 0:
+        parser.error("--batch must be >= 1; --requests, --warmup and --progress-ms >= 0")
+    check_arrival_flags(parser, args)
     progress = Progress(args.progress_ms)
 
     stop = StopFlag()
@@ -54,46 +90,37 @@ def main():
     if args.compile:
         model = torch.compile(model)
 
-    forward = lambda: model(inputs)
+    served = {"requests": 0}
+
+    def requests(count, options):
+        res = run_requests(forward, count, int(options.get("warmup", args.warmup)),
+                           options.get("arrival", args.arrival),
+                           float(options.get("think_ms", args.think_ms)) / 1000.0,
+                           float(options.get("rate", args.rate)), args.load,
+                           int(options.get("seed", args.seed)), stop, None if args.serve else progress,
+                           float(options.get("max_s", 0)))
+        served["requests"] += res["requests"]
+        return res
+
+    def step():
+        forward()
+        served["requests"] += 1
+
     with torch.inference_mode():
-        if args.cuda_graph:
-            # Capture after a few eager passes on a side stream, as PyTorch's documentation requires.
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    model(inputs)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                model(inputs)
-            forward = graph.replay
+        forward = make_forward(model, inputs, args.cuda_graph)
+        forward()   # the first pass allocates and picks kernels: before "ready" or the warm-up
+        if args.serve:
+            serve(stop, progress, lambda: dict(served), step=step, run=requests)
+            print_json_line({"example": "infer", "model": args.model, "requests": served["requests"],
+                             "kernels": None})
+            return
+        res = requests(args.requests, {})
 
-        for _ in range(args.warmup):
-            if stop.stopped:
-                break
-            forward()
-            torch.cuda.synchronize()
-            time.sleep(args.think_ms / 1000.0)
-
-        jct_us = []
-        progress.emit(force=True, phase="start", requests=0)
-        start = time.perf_counter()
-        for i in range(args.requests):
-            if stop.stopped:
-                break
-            t0 = time.perf_counter()
-            forward()
-            torch.cuda.synchronize()
-            jct_us.append((time.perf_counter() - t0) * 1e6)
-            progress.emit(requests=len(jct_us), jct_us=round(jct_us[-1], 1))
-            if i + 1 < args.requests:
-                time.sleep(args.think_ms / 1000.0)
-        wall_s = time.perf_counter() - start
-        progress.emit(force=True, phase="end", requests=len(jct_us))
-
-    print_json_line({"example": "infer", "model": args.model, "requests": len(jct_us),
-                     "jct_us": jct_summary(jct_us), "kernels": None, "wall_s": round(wall_s, 6)})
+    result = {"example": "infer", "model": args.model, "requests": res["requests"], "jct_us": res["jct_us"]}
+    if args.arrival == "poisson":
+        # Only here does it differ from jct_us (scripts grep the line for "p50").
+        result.update(service_us=res["service_us"], rate=res["rate"])
+    print_json_line(dict(result, kernels=None, wall_s=res["wall_s"]))
 
 
 if __name__ == "__main__":

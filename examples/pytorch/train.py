@@ -2,14 +2,16 @@
 """Training loop on random data (a background, low-priority job). Runs for --duration-s or until
 SIGTERM/SIGINT, then prints one JSON line (with --progress-ms, also timestamped progress lines
 'progress {"t":..,"iterations":..}' on stderr; see example_common.Progress):
-{"example":"train","model":..,"iterations":..,"iterations_per_s":..,"wall_s":..}"""
+{"example":"train","model":..,"iterations":..,"iterations_per_s":..,"wall_s":..}
+--serve keeps the model loaded and trains only between the commands 'go' and 'pause' on stdin
+(example_common.serve); --duration-s is then ignored."""
 import argparse
 import time
 
 import torch
 import torchvision
 
-from example_common import Progress, StopFlag, print_json_line
+from example_common import Progress, StopFlag, print_json_line, serve
 
 
 def main():
@@ -19,6 +21,7 @@ def main():
     parser.add_argument("--duration-s", type=float, default=30.0)
     parser.add_argument("--progress-ms", type=float, default=0.0,
                         help="write timestamped progress lines on stderr at most this often (0: none)")
+    parser.add_argument("--serve", action="store_true", help="train between 'go' and 'pause' commands on stdin")
     args = parser.parse_args()
     if args.batch < 1 or args.duration_s <= 0 or args.progress_ms < 0:
         parser.error("--batch must be >= 1, --duration-s > 0 and --progress-ms >= 0")
@@ -30,24 +33,30 @@ def main():
     loss_fn = torch.nn.CrossEntropyLoss()
     images = torch.randn(args.batch, 3, 224, 224, device="cuda")
     labels = torch.randint(0, 1000, (args.batch,), device="cuda")
+    done = {"iterations": 0}
 
     def step():
         optimizer.zero_grad(set_to_none=True)
         loss_fn(model(images), labels).backward()
         optimizer.step()
         torch.cuda.synchronize()   # one iteration ends here, as in a real loop reading loss.item()
+        done["iterations"] += 1
 
     step()   # first iteration allocates and picks kernels: not counted
-    iterations = 0
+    done["iterations"] = 0
     start = time.perf_counter()
+    if args.serve:
+        serve(stop, progress, lambda: dict(done), step=step)
+        # Idle time between commands makes a rate over the process's life meaningless.
+        print_json_line({"example": "train", "model": args.model, "iterations": done["iterations"]})
+        return
     while not stop.stopped and time.perf_counter() - start < args.duration_s:
         step()
-        iterations += 1
-        progress.emit(iterations=iterations)
+        progress.emit(**done)
     wall_s = time.perf_counter() - start
 
-    print_json_line({"example": "train", "model": args.model, "iterations": iterations,
-                     "iterations_per_s": round(iterations / wall_s, 3) if wall_s > 0 else 0.0,
+    print_json_line({"example": "train", "model": args.model, "iterations": done["iterations"],
+                     "iterations_per_s": round(done["iterations"] / wall_s, 3) if wall_s > 0 else 0.0,
                      "wall_s": round(wall_s, 6)})
 
 

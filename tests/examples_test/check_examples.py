@@ -59,6 +59,25 @@ def infer_sync_every_kernel(args):
     expect(r["jct_us"]["p50"] >= kernels * (kernel_us + cpu_us), "p50 >= kernels * (kernel-us + cpu-us)", r)
 
 
+def infer_poisson(args):
+    # Service time ~2 x 50 us, arrivals at 2000/s: the GPU is busy ~20 % of the time, so most requests
+    # find it free and a few queue behind an earlier one.
+    requests, rate = 300, 2000.0
+    cmd = [args.infer, "--requests", str(requests), "--warmup", "3", "--kernels", "2", "--kernel-us", "50",
+           "--cpu-us", "0", "--arrival", "poisson", "--rate", str(rate), "--seed", "7"]
+    r = run_json(cmd)
+    expect(r["arrival"] == "poisson" and r["rate"] == rate, "arrival and rate reported", r)
+    expect(r["requests"] == requests, "measured requests == --requests", r)
+    expect(r["service_us"]["p50"] >= 100, "service p50 >= kernels * kernel-us", r)
+    expect(r["jct_us"]["p50"] >= r["service_us"]["p50"] and r["jct_us"]["max"] >= r["service_us"]["max"],
+           "latency (completion - arrival) >= service time", r)
+    # 300 exponential gaps of mean 0.5 ms: 150 ms, standard deviation ~9 ms.
+    expect(0.11 <= r["wall_s"] <= 0.4, "wall time ~ requests / rate", r)
+    sized = run_json(cmd[:-6] + ["--arrival", "poisson", "--load", "0.25"])
+    expected = 0.25 * 1e6 / sized["service_us"]["mean"]
+    expect(0.5 * expected <= sized["rate"] <= 2 * expected, "--load sizes the rate from the request time", sized)
+
+
 def check_train(r, sync_every, kernel_us):
     expect(r["example"] == "train", "example name", r)
     expect(r["iterations"] >= 1, "at least one iteration", r)
@@ -107,7 +126,8 @@ def train_sigterm(args):
 
 def usage_errors(args):
     bad_lines = [[args.infer, "--no-such-flag"], [args.train, "--no-such-flag"], [args.infer, "--kernels", "-3"],
-                 [args.train, "--sync-every", "0"], [args.infer, "--blocks", "0"]]
+                 [args.train, "--sync-every", "0"], [args.infer, "--blocks", "0"], [args.infer, "--arrival", "open"],
+                 [args.infer, "--arrival", "poisson", "--warmup", "0", "--load", "0.3"]]
     for cmd in bad_lines:
         bad = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
         expect(bad.returncode == 2, f"{' '.join(cmd)} exits 2 (got {bad.returncode})", {})
@@ -118,8 +138,8 @@ def usage_errors(args):
         expect(good.returncode == 0 and "--kernel-us" in good.stdout, f"{program} --help", {"stdout": good.stdout})
 
 
-CASES = {f.__name__: f for f in (infer_json, infer_sync_every_kernel, train_iterations, train_duration,
-                                 train_sigterm, usage_errors)}
+CASES = {f.__name__: f for f in (infer_json, infer_sync_every_kernel, infer_poisson, train_iterations,
+                                 train_duration, train_sigterm, usage_errors)}
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -49,6 +49,7 @@ class FlagsTest : public ::testing::Test {
     flags_.add("count", &count_, "a count");
     flags_.add("time-us", &time_us_, "a time");
     flags_.add_switch("fast", &fast_, "a switch");
+    flags_.add_choice("arrival", &arrival_, {"closed", "poisson"}, "a choice");
   }
   ex::Flags::Outcome parse(std::vector<const char*> args) {
     args.insert(args.begin(), "prog");
@@ -57,15 +58,18 @@ class FlagsTest : public ::testing::Test {
   uint64_t count_ = 50;
   double time_us_ = 5;
   bool fast_ = false;
+  std::string arrival_ = "closed";
   std::string error_;
   ex::Flags flags_;
 };
 
 TEST_F(FlagsTest, SeparateAndInlineValues) {
-  ASSERT_EQ(parse({"--count", "7", "--time-us=2.5", "--fast"}), ex::Flags::Outcome::Ok) << error_;
+  ASSERT_EQ(parse({"--count", "7", "--time-us=2.5", "--fast", "--arrival", "poisson"}), ex::Flags::Outcome::Ok)
+      << error_;
   EXPECT_EQ(count_, 7u);
   EXPECT_DOUBLE_EQ(time_us_, 2.5);
   EXPECT_TRUE(fast_);
+  EXPECT_EQ(arrival_, "poisson");
 }
 
 TEST_F(FlagsTest, RejectsBadInput) {
@@ -78,7 +82,10 @@ TEST_F(FlagsTest, RejectsBadInput) {
   EXPECT_EQ(parse({"--unknown", "1"}), ex::Flags::Outcome::Error);
   EXPECT_NE(error_.find("--unknown"), std::string::npos);
   EXPECT_EQ(parse({"stray"}), ex::Flags::Outcome::Error);
+  EXPECT_EQ(parse({"--arrival", "open"}), ex::Flags::Outcome::Error);
+  EXPECT_NE(error_.find("closed|poisson"), std::string::npos);
   EXPECT_EQ(count_, 50u);   // nothing assigned by failed parses
+  EXPECT_EQ(arrival_, "closed");
 }
 
 TEST_F(FlagsTest, HelpListsFlagsWithDefaults) {
@@ -87,6 +94,8 @@ TEST_F(FlagsTest, HelpListsFlagsWithDefaults) {
   EXPECT_NE(help.find("--count N"), std::string::npos);
   EXPECT_NE(help.find("(default 50)"), std::string::npos);   // registration-time value
   EXPECT_NE(help.find("--fast"), std::string::npos);
+  EXPECT_NE(help.find("--arrival closed|poisson"), std::string::npos);
+  EXPECT_NE(help.find("(default closed)"), std::string::npos);
 }
 
 TEST(SpinKernelPtx, AssemblesForTuringAndHopper) {

@@ -1,0 +1,269 @@
+"""The scenarios of bench/gpu/eval.py, as measurement windows over the workers of eval_pool:
+
+  pairs        per HP:LP pair, every setup (alone, alone-b, default, mps, mps-prio, fikit, fikit-mps)
+               once per repetition, interleaved round-robin; a window runs the LP, then the HP's
+               requests, and counts the LP's progress over exactly the HP's measured requests
+  lp-overhead  the LP alone: plain, plain-b, share (fikit-run share, the daemon up and nothing
+               else), share+idle-hp (beside an idle registered HP); LP throughput per window
+  overhead     the HP alone: native, native-b, fikit-run --mode share (daemon up, no competitor),
+               optionally --mode measure / off
+
+Each scenario stores raw per-repetition numbers in results; eval_report turns them into ratios
+with intervals."""
+import os
+import time
+
+import eval_pool as epool
+import eval_proc as ep
+import eval_setups as es
+import eval_workloads as wl
+
+
+def rotated(items, k):
+    """items starting at index k (mod len): each repetition visits the setups in another order, so
+    that no setup always runs first (right after start-up) or right after the same neighbour."""
+    k %= len(items)
+    return items[k:] + items[:k]
+
+
+def _status(h, setup, label):
+    """Saves the setup's fikit-scheduler status; returns (file name, warning). Taken while the LP
+    still runs (a C++ example's task is gone once its process exits), so no task means FIKIT did
+    not engage."""
+    text = h.pool.scheduler_status(setup)
+    if text is None:
+        return None, None
+    name = h.name("status-" + epool.file_safe(label))
+    with open(os.path.join(h.logs, name + ".txt"), "w") as f:
+        f.write(text + "\n")
+    return name + ".txt", ("fikit-scheduler saw no task: FIKIT did not engage" if " 0 task(s)" in text else None)
+
+
+def _hp_numbers(res):
+    return {"p50": res["jct_us"]["p50"], "p99": res["jct_us"]["p99"], "mean": res["jct_us"]["mean"],
+            "max": res["jct_us"]["max"], "service_p50": (res.get("service_us") or {}).get("p50"),
+            "requests": res["requests"], "capped": bool(res.get("capped")),
+            "window_s": round(res["t1"] - res["t0"], 3)}
+
+
+def _reps(h, label, setups, window, store):
+    """Runs window(setup, rep) for every setup, repetition after repetition (rotated order);
+    store(setup, rep, record) keeps what a window returned. A repetition starts only if the budget
+    still holds one as long as the longest so far (a partial one would leave the setups unevenly
+    repeated). Returns the number of complete repetitions."""
+    longest = 0.0
+    for rep in range(h.a.reps):
+        if rep and h.budget_left_s() < longest:
+            h.warn("%s: budget ends the repetitions after %d of %d (one takes ~%.0f s, %.0f s left)"
+                   % (label, rep, h.a.reps, longest, h.budget_left_s()))
+            return rep
+        t = time.monotonic()
+        for setup in rotated(setups, rep):
+            r = h.step("%s rep %d %s" % (label, rep + 1, setup.name), lambda: window(setup, rep))
+            if h.budget_spent:
+                return rep
+            if r is not None:
+                store(setup, rep, r)
+        h.save()
+        longest = max(longest, time.monotonic() - t)
+    return h.a.reps
+
+
+def _admit(h, kind, label, longest):
+    """False (with a warning naming what to run in the next call) when the budget left is shorter
+    than the longest item of this scenario so far."""
+    if longest and h.budget_left_s() < longest:
+        h.warn("%s %s skipped: one took up to %.0f s, %.0f s of budget left (run it in another call)"
+               % (kind, label, longest, h.budget_left_s()))
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- pairs
+
+def pairs(h):
+    out = h.results.setdefault("pairs", {})
+    setups = es.pair_setups(h.a.setups.split(","), h.variants, h.gpu.real)
+    longest = 0.0
+    for text in h.a.pairs.split(","):
+        hp_name, lp_name, arrival = wl.parse_pair(text, h.a.arrival)
+        hp, lp = wl.HP(hp_name, h.paths), wl.LP(lp_name, h.paths)
+        label = "%s:%s@%s" % (hp.name, lp.name, arrival)
+        if not _admit(h, "pair", label, longest):
+            continue
+        started = time.monotonic()
+        h.log("pair %s" % label)
+        pr = out[label] = {"hp": hp.name, "lp": lp.name, "arrival": arrival, "lp_unit": lp.unit,
+                           "think_ms": h.a.think_ms if arrival == "closed" else None, "load": None,
+                           "requests": h.a.synthetic_requests if not hp.served else h.a.hp_requests,
+                           "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
+        specs = [epool.Spec(role, prog, s) for s in setups for role, prog in (("hp", hp), ("lp", lp))]
+        if not h.step("workers for %s" % label, lambda: h.pool.ensure(specs) or True):
+            continue
+        h.pool.mark(specs, label)
+        if arrival == "poisson":
+            rate = h.step("calibrate %s" % hp.name, lambda: calibrate(h, hp))
+            if rate is None:
+                continue
+            pr.update(load=h.a.load, rate_per_s=rate)
+
+        def window(setup, rep):
+            options = {"warmup": h.a.warmup, "arrival": arrival, "max_s": h.a.window_max_s}
+            if arrival == "poisson":
+                options.update(rate=round(pr["rate_per_s"], 3), seed=h.a.seed + rep)
+            else:
+                options["think_ms"] = h.a.think_ms
+            return pair_window(h, hp, lp, setup, pr["requests"], options, "%s %s rep %d" % (label, setup.name, rep + 1))
+
+        pr["complete_reps"] = _reps(h, label, setups, window,
+                                    lambda s, rep, r: pr["runs"][s.name].append(dict(r, rep=rep + 1)))
+        longest = max(longest, time.monotonic() - started)
+        if h.budget_spent:
+            break
+
+
+def calibrate(h, hp):
+    """The HP's mean service time alone (closed loop, --calibrate-requests requests, in the alone
+    setup's worker), once per HP and call; the Poisson rate is --load / that time."""
+    cal = h.results.setdefault("calibration", {})
+    if hp.name not in cal:
+        alone = h.pool.get(epool.Spec("hp", hp, es.Setup("alone", alone=True)))
+        res = alone.run(h.a.calibrate_requests, {"warmup": h.a.warmup, "arrival": "closed", "think_ms": h.a.think_ms},
+                        h.limit(h.a.run_limit_s))
+        mean_s = res["service_us"]["mean"] / 1e6
+        cal[hp.name] = {"service_us": res["service_us"], "load": h.a.load, "rate_per_s": h.a.load / mean_s}
+        h.log("   %s alone: mean service %.0f us -> Poisson rate %.1f/s at load %.2f"
+              % (hp.name, mean_s * 1e6, h.a.load / mean_s, h.a.load))
+    return cal[hp.name]["rate_per_s"]
+
+
+def pair_window(h, hp, lp, setup, requests, options, label):
+    """One setup's window. Alone setups: the HP's requests, then the LP alone for --lp-alone-s.
+    Shared setups: the LP runs (warm for --lp-warm-s), the HP serves its requests, the LP pauses;
+    the LP's rate is counted over the HP's measured requests only."""
+    hp_h = h.pool.get(epool.Spec("hp", hp, setup))
+    lp_h = h.pool.get(epool.Spec("lp", lp, setup))
+    timeout = h.limit(h.a.run_limit_s)
+    status_file, warning = None, None
+    if setup.alone:
+        res = hp_h.run(requests, options, timeout)
+        lp_h.go(timeout)
+        try:
+            time.sleep(h.a.lp_warm_s)
+            t0 = ep.monotonic()
+            time.sleep(h.a.lp_alone_s)
+            t1 = ep.monotonic()
+        finally:
+            lp_h.pause(timeout)
+        rate = lp_h.rate(t0, t1)
+    else:
+        lp_h.go(timeout)
+        try:
+            time.sleep(h.a.lp_warm_s)
+            res = hp_h.run(requests, options, timeout)
+            status_file, warning = _status(h, setup, label)
+        finally:
+            lp_h.pause(timeout)
+        rate = lp_h.rate(res["t0"], res["t1"])
+    warnings = [warning] if warning else []
+    if rate is None:
+        warnings.append("the LP's progress records do not cover the window")
+    for w in warnings:
+        h.warn("%s: %s" % (label, w))
+    return {"hp": _hp_numbers(res), "lp_rate": rate, "status": status_file, "warning": "; ".join(warnings) or None}
+
+
+# ---------------------------------------------------------------- lp-overhead
+
+def lp_overhead(h):
+    out = h.results.setdefault("lp_overhead", {})
+    flags = h.variants[0][1]
+    setups = [es.Setup("plain", alone=True), es.Setup("plain-b", alone=True),
+              es.Setup("share", hook="share", scheduler="lpo", flags=flags),
+              es.Setup("share+idle-hp", hook="share", scheduler="lpo-idle", flags=flags)]
+    idle = wl.HP("idle-hp", h.paths)
+    longest = 0.0
+    for lp_name in h.a.lpo_lps.split(","):
+        lp = wl.LP(lp_name, h.paths)
+        if not _admit(h, "lp-overhead", lp.name, longest):
+            continue
+        started = time.monotonic()
+        h.log("lp-overhead %s" % lp.name)
+        res = out[lp.name] = {"lp_unit": lp.unit, "window_s": h.a.lpo_window_s,
+                              "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
+        specs = [epool.Spec("lp", lp, s) for s in setups] + [epool.Spec("hp", idle, setups[3])]
+        if not h.step("workers for lp-overhead %s" % lp.name, lambda: h.pool.ensure(specs) or True):
+            continue
+        h.pool.mark(specs, "lp-overhead %s" % lp.name)
+
+        def window(setup, rep):
+            job = h.pool.get(epool.Spec("lp", lp, setup))
+            timeout = h.limit(h.a.run_limit_s)
+            idle_h = h.pool.get(specs[-1]) if setup is setups[3] else None
+            idle_p = idle_h.background(timeout) if idle_h else None
+            try:
+                time.sleep(0.2 if idle_p else 0)     # a few of the idle HP's launches: it is registered
+                job.go(timeout)
+                try:
+                    time.sleep(h.a.lp_warm_s)
+                    t0 = ep.monotonic()
+                    time.sleep(h.a.lpo_window_s)
+                    t1 = ep.monotonic()
+                    status_file, warning = _status(h, setup, "lp-overhead %s %s rep %d" % (lp.name, setup.name, rep + 1))
+                finally:
+                    job.pause(timeout)
+            finally:
+                if idle_p:
+                    idle_h.stop_background(idle_p)
+            rate = job.rate(t0, t1)
+            if warning:
+                h.warn("lp-overhead %s %s rep %d: %s" % (lp.name, setup.name, rep + 1, warning))
+            if rate is None:
+                raise ep.ChildError("the LP's progress records do not cover the window")
+            return {"rate": rate, "status": status_file, "warning": warning}
+
+        res["complete_reps"] = _reps(h, "lp-overhead %s" % lp.name, setups, window,
+                                     lambda s, rep, r: res["runs"][s.name].append(dict(r, rep=rep + 1)))
+        longest = max(longest, time.monotonic() - started)
+        if h.budget_spent:
+            break
+
+
+# ---------------------------------------------------------------- overhead
+
+def overhead(h):
+    out = h.results.setdefault("overhead", {})
+    flags = h.variants[0][1]
+    known = {"native": es.Setup("native", alone=True), "native-b": es.Setup("native-b", alone=True),
+             "share": es.Setup("share", hook="share", scheduler="ovh", flags=flags),
+             "measure": es.Setup("measure", hook="measure", key_prefix="eval-ovh-"),
+             "off": es.Setup("off", hook="off")}
+    setups = [known[n] for n in h.a.overhead_setups.split(",")]
+    longest = 0.0
+    for hp_name in h.a.overhead_hps.split(","):
+        hp = wl.HP(hp_name, h.paths)
+        if not _admit(h, "overhead", hp.name, longest):
+            continue
+        started = time.monotonic()
+        h.log("overhead %s" % hp.name)
+        requests = h.a.synthetic_requests if not hp.served else h.a.overhead_requests
+        res = out[hp.name] = {"requests": requests, "think_ms": h.a.think_ms,
+                              "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
+        specs = [epool.Spec("hp", hp, s) for s in setups]
+        if not h.step("workers for overhead %s" % hp.name, lambda: h.pool.ensure(specs) or True):
+            continue
+        h.pool.mark(specs, "overhead %s" % hp.name)
+
+        def window(setup, rep):
+            r = h.pool.get(epool.Spec("hp", hp, setup)).run(
+                requests, {"warmup": h.a.warmup, "arrival": "closed", "think_ms": h.a.think_ms,
+                           "max_s": h.a.window_max_s}, h.limit(h.a.run_limit_s))
+            # No engagement check here: with no competitor there may be nothing for the daemon to do.
+            status_file, _ = _status(h, setup, "overhead %s %s rep %d" % (hp.name, setup.name, rep + 1))
+            return {"hp": _hp_numbers(r), "status": status_file}
+
+        res["complete_reps"] = _reps(h, "overhead %s" % hp.name, setups, window,
+                                     lambda s, rep, r: res["runs"][s.name].append(dict(r, rep=rep + 1)))
+        longest = max(longest, time.monotonic() - started)
+        if h.budget_spent:
+            break

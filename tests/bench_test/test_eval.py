@@ -1,0 +1,347 @@
+"""Unit tests of bench/gpu/eval.py's statistics, report and worker protocol (run by ctest:
+tests/bench_test/CMakeLists.txt). No GPU, no simulator, no PyTorch needed."""
+import os
+import random
+import sys
+import tempfile
+import time
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+import eval_proc as ep          # noqa: E402
+import example_common as ec     # noqa: E402
+import eval_report as er        # noqa: E402
+import eval_scenarios as esc    # noqa: E402
+import eval_setups as es        # noqa: E402
+import eval_stats as st         # noqa: E402
+import eval_workloads as wl     # noqa: E402
+
+
+def iv(ratio, lo, hi):
+    return {"ratio": ratio, "lo": lo, "hi": hi, "n": 5, "n_base": 5}
+
+
+class Percentiles(unittest.TestCase):
+    def test_numpy_linear_interpolation(self):
+        self.assertEqual(st.percentile([1, 2, 3, 4], 50), 2.5)
+        self.assertAlmostEqual(st.percentile(list(range(101)), 99), 99.0)
+        self.assertIsNone(st.percentile([], 50))
+        self.assertEqual(st.median([3, None, 1, 2]), 2)
+
+
+class WindowRates(unittest.TestCase):
+    # A job counting 100 per second, reporting every 0.1 s from t = 10 to t = 12.
+    records = [{"t": 10 + i / 10, "gemms": 10 * i} for i in range(21)]
+
+    def test_rate_inside_the_records(self):
+        self.assertAlmostEqual(st.rate_in_window(self.records, "gemms", 10.25, 11.75), 100.0)
+
+    def test_interpolates_between_records(self):
+        self.assertAlmostEqual(st.counter_at(self.records, "gemms", 10.05), 5.0)
+        self.assertAlmostEqual(st.counter_at(self.records, "gemms", 11.0), 100.0)
+
+    def test_window_not_covered_is_none(self):
+        self.assertIsNone(st.rate_in_window(self.records, "gemms", 9.9, 11))
+        self.assertIsNone(st.rate_in_window(self.records, "gemms", 11, 12.1))
+        self.assertIsNone(st.rate_in_window(self.records, "gemms", 11, 11))
+        self.assertIsNone(st.rate_in_window(self.records, "iterations", 10.5, 11))
+
+    def test_pause_inside_window_counts_as_no_progress(self):
+        paused = [{"t": 0, "n": 0}, {"t": 1, "n": 100}, {"t": 3, "n": 100}, {"t": 4, "n": 200}]
+        self.assertAlmostEqual(st.rate_in_window(paused, "n", 0, 4), 50.0)
+
+
+class Bootstrap(unittest.TestCase):
+    def sample(self, seed, n, center, spread):
+        rng = random.Random(seed)
+        return [center * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+    def test_interval_holds_the_true_ratio_and_is_ordered(self):
+        base = self.sample(1, 7, 1000.0, 0.1)
+        values = self.sample(2, 7, 2000.0, 0.1)
+        r = st.bootstrap_ratio(values, base, seed=3)
+        self.assertLessEqual(r["lo"], r["ratio"])
+        self.assertLessEqual(r["ratio"], r["hi"])
+        self.assertLess(r["lo"], 2.0)
+        self.assertGreater(r["hi"], 2.0)
+        self.assertAlmostEqual(r["ratio"], st.median(values) / st.median(base))
+        self.assertEqual((r["n"], r["n_base"]), (7, 7))
+
+    def test_separated_samples_exclude_one(self):
+        r = st.bootstrap_ratio(self.sample(4, 5, 1300.0, 0.05), self.sample(5, 5, 1000.0, 0.05))
+        self.assertGreater(r["lo"], 1.0)
+        self.assertEqual(st.interval_side(r), "above")
+
+    def test_noise_alone_against_alone_spans_one(self):
+        r = st.bootstrap_ratio(self.sample(6, 5, 1000.0, 0.3), self.sample(7, 5, 1000.0, 0.3))
+        self.assertEqual(st.interval_side(r), "n.s.")
+
+    def test_fixed_seed_is_deterministic(self):
+        base, values = self.sample(8, 5, 10.0, 0.4), self.sample(9, 5, 12.0, 0.4)
+        self.assertEqual(st.bootstrap_ratio(values, base, seed=11), st.bootstrap_ratio(values, base, seed=11))
+        self.assertNotEqual(st.bootstrap_ratio(values, base, seed=11, resamples=50),
+                            st.bootstrap_ratio(values, base, seed=12, resamples=50))
+
+    def test_wider_level_gives_wider_interval(self):
+        base, values = self.sample(10, 9, 10.0, 0.3), self.sample(11, 9, 15.0, 0.3)
+        narrow = st.bootstrap_ratio(values, base, level=0.5)
+        wide = st.bootstrap_ratio(values, base, level=0.95)
+        self.assertLessEqual(wide["lo"], narrow["lo"])
+        self.assertGreaterEqual(wide["hi"], narrow["hi"])
+
+    def test_no_data(self):
+        self.assertIsNone(st.bootstrap_ratio([], [1, 2]))
+        self.assertIsNone(st.bootstrap_ratio([1, 2], [None]))
+        self.assertIsNone(st.bootstrap_ratio([1, 2], [0, 0, 0]))
+
+
+class Pareto(unittest.TestCase):
+    def test_marks_dominated_and_significance(self):
+        rows = {
+            # lower p99 and more LP than 'default', intervals apart on p99
+            "fikit": {"p99": iv(1.05, 1.00, 1.10), "lp": iv(0.60, 0.55, 0.65)},
+            "default": {"p99": iv(1.60, 1.50, 1.70), "lp": iv(0.55, 0.50, 0.62)},
+            # beaten by fikit on both medians, but every interval overlaps fikit's
+            "mps": {"p99": iv(1.08, 1.01, 1.15), "lp": iv(0.58, 0.52, 0.64)},
+            # better LP, worse p99: on the frontier
+            "mps-prio": {"p99": iv(1.40, 1.30, 1.50), "lp": iv(0.90, 0.85, 0.95)},
+        }
+        marks = st.pareto(rows)
+        self.assertEqual(marks["fikit"]["dominated_by"], [])
+        self.assertEqual(marks["mps-prio"]["dominated_by"], [])
+        self.assertIn("fikit", marks["default"]["dominated_by"])
+        self.assertIn("fikit", marks["default"]["significant_by"])
+        self.assertEqual(marks["mps"]["dominated_by"], ["fikit"])
+        self.assertEqual(marks["mps"]["significant_by"], [])
+
+    def test_equal_medians_do_not_dominate(self):
+        same = {"p99": iv(1.2, 1.1, 1.3), "lp": iv(0.5, 0.4, 0.6)}
+        marks = st.pareto({"a": dict(same), "b": dict(same)})
+        self.assertEqual(marks["a"]["dominated_by"], [])
+        self.assertEqual(marks["b"]["dominated_by"], [])
+
+    def test_setup_without_a_metric_is_left_out(self):
+        marks = st.pareto({"a": {"p99": iv(1, 1, 1), "lp": None}, "b": {"p99": iv(2, 2, 2), "lp": iv(0.1, 0.1, 0.1)}})
+        self.assertNotIn("a", marks)
+        self.assertEqual(marks["b"]["dominated_by"], [])
+
+
+def pair_runs(setups, rng):
+    """A pair's raw results: HP p99 / LP rate around these medians, 5 repetitions each."""
+    runs = {}
+    for name, (p99, lp) in setups.items():
+        runs[name] = [{"hp": {"p50": p99 * 0.8 * rng.uniform(0.98, 1.02), "p99": p99 * rng.uniform(0.98, 1.02)},
+                       "lp_rate": lp * rng.uniform(0.98, 1.02)} for _ in range(5)]
+    return {"hp": "resnet50", "lp": "gemm8192", "arrival": "closed", "think_ms": 2, "load": None,
+            "requests": 300, "lp_unit": "GEMM/s", "setups": list(setups), "runs": runs}
+
+
+class PairSummary(unittest.TestCase):
+    def setUp(self):
+        self.pr = pair_runs({"alone": (1000, 100), "alone-b": (1000, 100), "default": (1600, 80),
+                             "mps": (1500, 90), "mps-prio": (1300, 85), "fikit": (1100, 60),
+                             "fikit-mps": (1050, 88)}, random.Random(5))
+        self.s = er.summarise_pair(self.pr, seed=1)
+
+    def test_ratios_to_alone_and_noise_floor_row(self):
+        self.assertNotIn("alone", self.s["rows"])
+        self.assertAlmostEqual(self.s["rows"]["alone-b"]["p99"]["ratio"], 1.0, delta=0.05)
+        self.assertAlmostEqual(self.s["rows"]["default"]["p99"]["ratio"], 1.6, delta=0.08)
+        self.assertAlmostEqual(self.s["rows"]["fikit-mps"]["lp"]["ratio"], 0.88, delta=0.05)
+        self.assertEqual(self.s["rows"]["default"]["reps"], 5)
+
+    def test_noise_floor_is_not_a_competitor(self):
+        self.assertNotIn("alone-b", self.s["pareto"])
+
+    def test_best_fikit_and_its_comparisons(self):
+        # fikit-mps beats fikit on both metrics: it is the best FIKIT setup, and beats default on both
+        self.assertEqual(self.s["best_fikit"], "fikit-mps")
+        self.assertIn("fikit-mps", self.s["pareto"]["fikit"]["dominated_by"])
+        self.assertIn("fikit-mps", self.s["pareto"]["default"]["significant_by"])
+        vs = self.s["versus"]["default"]
+        self.assertEqual(er.verdict(vs["p99"], lower_is_better=True), "better")
+        self.assertEqual(er.verdict(vs["lp"], lower_is_better=False), "better")
+
+    def test_table_marks_rows(self):
+        text = er.pair_block("resnet50:gemm8192@closed", dict(self.pr, summary=self.s), {})
+        lines = {l.split()[0]: l for l in text.splitlines() if l.strip() and l.split()[0] in self.s["rows"]}
+        self.assertIn("noise floor", lines["alone-b"])
+        self.assertIn("dominated by", lines["default"])
+        self.assertIn("significant: ", lines["default"])
+        self.assertTrue(lines["fikit-mps"].rstrip().endswith("-"))
+        self.assertIn("FIKIT best (fikit-mps) vs default", text)
+
+    def test_missing_setup_runs_do_not_break_the_table(self):
+        self.pr["runs"]["mps"] = []
+        s = er.summarise_pair(self.pr, seed=1)
+        self.assertIsNone(s["rows"]["mps"]["p99"])
+        self.assertNotIn("mps", s["pareto"])
+        er.pair_block("x", dict(self.pr, summary=s), {})
+
+    def test_capped_windows_are_counted(self):
+        for r in self.pr["runs"]["default"][:3]:
+            r["hp"]["capped"] = True
+        text = er.pair_block("p1", dict(self.pr, summary=self.s), {})
+        self.assertIn("capped windows (the HP's requests stopped at --window-max-s): default 3 of 5", text)
+
+    def test_mps_client_priorities_as_the_processes_ended_up(self):
+        workers = {"a": {"role": "hp", "setup": "mps-prio", "pairs": ["p1"], "env": {"CUDA_MPS_CLIENT_PRIORITY": "0"}},
+                   "b": {"role": "lp", "setup": "mps-prio", "pairs": ["p1"], "env": {"CUDA_MPS_CLIENT_PRIORITY": "1"}},
+                   "c": {"role": "lp", "setup": "fikit-mps", "pairs": ["p1"], "env": {}},
+                   "d": {"role": "hp", "setup": "fikit-mps", "pairs": ["p1"], "env_given": {}}}
+        text = er.pair_block("p1", dict(self.pr, summary=self.s), workers)
+        self.assertIn("MPS client priority: mps HP ? LP ?; ", text)
+        self.assertIn("mps-prio HP 0 LP 1", text)
+        self.assertIn("fikit-mps HP ? LP unset", text)
+
+    def test_share_stats_shown_for_the_pair_workers_only(self):
+        workers = {"lp-gemm8192-fikit": {"role": "lp", "setup": "fikit", "log": "012-lp", "pairs": ["p1"],
+                                         "share_stats": {"reaction_us": {"n": 9, "p50": 3.5}}},
+                   "lp-other": {"role": "lp", "setup": "fikit", "log": "013-lp", "pairs": ["p2"],
+                                "share_stats": {"reaction_us": {"n": 1}}}}
+        text = er.pair_block("p1", dict(self.pr, summary=self.s), workers)
+        self.assertIn("reaction_us{n=9,p50=3.5}", text)
+        self.assertNotIn("013-lp", text)
+
+
+class Requests(unittest.TestCase):
+    """example_common.run_requests, the request loop of infer.py, with a 2 ms stand-in request."""
+
+    class NoStop:
+        stopped = False
+
+    def run_with(self, **kw):
+        args = dict(count=40, warmup=2, arrival="closed", think_s=0.001, rate=0.0, load=0.0, seed=1, stop=self.NoStop())
+        args.update(kw)
+        return ec.run_requests(lambda: time.sleep(0.002), **args)
+
+    def test_closed_loop_latency_is_the_service_time(self):
+        r = self.run_with()
+        self.assertEqual(r["requests"], 40)
+        self.assertEqual(r["jct_us"], r["service_us"])
+        self.assertGreaterEqual(r["jct_us"]["p50"], 2000)
+        self.assertFalse(r["capped"])
+        self.assertGreaterEqual(r["wall_s"], 40 * 0.002 + 39 * 0.001)
+
+    def test_poisson_latency_includes_queueing(self):
+        # 300 arrivals a second of 2 ms requests: busy 60 % of the time, so some requests queue.
+        r = self.run_with(arrival="poisson", rate=300.0, count=150)
+        self.assertEqual(r["rate"], 300.0)
+        self.assertGreaterEqual(r["jct_us"]["p50"], r["service_us"]["p50"])
+        self.assertGreater(r["jct_us"]["p99"], 1.3 * r["service_us"]["p99"])
+        self.assertGreater(r["wall_s"], 0.3)      # 150 arrivals at 300/s: ~0.5 s
+
+    def test_load_sizes_the_rate_from_the_warm_up(self):
+        r = self.run_with(arrival="poisson", load=0.5, warmup=5, count=5)
+        self.assertTrue(100 < r["rate"] < 260, r["rate"])     # 0.5 / ~2.1 ms
+
+    def test_max_s_caps_the_window(self):
+        r = self.run_with(count=10000, max_s=0.1)
+        self.assertTrue(r["capped"])
+        self.assertLess(r["requests"], 10000)
+        self.assertLess(r["wall_s"], 0.2)
+
+
+class Scenarios(unittest.TestCase):
+    def test_rotation_visits_every_setup_once_per_rep(self):
+        items = ["a", "b", "c"]
+        self.assertEqual(esc.rotated(items, 0), ["a", "b", "c"])
+        self.assertEqual(esc.rotated(items, 1), ["b", "c", "a"])
+        self.assertEqual(esc.rotated(items, 4), ["b", "c", "a"])
+
+    def test_parse_pair(self):
+        self.assertEqual(wl.parse_pair("resnet50:gemm8192", "closed"), ("resnet50", "gemm8192", "closed"))
+        self.assertEqual(wl.parse_pair("resnet50-graph:gemm2048@poisson", "closed"),
+                         ("resnet50-graph", "gemm2048", "poisson"))
+        self.assertEqual(wl.parse_pair("synthetic@poisson", "closed"), ("synthetic", "synthetic-train", "poisson"))
+        for bad in ("resnet50", "resnet50:nope", "nope:gemm8192", "resnet50:gemm8192@open"):
+            with self.assertRaises(ValueError):
+                wl.parse_pair(bad, "closed")
+
+    def test_pair_setups(self):
+        setups = es.pair_setups(list(es.PAIR_SETUPS), [("", []), ("[min-gap=10us]", ["--min-gap", "10us"])], True)
+        names = [s.name for s in setups]
+        self.assertEqual(names, ["alone", "alone-b", "default", "mps", "mps-prio", "fikit", "fikit[min-gap=10us]",
+                                 "fikit-mps", "fikit-mps[min-gap=10us]"])
+        by = {s.name: s for s in setups}
+        self.assertTrue(by["mps-prio"].client_prio and by["mps-prio"].mps)
+        # On a GPU fikit-run sets the client priority of fikit-mps; the simulator needs it from us.
+        self.assertFalse(by["fikit-mps"].client_prio)
+        self.assertTrue(es.pair_setups(["fikit-mps"], [("", [])], False)[0].client_prio)
+        self.assertEqual(by["fikit[min-gap=10us]"].flags, ["--min-gap", "10us"])
+        with self.assertRaises(ValueError):
+            es.pair_setups(["alone", "nope"], [("", [])], True)
+
+    @unittest.skipUnless(es.shutil.which("taskset"), "taskset not installed")
+    def test_pinning(self):
+        p = es.Pinning("0-1:2,3:4-6")
+        self.assertEqual(p.sets, {"daemon": "0,1", "hp": "2,3", "lp": "4,5,6"})
+        self.assertEqual(p.wrap("hp", ["x"]), ["taskset", "-c", "2,3", "x"])
+        for bad in ("0-1:1-2:3", "0:1", "a:b:c"):
+            with self.assertRaises(ValueError):
+                es.Pinning(bad)
+        self.assertEqual(es.Pinning("none").wrap("hp", ["x"]), ["x"])
+
+
+FAKE_JOB = r'''
+import sys, time
+sys.path.insert(0, %r)
+from example_common import Progress, StopFlag, serve
+done = {"steps": 0}
+def step():
+    time.sleep(0.002)
+    done["steps"] += 1
+def run(n, options):
+    t0 = time.monotonic()
+    time.sleep(0.001 * n)
+    return {"requests": n, "t0": t0, "t1": time.monotonic(), "echo": options}
+serve(StopFlag(), Progress(5), lambda: dict(done), step=step, run=run)
+'''
+
+
+class ServeProtocol(unittest.TestCase):
+    """eval_proc.Served against examples/pytorch/example_common.serve, with a job that sleeps."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="bench-test-")
+        script = os.path.join(self.dir, "job.py")
+        with open(script, "w") as f:
+            f.write(FAKE_JOB % os.path.join(ROOT, "examples", "pytorch"))
+        self.p = ep.Served("job", [sys.executable, script], self.dir)
+        self.p.wait_event("ready", 20)
+
+    def tearDown(self):
+        self.p.stop()
+
+    def test_run_go_pause_quit(self):
+        r = self.p.command("run 20 arrival=poisson seed=3", "run", 10)
+        self.assertEqual(r["requests"], 20)
+        self.assertEqual(r["echo"], {"arrival": "poisson", "seed": "3"})
+        going = self.p.command("go", "going", 10)
+        time.sleep(0.2)
+        paused = self.p.command("pause", "paused", 10)
+        self.assertGreater(paused["steps"], going["steps"] + 10)
+        # Paused means no step runs: the counter and the progress records stand still.
+        n_records = len(self.p.progress())
+        time.sleep(0.1)
+        self.assertEqual(len(self.p.progress()), n_records)
+        self.assertEqual(self.p.command("pause", "paused", 10)["steps"], paused["steps"])
+        rate = st.rate_in_window(self.p.progress(), "steps", going["t"] + 0.05, paused["t"] - 0.05)
+        self.assertTrue(100 < rate < 600, rate)
+        self.assertEqual(self.p.quit(10), 0)
+
+    def test_errors_are_answered(self):
+        with self.assertRaises(ep.ChildError):
+            self.p.command("jump", "paused", 10)
+        with self.assertRaises(ep.ChildError):
+            self.p.command("run x", "run", 10)
+        self.assertEqual(self.p.command("pause", "paused", 10)["steps"], 0)
+
+    def test_sigterm_while_idle_exits(self):
+        self.assertEqual(self.p.stop(grace_s=5), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
