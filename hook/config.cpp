@@ -157,6 +157,9 @@ Config parse() noexcept {
   read_backend(cfg);
   read_path("FIKIT_KEY_FILE", cfg.key_file, sizeof cfg.key_file);
   read_path("FIKIT_SHARE_STATS", cfg.share_stats_path, sizeof cfg.share_stats_path);
+  read_path("FIKIT_BELL", cfg.bell_path, sizeof cfg.bell_path);
+  if (cfg.bell_path[0] == '\0')
+    std::snprintf(cfg.bell_path, sizeof cfg.bell_path, "/dev/shm/fikit-bell-%u", unsigned(cfg.scheduler_port));
   const char* stats = std::getenv("FIKIT_STATS");
   cfg.stats = stats != nullptr && stats[0] != '\0' && std::strcmp(stats, "0") != 0;
   if (const char* trace = std::getenv("FIKIT_TRACE_IDS"); trace != nullptr && *trace != '\0') {

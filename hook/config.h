@@ -24,6 +24,7 @@ struct Config {
   BackendKind backend = BackendKind::Auto;  // FIKIT_BACKEND=auto|timeslice|mps (auto: ask the driver)
   char key_file[512] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)
   char share_stats_path[512] = {};      // FIKIT_SHARE_STATS=path: share-mode statistics appended at exit
+  char bell_path[512] = {};             // FIKIT_BELL=path|off (default /dev/shm/fikit-bell-PORT): the holder's bell
   char command_line[1024] = {};         // /proc/self/cmdline, spaces between arguments (for the profile DB)
   bool stats = false;                   // FIKIT_STATS=1: per-entry-point call counts on stderr at exit
   char trace_ids_path[512] = {};        // FIKIT_TRACE_IDS=path: one line per new kernel ID (debugging, tests)

@@ -20,6 +20,7 @@ constexpr uint64_t kMs = 1'000'000;
 constexpr int kReceivePollMs = 10;                    // the receiver's housekeeping period
 constexpr uint64_t kFirstBackoffNs = 50 * kMs;        // registration retries: 50 ms, doubling...
 constexpr uint64_t kMaxBackoffNs = 5'000 * kMs;       // ...up to 5 s, each +-50 % at random
+constexpr uint32_t kMaxUnconfirmedRings = 100;
 
 uint64_t jitter(uint64_t ns) noexcept {
   uint32_t r = 0;
@@ -142,8 +143,8 @@ void Client::notify(uint64_t kernel_id, uint64_t launched_ns, uint8_t flags) noe
   if (!queue_.push(kernel_id, launched_ns, flags) && !queue_.running()) notify_now(kernel_id, launched_ns, flags);
 }
 
-void Client::notify_now(uint64_t kernel_id, uint64_t launched_ns, uint8_t flags) noexcept {
-  send(protocol::Type::Notify, protocol::Notify{kernel_id, launched_ns, flags});
+void Client::notify_now(uint64_t kernel_id, uint64_t launched_ns, uint8_t flags, uint32_t activity_generation) noexcept {
+  send(protocol::Type::Notify, protocol::Notify{kernel_id, launched_ns, flags, activity_generation});
 }
 
 void Client::send_idle(uint64_t last_kernel_id) noexcept { send(protocol::Type::Idle, protocol::Idle{last_kernel_id}); }
@@ -153,6 +154,48 @@ void Client::send_want(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
   if (predicted_ns > protocol::kMaxPredictedNs) predicted_ns = protocol::kMaxPredictedNs;
   stats_.want_sent();
   send(protocol::Type::Want, protocol::Want{kernel_id, predicted_ns, uint8_t(profiled ? protocol::kWantProfiled : 0)});
+}
+
+uint32_t Client::ring(uint64_t now) noexcept {
+  protocol::BellBoard* board = bell_.load(std::memory_order_acquire);
+  const uint16_t slot = bell_slot_.load(std::memory_order_relaxed);
+  if (board == nullptr || slot >= protocol::kBellSlots) return 0;
+  const uint32_t generation = rung_.fetch_add(1, std::memory_order_relaxed) + 1;
+  board->slots[slot].at_ns.store(now, std::memory_order_relaxed);
+  board->slots[slot].generation.store(generation, std::memory_order_release);
+  return generation;
+}
+
+bool Client::bell_pending(uint16_t slot, uint32_t known, uint64_t now, uint32_t* generation, uint64_t* at_ns) noexcept {
+  protocol::BellBoard* board = bell_.load(std::memory_order_acquire);
+  if (board == nullptr || slot >= protocol::kBellSlots) return false;
+  const uint32_t g = board->slots[slot].generation.load(std::memory_order_acquire);
+  if (g <= known || g == ignored_ring_.load(std::memory_order_relaxed)) return false;
+  const uint64_t at = board->slots[slot].at_ns.load(std::memory_order_relaxed);
+  if (now > at && now - at > protocol::kBellConfirmNs) {
+    // The daemon never confirmed it: a lost datagram, a very slow daemon, or a process ringing that
+    // is not the holder. Too many of those and the bell is not listened to any more.
+    ignored_ring_.store(g, std::memory_order_relaxed);
+    if (unconfirmed_rings_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxUnconfirmedRings) {
+      bell_.store(nullptr, std::memory_order_release);
+      log(LogLevel::Warn, "share mode: %u rings of the holder's bell were never confirmed by the scheduler: "
+          "no longer listening to the bell", kMaxUnconfirmedRings);
+    }
+    return false;
+  }
+  *generation = g;
+  *at_ns = at;
+  return true;
+}
+
+void Client::holder_returned(uint32_t generation, uint64_t at_ns) noexcept {
+  uint32_t seen = reacted_.load(std::memory_order_relaxed);
+  do {
+    if (generation != 0 && generation <= seen) return;   // this return was measured already
+  } while (!reacted_.compare_exchange_weak(seen, generation, std::memory_order_relaxed));
+  const uint64_t last_go = last_go_ns_.load(std::memory_order_relaxed);
+  auto probe = probe_.load(std::memory_order_acquire);
+  stats_.reaction(last_go > at_ns ? last_go - at_ns : 0, probe ? probe(probe_context_) : 0);
 }
 
 void Client::set_disconnected(const char* why) noexcept {
@@ -182,6 +225,13 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     grant_latency_ns_.store(r->grant_latency_ns, std::memory_order_relaxed);
     cell_.store(r->directive, fresh);
     last_heard_ns_.store(now, std::memory_order_release);
+    bell_slot_.store(r->bell_slot, std::memory_order_relaxed);
+    // The bell of this daemon (a restarted one makes a new board). A board once mapped stays
+    // mapped: launching threads may be reading it.
+    protocol::BellBoard* board = bell_.load();
+    if ((board == nullptr || board->epoch != m.header.epoch) && opts_.bell_path[0] != '\0' &&
+        std::strcmp(opts_.bell_path, "off") != 0 && unconfirmed_rings_.load() < kMaxUnconfirmedRings)
+      bell_.store(protocol::map_bell(opts_.bell_path, m.header.epoch), std::memory_order_release);
     backoff_ns_ = 0;
     const bool was = connected_.exchange(true, std::memory_order_acq_rel);
     if (!was) {
@@ -215,10 +265,10 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     const protocol::State before = cell_.state();
     if (!cell_.store(*d, false)) return;
     stats_.directive();
-    // The holder came back: how long its news took to get here, and what this task had in flight.
-    if (before == protocol::State::Run && d->state != protocol::State::Run && d->cause_ns != 0 && d->cause_ns <= now) {
-      auto probe = probe_.load(std::memory_order_acquire);
-      stats_.reaction(now - d->cause_ns, probe ? probe(probe_context_) : 0);
+    // The holder came back (unless the bell said so first): how long this task kept launching.
+    if (before == protocol::State::Run && d->state != protocol::State::Run && d->cause_ns != 0) {
+      holder_returned(d->watch_generation, d->cause_ns);
+      if (now > d->cause_ns) stats_.directive_latency(now - d->cause_ns);
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "auth.h"
+#include "bell.h"
 #include "directive_cell.h"
 #include "notify_queue.h"
 #include "protocol.h"
@@ -29,6 +30,7 @@ struct ClientOptions {
   uint32_t daemon_timeout_ms = 100;   // no answer for this long (beyond half a lease): passthrough
   uint32_t notify_spin_us = 200;      // the notification sender's spin before it sleeps (0: never)
   std::optional<protocol::Key> key;   // authenticate datagrams both ways
+  char bell_path[512] = {};           // the daemon's bell board ("" or "off": none)
 };
 
 class Client {
@@ -65,9 +67,22 @@ class Client {
   // A launch notification via the sender thread (sent at once when there is none).
   void notify(uint64_t kernel_id, uint64_t launched_ns, uint8_t flags) noexcept;
   // At once, from this thread: the first launch after idle (lower tasks must hear of it first).
-  void notify_now(uint64_t kernel_id, uint64_t launched_ns, uint8_t flags) noexcept;
+  void notify_now(uint64_t kernel_id, uint64_t launched_ns, uint8_t flags, uint32_t activity_generation = 0) noexcept;
   void send_idle(uint64_t last_kernel_id) noexcept;
   void send_want(uint64_t kernel_id, uint64_t predicted_ns, bool profiled) noexcept;
+
+  // The bell (bell.h). The holder rings its slot when its activity starts: returns the generation
+  // rung (for the notification), 0 when there is no bell.
+  uint32_t ring(uint64_t now) noexcept;
+  // A task below the holder: whether the holder's bell says it is back and the daemon's directive
+  // (which knows up to `known` of its rings) has not caught up, as of `now`. Sets *generation and
+  // *at_ns of that ring. A ring the daemon has not confirmed within kBellConfirmNs is ignored.
+  bool bell_pending(uint16_t slot, uint32_t known, uint64_t now, uint32_t* generation, uint64_t* at_ns) noexcept;
+
+  // The holder's return: how long this task kept launching after it (its last launch decision that
+  // went, minus the holder's launch), once per return, and its work in flight then.
+  void launch_went(uint64_t now) noexcept { last_go_ns_.store(now, std::memory_order_relaxed); }
+  void holder_returned(uint32_t generation, uint64_t at_ns) noexcept;
 
   uint64_t notifications_dropped() const noexcept { return queue_.dropped(); }
   uint64_t session() const noexcept { return session_; }
@@ -105,6 +120,13 @@ class Client {
   std::atomic<uint32_t> registrations_{0};  // futex word: bumped on each registration answer
   std::atomic<uint64_t (*)(void*)> probe_{nullptr};
   void* probe_context_ = nullptr;
+  std::atomic<protocol::BellBoard*> bell_{nullptr};
+  std::atomic<uint16_t> bell_slot_{protocol::kNoBellSlot};
+  std::atomic<uint32_t> rung_{0};                // this task's rings
+  std::atomic<uint32_t> ignored_ring_{0};        // a ring the daemon never confirmed
+  std::atomic<uint32_t> unconfirmed_rings_{0};
+  std::atomic<uint32_t> reacted_{0};             // the holder's last return measured
+  std::atomic<uint64_t> last_go_ns_{0};
   // Receiver thread only.
   protocol::ReplayWindow window_;
   uint64_t next_register_ns_ = 0, backoff_ns_ = 0;

@@ -18,6 +18,8 @@ class DirectiveCell {
     uint8_t role = 0;
     protocol::State state = protocol::State::Run;
     uint32_t bound_ns = 0, overlap_ns = 0;
+    uint16_t watch_slot = protocol::kNoBellSlot;
+    uint32_t watch_generation = 0;
     uint32_t changes = 0;   // the value of changes() this view was read at
   };
 
@@ -30,6 +32,8 @@ class DirectiveCell {
     state_.store(uint8_t(d.state), std::memory_order_relaxed);
     bound_ns_.store(d.bound_ns, std::memory_order_relaxed);
     overlap_ns_.store(d.overlap_ns, std::memory_order_relaxed);
+    watch_slot_.store(d.watch_slot, std::memory_order_relaxed);
+    watch_generation_.store(d.watch_generation, std::memory_order_relaxed);
     // Credit comes whole with its directive and replaces what was left of the previous one.
     credit_until_ns_.store(d.credit_until_ns, std::memory_order_relaxed);
     credit_left_ns_.store(int64_t(d.credit_ns), std::memory_order_relaxed);
@@ -51,6 +55,8 @@ class DirectiveCell {
     v.state = protocol::State(state_.load(std::memory_order_relaxed));
     v.bound_ns = bound_ns_.load(std::memory_order_relaxed);
     v.overlap_ns = overlap_ns_.load(std::memory_order_relaxed);
+    v.watch_slot = watch_slot_.load(std::memory_order_relaxed);
+    v.watch_generation = watch_generation_.load(std::memory_order_relaxed);
     return v;
   }
   uint8_t role() const noexcept { return role_.load(std::memory_order_relaxed); }
@@ -88,6 +94,8 @@ class DirectiveCell {
   std::atomic<uint8_t> role_{0};
   std::atomic<uint8_t> state_{uint8_t(protocol::State::Run)};
   std::atomic<uint32_t> bound_ns_{0}, overlap_ns_{0};
+  std::atomic<uint16_t> watch_slot_{protocol::kNoBellSlot};
+  std::atomic<uint32_t> watch_generation_{0};
   std::atomic<uint64_t> credit_until_ns_{0};
   std::atomic<int64_t> credit_left_ns_{0};
   std::atomic<uint64_t> credit_cursor_ns_{0};   // predicted end of the credit launches so far

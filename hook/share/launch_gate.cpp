@@ -26,11 +26,19 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
     const DirectiveCell::View v = cell.load();
     if (v.role & protocol::kRoleHolder) break;
     const uint64_t now = monotonic_ns();
+    protocol::State state = v.state;
+    // The holder's bell rang and the daemon's directive has not caught up: it is Fill already.
+    uint32_t ring = 0;
+    uint64_t rung_at = 0;
+    if (state == protocol::State::Run && client_.bell_pending(v.watch_slot, v.watch_generation, now, &ring, &rung_at)) {
+      state = protocol::State::Fill;
+      client_.holder_returned(ring, rung_at);
+    }
     bool wait_gpu = false;
-    if (v.state == protocol::State::Run) {
+    if (state == protocol::State::Run) {
       if (window_.admit(predicted_ns, v.bound_ns)) break;
       wait_gpu = true;
-    } else if (v.state == protocol::State::Fill) {
+    } else if (state == protocol::State::Fill) {
       if (v.overlap_ns != 0 && predicted_ns <= v.overlap_ns) {
         if (window_.admit(predicted_ns, v.bound_ns)) {
           stats.on_overlap();
@@ -64,11 +72,17 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
             static_cast<unsigned long long>(stats.forced_count()));
       break;
     }
-    if (wait_gpu) window_.wait_progress(std::min(deadline, now + kLookAgainNs));
-    else cell.wait_change(v.changes, std::min(deadline - now, kLookAgainNs));
+    if (wait_gpu) {
+      window_.wait_progress(std::min(deadline, now + kLookAgainNs));
+    } else {
+      // A bell waits for the daemon's directive only so long: past that the ring is ignored.
+      const uint64_t until = ring != 0 ? std::min(deadline, rung_at + protocol::kBellConfirmNs + 1) : deadline;
+      cell.wait_change(v.changes, std::max<uint64_t>(std::min(until - std::min(until, now), kLookAgainNs), 1000));
+    }
   }
-  const uint64_t waited = monotonic_ns() - start;
-  if (waited > 1'000) stats.waited(waited);
+  const uint64_t end = monotonic_ns();
+  client_.launch_went(end);
+  if (end - start > 1'000) stats.waited(end - start);
 }
 
 }  // namespace fikit::hook::share

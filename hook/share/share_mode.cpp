@@ -74,6 +74,7 @@ std::optional<share::ClientOptions> client_options(const Config& cfg, protocol::
   o.device = current_device();
   o.backend = detect_backend(cfg, o.device);
   o.daemon_timeout_ms = cfg.daemon_timeout_ms > 0 ? cfg.daemon_timeout_ms : 100;
+  std::snprintf(o.bell_path, sizeof o.bell_path, "%s", cfg.bell_path);
   if (cfg.key_file[0] != '\0') {
     protocol::Key key;
     std::string error;
@@ -130,13 +131,20 @@ class ShareMode final : public Mode {
     if (!client_.connected()) return;   // passthrough
     const uint8_t role = client_.directive().role();
     if (role & protocol::kRoleActivity) {
-      // Activity starts: the tasks below stop at this news, so it leaves now, from this thread,
-      // before the launch. Also once per keep-alive period, so the daemon never finds it quiet.
+      // Activity starts (after a sync, or after a silence the daemon may have taken for idle): the
+      // tasks below stop at this news, so it leaves now, from this thread, before the launch: the
+      // bell first (they stop within nanoseconds), then the daemon (which confirms). While active,
+      // a keep-alive per period through the notification thread, so the daemon never finds it quiet.
       const uint64_t now = monotonic_ns();
-      if (idle_.exchange(false, std::memory_order_relaxed) ||
-          now - last_notify_ns_.load(std::memory_order_relaxed) >= kKeepAliveNs) {
+      const bool starts = idle_.exchange(false, std::memory_order_relaxed) ||
+                          now - last_launch_ns_.load(std::memory_order_relaxed) >= kSilenceNs;
+      last_launch_ns_.store(now, std::memory_order_relaxed);
+      if (starts) {
         last_notify_ns_.store(now, std::memory_order_relaxed);
-        client_.notify_now(op.id, now, protocol::kNotifyActivityStart);
+        client_.notify_now(op.id, now, protocol::kNotifyActivityStart, client_.ring(now));
+      } else if (now - last_notify_ns_.load(std::memory_order_relaxed) >= kKeepAliveNs) {
+        last_notify_ns_.store(now, std::memory_order_relaxed);
+        client_.notify(op.id, now, 0);
       }
     }
     if (role & protocol::kRoleHolder) return;   // the holder never waits
@@ -181,8 +189,10 @@ class ShareMode final : public Mode {
   }
 
  private:
-  // Well under the daemon's holder-quiet timeout (20 ms by default).
+  // Well under the daemon's holder-quiet timeout (20 ms by default); a silence half as long may have
+  // been taken for idle, so the launch after it starts activity again.
   static constexpr uint64_t kKeepAliveNs = 2'000'000;
+  static constexpr uint64_t kSilenceNs = 10'000'000;
 
   Client& client_;
   share::InflightWindow window_;
@@ -193,6 +203,7 @@ class ShareMode final : public Mode {
   std::atomic<bool> idle_{true};
   std::atomic<bool> gap_open_{false};
   std::atomic<uint64_t> last_notify_ns_{0};
+  std::atomic<uint64_t> last_launch_ns_{0};
   std::atomic<uint64_t> last_kernel_{0};
 };
 

@@ -15,8 +15,12 @@ class ShareStats {
   void enable(const char* path) noexcept;
   bool enabled() const noexcept { return path_[0] != '\0'; }
 
-  // Receiver thread: the holder's return (a directive moving this task from Run to Fill or Hold).
+  // The holder's return: how long this task kept launching after it, and its work in flight then
+  // (once per return, from whichever thread noticed it first).
   void reaction(uint64_t reaction_ns, uint64_t inflight_ns) noexcept;
+  // Receiver thread: how long the daemon's directive for a return took to arrive (the datagram path;
+  // with the bell, the task stopped before it came).
+  void directive_latency(uint64_t ns) noexcept;
   void directive() noexcept { directives_.fetch_add(1, std::memory_order_relaxed); }
 
   // Launching threads.
@@ -42,7 +46,8 @@ class ShareStats {
   char path_[512] = {};
   uint64_t* reaction_ns_ = nullptr;   // kMaxSamples each, when enabled
   uint64_t* inflight_ns_ = nullptr;
-  std::atomic<uint32_t> samples_{0};
+  uint64_t* directive_ns_ = nullptr;
+  std::atomic<uint32_t> samples_{0}, directive_samples_{0};
   std::atomic<uint64_t> directives_{0}, reactions_{0}, waits_{0}, wait_ns_{0}, max_wait_ns_{0}, forced_{0},
       credit_launches_{0}, overlap_launches_{0}, wants_{0}, launches_{0};
 };

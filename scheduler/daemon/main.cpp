@@ -8,6 +8,7 @@
 #include <string>
 
 #include "auth.h"
+#include "bell.h"
 #include "control.h"
 #include "db_profiles.h"
 #include "options.h"
@@ -44,6 +45,9 @@ void usage(FILE* to) {
                "                       ask for them get priority N (default 1)\n"
                "  --control PATH       control socket for `status` (default $XDG_RUNTIME_DIR/fikit/\n"
                "                       scheduler-PORT.sock, else /tmp/fikit-UID/scheduler-PORT.sock)\n"
+               "  --bell PATH|off      the bell board where holders ring when they start launching, so\n"
+               "                       lower tasks stop at once (default /dev/shm/fikit-bell-PORT; mode 600:\n"
+               "                       clients of other users hear of the holder by datagram only)\n"
                "  --config FILE        'key = value' settings (keys as the flags, without --)\n"
                "  --log-level LEVEL    error|warn|info|debug|trace (default info)\n"
                "  -h, --help           this help\n"
@@ -151,6 +155,8 @@ int main(int argc, char** argv) {
   server.settings = opts.policy;
   server.control_path = opts.control_path.empty() ? fikit::scheduler::default_control_path(opts.listen_port)
                                                   : opts.control_path;
+  server.bell_path = opts.bell_path.empty() ? fikit::protocol::default_bell_path(opts.listen_port)
+                     : opts.bell_path == "off" ? std::string() : opts.bell_path;
   if (!opts.key_file.empty()) {
     fikit::protocol::Key key;
     if (!fikit::protocol::load_key_file(opts.key_file, key, error)) {
@@ -168,9 +174,9 @@ int main(int argc, char** argv) {
   fikit::scheduler::DbProfileSource profiles(opts.db_path);
   try {
     fikit::scheduler::Server daemon(server, profiles);
-    spdlog::info("listening on {}:{} ({}), control socket {}, profiles from {}", opts.listen_host, daemon.port(),
-                 server.key ? "datagrams authenticated with " + opts.key_file : std::string("no key"),
-                 server.control_path, opts.db_path);
+    spdlog::info("listening on {}:{} ({}), control socket {}, bell {}, profiles from {}", opts.listen_host,
+                 daemon.port(), server.key ? "datagrams authenticated with " + opts.key_file : std::string("no key"),
+                 server.control_path, server.bell_path.empty() ? "off" : server.bell_path, opts.db_path);
     daemon.run(/*handle_signals=*/true);
     const auto s = daemon.snapshot();
     spdlog::info("stopped ({} malformed, {} bad MAC, {} refused by session datagrams dropped)", s.malformed,

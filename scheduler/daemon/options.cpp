@@ -149,6 +149,14 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     opts.control_path = value;
     return true;
   }
+  if (key == "bell") {
+    if (value != "off" && (value.empty() || value[0] != '/')) {
+      error = "bell: '" + value + "' is neither an absolute path nor off";
+      return false;
+    }
+    opts.bell_path = value;
+    return true;
+  }
   if (key == "log-level") {
     if (value != "error" && value != "warn" && value != "info" && value != "debug" && value != "trace") {
       error = "log-level: '" + value + "' is not one of error, warn, info, debug, trace";

@@ -16,6 +16,7 @@ struct Options {
   std::string log_level = "info";
   std::string key_file;             // empty: no authentication
   std::string control_path;         // empty: default_control_path(listen_port)
+  std::string bell_path;            // empty: protocol::default_bell_path(listen_port); "off": none
   int reserved_priorities = -1;     // -1: 1 with a key, 0 without
   policy::Settings policy;
 };

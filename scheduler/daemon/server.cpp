@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include <sched.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <time.h>
 
@@ -9,6 +10,7 @@
 #include <future>
 #include <stdexcept>
 
+#include "bell.h"
 #include "control.h"
 #include "log_limiter.h"
 #include "sessions.h"
@@ -42,6 +44,11 @@ struct Server::Impl {
     if (ec) throw std::runtime_error("cannot listen on " + opts.host + ":" + std::to_string(opts.port) + ": " + ec.message());
     socket.non_blocking(true, ec);   // poll_while_notified() reads without blocking
     bound_port = socket.local_endpoint().port();
+    if (!opts.bell_path.empty()) {
+      std::string error;
+      bell = protocol::create_bell(opts.bell_path, sessions.epoch(), error);
+      if (bell == nullptr) spdlog::warn("{}: the holder's return reaches lower tasks by datagram only", error);
+    }
     if (!opts.control_path.empty())
       control = std::make_unique<ControlServer>(io, opts.control_path, [this](const std::string& command) {
         if (command == "status") return format_text(make_snapshot());
@@ -282,6 +289,7 @@ struct Server::Impl {
   asio::steady_timer timer;
   asio::signal_set signals;
   std::unique_ptr<ControlServer> control;
+  protocol::BellBoard* bell = nullptr;
   policy::Policy policy;
   Sessions sessions;
   LogLimiter limiter;
@@ -300,7 +308,12 @@ struct Server::Impl {
 Server::Server(const ServerOptions& options, policy::ProfileSource& profiles)
     : impl_(std::make_unique<Impl>(options, profiles)) {}
 
-Server::~Server() = default;
+Server::~Server() {
+  if (impl_->bell != nullptr) {
+    protocol::unmap_bell(impl_->bell);
+    unlink(impl_->opts.bell_path.c_str());
+  }
+}
 
 uint16_t Server::port() const { return impl_->bound_port; }
 

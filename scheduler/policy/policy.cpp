@@ -14,7 +14,8 @@ namespace {
 // Two directives tell the client the same thing at `now` (credit that has run out is no credit).
 bool same(const Directive& a, const Directive& b, uint64_t now) {
   const bool ca = a.credit_ns != 0 && a.credit_until_ns > now, cb = b.credit_ns != 0 && b.credit_until_ns > now;
-  if (a.role != b.role || a.state != b.state || a.bound_ns != b.bound_ns || a.overlap_ns != b.overlap_ns || ca != cb)
+  if (a.role != b.role || a.state != b.state || a.bound_ns != b.bound_ns || a.overlap_ns != b.overlap_ns ||
+      a.watch_slot != b.watch_slot || a.watch_generation != b.watch_generation || ca != cb)
     return false;
   return !ca || (a.credit_ns == b.credit_ns && a.credit_until_ns == b.credit_until_ns);
 }
@@ -88,7 +89,16 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (below) d.role |= protocol::kRoleActivity;
   if (t.id == holder_ && wanted) d.role |= protocol::kRoleGaps;
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
-  if (d.state == State::Fill && t.backend == Backend::Mps) d.overlap_ns = u32(settings_.mps_overlap_ns);
+  // What may run beside an active holder under MPS; the client applies it in Fill, and in Run while
+  // the holder's bell says it is back.
+  if (t.backend == Backend::Mps && d.state != State::Hold) d.overlap_ns = u32(settings_.mps_overlap_ns);
+  if (holder_ != 0 && holder_ != t.id) {
+    const Task& h = tasks_.at(holder_);
+    if (h.priority < t.priority) {
+      d.watch_slot = h.bell_slot;
+      d.watch_generation = h.activity_generation;
+    }
+  }
   if (d.state == State::Fill && gap_.open && gap_.filler == t.id && gap_.credit_until_ns > now) {
     d.credit_ns = gap_.credit_ns;
     d.credit_until_ns = gap_.credit_until_ns;
@@ -108,6 +118,12 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     if (next_task_id_ == 0) next_task_id_ = 1;   // 0 means "none" on the wire
     task = &tasks_[id];
     task->id = id;
+    for (size_t s = 0; s < bell_slot_used_.size(); ++s)
+      if (!bell_slot_used_[s]) {
+        bell_slot_used_[s] = true;
+        task->bell_slot = uint16_t(s);
+        break;
+      }
     task->key = reg.key;
     task->profile = profiles_.load(task->key);
     if (!task->profile) task->profile = std::make_shared<Profile>();
@@ -137,6 +153,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
   r.priority = uint8_t(task->priority);
   r.min_gap_ns = u32(settings_.min_gap_ns);
   r.grant_latency_ns = u32(settings_.grant_latency_ns);
+  r.bell_slot = task->bell_slot;
   r.directive = task->directive;
   out.push_back({task->id, r});
   // Its own directive travels in the reply.
@@ -186,6 +203,8 @@ void Policy::on_tick(uint64_t now, std::vector<Action>& out) {
 
 void Policy::drop(uint32_t id) {
   if (holder_ == id) holder_ = 0;
+  if (auto it = tasks_.find(id); it != tasks_.end() && it->second.bell_slot < bell_slot_used_.size())
+    bell_slot_used_[it->second.bell_slot] = false;
   if (gap_.open && (gap_.filler == id || holder_ == 0)) gap_ = Gap{};
   tasks_.erase(id);
   dropped_.push_back(id);
@@ -202,6 +221,8 @@ void Policy::handle_notify(uint64_t now, Task& t, const protocol::Notify& n) {
   t.active = true;
   t.idle_at = 0;
   t.last_launch = now;
+  if (n.flags & protocol::kNotifyActivityStart)
+    t.activity_generation = std::max(t.activity_generation, n.activity_generation);
   if (t.id != holder_) return;
   if (gap_.open) {
     // Early stop: the holder is back, the rest of its predicted gap is gone.

@@ -97,7 +97,7 @@ struct TaskStatus {
 class Policy {
  public:
   static constexpr uint64_t kNever = UINT64_MAX;
-  static constexpr size_t kMaxTasks = 256;
+  static constexpr size_t kMaxTasks = 256;   // = protocol::kBellSlots
 
   Policy(Settings settings, ProfileSource& profiles);
 
@@ -144,6 +144,8 @@ class Policy {
     uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
     std::optional<Wanted> want;      // blocked on this launch
     protocol::Directive directive;   // last sent
+    uint16_t bell_slot = protocol::kNoBellSlot;
+    uint32_t activity_generation = 0;   // its last activity start rung on the bell
     uint64_t fills = 0, notifications = 0, wants = 0;
   };
   // The holder's predicted idle gap, handed to one filler as credit.
@@ -180,6 +182,7 @@ class Policy {
   Gap gap_;
   uint64_t next_wake_ = kNever;
   std::vector<uint32_t> dropped_;
+  std::array<bool, 256> bell_slot_used_{};   // protocol::kBellSlots, one per task
   Counters counters_;
 };
 

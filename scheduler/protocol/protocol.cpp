@@ -65,20 +65,23 @@ Type type_of(const Body& body) {
   return kTypes[body.index()];
 }
 
-constexpr size_t kDirectiveSize = 40;
+constexpr size_t kDirectiveSize = 48;
 
 void write_directive(Writer& w, const Directive& d) {
-  w.u8(d.role); w.u8(uint8_t(d.state)); w.zeros(2);
+  w.u8(d.role); w.u8(uint8_t(d.state)); w.u16(d.watch_slot);
   w.u32(d.generation); w.u32(d.bound_ns); w.u32(d.overlap_ns);
   w.u64(d.credit_ns); w.u64(d.credit_until_ns); w.u64(d.cause_ns);
+  w.u32(d.watch_generation); w.zeros(4);
 }
 
 bool read_directive(Reader& r, Directive& d) {
   d.role = r.u8();
   const uint8_t state = r.u8();
-  const bool pad = r.zeros(2);
+  d.watch_slot = r.u16();
   d.generation = r.u32(); d.bound_ns = r.u32(); d.overlap_ns = r.u32();
   d.credit_ns = r.u64(); d.credit_until_ns = r.u64(); d.cause_ns = r.u64();
+  d.watch_generation = r.u32();
+  const bool pad = r.zeros(4);
   if (!pad || (d.role & ~kRoleMask) || state > uint8_t(State::Hold)) return false;
   d.state = State(state);
   // Credit only comes with Fill, and never without an end.
@@ -102,10 +105,13 @@ struct EncodeBody {
   }
   void operator()(const Registered& m) {
     if (m.lease_ms < kMinLeaseMs || m.lease_ms > kMaxLeaseMs || m.priority >= kPriorityLevels) { ok = false; return; }
-    w.u32(m.lease_ms); w.u8(m.priority); w.zeros(3); w.u32(m.min_gap_ns); w.u32(m.grant_latency_ns);
+    w.u32(m.lease_ms); w.u8(m.priority); w.zeros(1); w.u16(m.bell_slot); w.u32(m.min_gap_ns);
+    w.u32(m.grant_latency_ns);
     write_directive(w, m.directive);
   }
-  void operator()(const Notify& m) { w.u64(m.kernel_id); w.u64(m.launched_ns); w.u8(m.flags); w.zeros(7); }
+  void operator()(const Notify& m) {
+    w.u64(m.kernel_id); w.u64(m.launched_ns); w.u8(m.flags); w.zeros(3); w.u32(m.activity_generation);
+  }
   void operator()(const Idle& m) { w.u64(m.last_kernel_id); }
   void operator()(const Want& m) {
     if (m.predicted_ns == 0 || m.predicted_ns > kMaxPredictedNs) { ok = false; return; }
@@ -143,7 +149,8 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
       if (n != 16 + kDirectiveSize) return DecodeError::BadSize;
       Registered m;
       m.lease_ms = r.u32(); m.priority = r.u8();
-      const bool pad = r.zeros(3);
+      const bool pad = r.zeros(1);
+      m.bell_slot = r.u16();
       m.min_gap_ns = r.u32(); m.grant_latency_ns = r.u32();
       if (!pad || m.lease_ms < kMinLeaseMs || m.lease_ms > kMaxLeaseMs || m.priority >= kPriorityLevels ||
           !read_directive(r, m.directive))
@@ -154,7 +161,9 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
     case Type::Notify: {
       if (n != 24) return DecodeError::BadSize;
       Notify m; m.kernel_id = r.u64(); m.launched_ns = r.u64(); m.flags = r.u8();
-      if (!r.zeros(7) || (m.flags & ~kNotifyActivityStart)) return DecodeError::BadField;
+      const bool pad = r.zeros(3);
+      m.activity_generation = r.u32();
+      if (!pad || (m.flags & ~kNotifyActivityStart)) return DecodeError::BadField;
       body = m;
       break;
     }

@@ -49,6 +49,7 @@ constexpr uint8_t kRoleGaps = 4;       // holder: notify launches that open a fi
 constexpr uint8_t kRoleMask = kRoleHolder | kRoleActivity | kRoleGaps;
 
 constexpr uint8_t kNotifyActivityStart = 1;   // notify flags: the first launch after idle
+constexpr uint16_t kNoBellSlot = 0xFFFF;      // no slot on the bell board (bell.h)
 constexpr uint8_t kWantProfiled = 1;          // want flags: the prediction comes from the client's profile
 
 enum class ErrorCode : uint16_t { UnknownTask = 1, TooManyTasks = 2, BadRequest = 3 };
@@ -84,15 +85,22 @@ struct Directive {
   uint64_t credit_ns = 0;        // Fill: predicted work it may launch now...
   uint64_t credit_until_ns = 0;  // ...each launch ending by then (CLOCK_MONOTONIC, same host)
   uint64_t cause_ns = 0;         // the launch time of the holder's launch that caused this change (0: none)
+  // The holder's bell (bell.h), for a task below it: its slot, and the last activity start of it the
+  // daemon had heard of. A higher generation in that slot means the holder is back and the daemon's
+  // directive is on its way: stop as in Fill meanwhile.
+  uint16_t watch_slot = kNoBellSlot;
+  uint32_t watch_generation = 0;
 };
 struct Registered {
   uint32_t lease_ms = 0;
   uint8_t priority = 0;          // effective (an unauthenticated client may be capped below what it asked)
+  uint16_t bell_slot = kNoBellSlot;   // where this task rings when its activity starts
   uint32_t min_gap_ns = 0;       // the holder notifies only launches opening gaps of at least this...
   uint32_t grant_latency_ns = 0; // ...that a fill can still reach (docs/scheduling.md)
   Directive directive;
 };
-struct Notify { uint64_t kernel_id = 0; uint64_t launched_ns = 0; uint8_t flags = 0; };
+// activity_generation: with kNotifyActivityStart, the count of activity starts rung on the bell.
+struct Notify { uint64_t kernel_id = 0; uint64_t launched_ns = 0; uint8_t flags = 0; uint32_t activity_generation = 0; };
 // The task's GPU work drained at a synchronisation; the last kernel it launched tells the daemon
 // whether that ends an iteration or is a pause inside one.
 struct Idle { uint64_t last_kernel_id = 0; };

@@ -333,10 +333,14 @@ def main():
             if env.daemon is not None:
                 env.daemon.kill()
                 env.daemon.wait()
-            sim = env.env.get("FIKIT_SIMGPU_NAME")
-            if sim:   # the simulated device lives in shared memory until removed
+            # The simulated device lives in shared memory until removed, and so does the bell of a
+            # daemon that was killed.
+            leftovers = [f"/dev/shm/fikit-bell-{args.port}"]
+            if env.env.get("FIKIT_SIMGPU_NAME"):
+                leftovers.append("/dev/shm/" + env.env["FIKIT_SIMGPU_NAME"])
+            for path in leftovers:
                 try:
-                    os.unlink("/dev/shm/" + sim)
+                    os.unlink(path)
                 except OSError:
                     pass
     sys.exit(0 if ok else 1)

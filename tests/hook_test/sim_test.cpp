@@ -14,15 +14,21 @@
 
 namespace {
 
-// The simulated device lives in shared memory until removed: each test leaves none behind.
-class RemoveSimulatedDevice : public ::testing::Environment {
+// Each test process gets a simulated device of its own (ctest runs these tests side by side), and
+// leaves none behind: the device lives in shared memory until removed.
+class PrivateSimulatedDevice : public ::testing::Environment {
  public:
-  void TearDown() override {
-    if (const char* name = std::getenv("FIKIT_SIMGPU_NAME"); name && *name)
-      unlink((std::string("/dev/shm/") + name).c_str());
+  void SetUp() override {
+    const char* base = std::getenv("FIKIT_SIMGPU_NAME");
+    name_ = std::string(base && *base ? base : "fikit-test-hook") + "-" + std::to_string(getpid());
+    setenv("FIKIT_SIMGPU_NAME", name_.c_str(), 1);
   }
+  void TearDown() override { unlink(("/dev/shm/" + name_).c_str()); }
+
+ private:
+  std::string name_;
 };
-const auto* const kRemoveSimulatedDevice = ::testing::AddGlobalTestEnvironment(new RemoveSimulatedDevice);
+const auto* const kPrivateSimulatedDevice = ::testing::AddGlobalTestEnvironment(new PrivateSimulatedDevice);
 
 struct Result {
   int exit_code = -1;

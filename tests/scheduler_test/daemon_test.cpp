@@ -41,8 +41,9 @@ protocol::Key test_key(uint8_t fill) {
 
 class Daemon {
  public:
-  explicit Daemon(std::optional<protocol::Key> key = std::nullopt, std::string control = "", int reserved = 0)
-      : server_(options(key, control, reserved), profiles_), thread_([this] { server_.run(false); }) {}
+  explicit Daemon(std::optional<protocol::Key> key = std::nullopt, std::string control = "", int reserved = 0,
+                  std::string bell = "")
+      : server_(options(key, control, reserved, bell), profiles_), thread_([this] { server_.run(false); }) {}
   ~Daemon() { stop(); }
   void stop() {
     if (!thread_.joinable()) return;
@@ -51,11 +52,13 @@ class Daemon {
   }
   uint16_t port() const { return server_.port(); }
   scheduler::DaemonSnapshot snapshot() { return server_.snapshot(); }
-  static scheduler::ServerOptions options(std::optional<protocol::Key> key, std::string control, int reserved) {
+  static scheduler::ServerOptions options(std::optional<protocol::Key> key, std::string control, int reserved,
+                                          std::string bell = "") {
     scheduler::ServerOptions o;
     o.port = 0;
     o.key = key;
     o.control_path = control;
+    o.bell_path = bell;
     o.settings.lease_ns = 300'000'000;
     o.settings.holder_quiet_ns = 10'000'000'000 / 100;   // 100 ms
     o.settings.min_unauthenticated_priority = reserved;
@@ -336,6 +339,47 @@ TEST(ShareClient, DirectivesFollowTheHoldersActivity) {
   EXPECT_TRUE(eventually([&] { return lp.directive().state() == State::Run; }));
   hp.stop();   // goodbye: the task below becomes holder at once
   EXPECT_TRUE(eventually([&] { return lp.directive().role() & protocol::kRoleHolder; }));
+}
+
+TEST(ShareClient, TheBellStopsTheTaskBelowBeforeTheDaemonsDirective) {
+  const std::string bell = std::filesystem::temp_directory_path().string() + "/fikit-bell-test-" + std::to_string(getpid());
+  Daemon d(std::nullopt, "", 0, bell);
+  auto o = [&](const char* key, int prio) {
+    auto opts = options(d.port(), key, prio);
+    std::snprintf(opts.bell_path, sizeof opts.bell_path, "%s", bell.c_str());
+    return opts;
+  };
+  hook::share::Client hp, lp;
+  ASSERT_TRUE(hp.start(o("infer", 0), true));
+  ASSERT_TRUE(lp.start(o("train", 5), true));
+  ASSERT_TRUE(eventually([&] { return lp.directive().load().watch_slot != protocol::kNoBellSlot; }));
+  ASSERT_TRUE(eventually([&] { return hp.directive().role() & protocol::kRoleActivity; }));
+  auto pending = [&](uint64_t now) {
+    const auto v = lp.directive().load();
+    uint32_t g = 0;
+    uint64_t at = 0;
+    return lp.bell_pending(v.watch_slot, v.watch_generation, now, &g, &at);
+  };
+  const uint64_t t0 = hook::monotonic_ns();
+  EXPECT_FALSE(pending(t0));
+  const uint32_t ring = hp.ring(t0);
+  ASSERT_EQ(ring, 1u);
+  EXPECT_TRUE(pending(t0 + 1));   // at once: no datagram needed
+  // The daemon hears of it and its directive catches up: then the directive decides.
+  hp.notify_now(7, t0, protocol::kNotifyActivityStart, ring);
+  EXPECT_TRUE(eventually([&] { return lp.directive().state() == State::Fill; }));
+  EXPECT_EQ(lp.directive().load().watch_generation, ring);
+  EXPECT_FALSE(pending(t0 + 2));
+  hp.send_idle(7);
+  EXPECT_TRUE(eventually([&] { return lp.directive().state() == State::Run; }));
+  // A ring the daemon never confirms is ignored after kBellConfirmNs.
+  const uint64_t t1 = hook::monotonic_ns();
+  hp.ring(t1);
+  EXPECT_TRUE(pending(t1 + 1));
+  EXPECT_FALSE(pending(t1 + protocol::kBellConfirmNs + 1));
+  EXPECT_FALSE(pending(t1 + 2));   // and stays ignored
+  hp.stop();
+  lp.stop();
 }
 
 TEST(ShareClient, ReRegistersAfterTheDaemonRestarts) {

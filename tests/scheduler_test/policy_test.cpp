@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "policy.h"
 
@@ -244,7 +245,35 @@ TEST_F(PolicyTest, MpsTasksMayOverlapShortKernelsAndPayNoSwitch) {
   notify(T0 + us(100), hp, k1);
   EXPECT_EQ(last[lp].credit_ns, us(100));   // the whole gap: no context switch under MPS
   send(T0 + us(500), hp, protocol::Idle{kEnd});
-  EXPECT_EQ(last[lp].overlap_ns, 0u);       // Run: the bound alone applies
+  EXPECT_EQ(state(lp), State::Run);
+  EXPECT_EQ(last[lp].overlap_ns, us(50));   // for when the holder's bell rings before its directive
+}
+
+TEST_F(PolicyTest, TasksBelowTheHolderWatchItsBellAtTheGenerationTheDaemonKnows) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  const uint16_t hp_slot = std::get<protocol::Registered>(out[0].body).bell_slot == 0 ? 1 : 0;   // lp got the other
+  EXPECT_EQ(last[lp].watch_slot, hp_slot);
+  EXPECT_EQ(last[lp].watch_generation, 0u);
+  EXPECT_EQ(last[hp].watch_slot, protocol::kNoBellSlot);   // nobody above the holder
+  send(T0 + us(10), hp, protocol::Notify{k1, T0 + us(10), protocol::kNotifyActivityStart, 7});
+  EXPECT_EQ(state(lp), State::Fill);
+  EXPECT_EQ(last[lp].watch_generation, 7u);
+  send(T0 + us(200), hp, protocol::Idle{kEnd});
+  EXPECT_EQ(state(lp), State::Run);
+  EXPECT_EQ(last[lp].watch_generation, 7u);   // the next ring (8) is news to the LP
+}
+
+TEST_F(PolicyTest, BellSlotsAreUniqueAndReusedAfterATaskLeaves) {
+  std::set<uint16_t> slots;
+  std::vector<uint32_t> ids;
+  for (int i = 0; i < 10; ++i) {
+    ids.push_back(reg(T0, "t" + std::to_string(i), 5));
+    slots.insert(std::get<protocol::Registered>(out[0].body).bell_slot);
+  }
+  EXPECT_EQ(slots.size(), 10u);
+  send(T0 + 1, ids[3], protocol::Goodbye{});
+  reg(T0 + 2, "again", 5);
+  EXPECT_EQ(slots.count(std::get<protocol::Registered>(out[0].body).bell_slot), 1u);   // a freed one
 }
 
 TEST_F(PolicyTest, HigherPriorityArrivalTakesOverFigure11A) {

@@ -1,0 +1,67 @@
+#include "bell.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+namespace fikit::protocol {
+
+std::string default_bell_path(uint16_t port) { return "/dev/shm/fikit-bell-" + std::to_string(port); }
+
+BellBoard* create_bell(const std::string& path, uint64_t epoch, std::string& error) {
+  // Built under a private name and renamed into place: a client never maps half a board.
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const int fd = open(tmp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) {
+    error = "cannot create the bell " + tmp + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  void* p = MAP_FAILED;
+  if (ftruncate(fd, sizeof(BellBoard)) == 0)
+    p = mmap(nullptr, sizeof(BellBoard), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    error = "cannot map the bell " + tmp + ": " + std::strerror(errno);
+    unlink(tmp.c_str());
+    return nullptr;
+  }
+  auto* board = new (p) BellBoard{};
+  board->epoch = epoch;
+  board->version = kBellVersion;
+  board->magic = kBellMagic;
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    error = "cannot put the bell at " + path + ": " + std::strerror(errno);
+    munmap(p, sizeof(BellBoard));
+    unlink(tmp.c_str());
+    return nullptr;
+  }
+  return board;
+}
+
+BellBoard* map_bell(const std::string& path, uint64_t epoch) noexcept {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return nullptr;
+  struct stat st;
+  void* p = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && size_t(st.st_size) == sizeof(BellBoard))
+    p = mmap(nullptr, sizeof(BellBoard), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return nullptr;
+  auto* board = static_cast<BellBoard*>(p);
+  if (board->magic != kBellMagic || board->version != kBellVersion || board->epoch != epoch) {
+    munmap(p, sizeof(BellBoard));
+    return nullptr;
+  }
+  return board;
+}
+
+void unmap_bell(BellBoard* board) noexcept {
+  if (board != nullptr) munmap(board, sizeof(BellBoard));
+}
+
+}  // namespace fikit::protocol
