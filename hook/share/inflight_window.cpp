@@ -11,8 +11,11 @@
 namespace fikit::hook::share {
 namespace {
 constexpr uint64_t kMinCheckpointNs = 1'000;
-constexpr uint64_t kSpinNs = 20'000;     // look for completion this long with sched_yield...
-constexpr long kSleepNs = 10'000;        // ...then in short sleeps
+// Look for completion with sched_yield (a few hundred ns per look on an idle core; the core goes
+// to any other runnable thread) rather than sleep: a sleep costs the timer slack (50 us by default),
+// which would leave the GPU without this task's next kernel. Past this, short sleeps.
+constexpr uint64_t kSpinNs = 500'000;
+constexpr long kSleepNs = 20'000;
 }  // namespace
 
 bool InflightWindow::init() noexcept {

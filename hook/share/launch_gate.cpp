@@ -40,7 +40,9 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
       wait_gpu = true;
     } else if (state == protocol::State::Fill) {
       if (v.overlap_ns != 0 && predicted_ns <= v.overlap_ns) {
-        if (window_.admit(predicted_ns, v.bound_ns)) {
+        // Beside the holder under MPS the client priority orders the blocks; the bound only keeps
+        // the queue short, and must let a kernel of the overlap size follow the one in flight.
+        if (window_.admit(predicted_ns, uint64_t(v.bound_ns) + v.overlap_ns)) {
           stats.on_overlap();
           break;
         }

@@ -47,7 +47,7 @@ struct Settings {
   uint64_t grant_latency_ns = 20'000;          // a directive's trip + the filler's launch: credit starts no earlier
   uint64_t switch_cost_ns = 5'000;             // time-sliced GPU: switching to a filler's context and back, each
   uint64_t run_bound_ns = 200'000;             // predicted work a task keeps in flight in Run (and MPS overlap)
-  uint64_t mps_overlap_ns = 100'000;           // MPS: in Fill, kernels predicted up to this run beside the holder
+  uint64_t mps_overlap_ns = 500'000;           // MPS: in Fill, kernels predicted up to this run beside the holder
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
   uint64_t holder_quiet_ns = 20'000'000;       // an active task silent this long counts as idle

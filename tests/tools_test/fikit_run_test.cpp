@@ -247,6 +247,21 @@ TEST_F(FikitRun, UnderMpsTheClientPriorityFollowsTheFikitPriority) {
   EXPECT_EQ(prio("5", {"CUDA_MPS_CLIENT_PRIORITY=0"}), "0");   // the user's choice is kept
 }
 
+TEST_F(FikitRun, AControlPipeWithItsDaemonReadingCountsToo) {
+  const fs::path pipe = dir_ / "mps";
+  fs::create_directories(pipe);
+  const std::string fifo = (pipe / "control").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string()};
+  Result r = run_with_hook({"--priority", "3", "/usr/bin/env"}, env);
+  EXPECT_EQ(parse_env(r.out).count("CUDA_MPS_CLIENT_PRIORITY"), 0u);   // nobody reads it: no daemon
+  const int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);        // the daemon listening
+  ASSERT_GE(reader, 0);
+  r = run_with_hook({"--priority", "3", "/usr/bin/env"}, env);
+  EXPECT_EQ(parse_env(r.out)["CUDA_MPS_CLIENT_PRIORITY"], "1");
+  close(reader);
+}
+
 TEST_F(FikitRun, WithoutAnMpsDaemonNoClientPriorityIsSet) {
   const fs::path pipe = dir_ / "mps";
   fs::create_directories(pipe);

@@ -1,10 +1,15 @@
 #include "mps.h"
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 
 namespace fikit::run {
 
@@ -14,15 +19,32 @@ std::string mps_pipe_directory(const char* env_value) {
 
 bool mps_daemon_running(const std::string& pipe_dir) {
   const std::string path = pipe_dir + "/control";
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) return false;
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  close(fd);   // connecting and hanging up costs the control daemon nothing
-  return ok;
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return false;
+  if (S_ISSOCK(st.st_mode)) {
+    // A socket answers while its daemon lives (a file left by one that died refuses).
+    sockaddr_un addr{};
+    if (path.size() >= sizeof addr.sun_path) return false;
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    close(fd);   // connecting and hanging up costs the control daemon nothing
+    return ok;
+  }
+  if (S_ISFIFO(st.st_mode)) {
+    // A named pipe opens for writing without blocking only while someone reads it (else ENXIO).
+    const int fd = open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      close(fd);
+      return true;
+    }
+  }
+  // The pid file NVIDIA documents in the pipe folder: its process alive means the daemon is.
+  std::ifstream pid_file(pipe_dir + "/nvidia-cuda-mps-control.pid");
+  long pid = 0;
+  return pid_file >> pid && pid > 0 && (kill(pid_t(pid), 0) == 0 || errno == EPERM);
 }
 
 std::optional<std::string> mps_client_priority(int priority, const char* existing) {
