@@ -28,13 +28,15 @@ bool InflightWindow::init() noexcept {
   return create_ && record_ && query_ && destroy_ && current_;
 }
 
+// A launch goes if it keeps the work in flight within the bound, or if only a short tail (a quarter
+// of the bound) is left: a kernel longer than the bound then follows that tail instead of waiting
+// for the GPU to run dry (which would cost a launch's latency of idle GPU each time).
 bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns) noexcept {
   if (query_ == nullptr) return true;
-  uint64_t in = inflight_.load(std::memory_order_relaxed);
-  if (in == 0 || in + pred_ns <= bound_ns) return true;
+  auto fits = [&](uint64_t in) { return in + pred_ns <= bound_ns || in <= bound_ns / 4; };
+  if (fits(inflight_.load(std::memory_order_relaxed))) return true;
   retire();
-  in = inflight_.load(std::memory_order_relaxed);
-  return in == 0 || in + pred_ns <= bound_ns;
+  return fits(inflight_.load(std::memory_order_relaxed));
 }
 
 void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept {

@@ -7,8 +7,9 @@
 // most about that much of its work.
 //
 // Approximations (docs/scheduling.md): work on another stream than a checkpoint's is retired with
-// it; several threads admitting at once may overshoot the bound by one launch each; one launch always
-// goes when nothing is in flight, whatever its size (else a kernel longer than the bound never runs).
+// it; several threads admitting at once may overshoot the bound by one launch each; a kernel longer
+// than the bound goes once no more than a quarter of the bound is in flight (else it would never
+// run, or only after the GPU ran dry).
 // No locks on the launch path: the checkpoint ring is guarded by a try-lock, and a thread that does
 // not get it simply does not record or retire this time.
 #include <cuda.h>

@@ -35,18 +35,17 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
       client_.holder_returned(ring, rung_at);
     }
     bool wait_gpu = false;
+    // Under MPS a kernel short enough to run beside the holder goes at once, bound or not: MPS
+    // client priority dispatches the holder's blocks first, and such kernels hold no SM long
+    // (docs/scheduling.md). Longer ones follow the rules below.
+    const bool overlaps = v.overlap_ns != 0 && predicted_ns <= v.overlap_ns;
     if (state == protocol::State::Run) {
-      if (window_.admit(predicted_ns, v.bound_ns)) break;
+      if (overlaps || window_.admit(predicted_ns, v.bound_ns)) break;
       wait_gpu = true;
     } else if (state == protocol::State::Fill) {
-      if (v.overlap_ns != 0 && predicted_ns <= v.overlap_ns) {
-        // Beside the holder under MPS the client priority orders the blocks; the bound only keeps
-        // the queue short, and must let a kernel of the overlap size follow the one in flight.
-        if (window_.admit(predicted_ns, uint64_t(v.bound_ns) + v.overlap_ns)) {
-          stats.on_overlap();
-          break;
-        }
-        wait_gpu = true;
+      if (overlaps) {
+        stats.on_overlap();
+        break;
       } else if (cell.credit_covers(predicted_ns, now)) {
         // On credit too, no more than the bound in flight: an early stop then costs the holder
         // little, and a credit that arrived late cannot pile work into its next kernels.

@@ -73,6 +73,17 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
+bool Policy::above_idle_long(uint64_t now, const Task& t, uint64_t* since) const {
+  uint64_t idle_from = 0;
+  for (const auto& [id, u] : tasks_) {
+    if (id == t.id || u.priority >= t.priority) continue;
+    if (blocks(now, u)) return false;
+    idle_from = std::max(idle_from, u.inactive_since);
+  }
+  *since = idle_from;
+  return now - idle_from >= settings_.idle_grace_ns;
+}
+
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
@@ -89,6 +100,9 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (below) d.role |= protocol::kRoleActivity;
   if (t.id == holder_ && wanted) d.role |= protocol::kRoleGaps;
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
+  uint64_t idle_from = 0;
+  if (d.state == State::Run && settings_.idle_grace_ns != 0 && above_idle_long(now, t, &idle_from))
+    d.bound_ns = u32(std::max(settings_.run_bound_ns, settings_.run_bound_idle_ns));
   // What may run beside an active holder under MPS; the client applies it in Fill, and in Run while
   // the holder's bell says it is back.
   if (t.backend == Backend::Mps && d.state != State::Hold) d.overlap_ns = u32(settings_.mps_overlap_ns);
@@ -125,6 +139,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
         break;
       }
     task->key = reg.key;
+    task->inactive_since = now;
     task->profile = profiles_.load(task->key);
     if (!task->profile) task->profile = std::make_shared<Profile>();
   }
@@ -296,6 +311,7 @@ void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
       return;
     }
   }
+  if (t.active) t.inactive_since = now;
   t.active = false;
   t.idle_at = 0;
 }
@@ -327,6 +343,7 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       if (now >= end) {
         t.active = false;
         t.idle_at = 0;
+        t.inactive_since = end;
       } else {
         wake_at(end);
       }
@@ -341,6 +358,10 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       }
     }
     wake_at(t.last_heard + settings_.lease_ns + 1);
+    // The bound of the tasks below relaxes once this one has been idle idle_grace_ns.
+    if (t.mode == TaskMode::Share && !t.active && settings_.idle_grace_ns != 0 &&
+        now < t.inactive_since + settings_.idle_grace_ns)
+      wake_at(t.inactive_since + settings_.idle_grace_ns);
   }
 
   // The holder: the one share task at the highest registered priority (none when it shares that

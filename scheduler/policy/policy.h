@@ -46,7 +46,11 @@ struct Settings {
   DurationEstimator duration_estimator = DurationEstimator::P90;
   uint64_t grant_latency_ns = 20'000;          // a directive's trip + the filler's launch: credit starts no earlier
   uint64_t switch_cost_ns = 5'000;             // time-sliced GPU: switching to a filler's context and back, each
-  uint64_t run_bound_ns = 200'000;             // predicted work a task keeps in flight in Run (and MPS overlap)
+  uint64_t run_bound_ns = 200'000;             // predicted work a task keeps in flight in Run
+  // Once everything above a task has been idle this long, its bound becomes run_bound_idle_ns: a
+  // service that is rarely busy lets the job run at full speed, and pays at most that on its return.
+  uint64_t idle_grace_ns = 20'000'000;
+  uint64_t run_bound_idle_ns = 1'000'000;
   uint64_t mps_overlap_ns = 500'000;           // MPS: in Fill, kernels predicted up to this run beside the holder
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
@@ -140,6 +144,7 @@ class Policy {
     uint64_t measure_since = 0;      // when it registered in measure mode
     bool hold_ended = false;         // its measurement hold ran out (counted once)
     bool active = false;             // launched since its last idle (share tasks, from notifications)
+    uint64_t inactive_since = 0;     // when it last stopped being active
     uint64_t last_launch = 0;
     uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
     std::optional<Wanted> want;      // blocked on this launch
@@ -170,6 +175,8 @@ class Policy {
   bool blocks(uint64_t now, const Task& above) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
+  // Nothing above `t` has been active for idle_grace_ns (sets *since to when that became true).
+  bool above_idle_long(uint64_t now, const Task& t, uint64_t* since) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

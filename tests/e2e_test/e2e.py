@@ -21,9 +21,9 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  the LP launches on that credit.
   mps_overlap    MPS-like device; LP kernels short and small (they fit beside the HP's): under FIKIT the
                  LP keeps launching beside the active HP (overlap launches) and the HP waits for nothing.
-  mps_long       MPS-like device; LP kernels fill the device for 300 us: uncoordinated, the HP waits
-                 behind them; under FIKIT they run only in the HP's idle time, the HP's wait is bounded
-                 as in interference.
+  mps_long       MPS-like device; LP kernels fill the device for 1 ms (longer than the daemon's mps-overlap,
+                 500 us): uncoordinated, the HP waits behind them; under FIKIT they run only in the HP's
+                 idle time, the HP's wait is bounded as in interference.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
@@ -52,7 +52,7 @@ CASES = {
     "mps_overlap": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
                     ["--kernel-us", "20", "--sync-every", "100", "--blocks", "16", "--threads", "128"], 300, "mps"),
     "mps_long": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
-                 ["--kernel-us", "300", "--sync-every", "20", "--blocks", "264", "--threads", "1024"], 300, "mps"),
+                 ["--kernel-us", "1000", "--sync-every", "10", "--blocks", "264", "--threads", "1024"], 300, "mps"),
     "daemon_killed": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
                       ["--kernel-us", "50", "--sync-every", "100"], 2000, "timeslice"),
 }
@@ -226,10 +226,12 @@ def ratio_case(env, case):
               f"HP p99 alone {alone.result['jct_us']['p99']:.0f} us, default {dflt.result['jct_us']['p99']:.0f}, "
               f"FIKIT {hp.result['jct_us']['p99']:.0f}; LP kernels {lp.result['kernels']}, "
               f"in flight at the HP's return <= {inflight_max:.0f} us", flush=True)
-        # The hook's own invariant, whatever the host's load: what it lets into flight.
-        ok &= check(inflight_max <= BOUND_US + lp_kernel_us,
-                    f"round {i}: LP work in flight when the HP returned {inflight_max:.0f} us <= bound {BOUND_US} "
-                    f"+ one kernel {lp_kernel_us:.0f}")
+        # The hook's own invariant, whatever the host's load: what it lets into flight (kernels short
+        # enough to overlap under MPS are not bounded: by design).
+        if case != "mps_overlap":
+            ok &= check(inflight_max <= BOUND_US + lp_kernel_us,
+                        f"round {i}: LP work in flight when the HP returned {inflight_max:.0f} us <= bound {BOUND_US} "
+                        f"+ one kernel {lp_kernel_us:.0f}")
         ok &= check(lp.result["kernels"] > 0, f"round {i}: the LP made progress ({lp.result['kernels']} kernels)")
     env.stop_daemon()
     med = statistics.median

@@ -290,6 +290,25 @@ TEST_F(PolicyTest, HigherPriorityArrivalTakesOverFigure11A) {
   EXPECT_EQ(state(lp), State::Fill);
 }
 
+TEST_F(PolicyTest, TheRunBoundRelaxesOnceTheHolderHasBeenIdleAWhile) {
+  settings.idle_grace_ns = us(10'000);
+  settings.run_bound_idle_ns = us(1000);
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  notify(T0 + us(100), hp, k1, true);
+  send(T0 + us(200), hp, protocol::Idle{kEnd});
+  EXPECT_EQ(state(lp), State::Run);
+  EXPECT_EQ(last[lp].bound_ns, us(200));          // it may be back any moment
+  tick(T0 + us(10'100));
+  EXPECT_EQ(last[lp].bound_ns, us(200));          // idle for less than the grace period
+  EXPECT_LE(policy().next_wake(), T0 + us(200) + us(10'000));
+  tick(T0 + us(200) + us(10'000));
+  EXPECT_EQ(last[lp].bound_ns, us(1000));         // idle for the grace period: relaxed
+  notify(T0 + us(20'000), hp, k1, true);
+  EXPECT_EQ(state(lp), State::Fill);
+  send(T0 + us(20'100), hp, protocol::Idle{kEnd});
+  EXPECT_EQ(last[lp].bound_ns, us(200));          // and tight again after each activity
+}
+
 TEST_F(PolicyTest, EqualPrioritiesRunSideBySideFigure11C) {
   const uint32_t a = reg(T0, "a", 2), b = reg(T0, "b", 2);
   EXPECT_EQ(policy().holder(), 0u);

@@ -262,6 +262,21 @@ TEST_F(FikitRun, AControlPipeWithItsDaemonReadingCountsToo) {
   close(reader);
 }
 
+TEST_F(FikitRun, TheControlDaemonsPidFileDecidesWhenThereIsOne) {
+  const fs::path pipe = dir_ / "mps";
+  fs::create_directories(pipe);
+  const std::vector<std::string> env{"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string()};
+  std::ofstream(pipe / "nvidia-cuda-mps-control.pid") << getpid() << "\n";   // alive: this test
+  Result r = run_with_hook({"--priority", "0", "/usr/bin/env"}, env);
+  EXPECT_EQ(parse_env(r.out)["CUDA_MPS_CLIENT_PRIORITY"], "0");
+  const pid_t gone = fork();   // a pid that no longer exists
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  std::ofstream(pipe / "nvidia-cuda-mps-control.pid") << gone << "\n";
+  r = run_with_hook({"--priority", "0", "/usr/bin/env"}, env);
+  EXPECT_EQ(parse_env(r.out).count("CUDA_MPS_CLIENT_PRIORITY"), 0u);
+}
+
 TEST_F(FikitRun, WithoutAnMpsDaemonNoClientPriorityIsSet) {
   const fs::path pipe = dir_ / "mps";
   fs::create_directories(pipe);
