@@ -20,12 +20,15 @@ struct LaunchInfo {
   CUfunction func;                                 // Kernel only
   uint32_t grid[3], block[3], shared_mem;          // Kernel only (zero otherwise)
   uint64_t bytes;                                  // memcpy / memset
-  uint64_t id;                                     // kernel ID (kernelid/), set for every op
+  uint64_t id;                                     // kernel ID (kernelid/), when the mode needs_id(); else 0
 };
 
 class Mode {
  public:
   virtual ~Mode() = default;
+  // Whether this op needs its kernel ID (op.id): computing it costs up to a stack walk per launch,
+  // which a holder with nobody waiting for its gaps has no use for (op.id is then 0).
+  virtual bool needs_id() const noexcept { return true; }
   // Launching thread, before the real driver call. May wait (share mode: for a grant), but bounded.
   virtual void before_launch(const LaunchInfo& op) noexcept = 0;
   // Launching thread, after the real call returned `result`.

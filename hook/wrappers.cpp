@@ -92,7 +92,7 @@ CUresult timed_observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
     return call();
   }
   stats::count(V, eager_event(op.kind));
-  op.id = op_identity(op);
+  op.id = mode->needs_id() ? op_identity(op) : 0;
   t0 = stats::now_ns();
   stats::add_time(stats::Phase::Id, t0 - t1);
   mode->before_launch(op);
@@ -119,7 +119,7 @@ CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   }
   if (counting) stats::count(V, eager_event(op.kind));
   if (mode == nullptr) return call();
-  op.id = op_identity(op);
+  op.id = mode->needs_id() ? op_identity(op) : 0;
   mode->before_launch(op);
   const CUresult result = call();
   mode->after_launch(op, result);

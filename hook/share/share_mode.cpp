@@ -127,6 +127,12 @@ class ShareMode final : public Mode {
   }
   share::Predictions& predictions() { return predictions_; }
 
+  // The holder uses kernel IDs only to report gaps someone waits to fill.
+  bool needs_id() const noexcept override {
+    const uint8_t role = client_.directive().role();
+    return !(role & protocol::kRoleHolder) || (role & protocol::kRoleGaps);
+  }
+
   void before_launch(const LaunchInfo& op) noexcept override {
     if (!client_.connected()) return;   // passthrough
     const uint8_t role = client_.directive().role();
@@ -156,13 +162,13 @@ class ShareMode final : public Mode {
     if (result != CUDA_SUCCESS || !client_.connected()) return;
     last_kernel_.store(op.id, std::memory_order_relaxed);
     const uint8_t role = client_.directive().role();
-    const share::Predictions::Kernel k = predictions_.of(op.id);
     if (!(role & protocol::kRoleHolder)) {
       client_.stats().launched();
-      window_.launched(op.stream, k.dur_ns, client_.directive().load().bound_ns);
+      window_.launched(op.stream, predictions_.of(op.id).dur_ns, client_.directive().load().bound_ns);
       return;
     }
-    if (!(role & protocol::kRoleGaps)) return;
+    if (!(role & protocol::kRoleGaps) || op.id == 0) return;
+    const share::Predictions::Kernel k = predictions_.of(op.id);
     // Someone waits for gap credit. A notification wakes the daemon and makes it plan a fill, so the
     // holder notifies only launches the daemon acts on: one that opens a gap a fill could use, and
     // the one after it (early stop). Sent by the notification thread, after the launch.

@@ -51,7 +51,7 @@ struct Settings {
   // service that is rarely busy lets the job run at full speed, and pays at most that on its return.
   uint64_t idle_grace_ns = 20'000'000;
   uint64_t run_bound_idle_ns = 1'000'000;
-  uint64_t mps_overlap_ns = 500'000;           // MPS: in Fill, kernels predicted up to this run beside the holder
+  uint64_t mps_overlap_ns = 1'000'000;         // MPS: kernels predicted up to this run beside the holder
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
   uint64_t holder_quiet_ns = 20'000'000;       // an active task silent this long counts as idle
