@@ -196,6 +196,12 @@ CREATE TABLE trace (
   PRIMARY KEY (task_key, seq)
 ) WITHOUT ROWID;
 )sql",
+    // 1 -> 2: coverage of each run (issue 12)
+    R"sql(
+ALTER TABLE runs ADD COLUMN ops_launched INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN ops_timed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN sample_every INTEGER NOT NULL DEFAULT 1;
+)sql",
 };
 static_assert(std::size(kMigrations) == Database::kSchemaVersion);
 
@@ -414,7 +420,9 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
     put.run();
   }
 
-  Stmt(db, "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+  Stmt(db,
+       "INSERT OR REPLACE INTO runs (task_key, run_no, finished_unix, pid, gpu_ops, busy_ns, wall_ns, iterations, "
+       "ops_launched, ops_timed, sample_every) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, task_key)
       .bind_u(2, run_no)
       .bind(3, now)
@@ -423,6 +431,9 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
       .bind_u(6, run.busy_ns)
       .bind_u(7, run.wall_ns)
       .bind_u(8, run.iterations)
+      .bind_u(9, run.ops_launched)
+      .bind_u(10, run.ops_timed)
+      .bind(11, static_cast<int64_t>(run.sample_every))
       .run();
 
   Stmt(db, "DELETE FROM trace WHERE task_key = ?").bind(1, task_key).run();
@@ -496,8 +507,12 @@ std::vector<KernelProfile> Database::kernels(const std::string& key) {
 std::vector<RunSummary> Database::runs(const std::string& key) {
   impl_->require_task(key);
   std::vector<RunSummary> out;
-  Stmt s(impl_->db,
-         "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix FROM runs WHERE task_key = ? ORDER BY run_no");
+  // A database of schema version 1 opened read-only has no coverage columns: they read as unknown.
+  const bool covered = schema_version() >= 2;
+  Stmt s(impl_->db, covered ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, ops_timed, "
+                              "sample_every FROM runs WHERE task_key = ? ORDER BY run_no"
+                            : "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix FROM runs WHERE "
+                              "task_key = ? ORDER BY run_no");
   s.bind(1, key);
   while (s.step()) {
     RunSummary r;
@@ -506,9 +521,23 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
     r.wall_ns = s.u64(2);
     r.iterations = s.u64(3);
     r.finished_unix = s.i64(4);
+    if (covered) {
+      r.ops_launched = s.u64(5);
+      r.ops_timed = s.u64(6);
+      r.sample_every = uint32_t(std::max<int64_t>(1, s.i64(7)));
+    }
     out.push_back(r);
   }
   return out;
+}
+
+double coverage(const std::vector<RunSummary>& runs) {
+  uint64_t launched = 0, timed = 0;
+  for (const RunSummary& r : runs) {
+    launched += r.ops_launched;
+    timed += r.ops_timed;
+  }
+  return launched == 0 ? -1.0 : double(timed) / double(launched);
 }
 
 std::vector<TraceOp> Database::last_trace(const std::string& key) {

@@ -48,8 +48,16 @@ struct RunSummary {
   uint64_t busy_ns = 0;                 // union of op intervals
   uint64_t wall_ns = 0;                 // first op start to last op end
   uint64_t iterations = 0;              // host synchronisations that ended an iteration
+  // Coverage: of the ops launched in the iterations measured, how many got a GPU time. Runs stored
+  // before schema version 2 read 0 and 0 (unknown).
+  uint64_t ops_launched = 0, ops_timed = 0;
+  uint32_t sample_every = 1;            // one iteration in this many was measured
   int64_t finished_unix = 0;            // read side only: when the run was stored
 };
+// Timed / launched ops over runs that say (-1 when none does). Below kGoodCoverage the profile
+// misses kernels, and the tools warn.
+double coverage(const std::vector<RunSummary>& runs);
+inline constexpr double kGoodCoverage = 0.99;
 
 // Read side: what the scheduler and the CLI see for one kernel.
 struct KernelProfile {
@@ -113,7 +121,7 @@ class Database {
   Histogram gap_histogram(const std::string& key);
   bool delete_task(const std::string& key);                        // false: no such key
 
-  static constexpr int kSchemaVersion = 1;   // PRAGMA user_version written by the migrations
+  static constexpr int kSchemaVersion = 2;   // PRAGMA user_version written by the migrations
   int schema_version();
   // SQLite's own check of the file: "ok", or the first problem it found.
   std::string integrity_check();

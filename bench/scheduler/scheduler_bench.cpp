@@ -27,7 +27,7 @@ using namespace fikit;
 
 class FixedProfiles : public policy::ProfileSource {
  public:
-  std::shared_ptr<const policy::Profile> load(std::string_view key) override {
+  std::shared_ptr<const policy::Profile> load(std::string_view key, protocol::TaskMode) override {
     auto p = std::make_shared<policy::Profile>();
     policy::KernelStats s;
     s.count = s.gap_count = 100;

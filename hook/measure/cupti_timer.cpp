@@ -154,7 +154,32 @@ class CuptiTimer final : public Timer {
     apply();
   }
 
+  bool drain() noexcept override {
+    if (fallen_back_) return false;
+    if (!first_flush_ms_) first_flush_ms_ = now_ms();
+    // Synchronous: the buffer callbacks have run when it returns.
+    api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    std::lock_guard guard(mutex_);
+    ingest();
+    matcher_.settle(results_);
+    apply();
+    return ever_timed_;   // before CUPTI has ever matched an op, the fallback decides instead
+  }
+
+  // After a host synchronisation (not a launch path): serialised, and only on a change.
+  void set_collecting(bool on) noexcept override {
+    std::lock_guard guard(collecting_mutex_);
+    if (on == collecting_ || stopped_) return;
+    for (auto kind : kKinds) on ? api_.enable(kind) : api_.disable(kind);
+    collecting_ = on;
+  }
+
   void stop() noexcept override {
+    {
+      std::lock_guard guard(collecting_mutex_);
+      stopped_ = true;
+      collecting_ = false;
+    }
     for (auto kind : kKinds) api_.disable(kind);
     api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   }
@@ -392,6 +417,11 @@ class CuptiTimer final : public Timer {
   RecordMatcher matcher_;
   std::vector<MatchRecord> batch_;
   std::vector<MatchResult> results_;
+
+  // Sampled measurement: CUPTI collects only during measured iterations (set_collecting).
+  std::mutex collecting_mutex_;
+  bool collecting_ = true;
+  bool stopped_ = false;
 
   // Measurement thread only.
   bool fallen_back_ = false;

@@ -58,11 +58,21 @@ class MeasureMode final : public Mode {
   // share_after_runs > 0: auto mode, hand over to share mode once the task has that many runs.
   MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs)
       : cfg_(cfg), ring_(std::move(ring)), timer_(timer), share_after_runs_(share_after_runs),
-        owner_pid_(getpid()), builder_(cfg.run_iterations) {}
+        sample_every_(cfg.measure_sample > 0 ? cfg.measure_sample : 1), owner_pid_(getpid()),
+        builder_(cfg.run_iterations) {}
+
+  // Only the measured iterations need kernel IDs (up to a stack walk each).
+  bool needs_id() const noexcept override {
+    return !retired_.load(std::memory_order_relaxed) && sampled(sync_epoch_.load(std::memory_order_relaxed));
+  }
 
   void before_launch(const LaunchInfo& op) noexcept override {
     t_in_flight.slot = nullptr;
     if (retired_.load(std::memory_order_relaxed)) return;
+    // One iteration (the ops between two host synchronisations) in sample_every_ is measured, whole:
+    // its gaps stay gaps; the others cost the program nothing but this check.
+    const uint64_t epoch = sync_epoch_.load(std::memory_order_relaxed);
+    if (!sampled(epoch)) return;
     start_thread_once();
     uint64_t seq = 0;
     OpSlot* slot = ring_->claim(seq);
@@ -74,7 +84,7 @@ class MeasureMode final : public Mode {
     slot->kernel_id = op.id;
     slot->stream = reinterpret_cast<uint64_t>(op.stream);
     slot->kind = op.kind;
-    slot->sync_epoch = sync_epoch_.load(std::memory_order_relaxed);
+    slot->sync_epoch = epoch;
     slot->after_drop = drop_pending_.exchange(false, std::memory_order_relaxed);
     timer_->before(*slot, seq, op);
     t_in_flight = {slot, seq};
@@ -89,7 +99,14 @@ class MeasureMode final : public Mode {
     ring_->publish(*f.slot, f.seq);
   }
 
-  void after_sync(SyncKind) noexcept override { sync_epoch_.fetch_add(1, std::memory_order_relaxed); }
+  void after_sync(SyncKind) noexcept override {
+    const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (sample_every_ == 1 || retired_.load(std::memory_order_relaxed)) return;
+    // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
+    // complete, so its records can be delivered at once rather than when a buffer fills.
+    timer_->set_collecting(sampled(epoch));
+    if (sampled(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
+  }
 
   void shutdown() noexcept override {
     // A forked child inherits the exit handlers but not the measurement thread: nothing to drain.
@@ -107,6 +124,7 @@ class MeasureMode final : public Mode {
 
  private:
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
+  bool sampled(uint64_t epoch) const noexcept { return epoch % sample_every_ == 0; }
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
 
@@ -159,15 +177,29 @@ class MeasureMode final : public Mode {
           if (!pending_since) pending_since = now;
           // CUPTI delivers records in buffers: ask for them, and give up on one that never comes.
           const uint64_t flush_after = timer_->flush_after_ms();
-          if (now - last_flush >= flush_after && now - pending_since >= flush_after) {
+          // (A request that comes when this op is of a later iteration is stale: a forced flush now
+          // would cut the records of the ops running.)
+          if (const uint64_t below = drain_below_epoch_.exchange(0, std::memory_order_acq_rel);
+              below > slot->sync_epoch) {
+            // A measured iteration ended with a host synchronisation: its records can all come now,
+            // and an op of it that still has none never will (no waiting give_up_ms() on it, while
+            // the ring fills behind).
+            if (timer_->drain()) drained_below_ = below;
+            last_flush = now;
+            p = timer_->poll(*slot, next_, start, end);
+          } else if (now - last_flush >= flush_after && now - pending_since >= flush_after) {
             timer_->flush();
             last_flush = now;
           }
-          if (timer_->give_up_ms() == 0 || now - pending_since < timer_->give_up_ms()) break;
-          p = Timer::Poll::Lost;
+          if (p == Timer::Poll::Pending) {
+            const bool hopeless = slot->sync_epoch < drained_below_;
+            if (!hopeless && (timer_->give_up_ms() == 0 || now - pending_since < timer_->give_up_ms())) break;
+            p = Timer::Poll::Lost;
+          }
         }
         pending_since = 0;
         std::optional<measure::Run> run;
+        if (slot->launched) ++launched_in_run_;
         if (p == Timer::Poll::Ready) {
           ++timed_in_run_;
           run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop});
@@ -210,6 +242,9 @@ class MeasureMode final : public Mode {
     const uint64_t dropped = dropped_.exchange(0, std::memory_order_relaxed);
     if (dropped)
       log(LogLevel::Warn, "measure: %" PRIu64 " ops went untimed (the measurement thread fell behind)", dropped);
+    run.summary.ops_launched = launched_in_run_ + dropped;
+    run.summary.ops_timed = timed_in_run_;
+    run.summary.sample_every = sample_every_;
     uint64_t runs = 0;
     try {
       if (!db_) db_ = std::make_unique<profiledb::Database>(db_path_of(cfg_), profiledb::Database::Open::Create,
@@ -225,6 +260,7 @@ class MeasureMode final : public Mode {
     // The op that closed the run belongs to the next one: its timing is counted there next time.
     timer_->run_stored(runs, run.summary.gpu_ops, timed_in_run_);
     timed_in_run_ = 0;
+    launched_in_run_ = 0;
     if (share_after_runs_ == 0 || runs < share_after_runs_) return true;
 
     // Enough runs: measure no more. At exit there is nothing left to share; the next start shares.
@@ -246,12 +282,14 @@ class MeasureMode final : public Mode {
   const std::unique_ptr<OpRing> ring_;
   Timer* const timer_;                       // lives as long as the mode (never deleted, like it)
   const uint32_t share_after_runs_;
+  const uint32_t sample_every_;
   const pid_t owner_pid_;
   CUcontext context_ = nullptr;
 
   // Shared between launching threads and the measurement thread.
   std::atomic<uint64_t> sync_epoch_{0};
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> drain_below_epoch_{0};   // non-zero: drain; ops of earlier epochs are complete
   std::atomic<bool> drop_pending_{false};
   std::atomic<bool> retired_{false};
   std::atomic<bool> stopping_{false};
@@ -261,6 +299,8 @@ class MeasureMode final : public Mode {
   // Measurement thread only.
   uint64_t next_ = 0;
   uint64_t timed_in_run_ = 0;
+  uint64_t launched_in_run_ = 0;
+  uint64_t drained_below_ = 0;
   measure::RunBuilder builder_;
   std::unique_ptr<profiledb::Database> db_;
 };

@@ -32,6 +32,16 @@ class Timer {
   // an op has been pending for flush_after_ms(), and again at that period while it stays pending.
   virtual void flush() noexcept {}
   virtual uint64_t flush_after_ms() const noexcept { return 500; }
+  // Deliver every record now, also from buffers in use (CUPTI's forced flush): the work they
+  // describe is known to be complete (a measured iteration just ended). True when an op still
+  // pending after it will never be timed.
+  virtual bool drain() noexcept {
+    flush();
+    return false;
+  }
+  // Sampled measurement: collect GPU timings only while measured iterations run (CUPTI activity
+  // on and off). Events need nothing: they are recorded only around the ops measured.
+  virtual void set_collecting(bool on) noexcept { (void)on; }
   // A run was stored (`timed` of its `ops` had GPU times), and the process is done measuring:
   // diagnostics for the log (CUPTI: its record counters).
   virtual void run_stored(uint64_t run, uint64_t ops, uint64_t timed) noexcept { (void)run, (void)ops, (void)timed; }

@@ -47,18 +47,19 @@ std::string format_text(const DaemonSnapshot& s) {
                      s.malformed + s.bad_mac + s.wrong_direction + c.total(), s.malformed, s.bad_mac,
                      s.wrong_direction, c.unknown_session, c.stale_epoch, c.wrong_address, c.wrong_auth, c.replayed,
                      c.wrong_task);
-  out += fmt::format("{:>4} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7}  {}\n", "task", "pid",
-                     "prio", "mode", "mps", "auth", "active", "state", "role", "fills", "notifies", "wants", "key");
+  out += fmt::format("{:>4} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", "task",
+                     "pid", "prio", "mode", "mps", "auth", "active", "state", "role", "fills", "notifies", "wants",
+                     "kernels", "key");
   for (const auto& t : s.tasks) {
     const std::string prio =
         t.priority == t.requested_priority ? std::to_string(t.priority)
                                            : std::to_string(t.priority) + "<" + std::to_string(t.requested_priority);
-    out += fmt::format("{:>4} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7}  {}\n", t.id, t.pid,
+    out += fmt::format("{:>4} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", t.id, t.pid,
                        prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                        t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                        t.active ? "yes" : "no", protocol::to_string(t.directive.state),
                        role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills, t.notifications,
-                       t.wants, t.key);
+                       t.wants, t.kernels, t.key);
   }
   return out;
 }
@@ -83,12 +84,12 @@ std::string format_json(const DaemonSnapshot& s) {
     out += fmt::format(
         "{}{{\"id\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
         "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
-        "\"fills\":{},\"notifications\":{},\"wants\":{}}}",
+        "\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{}}}",
         first ? "" : ",", t.id, t.pid, json_string(t.key), t.priority, t.requested_priority,
         t.mode == protocol::TaskMode::Measure ? "measure" : "share",
         t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
         t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
-        t.directive.role, t.fills, t.notifications, t.wants);
+        t.directive.role, t.fills, t.notifications, t.wants, t.kernels);
     first = false;
   }
   return out + "]}\n";

@@ -140,9 +140,12 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
       }
     task->key = reg.key;
     task->inactive_since = now;
-    task->profile = profiles_.load(task->key);
-    if (!task->profile) task->profile = std::make_shared<Profile>();
+    task->mode = reg.mode;
+    task->profile = profiles_.load(task->key, reg.mode);
+  } else if (task->mode == TaskMode::Measure && reg.mode == TaskMode::Share) {
+    task->profile = profiles_.load(task->key, reg.mode);   // auto mode: measured, now it shares
   }
+  if (!task->profile) task->profile = std::make_shared<Profile>();
   ++counters_.registrations;
   task->pid = reg.pid;
   task->requested_priority = reg.priority;
@@ -416,6 +419,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.fills = t.fills;
     s.notifications = t.notifications;
     s.wants = t.wants;
+    s.kernels = t.profile ? t.profile->size() : 0;
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

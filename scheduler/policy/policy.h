@@ -33,8 +33,10 @@ using Profile = std::unordered_map<uint64_t, KernelStats>;   // by kernel ID
 class ProfileSource {
  public:
   virtual ~ProfileSource() = default;
-  // The profile of `task_key`; an empty one when nothing is measured. Called at registration.
-  virtual std::shared_ptr<const Profile> load(std::string_view task_key) = 0;
+  // The profile of `task_key`; an empty one when nothing is measured. Called when a task registers,
+  // and again when it registers to share after it was measured (its profile has grown since).
+  // `mode`: why it registers (a task that comes to be measured is expected to have no profile).
+  virtual std::shared_ptr<const Profile> load(std::string_view task_key, protocol::TaskMode mode) = 0;
 };
 
 enum class GapEstimator : uint8_t { Mean, P50, P10 };
@@ -96,6 +98,7 @@ struct TaskStatus {
   bool authenticated = false, active = false, waiting = false;
   protocol::Directive directive;
   uint64_t fills = 0, notifications = 0, wants = 0;
+  size_t kernels = 0;   // in its profile
 };
 
 class Policy {

@@ -57,6 +57,7 @@ class MeasureE2E : public ::testing::Test {
     env["FIKIT_TASK_KEY"] = "probe";
     env["FIKIT_DB"] = db_;
     env["FIKIT_TIMING"] = "events";
+    env["FIKIT_MEASURE_SAMPLE"] = "1";   // every iteration: the counts below are exact
     env["FIKIT_SIMGPU_NAME"] = name_;   // one simulated device per test, shared by its processes
     for (const auto& [k, v] : extra) env[k] = v;
     std::vector<std::string> kv;
@@ -171,8 +172,41 @@ TEST_F(MeasureE2E, DurationsAndGapsMatchTheProgramsRhythm) {
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].gpu_ops, 90u);
   EXPECT_EQ(runs[0].iterations, 29u);
+  EXPECT_EQ(runs[0].ops_launched, 90u);
+  EXPECT_EQ(runs[0].ops_timed, 90u);
+  EXPECT_EQ(runs[0].sample_every, 1u);
+  EXPECT_DOUBLE_EQ(fikit::profiledb::coverage(runs), 1.0);
   EXPECT_EQ(db.last_trace("probe").size(), 90u);
   EXPECT_EQ(slurp("err0"), "") << "measure mode prints nothing when all is well";
+}
+
+TEST_F(MeasureE2E, SampledIterationsAgreeWithFullTiming) {
+  // The same program measured whole (key "full") and one iteration in four (key "probe").
+  auto args = kRhythm;
+  args.insert(args.end(), {"--iterations", "40"});
+  ASSERT_EQ(run(args, {{"FIKIT_TASK_KEY", "full"}}, 0), 0) << slurp("err0");
+  ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}}, 1), 0) << slurp("err1");
+  const auto full = by_position("full"), sampled = by_position();
+  ASSERT_EQ(sampled.size(), 3u);
+  for (uint32_t p = 0; p < 3; ++p) {
+    const KernelProfile &f = full.at(p), &s = sampled.at(p);
+    EXPECT_EQ(f.count, 40u);
+    EXPECT_EQ(s.count, 10u) << "iterations 0, 4, .. 36";
+    EXPECT_NEAR(s.dur_mean, f.dur_mean, 0.05 * f.dur_mean) << p;
+    if (p < 2) {
+      // A measured iteration's gaps stay gaps; none spans the iterations left out.
+      EXPECT_EQ(s.gap_count, 10u) << p;
+      EXPECT_NEAR(double(s.gap_p50), double(f.gap_p50), 0.10 * double(f.gap_p50)) << p;
+    } else {
+      EXPECT_EQ(s.gap_count, 0u);
+      EXPECT_EQ(s.boundary_count, 9u);
+    }
+  }
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].sample_every, 4u);
+  EXPECT_EQ(runs[0].ops_launched, 30u) << "coverage counts the ops of measured iterations";
+  EXPECT_EQ(runs[0].ops_timed, 30u);
 }
 
 TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {

@@ -227,6 +227,40 @@ TEST_F(DbTest, UnknownKeyIsNotFound) {
   }
 }
 
+TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
+  {
+    Database db(path_, Database::Open::Create);
+    db.add_run("task", "prog", RunSummary{.gpu_ops = 3, .iterations = 1}, {sample(1, 1000, 3, 50)}, {}, 3);
+  }
+  // Back to what FIKIT wrote before coverage was recorded.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
+  for (const char* sql : {"ALTER TABLE runs DROP COLUMN ops_launched", "ALTER TABLE runs DROP COLUMN ops_timed",
+                          "ALTER TABLE runs DROP COLUMN sample_every", "PRAGMA user_version = 1"})
+    ASSERT_EQ(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql << ": " << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+
+  {
+    Database reader(path_, Database::Open::ReadOnly);
+    EXPECT_EQ(reader.schema_version(), 1);
+    const auto runs = reader.runs("task");
+    ASSERT_EQ(runs.size(), 1u);
+    EXPECT_EQ(runs[0].gpu_ops, 3u);
+    EXPECT_EQ(coverage(runs), -1.0) << "coverage unknown";
+  }
+  Database writer(path_, Database::Open::Create);
+  EXPECT_EQ(writer.schema_version(), Database::kSchemaVersion);
+  writer.add_run("task", "prog", RunSummary{.gpu_ops = 3, .iterations = 1, .ops_launched = 4, .ops_timed = 3,
+                                            .sample_every = 4},
+                 {sample(1, 1000, 3, 50)}, {}, 3);
+  const auto runs = writer.runs("task");
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].ops_launched, 0u);
+  EXPECT_EQ(runs[1].ops_launched, 4u);
+  EXPECT_EQ(runs[1].sample_every, 4u);
+  EXPECT_DOUBLE_EQ(coverage(runs), 0.75) << "runs that do not say are left out";
+}
+
 TEST_F(DbTest, NewerSchemaIsRefused) {
   { Database db(path_, Database::Open::Create); }
   sqlite3* raw = nullptr;

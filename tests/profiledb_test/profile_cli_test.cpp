@@ -255,3 +255,39 @@ TEST_F(ProfileCli, ExitCodesNameTheFailure) {
   std::filesystem::remove(path_ + "-shm");
   EXPECT_EQ(cli(db_arg() + "list"), 6);
 }
+
+TEST_F(ProfileCli, ShowReportsCoverageAndWarnsBelowNinetyNinePercent) {
+  {
+    Database db(path_, Database::Open::Create);
+    db.add_run("good", "p", {.gpu_ops = 10, .ops_launched = 1000, .ops_timed = 999, .sample_every = 4},
+               {sample(1, 1000, 3, 50)}, {});
+    db.add_run("poor", "p", {.gpu_ops = 10, .ops_launched = 1000, .ops_timed = 900}, {sample(1, 1000, 3, 50)}, {});
+  }
+  ASSERT_EQ(cli(db_arg() + "show good"), 0) << err_;
+  EXPECT_NE(out_.find("coverage: 99.90 % of ops timed (999 of 1000"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("one iteration in 4 measured"), std::string::npos) << out_;
+  EXPECT_EQ(err_, "");
+  ASSERT_EQ(cli(db_arg() + "show poor"), 0) << err_;
+  EXPECT_NE(out_.find("coverage: 90.00 %"), std::string::npos) << out_;
+  EXPECT_NE(err_.find("warning: task \"poor\" timed under 99 %"), std::string::npos) << err_;
+}
+
+TEST_F(ProfileCli, CompareCountsKernelsThatAgreeAndExitsSevenOtherwise) {
+  {
+    Database db(path_, Database::Open::Create);
+    // Kernel 1 agrees; kernel 2's duration is 4 % off and its gap 8 % off; kernel 3 is A's only.
+    db.add_run("full", "p", {.gpu_ops = 3}, {sample(1, 1000, 4, 5000), sample(2, 10000, 4, 20000), sample(3, 50, 4, 0)}, {});
+    db.add_run("sampled", "p", {.gpu_ops = 2}, {sample(1, 1000, 4, 5000), sample(2, 10400, 4, 21600)}, {});
+  }
+  ASSERT_EQ(cli(db_arg() + "compare full sampled"), 0) << out_ << err_;
+  EXPECT_NE(out_.find("3 kernels in full, 2 in sampled, 2 in both"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("duration mean within 5 %: 2 of 2 kernels; gap p50 within 10 %: 2 of 2"), std::string::npos)
+      << out_;
+  EXPECT_NE(out_.find("+4.0%"), std::string::npos) << out_;
+  EXPECT_EQ(cli(db_arg() + "--dur-tolerance 0.03 compare full sampled"), 7) << out_;
+  EXPECT_NE(out_.find("within 3 %: 1 of 2"), std::string::npos) << out_;
+  EXPECT_EQ(cli(db_arg() + "--gap-tolerance 0.05 compare full sampled"), 7);
+  EXPECT_EQ(cli(db_arg() + "compare full"), 2);
+  EXPECT_EQ(cli(db_arg() + "compare full nosuch"), 3);
+  EXPECT_EQ(cli(db_arg() + "--dur-tolerance x compare full sampled"), 2);
+}

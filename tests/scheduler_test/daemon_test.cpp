@@ -30,7 +30,7 @@ using protocol::State;
 
 class NoProfiles : public policy::ProfileSource {
  public:
-  std::shared_ptr<const policy::Profile> load(std::string_view) override { return std::make_shared<policy::Profile>(); }
+  std::shared_ptr<const policy::Profile> load(std::string_view, protocol::TaskMode) override { return std::make_shared<policy::Profile>(); }
 };
 
 protocol::Key test_key(uint8_t fill) {

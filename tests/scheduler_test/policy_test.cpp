@@ -22,11 +22,13 @@ constexpr uint64_t T0 = 1'000'000'000;   // virtual time starts at 1 s
 
 class TableProfiles : public ProfileSource {
  public:
-  std::shared_ptr<const Profile> load(std::string_view key) override {
+  std::shared_ptr<const Profile> load(std::string_view key, protocol::TaskMode) override {
+    ++loads;
     auto it = table.find(std::string(key));
     return std::make_shared<Profile>(it == table.end() ? Profile{} : it->second);
   }
   std::map<std::string, Profile> table;
+  int loads = 0;
 };
 
 KernelStats kernel(uint64_t dur, uint64_t gap, uint64_t gaps = 10, uint64_t boundaries = 0) {
@@ -404,6 +406,24 @@ TEST_F(PolicyTest, ReRegisteringKeepsTheTaskAndMovesItsPriority) {
   EXPECT_EQ(policy().on_register(T0 + 1, lp, r, out), lp);
   EXPECT_EQ(policy().task_count(), 1u);
   EXPECT_EQ(policy().status(T0 + 1)[0].priority, 7);
+}
+
+TEST_F(PolicyTest, AMeasuredTaskThatComesBackToShareIsGivenItsNewProfile) {
+  const uint32_t t = reg(T0, "late", 0, TaskMode::Measure);
+  EXPECT_EQ(profiles.loads, 1);
+  EXPECT_EQ(policy().status(T0)[0].kernels, 0u) << "nothing measured yet";
+  profiles.table["late"] = profiles.table["hp"];   // its runs were stored meanwhile
+  Registration r;
+  r.key = "late";
+  r.authenticated = true;
+  r.mode = TaskMode::Share;
+  out.clear();
+  EXPECT_EQ(policy().on_register(T0 + 1, t, r, out), t);
+  EXPECT_EQ(profiles.loads, 2);
+  EXPECT_EQ(policy().status(T0 + 1)[0].kernels, 3u);
+  out.clear();
+  policy().on_register(T0 + 2, t, r, out);   // a plain re-registration reads nothing
+  EXPECT_EQ(profiles.loads, 2);
 }
 
 TEST_F(PolicyTest, MessagesOfUnknownTasksAreToldToRegister) {

@@ -19,7 +19,9 @@ using fikit::profiledb::Database;
 using fikit::profiledb::DbError;
 namespace report = fikit::profile_cli;
 
-enum Exit : int { kOk = 0, kOther = 1, kUsage = 2, kUnknownKey = 3, kMissing = 4, kLocked = 5, kCorrupt = 6 };
+enum Exit : int {
+  kOk = 0, kOther = 1, kUsage = 2, kUnknownKey = 3, kMissing = 4, kLocked = 5, kCorrupt = 6, kDisagree = 7
+};
 
 constexpr const char* kUsageText = R"(usage: fikit-profile [--db PATH] COMMAND [ARGS]
 
@@ -33,15 +35,23 @@ commands:
   trace KEY -o FILE                    the last measured run as Chrome/Perfetto trace-event JSON
                                        (open in ui.perfetto.dev or chrome://tracing), one track per stream
   gaps KEY                             histogram of the gaps between the task's GPU ops
+  compare KEY_A KEY_B                  two profiles of one program side by side (e.g. measured with
+                                       FIKIT_MEASURE_SAMPLE=1 and with sampling): duration means and
+                                       gap medians per kernel both have; exit 7 when some disagree
+                                       beyond --dur-tolerance (default 0.05) or --gap-tolerance (0.10)
   delete KEY                           remove task KEY and all its statistics
 
 options:
   --db PATH     the profile database (default: $FIKIT_DB, else $XDG_DATA_HOME/fikit/profiles.db)
   --wait-ms MS  how long to wait for a measuring process's write to finish (default 5000)
+  --dur-tolerance F, --gap-tolerance F
+                compare: the relative differences that still agree (default 0.05 and 0.10)
   -h, --help    this text (also after a command)
 
+show warns on stderr when the task's runs timed under 99 % of the ops they launched.
+
 exit codes: 0 ok, 1 other error, 2 usage, 3 unknown task key, 4 database missing,
-            5 database locked, 6 database corrupt
+            5 database locked, 6 database corrupt, 7 profiles disagree (compare)
 )";
 
 struct UsageError {
@@ -54,7 +64,15 @@ struct Args {
   std::string command;
   std::vector<std::string> positional;
   std::optional<std::string> format, output;
+  double dur_tolerance = 0.05, gap_tolerance = 0.10;
 };
+
+double fraction(const std::string& opt, const std::string& v) {
+  char* end = nullptr;
+  const double f = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end || !(f >= 0 && f <= 10)) throw UsageError{opt + " needs a fraction such as 0.05, got " + v};
+  return f;
+}
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -75,6 +93,10 @@ Args parse(int argc, char** argv) {
       const long ms = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end || ms < 0 || ms > 3600000) throw UsageError{"--wait-ms needs milliseconds, got " + v};
       a.wait_ms = static_cast<int>(ms);
+    } else if (arg == "--dur-tolerance") {
+      a.dur_tolerance = fraction(arg, value("--dur-tolerance"));
+    } else if (arg == "--gap-tolerance") {
+      a.gap_tolerance = fraction(arg, value("--gap-tolerance"));
     } else if (arg == "--format") {
       a.format = value("--format");
     } else if (arg == "-o" || arg == "--output") {
@@ -131,6 +153,10 @@ int run(const Args& a) {
     Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
     const auto task = require_task(db, key_of(a));
     report::write_kernel_table(std::cout, task, db.kernels(task.key));
+    if (!report::write_coverage(std::cout, db.runs(task.key)))
+      std::fprintf(stderr,
+                   "fikit-profile: warning: task \"%s\" timed under 99 %% of its ops: kernels missing from the "
+                   "profile never fill gaps; measure it again\n", task.key.c_str());
   } else if (cmd == "export") {
     const auto& key = key_of(a);
     if (!a.format || (*a.format != "csv" && *a.format != "json")) throw UsageError{"export needs --format csv|json"};
@@ -157,6 +183,15 @@ int run(const Args& a) {
     uint64_t boundaries = 0;
     for (const auto& k : db.kernels(key)) boundaries += k.boundary_count;
     report::write_gap_histogram(std::cout, db.gap_histogram(key), boundaries);
+  } else if (cmd == "compare") {
+    if (a.positional.size() != 2) throw UsageError{"compare takes two task keys"};
+    Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
+    const std::string ka = require_task(db, a.positional[0]).key;
+    const std::string kb = require_task(db, a.positional[1]).key;
+    const auto pa = db.kernels(ka), pb = db.kernels(kb);
+    report::write_comparison(std::cout, ka, kb, pa, pb, a.dur_tolerance, a.gap_tolerance);
+    const auto g = report::compare_profiles(pa, pb, a.dur_tolerance, a.gap_tolerance);
+    if (g.common == 0 || g.dur_within < g.common || g.gap_within < g.gap_compared) return kDisagree;
   } else if (cmd == "delete") {
     const auto& key = key_of(a);
     Database db(a.db, Database::Open::ReadWrite, a.wait_ms);

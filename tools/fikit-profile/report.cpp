@@ -151,6 +151,82 @@ void write_trace_json(std::ostream& out, const std::string& task_key, const std:
   out << "\n]}\n";
 }
 
+bool write_coverage(std::ostream& out, const std::vector<profiledb::RunSummary>& runs) {
+  uint64_t launched = 0, timed = 0;
+  uint32_t every_min = UINT32_MAX, every_max = 0;
+  size_t known = 0;
+  for (const auto& r : runs) {
+    if (r.ops_launched == 0) continue;
+    ++known;
+    launched += r.ops_launched;
+    timed += r.ops_timed;
+    every_min = std::min(every_min, r.sample_every);
+    every_max = std::max(every_max, r.sample_every);
+  }
+  if (known == 0) {
+    fmt::print(out, "coverage: not recorded (runs stored by an older FIKIT)\n");
+    return true;
+  }
+  const double c = profiledb::coverage(runs);
+  const std::string sampling = every_max <= 1 ? "every iteration measured"
+                               : every_min == every_max ? fmt::format("one iteration in {} measured", every_max)
+                                                        : fmt::format("one iteration in {}..{} measured", every_min, every_max);
+  fmt::print(out, "coverage: {:.2f} % of ops timed ({} of {} launched in the measured iterations of {} runs; {})\n",
+             100 * c, timed, launched, known, sampling);
+  return c >= profiledb::kGoodCoverage;
+}
+
+Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vector<KernelProfile>& b,
+                           double dur_tolerance, double gap_tolerance) {
+  std::unordered_map<uint64_t, const KernelProfile*> in_b;
+  for (const auto& k : b) in_b.emplace(k.kernel_id, &k);
+  Agreement g{.kernels_a = a.size(), .kernels_b = b.size()};
+  double total = 0, common_time = 0;
+  for (const auto& ka : a) {
+    const double time = ka.dur_mean * static_cast<double>(ka.count);
+    total += time;
+    const auto it = in_b.find(ka.kernel_id);
+    if (it == in_b.end()) continue;
+    const KernelProfile& kb = *it->second;
+    ++g.common;
+    common_time += time;
+    if (std::abs(kb.dur_mean - ka.dur_mean) <= dur_tolerance * ka.dur_mean) ++g.dur_within;
+    if (ka.gap_count > 0 && kb.gap_count > 0) {
+      ++g.gap_compared;
+      const double ga = static_cast<double>(ka.gap_p50), gb = static_cast<double>(kb.gap_p50);
+      if (std::abs(gb - ga) <= gap_tolerance * ga) ++g.gap_within;
+    }
+  }
+  g.time_common = total > 0 ? common_time / total : 0;
+  return g;
+}
+
+void write_comparison(std::ostream& out, const std::string& key_a, const std::string& key_b,
+                      const std::vector<KernelProfile>& a, const std::vector<KernelProfile>& b, double dur_tolerance,
+                      double gap_tolerance) {
+  std::unordered_map<uint64_t, const KernelProfile*> in_b;
+  for (const auto& k : b) in_b.emplace(k.kernel_id, &k);
+  fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}\n", "KERNEL ID", "NAME",
+             fmt::format("DUR {}", shorten(key_a, 5)), fmt::format("DUR {}", shorten(key_b, 5)), "DIFF",
+             fmt::format("GAP {}", shorten(key_a, 5)), fmt::format("GAP {}", shorten(key_b, 5)), "DIFF");
+  const auto diff = [](double x, double y) { return y > 0 ? fmt::format("{:+.1f}%", 100 * (x - y) / y) : std::string("-"); };
+  for (const auto& ka : a) {
+    const auto it = in_b.find(ka.kernel_id);
+    if (it == in_b.end()) continue;
+    const KernelProfile& kb = *it->second;
+    const bool gaps = ka.gap_count > 0 && kb.gap_count > 0;
+    fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}\n", hex_id(ka.kernel_id),
+               shorten(ka.name, 32), human_ns(ka.dur_mean), human_ns(kb.dur_mean), diff(kb.dur_mean, ka.dur_mean),
+               gaps ? human_ns(static_cast<double>(ka.gap_p50)) : "-", gaps ? human_ns(static_cast<double>(kb.gap_p50)) : "-",
+               gaps ? diff(static_cast<double>(kb.gap_p50), static_cast<double>(ka.gap_p50)) : "-");
+  }
+  const Agreement g = compare_profiles(a, b, dur_tolerance, gap_tolerance);
+  fmt::print(out, "{} kernels in {}, {} in {}, {} in both ({:.1f} % of {}'s GPU time)\n", g.kernels_a, key_a,
+             g.kernels_b, key_b, g.common, 100 * g.time_common, key_a);
+  fmt::print(out, "duration mean within {:.0f} %: {} of {} kernels; gap p50 within {:.0f} %: {} of {} kernels\n",
+             100 * dur_tolerance, g.dur_within, g.common, 100 * gap_tolerance, g.gap_within, g.gap_compared);
+}
+
 void write_gap_histogram(std::ostream& out, const profiledb::Histogram& gaps, uint64_t boundary_count, int width) {
   using profiledb::Histogram;
   fmt::print(out, "{} gaps between ops (iteration boundaries excluded: {})\n", gaps.total(), boundary_count);

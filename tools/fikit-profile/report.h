@@ -21,6 +21,22 @@ void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task,
 // Chrome / Perfetto trace-event JSON, one track (tid) per stream, times relative to the first op.
 void write_trace_json(std::ostream& out, const std::string& task_key, const std::vector<profiledb::TraceOp>& ops,
                       const std::vector<profiledb::KernelProfile>& kernels);
+// One line on how much of the task's launched work its runs timed ("coverage"), and whether that is
+// below profiledb::kGoodCoverage. False when it is (the caller warns).
+bool write_coverage(std::ostream& out, const std::vector<profiledb::RunSummary>& runs);
+// Two profiles of one program (e.g. sampled vs every iteration): the kernels both have, their
+// duration means and gap medians side by side, and how many agree within the given tolerances.
+struct Agreement {
+  size_t kernels_a = 0, kernels_b = 0, common = 0;
+  size_t dur_within = 0, gap_compared = 0, gap_within = 0;
+  double time_common = 0;      // share of A's GPU time in kernels B has too
+};
+Agreement compare_profiles(const std::vector<profiledb::KernelProfile>& a, const std::vector<profiledb::KernelProfile>& b,
+                           double dur_tolerance, double gap_tolerance);
+void write_comparison(std::ostream& out, const std::string& key_a, const std::string& key_b,
+                      const std::vector<profiledb::KernelProfile>& a, const std::vector<profiledb::KernelProfile>& b,
+                      double dur_tolerance, double gap_tolerance);
+
 // Gap histogram of the whole task, one bar per octave, drawn with '#'.
 void write_gap_histogram(std::ostream& out, const profiledb::Histogram& gaps, uint64_t boundary_count,
                          int width = 50);
