@@ -151,6 +151,8 @@ Config parse() noexcept {
   read_number("FIKIT_MEASURE_RUNS", cfg.measure_runs, 1, 1000000);
   read_number("FIKIT_RUN_ITERATIONS", cfg.run_iterations, 0, 1000000000);
   read_number("FIKIT_MEASURE_SAMPLE", cfg.measure_sample, 1, 1000);
+  read_number("FIKIT_RELEARN_SAMPLE", cfg.relearn_sample, 0, 1000000);
+  read_number("FIKIT_RELEARN_FLUSH_MS", cfg.relearn_flush_ms, 10, 3600000);
   read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth, 0, 16);
   read_timing(cfg);
   read_number("FIKIT_DAEMON_TIMEOUT_MS", cfg.daemon_timeout_ms, 1, 60000);

@@ -268,6 +268,38 @@ TaskInfo read_task(const Stmt& s) {
   return t;
 }
 
+// Merges samples into the task's kernel rows, under the caller's write transaction: read the
+// stored row, add, write it back.
+void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<KernelSample>& kernels) {
+  Stmt get(db, (std::string("SELECT ") + kSampleColumns + " FROM kernels WHERE task_key = ? AND kernel_id = ?").c_str());
+  Stmt put(db, (std::string("INSERT OR REPLACE INTO kernels (task_key, ") + kSampleColumns +
+                ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+                   .c_str());
+  for (const KernelSample& k : kernels) {
+    KernelSample merged = k;
+    get.bind(1, task_key).bind_u(2, k.kernel_id);
+    if (get.step()) {
+      KernelSample stored = read_sample(get);
+      merged.duration.merge(stored.duration);
+      merged.gap.merge(stored.gap);
+      merged.boundary_count += stored.boundary_count;
+      if (merged.name.empty()) merged.name = stored.name;
+      if (merged.call_site.empty()) merged.call_site = stored.call_site;
+    }
+    get.reset();
+    put.bind(1, task_key).bind_u(2, merged.kernel_id).bind(3, merged.name).bind(4, merged.call_site);
+    for (int i = 0; i < 3; ++i) {
+      put.bind(5 + i, static_cast<int64_t>(merged.grid[i]));
+      put.bind(8 + i, static_cast<int64_t>(merged.block[i]));
+    }
+    put.bind(11, static_cast<int64_t>(merged.shared_mem));
+    bind_acc(put, 12, merged.duration);
+    bind_acc(put, 18, merged.gap);
+    put.bind_u(24, merged.boundary_count);
+    put.run();
+  }
+}
+
 bool file_exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -391,34 +423,7 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
   const uint64_t run_no = upd.step() ? upd.u64(0) : 0;
   upd.reset();
 
-  // Merge under the write lock: read the stored row, add this run, write it back.
-  Stmt get(db, (std::string("SELECT ") + kSampleColumns + " FROM kernels WHERE task_key = ? AND kernel_id = ?").c_str());
-  Stmt put(db, (std::string("INSERT OR REPLACE INTO kernels (task_key, ") + kSampleColumns +
-                ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-                   .c_str());
-  for (const KernelSample& k : kernels) {
-    KernelSample merged = k;
-    get.bind(1, task_key).bind_u(2, k.kernel_id);
-    if (get.step()) {
-      KernelSample stored = read_sample(get);
-      merged.duration.merge(stored.duration);
-      merged.gap.merge(stored.gap);
-      merged.boundary_count += stored.boundary_count;
-      if (merged.name.empty()) merged.name = stored.name;
-      if (merged.call_site.empty()) merged.call_site = stored.call_site;
-    }
-    get.reset();
-    put.bind(1, task_key).bind_u(2, merged.kernel_id).bind(3, merged.name).bind(4, merged.call_site);
-    for (int i = 0; i < 3; ++i) {
-      put.bind(5 + i, static_cast<int64_t>(merged.grid[i]));
-      put.bind(8 + i, static_cast<int64_t>(merged.block[i]));
-    }
-    put.bind(11, static_cast<int64_t>(merged.shared_mem));
-    bind_acc(put, 12, merged.duration);
-    bind_acc(put, 18, merged.gap);
-    put.bind_u(24, merged.boundary_count);
-    put.run();
-  }
+  merge_samples(db, task_key, kernels);
 
   Stmt(db,
        "INSERT OR REPLACE INTO runs (task_key, run_no, finished_unix, pid, gpu_ops, busy_ns, wall_ns, iterations, "
@@ -502,6 +507,19 @@ std::vector<KernelProfile> Database::kernels(const std::string& key) {
     out.push_back(std::move(p));
   }
   return out;
+}
+
+void Database::merge_kernels(const std::string& task_key, const std::string& command_line,
+                             const std::vector<KernelSample>& kernels) {
+  if (impl_->empty) throw DbError(DbError::Kind::Io, "database opened read-only");
+  WriteTxn txn(impl_->db);
+  Stmt(impl_->db, "INSERT INTO tasks (key, command_line, created_unix) VALUES (?, ?, ?) ON CONFLICT (key) DO NOTHING")
+      .bind(1, task_key)
+      .bind(2, command_line)
+      .bind(3, static_cast<int64_t>(std::time(nullptr)))
+      .run();
+  merge_samples(impl_->db, task_key, kernels);
+  txn.commit();
 }
 
 std::vector<RunSummary> Database::runs(const std::string& key) {

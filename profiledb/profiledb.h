@@ -110,6 +110,12 @@ class Database {
                    const std::vector<KernelSample>& kernels, const std::vector<TraceOp>& trace,
                    uint32_t runs_wanted = 0);
 
+  // Statistics learned outside a measured run (share mode timing kernels its profile lacks): merged
+  // into the task's kernels like a run's, but no run is counted. A task not stored yet is created
+  // (with no measured runs).
+  void merge_kernels(const std::string& task_key, const std::string& command_line,
+                     const std::vector<KernelSample>& kernels);
+
   std::vector<TaskInfo> tasks();
   std::optional<TaskInfo> task(const std::string& key);
   std::vector<KernelProfile> kernels(const std::string& key);     // by total GPU time, descending

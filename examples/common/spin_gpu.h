@@ -24,6 +24,8 @@ class SpinGpu {
   void launch(uint64_t duration_ns);
   // Waits until everything launched so far has finished.
   void synchronize();
+  // Later launches use this shape (a new input shape: to FIKIT, new kernels).
+  void set_shape(LaunchShape shape) { shape_ = shape; }
 
  private:
   LaunchShape shape_;

@@ -25,7 +25,7 @@ double monotonic_s() {
 int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   double kernel_us = 10, cpu_us = 0, duration_s = 5, progress_ms = 0;
-  uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128;
+  uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0;
 
   ex::Flags flags("fikit-example-train [options]",
                   "Training-like GPU background job: iterations of spin kernels, a stream\n"
@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
   flags.add("iterations", &iterations, "stop after this many iterations (0: use --duration-s)");
   flags.add("blocks", &blocks, "thread blocks per kernel");
   flags.add("threads", &threads, "threads per block");
+  flags.add("new-shape-after", &new_shape_after,
+            "after this many iterations launch with one block more: new kernels to FIKIT (0: never)");
   flags.add("progress-ms", &progress_ms, "write timestamped progress lines on stderr at most this often (0: none)");
   flags.parse(argc, argv);
   if (sync_every == 0) ex::Flags::fail("--sync-every must be at least 1");
@@ -55,6 +57,8 @@ int main(int argc, char** argv) {
     return iterations > 0 ? iterations_done >= iterations : ex::elapsed_us(start) >= duration_us;
   };
   while (!finished()) {
+    if (new_shape_after > 0 && iterations_done == new_shape_after)
+      gpu.set_shape({static_cast<uint32_t>(blocks + 1), static_cast<uint32_t>(threads)});
     // A signal mid-iteration stops the launches; the partial iteration's kernels still count as
     // kernels (they ran) but not as an iteration.
     uint64_t k = 0;

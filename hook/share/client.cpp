@@ -21,6 +21,7 @@ constexpr int kReceivePollMs = 10;                    // the receiver's housekee
 constexpr uint64_t kFirstBackoffNs = 50 * kMs;        // registration retries: 50 ms, doubling...
 constexpr uint64_t kMaxBackoffNs = 5'000 * kMs;       // ...up to 5 s, each +-50 % at random
 constexpr uint32_t kMaxUnconfirmedRings = 100;
+constexpr uint64_t kGrewRetryNs = 200 * kMs;         // a register saying the profile grew, until answered
 
 uint64_t jitter(uint64_t ns) noexcept {
   uint32_t r = 0;
@@ -120,6 +121,7 @@ void Client::send_register() noexcept {
   r.backend = opts_.backend;
   r.pid = uint32_t(getpid());
   r.device = opts_.device;
+  if (profile_grew_.load(std::memory_order_acquire)) r.flags = protocol::kRegisterProfileGrew;
   protocol::set_key(r, opts_.task_key);
   uint8_t buf[protocol::kMaxDatagram];
   protocol::Header h;
@@ -233,6 +235,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
         std::strcmp(opts_.bell_path, "off") != 0 && unconfirmed_rings_.load() < kMaxUnconfirmedRings)
       bell_.store(protocol::map_bell(opts_.bell_path, m.header.epoch), std::memory_order_release);
     backoff_ns_ = 0;
+    profile_grew_.store(false, std::memory_order_release);
     const bool was = connected_.exchange(true, std::memory_order_acq_rel);
     if (!was) {
       if (r->priority != opts_.priority)
@@ -289,6 +292,11 @@ void Client::receiver_loop() noexcept {
       if (now - last_heartbeat >= lease / 4) {
         last_heartbeat = now;
         send(protocol::Type::Heartbeat, protocol::Heartbeat{});
+      }
+      // New kernels in the profile: registering again makes the daemon read it (repeated until answered).
+      if (profile_grew_.load(std::memory_order_acquire) && now >= next_grew_ns_) {
+        next_grew_ns_ = now + kGrewRetryNs;
+        send_register();
       }
       if (now - last_heard_ns_.load() > lease / 2 + uint64_t(opts_.daemon_timeout_ms) * kMs) {
         set_disconnected("no answer to heartbeats");

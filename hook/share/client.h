@@ -47,6 +47,9 @@ class Client {
   // Changes mode (measure -> share in auto mode) and registers again; waits like start(). Share mode
   // starts the notification sender thread (once).
   bool reregister(protocol::TaskMode mode, bool wait_registered) noexcept;
+  // Share mode stored kernels it learned in the task's profile: registers again (same task) with
+  // the flag that makes the daemon read the profile again. Any thread; returns at once.
+  void profile_grew() noexcept { profile_grew_.store(true, std::memory_order_release); }
   // In the process that started it: sends what is queued, goodbye, stops the threads (bounded).
   // Anywhere else (a forked child that inherited it) it does nothing at all. Idempotent.
   void stop() noexcept;
@@ -117,6 +120,7 @@ class Client {
   std::atomic<uint64_t> lease_ns_{1'000'000'000};
   std::atomic<uint32_t> min_gap_ns_{0}, grant_latency_ns_{0};
   std::atomic<bool> register_now_{false};   // reregister(): the receiver sends at once
+  std::atomic<bool> profile_grew_{false};   // until a registration answer: say so in registers
   std::atomic<uint32_t> registrations_{0};  // futex word: bumped on each registration answer
   std::atomic<uint64_t (*)(void*)> probe_{nullptr};
   void* probe_context_ = nullptr;
@@ -129,7 +133,7 @@ class Client {
   std::atomic<uint64_t> last_go_ns_{0};
   // Receiver thread only.
   protocol::ReplayWindow window_;
-  uint64_t next_register_ns_ = 0, backoff_ns_ = 0;
+  uint64_t next_register_ns_ = 0, backoff_ns_ = 0, next_grew_ns_ = 0;
 };
 
 }  // namespace fikit::hook::share

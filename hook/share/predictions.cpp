@@ -2,13 +2,44 @@
 
 #include <algorithm>
 #include <exception>
+#include <new>
 
 #include "log.h"
 #include "profiledb.h"
 
 namespace fikit::hook::share {
+namespace {
+// Kernel IDs are hashes already: their low bits spread well.
+size_t home(uint64_t id) { return size_t(id ^ (id >> 32)) & (Predictions::kCapacity - 1); }
+constexpr size_t kMaxProbe = 64;
+}  // namespace
 
-void Predictions::load(const Config& cfg) noexcept {
+Predictions::Predictions() : table_(new (std::nothrow) Entry[kCapacity]) {}
+
+void Predictions::put(const Kernel& k) noexcept {
+  if (!table_ || k.id == 0) return;
+  for (size_t i = 0, at = home(k.id); i < kMaxProbe; ++i, at = (at + 1) & (kCapacity - 1)) {
+    Entry& e = table_[at];
+    const uint64_t id = e.id.load(std::memory_order_relaxed);
+    if (id != 0 && id != k.id) continue;
+    e.dur_ns.store(k.dur_ns, std::memory_order_relaxed);
+    e.dur_max_ns.store(k.dur_max_ns, std::memory_order_relaxed);
+    e.gap_ns.store(k.gap_ns, std::memory_order_relaxed);
+    if (id == 0) {
+      e.id.store(k.id, std::memory_order_release);   // the values above are visible with it
+      size_.fetch_add(1, std::memory_order_relaxed);
+    }
+    return;
+  }
+  if (!warned_full_) {
+    warned_full_ = true;
+    log(LogLevel::Warn, "share mode: more kernels than the prediction table holds: the rest count as unknown");
+  }
+}
+
+size_t Predictions::load(const Config& cfg) noexcept {
+  std::lock_guard guard(load_mutex_);
+  size_t n = 0;
   try {
     profiledb::Database db(cfg.db_path, profiledb::Database::Open::ReadOnly);
     for (const auto& k : db.kernels(cfg.task_key)) {
@@ -19,24 +50,36 @@ void Predictions::load(const Config& cfg) noexcept {
       // As the daemon decides (docs/scheduling.md): mostly followed by iteration ends, no gap.
       if (k.gap_count > 0 && k.boundary_count * 2 <= k.gap_count + k.boundary_count)
         e.gap_ns = std::max<uint64_t>(uint64_t(k.gap_mean), k.gap_p50);
-      e.measured = true;
-      table_.push_back(e);
+      put(e);
+      ++n;
     }
-    std::sort(table_.begin(), table_.end());
   } catch (const std::exception& e) {
-    log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps",
-        cfg.task_key, cfg.db_path, e.what());
+    if (!warned_missing_)
+      log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps "
+          "until share mode has timed them", cfg.task_key, cfg.db_path, e.what());
+    warned_missing_ = true;
   } catch (...) {
     log(LogLevel::Warn, "share mode: cannot read profiles from %s", cfg.db_path);
   }
+  return n;
 }
 
 Predictions::Kernel Predictions::of(uint64_t kernel_id) const noexcept {
-  Kernel key;
-  key.id = kernel_id;
-  auto it = std::lower_bound(table_.begin(), table_.end(), key);
-  if (it != table_.end() && it->id == kernel_id) return *it;
-  return key;   // unknown: kUnknownKernelNs, no gap
+  Kernel k;
+  k.id = kernel_id;
+  if (!table_ || kernel_id == 0) return k;   // unknown: kUnknownKernelNs, no gap
+  for (size_t i = 0, at = home(kernel_id); i < kMaxProbe; ++i, at = (at + 1) & (kCapacity - 1)) {
+    const Entry& e = table_[at];
+    const uint64_t id = e.id.load(std::memory_order_acquire);
+    if (id == 0) break;
+    if (id != kernel_id) continue;
+    k.dur_ns = e.dur_ns.load(std::memory_order_relaxed);
+    k.dur_max_ns = e.dur_max_ns.load(std::memory_order_relaxed);
+    k.gap_ns = e.gap_ns.load(std::memory_order_relaxed);
+    k.measured = true;
+    return k;
+  }
+  return k;
 }
 
 }  // namespace fikit::hook::share

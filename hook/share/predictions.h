@@ -1,9 +1,14 @@
 #pragma once
-// Predicted durations and following gaps of this task's kernels, read once from the profile store
-// into a sorted table, so the launch path looks them up without allocating or locking.
+// Predicted durations and following gaps of this task's kernels, read from the profile store into a
+// fixed open-addressing table: the launch path looks them up without allocating or locking, and
+// load() may run again (kernels learned in share mode, relearner.h) while launches read it. Entries
+// are never removed; an entry's fields are updated in place (a reader may see a mix of old and new
+// values for one kernel, which is as good a prediction as either).
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <memory>
+#include <mutex>
 
 #include "config.h"
 
@@ -21,16 +26,27 @@ class Predictions {
     uint64_t dur_max_ns = 0;             // the larger of mean and p90 (the daemon's default estimate)
     uint64_t gap_ns = 0;                 // the larger of mean and p50; 0: it usually ends an iteration
     bool measured = false;
-    bool operator<(const Kernel& o) const { return id < o.id; }
   };
+  static constexpr size_t kCapacity = 1u << 15;   // kernels; a full table leaves the rest unknown (logged)
 
-  // Reads the task's profile; a missing database or task is logged once and leaves the table empty.
-  void load(const Config& cfg) noexcept;
+  Predictions();
+  // Reads the task's profile into the table (again: updates and adds). A missing database or task
+  // is logged once and leaves the table as it was. Returns the kernels read.
+  size_t load(const Config& cfg) noexcept;
   Kernel of(uint64_t kernel_id) const noexcept;
-  size_t size() const noexcept { return table_.size(); }
+  size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
 
  private:
-  std::vector<Kernel> table_;
+  struct Entry {
+    std::atomic<uint64_t> id{0};   // 0: empty; published last
+    std::atomic<uint64_t> dur_ns{0}, dur_max_ns{0}, gap_ns{0};
+  };
+  void put(const Kernel& k) noexcept;   // under load_mutex_
+
+  std::unique_ptr<Entry[]> table_;
+  std::atomic<size_t> size_{0};
+  std::mutex load_mutex_;               // load() only, never on the launch path
+  bool warned_missing_ = false, warned_full_ = false;
 };
 
 }  // namespace fikit::hook::share

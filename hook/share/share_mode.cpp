@@ -19,11 +19,15 @@
 #include "log.h"
 #include "mode.h"
 #include "predictions.h"
+#include "relearner.h"
 
 namespace fikit::hook {
 namespace {
 
 using share::Client;
+
+// The relearner's sample between before_launch and after_launch of this thread.
+thread_local uint32_t t_relearn_ticket __attribute__((tls_model("initial-exec"))) = 0;
 
 // The process's one client, shared by announce_measurement and the share mode (auto mode moves
 // from one to the other). Created on first use, never destroyed: launching threads may still read
@@ -120,12 +124,17 @@ Client* client_for(const Config& cfg, protocol::TaskMode mode, bool wait_registe
 class ShareMode final : public Mode {
  public:
   ShareMode(Client& client, const Config& cfg)
-      : client_(client), gate_(client, window_, uint64_t(cfg.max_wait_ms) * 1'000'000) {
+      : cfg_(cfg), client_(client), gate_(client, window_, uint64_t(cfg.max_wait_ms) * 1'000'000),
+        relearner_(cfg, {.sample_every = cfg.relearn_sample, .flush_ms = cfg.relearn_flush_ms}, [this] {
+          predictions_.load(cfg_);
+          client_.profile_grew();
+        }) {
     if (!window_.init()) log(LogLevel::Warn, "share mode: no event functions in the driver: in-flight work is not bounded");
     client_.set_inflight_probe([](void* w) { return static_cast<share::InflightWindow*>(w)->inflight_now(); },
                                &window_);
   }
   share::Predictions& predictions() { return predictions_; }
+  share::Relearner& relearner() { return relearner_; }
 
   // The holder uses kernel IDs only to report gaps someone waits to fill.
   bool needs_id() const noexcept override {
@@ -153,12 +162,19 @@ class ShareMode final : public Mode {
         client_.notify(op.id, now, 0);
       }
     }
-    if (role & protocol::kRoleHolder) return;   // the holder never waits
     const share::Predictions::Kernel k = predictions_.of(op.id);
-    gate_.admit(op.id, k.dur_ns, k.measured);
+    // The holder never waits.
+    if (!(role & protocol::kRoleHolder)) gate_.admit(op.id, k.dur_ns, k.measured);
+    // Kernels the profile lacks are timed now and then (relearner.h), when nothing throttles them.
+    t_relearn_ticket = relearner_.before(op, k.measured, (role & protocol::kRoleHolder) ||
+                                                            client_.directive().state() == protocol::State::Run);
   }
 
   void after_launch(const LaunchInfo& op, CUresult result) noexcept override {
+    if (const uint32_t ticket = t_relearn_ticket) {
+      t_relearn_ticket = 0;
+      relearner_.after(ticket, op, result);
+    }
     if (result != CUDA_SUCCESS || !client_.connected()) return;
     last_kernel_.store(op.id, std::memory_order_relaxed);
     const uint8_t role = client_.directive().role();
@@ -182,6 +198,7 @@ class ShareMode final : public Mode {
   }
 
   void after_sync(SyncKind) noexcept override {
+    relearner_.synchronized();
     // This thread's work drained: the daemon decides from the last kernel whether the iteration ended.
     if (!(client_.directive().role() & protocol::kRoleActivity) || !client_.connected()) return;
     client_.send_idle(last_kernel_.load(std::memory_order_relaxed));
@@ -190,6 +207,7 @@ class ShareMode final : public Mode {
   }
 
   void shutdown() noexcept override {
+    relearner_.stop();   // stores what it learned
     client_.stop();
     client_.stats().write(int(getpid()), window_.untracked_ns());
   }
@@ -200,10 +218,12 @@ class ShareMode final : public Mode {
   static constexpr uint64_t kKeepAliveNs = 2'000'000;
   static constexpr uint64_t kSilenceNs = 10'000'000;
 
+  const Config& cfg_;
   Client& client_;
   share::InflightWindow window_;
   share::LaunchGate gate_;
   share::Predictions predictions_;
+  share::Relearner relearner_;
   // Launching threads share these; relaxed is enough: a stale value costs one extra or one missing
   // notification, never the program's correctness.
   std::atomic<bool> idle_{true};
@@ -222,6 +242,7 @@ Mode* make_share_mode(const Config& cfg) noexcept {
   auto* mode = new (std::nothrow) ShareMode(*client, cfg);
   if (mode == nullptr) return nullptr;
   mode->predictions().load(cfg);
+  mode->relearner().start();
   if (!answered)
     log(LogLevel::Warn, "share mode: no fikit-scheduler answered at %s:%u within %u ms: running unscheduled "
         "until it does", cfg.scheduler_host, unsigned(cfg.scheduler_port), cfg.daemon_timeout_ms);

@@ -147,6 +147,7 @@ struct Server::Impl {
     r.mode = reg.mode;
     r.backend = reg.backend;
     r.pid = reg.pid;
+    r.profile_grew = (reg.flags & protocol::kRegisterProfileGrew) != 0;
     r.key = std::string(reg.key_view());
     r.authenticated = authenticated;
     const uint32_t task = policy.on_register(now, existing, r, actions);

@@ -142,8 +142,9 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     task->inactive_since = now;
     task->mode = reg.mode;
     task->profile = profiles_.load(task->key, reg.mode);
-  } else if (task->mode == TaskMode::Measure && reg.mode == TaskMode::Share) {
-    task->profile = profiles_.load(task->key, reg.mode);   // auto mode: measured, now it shares
+  } else if ((task->mode == TaskMode::Measure && reg.mode == TaskMode::Share) || reg.profile_grew) {
+    // Auto mode measured it and now it shares, or share mode learned kernels it did not know.
+    task->profile = profiles_.load(task->key, reg.mode);
   }
   if (!task->profile) task->profile = std::make_shared<Profile>();
   ++counters_.registrations;

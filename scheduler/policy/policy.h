@@ -74,6 +74,7 @@ struct Registration {
   uint32_t pid = 0;
   std::string key;
   bool authenticated = false;
+  bool profile_grew = false;   // the client stored new kernels: read the profile again
 };
 
 // One message for one task (task_id names the receiver; 0: whoever sent the event).

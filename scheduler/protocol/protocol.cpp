@@ -95,11 +95,11 @@ struct EncodeBody {
   bool ok = true;
   void operator()(const Register& m) {
     if (!valid_key(m.key, m.key_length) || m.priority >= kPriorityLevels || uint8_t(m.mode) > 1 ||
-        uint8_t(m.backend) > 1) {
+        uint8_t(m.backend) > 1 || (m.flags & ~kRegisterProfileGrew)) {
       ok = false;
       return;
     }
-    w.u8(m.priority); w.u8(uint8_t(m.mode)); w.u8(uint8_t(m.backend)); w.zeros(1);
+    w.u8(m.priority); w.u8(uint8_t(m.mode)); w.u8(uint8_t(m.backend)); w.u8(m.flags);
     w.u32(m.pid); w.bytes(m.device.data(), m.device.size()); w.u16(m.key_length); w.zeros(2);
     w.bytes(m.key, m.key_length);
   }
@@ -131,11 +131,12 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
       if (n < 28) return DecodeError::BadSize;
       m.priority = r.u8();
       const uint8_t mode = r.u8(), backend = r.u8();
-      const bool pad = r.zeros(1);
+      m.flags = r.u8();
       m.pid = r.u32();
       r.bytes(m.device.data(), m.device.size());
       m.key_length = r.u16();
-      if (!r.zeros(2) || !pad || m.priority >= kPriorityLevels || mode > 1 || backend > 1) return DecodeError::BadField;
+      if (!r.zeros(2) || (m.flags & ~kRegisterProfileGrew) || m.priority >= kPriorityLevels || mode > 1 || backend > 1)
+        return DecodeError::BadField;
       m.mode = TaskMode(mode);
       m.backend = Backend(backend);
       if (m.key_length == 0 || m.key_length > kMaxKeyLength) return DecodeError::BadField;

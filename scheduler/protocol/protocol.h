@@ -50,6 +50,7 @@ constexpr uint8_t kRoleMask = kRoleHolder | kRoleActivity | kRoleGaps;
 
 constexpr uint8_t kNotifyActivityStart = 1;   // notify flags: the first launch after idle
 constexpr uint16_t kNoBellSlot = 0xFFFF;      // no slot on the bell board (bell.h)
+constexpr uint8_t kRegisterProfileGrew = 1;    // register flags: the client stored new kernels in its profile
 constexpr uint8_t kWantProfiled = 1;          // want flags: the prediction comes from the client's profile
 
 enum class ErrorCode : uint16_t { UnknownTask = 1, TooManyTasks = 2, BadRequest = 3 };
@@ -69,6 +70,7 @@ struct Register {
   uint8_t priority = 5;
   TaskMode mode = TaskMode::Share;
   Backend backend = Backend::TimeSlice;
+  uint8_t flags = 0;      // kRegisterProfileGrew: read the task's profile again
   uint32_t pid = 0;
   DeviceUuid device{};
   uint16_t key_length = 0;

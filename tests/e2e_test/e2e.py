@@ -25,6 +25,10 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  1 ms): uncoordinated, the HP waits behind them; under FIKIT they run only in the HP's
                  idle time, the HP's wait is bounded as in interference.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
+  relearn        the LP switches to a new input shape (kernels its profile lacks) while the HP leaves 1 ms
+                 gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
+                 on, share mode times the new kernel, stores it (no measured run is added), the daemon
+                 reads the profile again, and the LP fills the HP's gaps.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
 """
@@ -33,6 +37,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -123,11 +128,12 @@ def read_lines(path):
 class Run:
     """One program: its JSON result, its processes' device statistics and its share-mode statistics."""
 
-    def __init__(self, env, cmd, what, mps_priority=None):
+    def __init__(self, env, cmd, what, mps_priority=None, extra_env=None):
         self.what = what
         self.sim_stats = env.path("sim.jsonl")
         self.share_stats = env.path("share.jsonl")
-        self.penv = dict(env.env, FIKIT_SIMGPU_STATS=self.sim_stats, FIKIT_SHARE_STATS=self.share_stats)
+        self.penv = dict(env.env, FIKIT_SIMGPU_STATS=self.sim_stats, FIKIT_SHARE_STATS=self.share_stats,
+                         **(extra_env or {}))
         if mps_priority is not None:
             self.penv["CUDA_MPS_CLIENT_PRIORITY"] = str(mps_priority)
         self.cmd = cmd
@@ -156,9 +162,9 @@ def run(env, cmd, what, **kw):
     return Run(env, cmd, what, **kw).start().finish()
 
 
-def pair(env, hp_cmd, lp_cmd, what, lp_prio=None, hp_prio=None):
+def pair(env, hp_cmd, lp_cmd, what, lp_prio=None, hp_prio=None, lp_env=None):
     """LP first, HP for its whole run, then SIGTERM the LP (it reports at once)."""
-    lp = Run(env, lp_cmd, what + " LP", mps_priority=lp_prio).start()
+    lp = Run(env, lp_cmd, what + " LP", mps_priority=lp_prio, extra_env=lp_env).start()
     time.sleep(0.3)
     try:
         hp = run(env, hp_cmd, what + " HP", mps_priority=hp_prio)
@@ -285,6 +291,52 @@ def daemon_killed(env):
     return ok
 
 
+def lp_kernels(env):
+    """(kernel ID, calls, mean duration us) of the LP's profile, and its measured runs."""
+    db = sqlite3.connect(env.db)
+    try:
+        rows = db.execute("SELECT kernel_id, dur_count, dur_sum / dur_count FROM kernels WHERE task_key = 'lp'").fetchall()
+        runs = db.execute("SELECT runs_measured FROM tasks WHERE key = 'lp'").fetchone()[0]
+    finally:
+        db.close()
+    return [(k, n, mean / 1000) for k, n, mean in rows], runs
+
+
+def relearn(env):
+    hp_flags, lp_flags, requests, _ = CASES["gap_fill"]
+    measure(env, hp_flags, lp_flags)
+    measured, runs = lp_kernels(env)
+    env.start_daemon()
+    hp_cmd = env.fikit("share", "hp", 0) + [env.a.infer, "--requests", str(requests)] + hp_flags
+    # From its second iteration on (before the HP starts) the LP launches a shape it was not measured at.
+    lp_cmd = env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600", "--new-shape-after", "1"] + lp_flags
+    ok = True
+    fills = {}
+    for sample in ("0", "8"):
+        before = env.status()["counters"]["fills"]
+        pair(env, hp_cmd, lp_cmd, f"relearn {sample}",
+             lp_env={"FIKIT_RELEARN_SAMPLE": sample, "FIKIT_RELEARN_FLUSH_MS": "100"})
+        fills[sample] = env.status()["counters"]["fills"] - before
+        print(f"FIKIT_RELEARN_SAMPLE={sample}: {fills[sample]} fills", flush=True)
+        if sample == "0":
+            ok &= check(lp_kernels(env)[0] == measured, "with re-profiling off the profile is unchanged")
+    env.stop_daemon()
+    kernels, runs_after = lp_kernels(env)
+    learned = [k for k in kernels if k[0] not in {m[0] for m in measured}]
+    lp_kernel_us = flag(lp_flags, "--kernel-us", 10)
+    ok &= check(fills["0"] == 0, f"the new kernels never filled a gap while unknown ({fills['0']} fills)")
+    ok &= check(len(learned) == 1, f"share mode learned the one new kernel: {learned}")
+    # Events time the kernel from just before its launch: a launch's time more at most.
+    ok &= check(all(lp_kernel_us * 0.98 <= mean <= lp_kernel_us * 1.3 for _, _, mean in learned),
+                f"its duration is the kernel's: {[round(m, 1) for _, _, m in learned]} us for {lp_kernel_us:.0f} us kernels")
+    ok &= check(runs_after == runs, f"no measured run was added ({runs} before, {runs_after} after)")
+    ok &= check(fills["8"] > 0, f"once learned, they filled the HP's gaps ({fills['8']} fills)")
+    with open(os.path.join(env.work, "scheduler.log")) as f:
+        log = f.read()
+    ok &= check("task 'lp': 2 measured kernels" in log, "the daemon read the grown profile while the LP ran")
+    return ok
+
+
 def fork_case(env):
     ok = True
     # Measure mode: before the fix the child's exit(0) drained its parent's measurement (1.7 s).
@@ -316,7 +368,7 @@ def fork_case(env):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=list(CASES) + ["fork"])
+    p.add_argument("case", choices=list(CASES) + ["fork", "relearn"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -329,6 +381,8 @@ def main():
                 ok = daemon_killed(env)
             elif args.case == "fork":
                 ok = fork_case(env)
+            elif args.case == "relearn":
+                ok = relearn(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

@@ -424,6 +424,13 @@ TEST_F(PolicyTest, AMeasuredTaskThatComesBackToShareIsGivenItsNewProfile) {
   out.clear();
   policy().on_register(T0 + 2, t, r, out);   // a plain re-registration reads nothing
   EXPECT_EQ(profiles.loads, 2);
+  // Share mode learned kernels and stored them: it says so, and the profile is read again.
+  profiles.table["late"][999] = kernel(us(40), us(10));
+  r.profile_grew = true;
+  out.clear();
+  policy().on_register(T0 + 3, t, r, out);
+  EXPECT_EQ(profiles.loads, 3);
+  EXPECT_EQ(policy().status(T0 + 3)[0].kernels, 4u);
 }
 
 TEST_F(PolicyTest, MessagesOfUnknownTasksAreToldToRegister) {

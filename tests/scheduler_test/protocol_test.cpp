@@ -45,6 +45,7 @@ TEST(Protocol, RegisterRoundTrip) {
   r.mode = TaskMode::Measure;
   r.backend = Backend::Mps;
   r.pid = 4242;
+  r.flags = kRegisterProfileGrew;
   r.device[0] = 0xab;
   r.device[15] = 0xcd;
   set_key(r, "resnet50-infer");
@@ -60,7 +61,11 @@ TEST(Protocol, RegisterRoundTrip) {
   EXPECT_EQ(got.mode, TaskMode::Measure);
   EXPECT_EQ(got.backend, Backend::Mps);
   EXPECT_EQ(got.pid, 4242u);
+  EXPECT_EQ(got.flags, kRegisterProfileGrew);
   EXPECT_EQ(got.device, r.device);
+  buf[kHeaderSize + 3] = 0x02;   // an unknown register flag
+  Message bad;
+  EXPECT_EQ(decode(buf, bad), DecodeError::BadField);
   EXPECT_EQ(got.key_view(), "resnet50-infer");
 }
 
