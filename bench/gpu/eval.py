@@ -301,11 +301,15 @@ def parse_args(argv):
     g = ap.add_argument_group("lp-overhead")
     g.add_argument("--lpo-lps", help="LPs [GPU: %s; simulator: %s]" % (GPU_DEFAULTS["lpo_lps"], SIM_DEFAULTS["lpo_lps"]))
     g.add_argument("--lpo-window-s", type=float, default=3.0, help="LP window [3]")
+    g.add_argument("--lpo-setups", default="plain,plain-b,share,share+idle-hp",
+                   help="plain first, then from plain-b, share, share+idle-hp, share-relearn (every kernel "
+                        "unknown, sampled by online re-profiling) [plain,plain-b,share,share+idle-hp]")
     g = ap.add_argument_group("overhead")
     g.add_argument("--overhead-hps", help="HPs [GPU: %s; simulator: %s]" % (GPU_DEFAULTS["overhead_hps"],
                                                                           SIM_DEFAULTS["overhead_hps"]))
     g.add_argument("--overhead-setups", default="native,native-b,share,measure",
-                   help="native first, then from native-b, share, measure, off [native,native-b,share,measure]")
+                   help="native first, then from native-b, share, measure, measure-full (every iteration "
+                        "measured), off [native,native-b,share,measure]")
     g.add_argument("--overhead-requests", type=int, default=200, help="requests a window, PyTorch [200]")
     a = ap.parse_args(argv)
 
@@ -327,8 +331,11 @@ def parse_args(argv):
         if any("=" not in item for item in group.split(",") if item.strip()):
             ap.error("--settings wants KEY=VALUE[,KEY=VALUE...], got '%s'" % group)
     ovh = a.overhead_setups.split(",")
-    if ovh[0] != "native" or set(ovh) - {"native", "native-b", "share", "measure", "off"}:
-        ap.error("--overhead-setups: native first, then from native-b, share, measure, off")
+    if ovh[0] != "native" or set(ovh) - {"native", "native-b", "share", "measure", "measure-full", "off"}:
+        ap.error("--overhead-setups: native first, then from native-b, share, measure, measure-full, off")
+    lpo = a.lpo_setups.split(",")
+    if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "share", "share+idle-hp", "share-relearn"}:
+        ap.error("--lpo-setups: plain first, then from plain-b, share, share+idle-hp, share-relearn")
     return ap, a
 
 

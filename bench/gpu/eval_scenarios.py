@@ -178,9 +178,15 @@ def pair_window(h, hp, lp, setup, requests, options, label):
 def lp_overhead(h):
     out = h.results.setdefault("lp_overhead", {})
     flags = h.variants[0][1]
-    setups = [es.Setup("plain", alone=True), es.Setup("plain-b", alone=True),
-              es.Setup("share", hook="share", scheduler="lpo", flags=flags),
-              es.Setup("share+idle-hp", hook="share", scheduler="lpo-idle", flags=flags)]
+    known = {"plain": es.Setup("plain", alone=True), "plain-b": es.Setup("plain-b", alone=True),
+             "share": es.Setup("share", hook="share", scheduler="lpo", flags=flags),
+             "share+idle-hp": es.Setup("share+idle-hp", hook="share", scheduler="lpo-idle", flags=flags),
+             # Every kernel unknown (a task key with no profile) and never stored: share mode samples
+             # them for as long as it runs, the worst case of online re-profiling.
+             "share-relearn": es.Setup("share-relearn", hook="share", scheduler="lpo", flags=flags,
+                                       key_prefix="eval-rl-", env={"FIKIT_RELEARN_FLUSH_MS": "3600000"})}
+    setups = [known[n] for n in h.a.lpo_setups.split(",")]
+    idle_setup = known["share+idle-hp"] if "share+idle-hp" in h.a.lpo_setups.split(",") else None
     idle = wl.HP("idle-hp", h.paths)
     longest = 0.0
     for lp_name in h.a.lpo_lps.split(","):
@@ -191,7 +197,7 @@ def lp_overhead(h):
         h.log("lp-overhead %s" % lp.name)
         res = out[lp.name] = {"lp_unit": lp.unit, "window_s": h.a.lpo_window_s,
                               "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
-        specs = [epool.Spec("lp", lp, s) for s in setups] + [epool.Spec("hp", idle, setups[3])]
+        specs = [epool.Spec("lp", lp, s) for s in setups] + ([epool.Spec("hp", idle, idle_setup)] if idle_setup else [])
         if not h.step("workers for lp-overhead %s" % lp.name, lambda: h.pool.ensure(specs) or True):
             continue
         h.pool.mark(specs, "lp-overhead %s" % lp.name)
@@ -199,7 +205,7 @@ def lp_overhead(h):
         def window(setup, rep):
             job = h.pool.get(epool.Spec("lp", lp, setup))
             timeout = h.limit(h.a.run_limit_s)
-            idle_h = h.pool.get(specs[-1]) if setup is setups[3] else None
+            idle_h = h.pool.get(specs[-1]) if setup is idle_setup else None
             idle_p = idle_h.background(timeout) if idle_h else None
             try:
                 time.sleep(0.2 if idle_p else 0)     # a few of the idle HP's launches: it is registered
@@ -237,6 +243,10 @@ def overhead(h):
     known = {"native": es.Setup("native", alone=True), "native-b": es.Setup("native-b", alone=True),
              "share": es.Setup("share", hook="share", scheduler="ovh", flags=flags),
              "measure": es.Setup("measure", hook="measure", key_prefix="eval-ovh-"),
+             # Every iteration measured (FIKIT_MEASURE_SAMPLE=1): the cost sampling saves, and the
+             # profile that sampled ones are compared with (fikit-profile compare).
+             "measure-full": es.Setup("measure-full", hook="measure", key_prefix="eval-ovhfull-",
+                                      env={"FIKIT_MEASURE_SAMPLE": "1"}),
              "off": es.Setup("off", hook="off")}
     setups = [known[n] for n in h.a.overhead_setups.split(",")]
     longest = 0.0

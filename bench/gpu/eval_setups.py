@@ -17,12 +17,14 @@ class Setup:
     harness (mps-prio; fikit-mps on the simulator, where no fikit-run can find an MPS daemon to
     set it from --priority); hook: fikit-run --mode (None: plain); scheduler: the fikit-scheduler
     instance the hook talks to (its name) and flags: that instance's settings; key_prefix: overrides
-    the task key's 'eval-' prefix (a measure-mode setup writing a profile of its own)."""
+    the task key's 'eval-' prefix (a measure-mode setup writing a profile of its own); env: FIKIT_*
+    settings of the hook in this setup."""
 
     def __init__(self, name, mps=False, client_prio=False, hook=None, scheduler=None, flags=(),
-                 alone=False, key_prefix=None):
+                 alone=False, key_prefix=None, env=None):
         self.name, self.mps, self.client_prio, self.hook = name, mps, client_prio, hook
         self.scheduler, self.flags, self.alone, self.key_prefix = scheduler, list(flags), alone, key_prefix
+        self.env = dict(env or {})
 
     def task_key(self, program):
         return program.key if not self.key_prefix else self.key_prefix + program.key[len("eval-"):]
@@ -169,6 +171,7 @@ class Launcher:
             env.update(self.mps.client_env if setup.mps else self.mps.plain_env)
         if setup.client_prio:
             env["CUDA_MPS_CLIENT_PRIORITY"] = MPS_PRIORITY[role]
+        env.update(setup.env)
         if setup.hook:
             cmd = self.fikit_run(setup.hook, setup.task_key(program), FIKIT_PRIORITY[role], port or 47800) + cmd
             if setup.hook == "share" and stats_name:

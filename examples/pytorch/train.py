@@ -14,30 +14,58 @@ import torchvision
 from example_common import Progress, StopFlag, print_json_line, serve
 
 
+class TransformerLM(torch.nn.Module):
+    """A BERT-base-sized encoder with a language-model head: 12 layers, d_model 768, 12 heads,
+    feed-forward 3072, vocabulary 8192 (85 M parameters in the layers, 98 M in all)."""
+    VOCAB = 8192
+
+    def __init__(self, d_model=768, layers=12, heads=12, ff=3072, max_seq=1024):
+        super().__init__()
+        self.embed = torch.nn.Embedding(self.VOCAB, d_model)
+        self.position = torch.nn.Parameter(torch.zeros(1, max_seq, d_model))
+        layer = torch.nn.TransformerEncoderLayer(d_model, heads, ff, batch_first=True, norm_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, layers)
+        self.head = torch.nn.Linear(d_model, self.VOCAB)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.position[:, : tokens.shape[1]]
+        return self.head(self.encoder(x))
+
+
 def main():
     parser = argparse.ArgumentParser(description="Training loop on random data (PyTorch).")
-    parser.add_argument("--model", choices=("resnet50", "resnet18"), default="resnet50")
+    parser.add_argument("--model", choices=("resnet50", "resnet18", "transformer"), default="resnet50",
+                        help="transformer: a 12-layer encoder language model, d_model 768, about 98 M parameters")
     parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=256, help="transformer: tokens per sequence")
     parser.add_argument("--duration-s", type=float, default=30.0)
     parser.add_argument("--progress-ms", type=float, default=0.0,
                         help="write timestamped progress lines on stderr at most this often (0: none)")
     parser.add_argument("--serve", action="store_true", help="train between 'go' and 'pause' commands on stdin")
     args = parser.parse_args()
-    if args.batch < 1 or args.duration_s <= 0 or args.progress_ms < 0:
-        parser.error("--batch must be >= 1, --duration-s > 0 and --progress-ms >= 0")
+    if args.batch < 1 or args.seq < 1 or args.duration_s <= 0 or args.progress_ms < 0:
+        parser.error("--batch and --seq must be >= 1, --duration-s > 0 and --progress-ms >= 0")
     progress = Progress(args.progress_ms)
 
     stop = StopFlag()
-    model = getattr(torchvision.models, args.model)(weights=None).cuda().train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    if args.model == "transformer":
+        model = TransformerLM().cuda().train()
+        inputs = torch.randint(0, TransformerLM.VOCAB, (args.batch, args.seq), device="cuda")
+        labels = torch.randint(0, TransformerLM.VOCAB, (args.batch * args.seq,), device="cuda")
+        forward = lambda: model(inputs).reshape(-1, TransformerLM.VOCAB)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    else:
+        model = getattr(torchvision.models, args.model)(weights=None).cuda().train()
+        images = torch.randn(args.batch, 3, 224, 224, device="cuda")
+        labels = torch.randint(0, 1000, (args.batch,), device="cuda")
+        forward = lambda: model(images)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    images = torch.randn(args.batch, 3, 224, 224, device="cuda")
-    labels = torch.randint(0, 1000, (args.batch,), device="cuda")
     done = {"iterations": 0}
 
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(images), labels).backward()
+        loss_fn(forward(), labels).backward()
         optimizer.step()
         torch.cuda.synchronize()   # one iteration ends here, as in a real loop reading loss.item()
         done["iterations"] += 1

@@ -209,7 +209,7 @@ class ShareMode final : public Mode {
   void shutdown() noexcept override {
     relearner_.stop();   // stores what it learned
     client_.stop();
-    client_.stats().write(int(getpid()), window_.untracked_ns());
+    client_.stats().write(int(getpid()), window_.untracked_ns(), relearner_.samples_taken());
   }
 
  private:

@@ -38,8 +38,9 @@ class ShareStats {
   void launched() noexcept { launches_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t forced_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
 
-  // Appends the JSON line (at exit; `untracked_ns` from the in-flight window).
-  void write(int pid, uint64_t untracked_ns) noexcept;
+  // Appends the JSON line (at exit; `untracked_ns` from the in-flight window, `relearned` the
+  // launches of unknown kernels timed by online re-profiling).
+  void write(int pid, uint64_t untracked_ns, uint64_t relearned) noexcept;
 
  private:
   static constexpr uint32_t kMaxSamples = 1u << 16;

@@ -134,7 +134,8 @@ TEST_F(FikitRun, BadUsageExitsTwoWithOneLine) {
       {"--priority"},                           {},
       {"--priority", "3"},                      {"--"},
       {"--backend", "cuda", "/bin/true"},       {"--max-wait-ms", "0", "/bin/true"},
-      {"--key-file", "/nonexistent/key", "/bin/true"},
+      {"--key-file", "/nonexistent/key", "/bin/true"}, {"--measure-sample", "0", "/bin/true"},
+      {"--measure-sample", "1001", "/bin/true"},
   };
   for (const auto& args : bad) {
     const Result r = run_with_hook(args);
@@ -178,7 +179,7 @@ TEST_F(FikitRun, DefaultsAndPrependedPreload) {
 TEST_F(FikitRun, FlagsBecomeEnvironment) {
   const Result r = run_with_hook({"--priority", "0", "--task-key", "demo-hp", "--mode=share", "--scheduler",
                                   "127.0.0.1:9999", "--db", "/tmp/p.db", "--measure-runs", "7",
-                                  "--run-iterations", "3", "--", "/usr/bin/env"});
+                                  "--run-iterations", "3", "--measure-sample", "2", "--", "/usr/bin/env"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto vars = parse_env(r.out);
   EXPECT_EQ(vars["LD_PRELOAD"], fs::canonical(hook_).string());
@@ -189,6 +190,7 @@ TEST_F(FikitRun, FlagsBecomeEnvironment) {
   EXPECT_EQ(vars["FIKIT_DB"], "/tmp/p.db");
   EXPECT_EQ(vars["FIKIT_MEASURE_RUNS"], "7");
   EXPECT_EQ(vars["FIKIT_RUN_ITERATIONS"], "3");
+  EXPECT_EQ(vars["FIKIT_MEASURE_SAMPLE"], "2");
 }
 
 TEST_F(FikitRun, KeyFileBackendAndMaxWaitBecomeEnvironment) {

@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
   if (opts->db) set_env("FIKIT_DB", *opts->db);
   if (opts->measure_runs) set_env("FIKIT_MEASURE_RUNS", *opts->measure_runs);
   if (opts->run_iterations) set_env("FIKIT_RUN_ITERATIONS", *opts->run_iterations);
+  if (opts->measure_sample) set_env("FIKIT_MEASURE_SAMPLE", *opts->measure_sample);
   if (opts->backend) set_env("FIKIT_BACKEND", *opts->backend);
   if (opts->max_wait_ms) set_env("FIKIT_MAX_WAIT_MS", *opts->max_wait_ms);
   if (opts->key_file) {

@@ -59,7 +59,7 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
     }
     static const char* const kValued[] = {"--priority", "--task-key", "--mode", "--scheduler", "--db",
                                           "--measure-runs", "--run-iterations", "--hook", "--key-file",
-                                          "--backend", "--max-wait-ms"};
+                                          "--backend", "--max-wait-ms", "--measure-sample"};
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
     if (!known) {
@@ -117,6 +117,12 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
         return std::nullopt;
       }
       opts.run_iterations = value;
+    } else if (name == "--measure-sample") {
+      if (!parse_uint(value, 1000, &number) || number == 0) {
+        *error = "--measure-sample must be an integer from 1 to 1000, got '" + value + "'";
+        return std::nullopt;
+      }
+      opts.measure_sample = value;
     } else if (name == "--key-file") {
       if (value.empty() || value.size() > kMaxDbPath) {
         *error = "--key-file must be a path of 1 to " + std::to_string(kMaxDbPath) + " characters";
@@ -165,6 +171,7 @@ Options:
   --db PATH           profile database; sets FIKIT_DB (default ~/.local/share/fikit/profiles.db)
   --measure-runs T    runs measured before auto mode shares; sets FIKIT_MEASURE_RUNS (default 10)
   --run-iterations N  synchronisations that make one run; sets FIKIT_RUN_ITERATIONS (0: process lifetime)
+  --measure-sample N  measure one iteration in N (1: every one); sets FIKIT_MEASURE_SAMPLE (default 4)
   --key-file PATH     authenticate with the daemon's key (it must be private: mode 600); sets
                       FIKIT_KEY_FILE. Priorities the daemon reserves need it (docs/security.md)
   --backend B         auto|timeslice|mps: how the GPU is shared; sets FIKIT_BACKEND (default auto:

@@ -10,7 +10,7 @@ struct RunOptions {
   std::string mode = "auto";       // FIKIT_MODE
   int priority = 5;                // FIKIT_PRIORITY
   std::optional<std::string> task_key, scheduler, db, measure_runs, run_iterations, hook, key_file, backend,
-      max_wait_ms;
+      max_wait_ms, measure_sample;
   std::vector<std::string> command;   // program and its arguments
   bool help = false, version = false;
 };
