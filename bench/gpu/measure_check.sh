@@ -1,6 +1,6 @@
 #!/bin/sh
 # Measure mode on training jobs (docs/performance-measure.md): each job is measured for --seconds,
-# once sampled (one iteration in 4, the default) and once every iteration (FIKIT_MEASURE_SAMPLE=1).
+# once sampled (one iteration in 8, the default) and once every iteration (FIKIT_MEASURE_SAMPLE=1).
 # Records per job: the coverage line of `fikit-profile show` (timed / launched ops), whether the hook
 # warned about untimed ops, the iterations per second, and `fikit-profile compare` of the two
 # profiles (duration means within 5 %, gap medians within 10 %).
@@ -43,7 +43,7 @@ status=0
 for job in "$@"; do
   name=${job%%=*} cmd=${job#*=}
   mkdir -p "$out/$name"
-  for sample in 4 1; do
+  for sample in 8 1; do
     key="$name-sample$sample"
     log="$out/$name/$key"
     start=$(date +%s.%N)
@@ -62,7 +62,7 @@ for job in "$@"; do
     printf '%s: %s; "went untimed" warnings: %s; %s iterations/s; %s s in all\n' "$key" \
       "$(grep '^coverage:' "$log.show")" "$untimed" "${rate:--}" "$wall" >> "$out/summary.txt"
   done
-  "$profile" --db "$db" compare "$name-sample1" "$name-sample4" > "$out/$name/compare.txt" 2>&1
+  "$profile" --db "$db" compare "$name-sample1" "$name-sample8" > "$out/$name/compare.txt" 2>&1
   echo "$name, sampled against every iteration: $(tail -1 "$out/$name/compare.txt")" >> "$out/summary.txt"
 done
 cat "$out/summary.txt"

@@ -40,6 +40,7 @@ constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 
                                           CUPTI_ACTIVITY_KIND_MEMSET};
 
 using hook::monotonic_ms;
+using hook::monotonic_ns;
 inline uint64_t now_ms() { return monotonic_ms(); }
 
 struct CuptiApi {
@@ -158,10 +159,13 @@ class CuptiTimer final : public Timer {
     if (fallen_back_) return false;
     if (!first_flush_ms_) first_flush_ms_ = now_ms();
     // Synchronous: the buffer callbacks have run when it returns.
+    const uint64_t t0 = monotonic_ns();
     api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    ++drains_;
+    drain_ns_ += monotonic_ns() - t0;
     std::lock_guard guard(mutex_);
     ingest();
-    matcher_.settle(results_);
+    matcher_.settle(results_, /*all_done=*/true);   // a graph launch's last node came with this flush
     apply();
     return ever_timed_;   // before CUPTI has ever matched an op, the fallback decides instead
   }
@@ -170,8 +174,14 @@ class CuptiTimer final : public Timer {
   void set_collecting(bool on) noexcept override {
     std::lock_guard guard(collecting_mutex_);
     if (on == collecting_ || stopped_) return;
+    const uint64_t t0 = monotonic_ns();
     for (auto kind : kKinds) on ? api_.enable(kind) : api_.disable(kind);
     collecting_ = on;
+    // What the program's thread pays for it (logged at exit with FIKIT_LOG_LEVEL=info).
+    const uint64_t took = monotonic_ns() - t0;
+    ++toggles_;
+    toggle_ns_ += took;
+    toggle_max_ns_ = std::max(toggle_max_ns_, took);
   }
 
   void stop() noexcept override {
@@ -208,6 +218,10 @@ class CuptiTimer final : public Timer {
     char line[512];
     describe(c, line, sizeof line);
     log(c.ops_timed == 0 ? LogLevel::Warn : LogLevel::Info, "measure: cupti: at exit: %s", line);
+    std::lock_guard guard(collecting_mutex_);
+    log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us on the "
+        "program's thread), %" PRIu64 " drains (mean %.1f us)", toggles_, toggles_ ? toggle_ns_ / 1e3 / toggles_ : 0.0,
+        toggle_max_ns_ / 1e3, drains_, drains_ ? drain_ns_ / 1e3 / drains_ : 0.0);
   }
 
   bool start(char* why, size_t why_len) noexcept {
@@ -422,6 +436,8 @@ class CuptiTimer final : public Timer {
   std::mutex collecting_mutex_;
   bool collecting_ = true;
   bool stopped_ = false;
+  uint64_t toggles_ = 0, toggle_ns_ = 0, toggle_max_ns_ = 0;   // under collecting_mutex_
+  uint64_t drains_ = 0, drain_ns_ = 0;                         // measurement thread
 
   // Measurement thread only.
   bool fallen_back_ = false;

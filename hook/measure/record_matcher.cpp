@@ -176,12 +176,12 @@ void RecordMatcher::close_graphs_before(uint32_t context, uint32_t stream, uint6
   if (!q.ops.empty() && q.ops.front().records > 0 && q.ops.front().op.seq < seq) close_graph(q, out);
 }
 
-void RecordMatcher::settle(std::vector<MatchResult>& out) {
+void RecordMatcher::settle(std::vector<MatchResult>& out, bool all_done) {
   for (auto& [key, q] : queues_) {
     if (static_cast<OpClass>(std::get<2>(key)) != OpClass::Graph) continue;
     drop_retired(q);
     if (q.ops.empty() || q.ops.front().records == 0) continue;
-    if (q.ops.front().grew) {
+    if (q.ops.front().grew && !all_done) {
       q.ops.front().grew = false;
     } else {
       close_graph(q, out);

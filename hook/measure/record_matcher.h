@@ -75,7 +75,9 @@ class RecordMatcher {
   // Ops below `seq` are decided by the caller (timed, or given up): forget them, drop their results.
   void retire_below(uint64_t seq);
   // After a flush: graph ops that took records but nothing since the previous settle() are complete.
-  void settle(std::vector<MatchResult>& out);
+  // all_done: the flush followed a host synchronisation after the ops: every graph op that took
+  // records is complete now (all its nodes' records came with the flush).
+  void settle(std::vector<MatchResult>& out, bool all_done = false);
 
   const MatchCounters& counters() const noexcept { return counters_; }
   size_t ops_waiting() const noexcept;

@@ -277,6 +277,16 @@ TEST(RecordMatcher, TheLastGraphLaunchClosesWhenFlushesBringNothingMore) {
   expect_timed(r[0], 0, 100, 180);
 }
 
+TEST(RecordMatcher, AfterASynchronisationOneSettleClosesTheGraph) {
+  Harness h;
+  h.op(graph_op(0, 7));
+  h.records({graph_rec(7, 100, 120, 5, 1), graph_rec(7, 121, 180, 5, 2)});
+  h.m.settle(h.out, /*all_done=*/true);   // a drain after the iteration's synchronisation
+  auto r = h.take();
+  ASSERT_EQ(r.size(), 1u);
+  expect_timed(r[0], 0, 100, 180);
+}
+
 TEST(RecordMatcher, AnotherGraphClosesTheOpenOne) {
   Harness h;
   h.op(graph_op(0, 7));

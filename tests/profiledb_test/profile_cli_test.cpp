@@ -281,11 +281,13 @@ TEST_F(ProfileCli, CompareCountsKernelsThatAgreeAndExitsSevenOtherwise) {
   }
   ASSERT_EQ(cli(db_arg() + "compare full sampled"), 0) << out_ << err_;
   EXPECT_NE(out_.find("3 kernels in full, 2 in sampled, 2 in both"), std::string::npos) << out_;
-  EXPECT_NE(out_.find("duration mean within 5 %: 2 of 2 kernels; gap p50 within 10 %: 2 of 2"), std::string::npos)
+  EXPECT_NE(out_.find("duration mean within 5 %: 2 of 2 kernels (100.0 % of their GPU time); gap p50 within 10 %: "
+                      "2 of 2"), std::string::npos)
       << out_;
   EXPECT_NE(out_.find("+4.0%"), std::string::npos) << out_;
   EXPECT_EQ(cli(db_arg() + "--dur-tolerance 0.03 compare full sampled"), 7) << out_;
-  EXPECT_NE(out_.find("within 3 %: 1 of 2"), std::string::npos) << out_;
+  // Kernel 1 (4 us in all) agrees, kernel 2 (40 us) does not.
+  EXPECT_NE(out_.find("within 3 %: 1 of 2 kernels (9.1 % of their GPU time)"), std::string::npos) << out_;
   EXPECT_EQ(cli(db_arg() + "--gap-tolerance 0.05 compare full sampled"), 7);
   EXPECT_EQ(cli(db_arg() + "compare full"), 2);
   EXPECT_EQ(cli(db_arg() + "compare full nosuch"), 3);

@@ -190,7 +190,10 @@ Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vecto
     const KernelProfile& kb = *it->second;
     ++g.common;
     common_time += time;
-    if (std::abs(kb.dur_mean - ka.dur_mean) <= dur_tolerance * ka.dur_mean) ++g.dur_within;
+    if (std::abs(kb.dur_mean - ka.dur_mean) <= dur_tolerance * ka.dur_mean) {
+      ++g.dur_within;
+      g.time_dur_within += time;
+    }
     if (ka.gap_count > 0 && kb.gap_count > 0) {
       ++g.gap_compared;
       const double ga = static_cast<double>(ka.gap_p50), gb = static_cast<double>(kb.gap_p50);
@@ -198,6 +201,7 @@ Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vecto
     }
   }
   g.time_common = total > 0 ? common_time / total : 0;
+  g.time_dur_within = common_time > 0 ? g.time_dur_within / common_time : 0;
   return g;
 }
 
@@ -223,8 +227,9 @@ void write_comparison(std::ostream& out, const std::string& key_a, const std::st
   const Agreement g = compare_profiles(a, b, dur_tolerance, gap_tolerance);
   fmt::print(out, "{} kernels in {}, {} in {}, {} in both ({:.1f} % of {}'s GPU time)\n", g.kernels_a, key_a,
              g.kernels_b, key_b, g.common, 100 * g.time_common, key_a);
-  fmt::print(out, "duration mean within {:.0f} %: {} of {} kernels; gap p50 within {:.0f} %: {} of {} kernels\n",
-             100 * dur_tolerance, g.dur_within, g.common, 100 * gap_tolerance, g.gap_within, g.gap_compared);
+  fmt::print(out, "duration mean within {:.0f} %: {} of {} kernels ({:.1f} % of their GPU time); gap p50 within "
+             "{:.0f} %: {} of {} kernels\n", 100 * dur_tolerance, g.dur_within, g.common, 100 * g.time_dur_within,
+             100 * gap_tolerance, g.gap_within, g.gap_compared);
 }
 
 void write_gap_histogram(std::ostream& out, const profiledb::Histogram& gaps, uint64_t boundary_count, int width) {

@@ -30,6 +30,7 @@ struct Agreement {
   size_t kernels_a = 0, kernels_b = 0, common = 0;
   size_t dur_within = 0, gap_compared = 0, gap_within = 0;
   double time_common = 0;      // share of A's GPU time in kernels B has too
+  double time_dur_within = 0;  // share of that time in kernels whose durations agree
 };
 Agreement compare_profiles(const std::vector<profiledb::KernelProfile>& a, const std::vector<profiledb::KernelProfile>& b,
                            double dur_tolerance, double gap_tolerance);

@@ -171,7 +171,7 @@ Options:
   --db PATH           profile database; sets FIKIT_DB (default ~/.local/share/fikit/profiles.db)
   --measure-runs T    runs measured before auto mode shares; sets FIKIT_MEASURE_RUNS (default 10)
   --run-iterations N  synchronisations that make one run; sets FIKIT_RUN_ITERATIONS (0: process lifetime)
-  --measure-sample N  measure one iteration in N (1: every one); sets FIKIT_MEASURE_SAMPLE (default 4)
+  --measure-sample N  measure one iteration in N (1: every one); sets FIKIT_MEASURE_SAMPLE (default 8)
   --key-file PATH     authenticate with the daemon's key (it must be private: mode 600); sets
                       FIKIT_KEY_FILE. Priorities the daemon reserves need it (docs/security.md)
   --backend B         auto|timeslice|mps: how the GPU is shared; sets FIKIT_BACKEND (default auto:
