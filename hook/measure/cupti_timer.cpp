@@ -27,6 +27,7 @@
 #include "../driver.h"
 #include "../log.h"
 #include "../real_dlsym.h"
+#include "kernelid.h"
 #include "record_matcher.h"
 #include "timer.h"
 
@@ -218,6 +219,18 @@ class CuptiTimer final : public Timer {
     char line[512];
     describe(c, line, sizeof line);
     log(c.ops_timed == 0 ? LogLevel::Warn : LogLevel::Info, "measure: cupti: at exit: %s", line);
+    std::vector<Mismatch> mismatches;
+    {
+      std::lock_guard guard(mutex_);
+      mismatches = matcher_.mismatches();
+    }
+    for (const Mismatch& m : mismatches) {
+      const kernelid::Description* d = kernelid::describe(m.op_kernel_id);
+      log(LogLevel::Info, "measure: cupti: a record of %.60s grid %u,%u,%u block %u,%u,%u did not fit the launch "
+          "waiting, %.60s grid %u,%u,%u block %u,%u,%u", m.record_name, m.record_grid[0], m.record_grid[1],
+          m.record_grid[2], m.record_block[0], m.record_block[1], m.record_block[2], d ? d->name.c_str() : "?",
+          m.op_grid[0], m.op_grid[1], m.op_grid[2], m.op_block[0], m.op_block[1], m.op_block[2]);
+    }
     std::lock_guard guard(collecting_mutex_);
     log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us on the "
         "program's thread), %" PRIu64 " drains (mean %.1f us)", toggles_, toggles_ ? toggle_ns_ / 1e3 / toggles_ : 0.0,
@@ -311,6 +324,7 @@ class CuptiTimer final : public Timer {
         std::copy(slot->grid, slot->grid + 3, op.grid);
         std::copy(slot->block, slot->block + 3, op.block);
         op.bytes = slot->bytes;
+        op.kernel_id = slot->kernel_id;
         matcher_.add_op(op, results_);
       }
       matcher_.ingested_below(s, results_);
@@ -354,6 +368,7 @@ class CuptiTimer final : public Timer {
             m.block[0] = static_cast<uint32_t>(k->blockX), m.block[1] = static_cast<uint32_t>(k->blockY);
             m.block[2] = static_cast<uint32_t>(k->blockZ);
             m.graph_id = k->graphId, m.graph_node = k->graphNodeId;
+            m.name = k->name;
             break;
           }
           case CUPTI_ACTIVITY_KIND_MEMCPY: {

@@ -1,6 +1,7 @@
 #include "record_matcher.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 namespace fikit::hook::measure {
@@ -157,7 +158,23 @@ RecordMatcher::Decision RecordMatcher::decide(Queue& q, const Key& key, const Ma
     return decide(q, key, rec, out);
   }
   ++counters_.unmatched[cls];
+  if (static_cast<OpClass>(cls) == OpClass::Kernel && mismatches_.size() < kMaxMismatches) note_mismatch(head.op, rec);
   return Decision::Done;
+}
+
+void RecordMatcher::note_mismatch(const MatchOp& op, const MatchRecord& rec) {
+  for (const Mismatch& m : mismatches_)
+    if (m.op_kernel_id == op.kernel_id && std::equal(rec.grid, rec.grid + 3, m.record_grid) &&
+        std::equal(rec.block, rec.block + 3, m.record_block))
+      return;
+  Mismatch m;
+  if (rec.name) std::snprintf(m.record_name, sizeof m.record_name, "%s", rec.name);
+  std::copy(rec.grid, rec.grid + 3, m.record_grid);
+  std::copy(rec.block, rec.block + 3, m.record_block);
+  m.op_kernel_id = op.kernel_id;
+  std::copy(op.grid, op.grid + 3, m.op_grid);
+  std::copy(op.block, op.block + 3, m.op_block);
+  mismatches_.push_back(m);
 }
 
 void RecordMatcher::close_graph(Queue& q, std::vector<MatchResult>& out) {

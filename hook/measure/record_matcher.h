@@ -32,6 +32,7 @@ struct MatchOp {
   OpClass cls = OpClass::Kernel;
   uint32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};   // Kernel
   uint64_t bytes = 0;                                  // Memcpy, Memset (0: not checked)
+  uint64_t kernel_id = 0;                              // diagnostics only (mismatches())
 };
 
 struct MatchRecord {
@@ -42,6 +43,16 @@ struct MatchRecord {
   uint64_t bytes = 0;
   uint32_t graph_id = 0;              // non-zero: a node of a graph launch
   uint64_t graph_node = 0;
+  const char* name = nullptr;         // kernel: CUPTI's name of it (diagnostics only; not kept)
+};
+
+// A kernel record that did not fit the op waiting at the head of its queue (a few are kept, for
+// the log: kernels whose launch and record disagree on shape are never timed).
+struct Mismatch {
+  char record_name[96] = {};
+  uint32_t record_grid[3] = {}, record_block[3] = {};
+  uint64_t op_kernel_id = 0;
+  uint32_t op_grid[3] = {}, op_block[3] = {};
 };
 
 struct MatchResult {
@@ -80,6 +91,8 @@ class RecordMatcher {
   void settle(std::vector<MatchResult>& out, bool all_done = false);
 
   const MatchCounters& counters() const noexcept { return counters_; }
+  static constexpr size_t kMaxMismatches = 8;
+  const std::vector<Mismatch>& mismatches() const noexcept { return mismatches_; }
   size_t ops_waiting() const noexcept;
 
  private:
@@ -115,12 +128,14 @@ class RecordMatcher {
   void emit(uint64_t seq, uint64_t start, uint64_t end, bool timed, std::vector<MatchResult>& out);
   void close_graph(Queue& q, std::vector<MatchResult>& out);
   void close_graphs_before(uint32_t context, uint32_t stream, uint64_t seq, std::vector<MatchResult>& out);
+  void note_mismatch(const MatchOp& op, const MatchRecord& rec);
 
   std::map<Key, Queue> queues_;
   uint64_t ingested_below_ = 0;
   uint64_t retired_below_ = 0;
   uint64_t purged_at_ = 0;
   MatchCounters counters_;
+  std::vector<Mismatch> mismatches_;   // the first kMaxMismatches distinct ones
 };
 
 }  // namespace fikit::hook::measure

@@ -277,6 +277,24 @@ TEST(RecordMatcher, TheLastGraphLaunchClosesWhenFlushesBringNothingMore) {
   expect_timed(r[0], 0, 100, 180);
 }
 
+TEST(RecordMatcher, KernelRecordsOfAnotherShapeAreNotedForTheLog) {
+  Harness h;
+  MatchOp op = kernel_op(0, 7, 10);
+  op.kernel_id = 42;
+  h.op(op);
+  MatchRecord odd = kernel_rec(7, 100, 120, 10, 256);   // the launch said 128 threads a block
+  odd.name = "gemm_kernel";
+  h.records({odd, odd});
+  EXPECT_TRUE(h.take().empty());
+  ASSERT_EQ(h.m.mismatches().size(), 1u) << "the same disagreement is noted once";
+  const Mismatch& m = h.m.mismatches()[0];
+  EXPECT_STREQ(m.record_name, "gemm_kernel");
+  EXPECT_EQ(m.record_block[0], 256u);
+  EXPECT_EQ(m.op_block[0], 128u);
+  EXPECT_EQ(m.op_kernel_id, 42u);
+  EXPECT_EQ(h.m.counters().unmatched[0], 2u);
+}
+
 TEST(RecordMatcher, AfterASynchronisationOneSettleClosesTheGraph) {
   Harness h;
   h.op(graph_op(0, 7));
