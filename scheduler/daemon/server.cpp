@@ -12,6 +12,7 @@
 
 #include "bell.h"
 #include "control.h"
+#include "domains.h"
 #include "log_limiter.h"
 #include "sessions.h"
 
@@ -33,7 +34,7 @@ enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogL
 
 struct Server::Impl {
   Impl(const ServerOptions& options, policy::ProfileSource& profiles)
-      : opts(options), socket(io), timer(io), signals(io), policy(options.settings, profiles),
+      : opts(options), socket(io), timer(io), signals(io), domains(options.settings, profiles),
         sessions(protocol::random_nonzero_u64()), limiter(5, 10'000'000'000ull), started(monotonic_ns()) {
     boost::system::error_code ec;
     auto address = asio::ip::make_address(opts.host, ec);
@@ -118,8 +119,8 @@ struct Server::Impl {
                     protocol::to_string(msg.header.type), msg.header.task, sender.address().to_string(),
                     to_string(refusal));
         return;
-      } else {
-        policy.on_message(now, msg.header.task, msg.body, actions);
+      } else if (policy::Policy* policy = domains.for_task(msg.header.task)) {
+        policy->on_message(now, msg.header.task, msg.body, actions);
       }
     }
     dispatch(reply_to);
@@ -142,6 +143,13 @@ struct Server::Impl {
                   to_string(refusal));
       return;
     }
+    policy::Policy* policy = domains.for_device(reg.device);
+    if (policy == nullptr) {
+      log_limited(kLogRegistered, spdlog::level::warn, "refused a registration of pid {}: {} GPUs have tasks already",
+                  reg.pid, Domains::kMaxDomains);
+      actions.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 60'000}});
+      return;
+    }
     policy::Registration r;
     r.priority = reg.priority;
     r.mode = reg.mode;
@@ -150,7 +158,7 @@ struct Server::Impl {
     r.profile_grew = (reg.flags & protocol::kRegisterProfileGrew) != 0;
     r.key = std::string(reg.key_view());
     r.authenticated = authenticated;
-    const uint32_t task = policy.on_register(now, existing, r, actions);
+    const uint32_t task = policy->on_register(now, existing, r, actions);
     if (task == 0) {
       log_limited(kLogRegistered, spdlog::level::warn, "refused a registration of '{}' (pid {}): too many tasks",
                   r.key, r.pid);
@@ -159,14 +167,14 @@ struct Server::Impl {
     sessions.bind(h, reg.device, reply_to.to, authenticated, task);
     const auto& reply = std::get<protocol::Registered>(actions.front().body);
     log_limited(kLogRegistered, spdlog::level::info,
-                "task {} {}: key '{}', priority {}{}, pid {}, {}, {}, {}", task,
+                "task {} {}: key '{}', priority {}{}, pid {}, {}, {}, {}, {}", task,
                 existing != 0 ? "registered again" : "registered", r.key, int(reply.priority),
                 reply.priority != reg.priority ? fmt::format(" (asked {}: priorities below {} need the key)",
                                                              int(reg.priority), reply.priority)
                                                : std::string(),
                 r.pid, reg.mode == protocol::TaskMode::Measure ? "measuring" : "sharing",
                 reg.backend == protocol::Backend::Mps ? "MPS" : "time-sliced",
-                authenticated ? "authenticated" : "unauthenticated");
+                authenticated ? "authenticated" : "unauthenticated", device_name(reg.device));
   }
 
   // While the holder notifies gap-opening launches, the next notification is microseconds away:
@@ -174,16 +182,16 @@ struct Server::Impl {
   // thread (the daemon pays CPU, yielding to anything else runnable). Bounded, so timers run and
   // signals are seen; ends as soon as the holder goes quiet or stops notifying.
   void poll_while_notified() {
-    const uint64_t window = policy.settings().notify_poll_ns;
+    const uint64_t window = opts.settings.notify_poll_ns;
     if (window == 0 || polling) return;
     polling = true;
     const uint64_t started_at = monotonic_ns();
     uint64_t last = started_at;
     boost::system::error_code ec;
-    while (policy.notifications_expected()) {
+    while (domains.notifications_expected()) {
       const uint64_t now = monotonic_ns();
       if (now - last > window || now - started_at > kMaxPollNs) break;
-      if (policy.next_wake() <= now) on_timer(now);
+      if (domains.next_wake() <= now) on_timer(now);
       size_t n = socket.receive_from(asio::buffer(in), sender, 0, ec);
       if (!ec) {
         handle(n);   // polling is set: no nested poll
@@ -232,7 +240,7 @@ struct Server::Impl {
   }
 
   void after_event() {
-    const auto dropped = policy.take_dropped();
+    const auto dropped = domains.take_dropped();
     if (!dropped.empty()) {
       sessions.forget(dropped);
       log_limited(kLogLeft, spdlog::level::info, "{} task(s) left (goodbye or lease expired)", dropped.size());
@@ -242,13 +250,13 @@ struct Server::Impl {
 
   void on_timer(uint64_t now) {
     actions.clear();
-    policy.on_tick(now, actions);
+    domains.on_tick(now, actions);
     dispatch(Reply{});
     after_event();
   }
 
   void arm_timer() {
-    const uint64_t wake = policy.next_wake();
+    const uint64_t wake = domains.next_wake();
     // A later wake than the armed one leaves the timer alone: it fires early, the policy finds
     // nothing due and the timer is armed again. Re-arming costs syscalls on every notification
     // (each one moves the quiet timeout), and the daemon shares the machine with the programs.
@@ -274,13 +282,13 @@ struct Server::Impl {
     s.epoch = sessions.epoch();
     s.keyed = opts.key.has_value();
     s.reserved_priorities = opts.settings.min_unauthenticated_priority;
-    s.holder = policy.holder();
     s.malformed = malformed;
     s.bad_mac = bad_mac;
     s.wrong_direction = wrong_direction;
-    s.policy = policy.counters();
     s.sessions = sessions.counters();
-    s.tasks = policy.status(monotonic_ns());
+    const uint64_t now = monotonic_ns();
+    for (const Domains::Domain& d : domains.all())
+      s.domains.push_back({device_name(d.device), d.policy->holder(), d.policy->counters(), d.policy->status(now)});
     return s;
   }
 
@@ -291,7 +299,7 @@ struct Server::Impl {
   asio::signal_set signals;
   std::unique_ptr<ControlServer> control;
   protocol::BellBoard* bell = nullptr;
-  policy::Policy policy;
+  Domains domains;
   Sessions sessions;
   LogLimiter limiter;
   uint64_t started;

@@ -24,19 +24,56 @@ std::string json_string(const std::string& v) {
   return out + "\"";
 }
 
+std::string counters_json(const policy::Counters& p) {
+  return fmt::format(
+      "\"fills\":{},\"gaps_predicted\":{},\"gaps_too_short\":{},\"early_stops\":{},\"directives\":{},"
+      "\"notifications\":{},\"wants\":{},\"registrations\":{},\"capped_registrations\":{},\"refused_registrations\":{},"
+      "\"lease_expiries\":{},\"measure_holds_ended\":{},\"clamped_predictions\":{}",
+      p.fills, p.gaps_predicted, p.gaps_too_short, p.early_stops, p.directives, p.notifications, p.wants,
+      p.registrations, p.capped_registrations, p.refused_registrations, p.lease_expiries, p.measure_holds_ended,
+      p.clamped_predictions);
+}
+
 }  // namespace
 
+policy::Counters DaemonSnapshot::totals() const {
+  policy::Counters t;
+  for (const auto& d : domains) {
+    const policy::Counters& c = d.counters;
+    t.registrations += c.registrations, t.capped_registrations += c.capped_registrations;
+    t.refused_registrations += c.refused_registrations, t.notifications += c.notifications;
+    t.wants += c.wants, t.directives += c.directives, t.gaps_predicted += c.gaps_predicted;
+    t.gaps_too_short += c.gaps_too_short, t.fills += c.fills, t.early_stops += c.early_stops;
+    t.lease_expiries += c.lease_expiries, t.measure_holds_ended += c.measure_holds_ended;
+    t.clamped_predictions += c.clamped_predictions;
+  }
+  return t;
+}
+
+size_t DaemonSnapshot::task_count() const {
+  size_t n = 0;
+  for (const auto& d : domains) n += d.tasks.size();
+  return n;
+}
+
+const policy::TaskStatus* DaemonSnapshot::task(uint32_t id) const {
+  for (const auto& d : domains)
+    for (const auto& t : d.tasks)
+      if (t.id == id) return &t;
+  return nullptr;
+}
+
 std::string format_text(const DaemonSnapshot& s) {
-  const auto& p = s.policy;
+  const policy::Counters p = s.totals();
   const std::string auth =
       !s.keyed ? std::string("no key (nothing authenticated)")
       : s.reserved_priorities > 0 ? fmt::format("key required for priorities 0..{}", s.reserved_priorities - 1)
                                   : std::string("key configured, no priority reserved");
   std::string out =
       fmt::format("fikit-scheduler on {}, up {:.1f} s, epoch {:016x}, {}\n", s.listen, s.uptime_ns / 1e9, s.epoch, auth);
-  out += fmt::format("tasks {}, holder {}\n", s.tasks.size(), s.holder == 0 ? std::string("none") : std::to_string(s.holder));
-  out += fmt::format("gap fills {} (gaps predicted {}, too short {}), early stops {}, directives sent {}\n", p.fills,
-                     p.gaps_predicted, p.gaps_too_short, p.early_stops, p.directives);
+  out += fmt::format("tasks {} on {} GPU(s); in all: gap fills {} (gaps predicted {}, too short {}), early stops {}, "
+                     "directives sent {}\n", s.task_count(), s.domains.size(), p.fills, p.gaps_predicted,
+                     p.gaps_too_short, p.early_stops, p.directives);
   out += fmt::format("notifications {}, wants {}, registrations {} (capped {}, refused {}), lease expiries {}, "
                      "measure holds ended {}, clamped predictions {}\n",
                      p.notifications, p.wants, p.registrations, p.capped_registrations, p.refused_registrations,
@@ -47,50 +84,57 @@ std::string format_text(const DaemonSnapshot& s) {
                      s.malformed + s.bad_mac + s.wrong_direction + c.total(), s.malformed, s.bad_mac,
                      s.wrong_direction, c.unknown_session, c.stale_epoch, c.wrong_address, c.wrong_auth, c.replayed,
                      c.wrong_task);
-  out += fmt::format("{:>4} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", "task",
-                     "pid", "prio", "mode", "mps", "auth", "active", "state", "role", "fills", "notifies", "wants",
-                     "kernels", "key");
-  for (const auto& t : s.tasks) {
-    const std::string prio =
-        t.priority == t.requested_priority ? std::to_string(t.priority)
-                                           : std::to_string(t.priority) + "<" + std::to_string(t.requested_priority);
-    out += fmt::format("{:>4} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", t.id, t.pid,
-                       prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
-                       t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
-                       t.active ? "yes" : "no", protocol::to_string(t.directive.state),
-                       role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills, t.notifications,
-                       t.wants, t.kernels, t.key);
+  for (const auto& d : s.domains) {
+    out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
+                       d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
+                       d.counters.early_stops);
+    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", "task",
+                       "pid", "prio", "mode", "mps", "auth", "active", "state", "role", "fills", "notifies", "wants",
+                       "kernels", "key");
+    for (const auto& t : d.tasks) {
+      const std::string prio =
+          t.priority == t.requested_priority ? std::to_string(t.priority)
+                                             : std::to_string(t.priority) + "<" + std::to_string(t.requested_priority);
+      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", t.id,
+                         t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
+                         t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
+                         t.active ? "yes" : "no", protocol::to_string(t.directive.state),
+                         role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills, t.notifications,
+                         t.wants, t.kernels, t.key);
+    }
   }
   return out;
 }
 
 std::string format_json(const DaemonSnapshot& s) {
-  const auto& p = s.policy;
   const auto& c = s.sessions;
   std::string out = fmt::format(
       "{{\"listen\":{},\"uptime_s\":{:.3f},\"epoch\":\"{:016x}\",\"keyed\":{},\"reserved_priorities\":{},"
-      "\"holder\":{},\"counters\":{{\"fills\":{},\"gaps_predicted\":{},\"gaps_too_short\":{},\"early_stops\":{},"
-      "\"directives\":{},\"notifications\":{},\"wants\":{},\"registrations\":{},\"capped_registrations\":{},"
-      "\"refused_registrations\":{},\"lease_expiries\":{},\"measure_holds_ended\":{},\"clamped_predictions\":{},"
-      "\"malformed\":{},\"bad_mac\":{},\"wrong_direction\":{},\"unknown_session\":{},\"stale_epoch\":{},"
-      "\"wrong_address\":{},\"wrong_auth\":{},\"replayed\":{},\"wrong_task\":{}}},\"tasks\":[",
-      json_string(s.listen), s.uptime_ns / 1e9, s.epoch, s.keyed ? "true" : "false", s.reserved_priorities, s.holder,
-      p.fills, p.gaps_predicted, p.gaps_too_short, p.early_stops, p.directives, p.notifications, p.wants,
-      p.registrations, p.capped_registrations, p.refused_registrations, p.lease_expiries, p.measure_holds_ended,
-      p.clamped_predictions, s.malformed, s.bad_mac, s.wrong_direction, c.unknown_session, c.stale_epoch,
+      "\"counters\":{{{},\"malformed\":{},\"bad_mac\":{},\"wrong_direction\":{},\"unknown_session\":{},"
+      "\"stale_epoch\":{},\"wrong_address\":{},\"wrong_auth\":{},\"replayed\":{},\"wrong_task\":{}}},\"devices\":[",
+      json_string(s.listen), s.uptime_ns / 1e9, s.epoch, s.keyed ? "true" : "false", s.reserved_priorities,
+      counters_json(s.totals()), s.malformed, s.bad_mac, s.wrong_direction, c.unknown_session, c.stale_epoch,
       c.wrong_address, c.wrong_auth, c.replayed, c.wrong_task);
+  for (size_t i = 0; i < s.domains.size(); ++i) {
+    const auto& d = s.domains[i];
+    out += fmt::format("{}{{\"device\":{},\"holder\":{},\"tasks\":{},\"counters\":{{{}}}}}", i ? "," : "",
+                       json_string(d.device), d.holder, d.tasks.size(), counters_json(d.counters));
+  }
+  out += "],\"tasks\":[";
   bool first = true;
-  for (const auto& t : s.tasks) {
-    out += fmt::format(
-        "{}{{\"id\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
-        "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
-        "\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{}}}",
-        first ? "" : ",", t.id, t.pid, json_string(t.key), t.priority, t.requested_priority,
-        t.mode == protocol::TaskMode::Measure ? "measure" : "share",
-        t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
-        t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
-        t.directive.role, t.fills, t.notifications, t.wants, t.kernels);
-    first = false;
+  for (const auto& d : s.domains) {
+    for (const auto& t : d.tasks) {
+      out += fmt::format(
+          "{}{{\"id\":{},\"device\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
+          "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
+          "\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"waits\":{}}}",
+          first ? "" : ",", t.id, json_string(d.device), t.pid, json_string(t.key), t.priority, t.requested_priority,
+          t.mode == protocol::TaskMode::Measure ? "measure" : "share",
+          t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
+          t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
+          t.directive.role, t.fills, t.notifications, t.wants, t.kernels, t.waits.count);
+      first = false;
+    }
   }
   return out + "]}\n";
 }

@@ -1,5 +1,6 @@
 #pragma once
-// What `fikit-scheduler status` shows: the daemon's state at one instant, as text or JSON.
+// What `fikit-scheduler status` and the metrics endpoint show: the daemon's state at one instant,
+// per GPU (scheduling domain), as text or JSON (metrics.h renders it for Prometheus).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,19 +10,29 @@
 
 namespace fikit::scheduler {
 
+struct DomainSnapshot {
+  std::string device;                 // GPU-... (domains.h: device_name), "none" when not given
+  uint32_t holder = 0;
+  policy::Counters counters;
+  std::vector<policy::TaskStatus> tasks;
+};
+
 struct DaemonSnapshot {
   std::string listen;                 // HOST:PORT
   uint64_t uptime_ns = 0;
   uint64_t epoch = 0;
   bool keyed = false;                 // a key file is configured
   int reserved_priorities = 0;        // 0..N-1 need the key
-  uint32_t holder = 0;
   uint64_t malformed = 0;             // datagrams that did not decode
   uint64_t bad_mac = 0;               // a MAC that did not verify (or no key to verify it)
   uint64_t wrong_direction = 0;       // daemon-to-client messages sent to the daemon
-  policy::Counters policy;
   SessionCounters sessions;
-  std::vector<policy::TaskStatus> tasks;
+  std::vector<DomainSnapshot> domains;
+
+  policy::Counters totals() const;    // every domain's counters added up
+  size_t task_count() const;
+  // The task with this ID, in whichever domain (nullptr: none).
+  const policy::TaskStatus* task(uint32_t id) const;
 };
 
 std::string format_text(const DaemonSnapshot& s);

@@ -24,7 +24,23 @@ uint32_t u32(uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); }
 
 }  // namespace
 
-Policy::Policy(Settings settings, ProfileSource& profiles) : settings_(settings), profiles_(profiles) {}
+Policy::Policy(Settings settings, ProfileSource& profiles, uint32_t id_base, BellSlots* bell_slots)
+    : settings_(settings), profiles_(profiles), id_base_(id_base),
+      bell_slot_used_(bell_slots != nullptr ? *bell_slots : own_bell_slots_) {}
+
+void WaitHistogram::add(uint64_t ns) {
+  size_t b = 0;
+  while (b < kBoundsNs.size() && ns > kBoundsNs[b]) ++b;
+  ++counts[b];
+  ++count;
+  sum_ns += ns;
+}
+
+void Policy::end_wait(uint64_t now, Task& t) {
+  if (!t.want) return;
+  t.waits.add(now > t.want->since ? now - t.want->since : 0);
+  t.want.reset();
+}
 
 Policy::Task* Policy::find(uint32_t id) {
   auto it = tasks_.find(id);
@@ -128,8 +144,12 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
       out.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 1000}});
       return 0;
     }
-    const uint32_t id = next_task_id_++;
-    if (next_task_id_ == 0) next_task_id_ = 1;   // 0 means "none" on the wire
+    // 0 means "none" on the wire; after a wrap, IDs still in use are skipped.
+    uint32_t id = 0;
+    do {
+      id = id_base_ + next_local_id_;
+      next_local_id_ = next_local_id_ + 1 < kIdSpan ? next_local_id_ + 1 : 1;
+    } while (tasks_.count(id) != 0);
     task = &tasks_[id];
     task->id = id;
     for (size_t s = 0; s < bell_slot_used_.size(); ++s)
@@ -298,7 +318,7 @@ void Policy::fill_gap(uint64_t now) {
   gap_.filler = best->id;
   gap_.credit_ns = best_usable;
   gap_.credit_until_ns = gap_.end - sw;
-  best->want.reset();
+  end_wait(now, *best);
   ++best->fills;
   ++counters_.fills;
 }
@@ -323,7 +343,7 @@ void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
 void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
   ++t.wants;
   ++counters_.wants;
-  Wanted want{w.kernel_id, w.predicted_ns, false};
+  Wanted want{w.kernel_id, w.predicted_ns, false, t.want ? t.want->since : now};
   // The daemon's own profile decides how long a kernel is; a client's word is capped.
   auto it = t.profile->find(w.kernel_id);
   if (it != t.profile->end()) {
@@ -383,7 +403,7 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
 
   for (auto& [id, t] : tasks_) {
     Directive d = directive_for(now, t);
-    if (d.state == State::Run) t.want.reset();   // it runs: whatever it waited for is launched
+    if (d.state == State::Run) end_wait(now, t);   // it runs: whatever it waited for is launched
     const bool changed = !same(d, t.directive, now);
     if (!changed && id != always_to) continue;
     if (changed) {
@@ -421,6 +441,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.notifications = t.notifications;
     s.wants = t.wants;
     s.kernels = t.profile ? t.profile->size() : 0;
+    s.waits = t.waits;
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

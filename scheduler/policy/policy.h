@@ -90,6 +90,20 @@ struct Counters {
   uint64_t lease_expiries = 0, measure_holds_ended = 0, clamped_predictions = 0;
 };
 
+// How long tasks waited on a want until the daemon let the launch go (a fill or Run), in the
+// buckets the metrics endpoint exposes.
+struct WaitHistogram {
+  static constexpr std::array<uint64_t, 11> kBoundsNs = {10'000,    50'000,    100'000,    250'000,
+                                                         500'000,   1'000'000, 2'500'000,  5'000'000,
+                                                         10'000'000, 50'000'000, 250'000'000};
+  std::array<uint64_t, kBoundsNs.size() + 1> counts{};   // the last: above every bound
+  uint64_t count = 0, sum_ns = 0;
+  void add(uint64_t ns);
+};
+
+// The bell board's slots (protocol::kBellSlots), one per task: the domains of one daemon share them.
+using BellSlots = std::array<bool, protocol::kBellSlots>;
+
 struct TaskStatus {
   uint32_t id = 0, pid = 0;
   std::string key;
@@ -100,6 +114,7 @@ struct TaskStatus {
   protocol::Directive directive;
   uint64_t fills = 0, notifications = 0, wants = 0;
   size_t kernels = 0;   // in its profile
+  WaitHistogram waits;
 };
 
 class Policy {
@@ -107,7 +122,12 @@ class Policy {
   static constexpr uint64_t kNever = UINT64_MAX;
   static constexpr size_t kMaxTasks = 256;   // = protocol::kBellSlots
 
-  Policy(Settings settings, ProfileSource& profiles);
+  // Task IDs of one policy: id_base + 1 .. id_base + kIdSpan - 1 (a daemon with one policy per GPU
+  // gives each its own range). bell_slots: shared with other policies (nullptr: its own).
+  static constexpr uint32_t kIdSpan = 1u << 24;
+  Policy(Settings settings, ProfileSource& profiles, uint32_t id_base = 0, BellSlots* bell_slots = nullptr);
+  Policy(const Policy&) = delete;
+  Policy& operator=(const Policy&) = delete;
 
   // A registration. `existing` is the task the sender's session registered before (0: none): the
   // same task is updated then. Returns the task ID, or 0 when refused (`out` then holds an Error for
@@ -135,6 +155,7 @@ class Policy {
   struct Wanted {
     uint64_t kernel_id = 0, duration_ns = 0;
     bool known = false;   // the daemon has a profile for it: it may fill gaps
+    uint64_t since = 0;   // the first want of this wait
   };
   struct Task {
     uint32_t id = 0, pid = 0;
@@ -156,6 +177,7 @@ class Policy {
     uint16_t bell_slot = protocol::kNoBellSlot;
     uint32_t activity_generation = 0;   // its last activity start rung on the bell
     uint64_t fills = 0, notifications = 0, wants = 0;
+    WaitHistogram waits;
   };
   // The holder's predicted idle gap, handed to one filler as credit.
   struct Gap {
@@ -184,16 +206,19 @@ class Policy {
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }
+  void end_wait(uint64_t now, Task& t);   // its want is granted (a fill, or Run)
 
   Settings settings_;
   ProfileSource& profiles_;
   std::unordered_map<uint32_t, Task> tasks_;
-  uint32_t next_task_id_ = 1;
+  const uint32_t id_base_;
+  uint32_t next_local_id_ = 1;
   uint32_t holder_ = 0;              // 0: none
   Gap gap_;
   uint64_t next_wake_ = kNever;
   std::vector<uint32_t> dropped_;
-  std::array<bool, 256> bell_slot_used_{};   // protocol::kBellSlots, one per task
+  BellSlots own_bell_slots_{};
+  BellSlots& bell_slot_used_;
   Counters counters_;
 };
 

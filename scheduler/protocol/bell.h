@@ -17,7 +17,6 @@ namespace fikit::protocol {
 
 constexpr uint32_t kBellMagic = 0x4C424B46;   // "FKBL"
 constexpr uint32_t kBellVersion = 1;
-constexpr uint16_t kBellSlots = 256;          // one per task (the daemon's task limit)
 constexpr uint64_t kBellConfirmNs = 2'000'000;
 
 struct alignas(64) BellSlot {

@@ -50,6 +50,7 @@ constexpr uint8_t kRoleMask = kRoleHolder | kRoleActivity | kRoleGaps;
 
 constexpr uint8_t kNotifyActivityStart = 1;   // notify flags: the first launch after idle
 constexpr uint16_t kNoBellSlot = 0xFFFF;      // no slot on the bell board (bell.h)
+constexpr uint16_t kBellSlots = 256;          // the bell board's slots: one per task (the daemon's task limit)
 constexpr uint8_t kRegisterProfileGrew = 1;    // register flags: the client stored new kernels in its profile
 constexpr uint8_t kWantProfiled = 1;          // want flags: the prediction comes from the client's profile
 

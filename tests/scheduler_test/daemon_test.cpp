@@ -120,10 +120,11 @@ class Peer {
   // Registers; returns the Registered reply (and keeps task and epoch), or nullopt.
   std::optional<protocol::Registered> register_as(const char* key, int prio,
                                                   protocol::TaskMode mode = protocol::TaskMode::Share,
-                                                  int timeout_ms = 1000) {
+                                                  int timeout_ms = 1000, protocol::DeviceUuid device = {}) {
     protocol::Register r;
     r.priority = uint8_t(prio);
     r.mode = mode;
+    r.device = device;
     r.pid = uint32_t(getpid());
     protocol::set_key(r, key);
     task = 0;
@@ -165,7 +166,7 @@ TEST(Daemon, RegistrationBindsASessionAndAnswersWithItsDirective) {
   const uint32_t first = hp.task;
   ASSERT_TRUE(hp.register_as("infer", 0));
   EXPECT_EQ(hp.task, first);
-  EXPECT_EQ(d.snapshot().tasks.size(), 1u);
+  EXPECT_EQ(d.snapshot().task_count(), 1u);
 }
 
 TEST(Daemon, TheHoldersActivityIsPushedToTheTasksBelow) {
@@ -196,6 +197,37 @@ TEST(Daemon, MalformedAndMisdirectedDatagramsAreCountedAndDropped) {
   auto s = d.snapshot();
   EXPECT_EQ(s.malformed, 3u);
   EXPECT_EQ(s.wrong_direction, 1u);
+}
+
+TEST(Daemon, EachGpuIsADomainOfItsOwn) {
+  Daemon d;
+  const protocol::DeviceUuid gpu0{0xa0, 1}, gpu1{0xb1, 2};
+  Peer hp(d.port()), lp_beside(d.port()), lp_elsewhere(d.port());
+  ASSERT_TRUE(hp.register_as("hp", 0, protocol::TaskMode::Share, 1000, gpu0));
+  ASSERT_TRUE(lp_beside.register_as("lp-gpu0", 5, protocol::TaskMode::Share, 1000, gpu0));
+  ASSERT_TRUE(lp_elsewhere.register_as("lp-gpu1", 5, protocol::TaskMode::Share, 1000, gpu1));
+  EXPECT_NE(hp.task / policy::Policy::kIdSpan, lp_elsewhere.task / policy::Policy::kIdSpan) << "task IDs carry the domain";
+
+  // The HP's activity on GPU 0 stops the LP there, and leaves the one on GPU 1 alone. (Leases are
+  // 300 ms here: what follows stays well inside.)
+  hp.send(protocol::Notify{1, 0, protocol::kNotifyActivityStart});
+  EXPECT_TRUE(lp_beside.expect_state(State::Fill));
+  const auto s = d.snapshot();
+  ASSERT_EQ(s.domains.size(), 2u) << scheduler::format_text(s);
+  EXPECT_EQ(s.domains[0].device, "GPU-a0010000-0000-0000-0000-000000000000");
+  EXPECT_EQ(s.domains[0].holder, hp.task);
+  EXPECT_EQ(s.domains[1].holder, lp_elsewhere.task) << "alone on its GPU, the LP holds it";
+  ASSERT_NE(s.task(lp_elsewhere.task), nullptr);
+  EXPECT_EQ(s.task(lp_elsewhere.task)->directive.state, State::Run);
+  EXPECT_FALSE(lp_elsewhere.expect_state(State::Fill, 100));
+
+  // One process (one session) using both GPUs takes part in each domain separately.
+  Peer both(d.port());
+  ASSERT_TRUE(both.register_as("multi", 3, protocol::TaskMode::Share, 1000, gpu1));
+  const uint32_t on_gpu1 = both.task;
+  ASSERT_TRUE(both.register_as("multi", 3, protocol::TaskMode::Share, 1000, gpu0));
+  EXPECT_NE(both.task, on_gpu1);
+  EXPECT_NE(both.task / policy::Policy::kIdSpan, on_gpu1 / policy::Policy::kIdSpan);
 }
 
 TEST(Daemon, AnUnknownSessionIsToldToRegister) {
@@ -230,7 +262,7 @@ TEST(Daemon, AnotherAddressCannotSpeakForASessionNorReplayIt) {
   hp.send_raw(notify);   // replayed: would move lp back to Fill
   EXPECT_FALSE(lp.expect_state(State::Fill, 200));
   auto s = d.snapshot();
-  EXPECT_EQ(s.tasks.size(), 2u);   // the holder is still there
+  EXPECT_EQ(s.task_count(), 2u);   // the holder is still there
   EXPECT_EQ(s.sessions.wrong_address, 1u);
   EXPECT_EQ(s.sessions.replayed, 1u);
 }
@@ -251,7 +283,7 @@ TEST(Daemon, ASilentClientIsReleasedWithinItsLease) {
       holder |= (std::get<protocol::Directive>(m->body).role & protocol::kRoleHolder) != 0;
   }
   EXPECT_TRUE(holder);
-  EXPECT_EQ(d.snapshot().policy.lease_expiries, 1u);
+  EXPECT_EQ(d.snapshot().totals().lease_expiries, 1u);
 }
 
 TEST(Daemon, WithAKeyUnauthenticatedTasksAreCappedAndRepliesAreSigned) {
@@ -265,7 +297,7 @@ TEST(Daemon, WithAKeyUnauthenticatedTasksAreCappedAndRepliesAreSigned) {
   ASSERT_TRUE(out);
   EXPECT_EQ(out->priority, 2);
   EXPECT_FALSE(outsider.last_mac);
-  EXPECT_EQ(d.snapshot().holder, insider.task);
+  EXPECT_EQ(d.snapshot().domains.at(0).holder, insider.task);
   EXPECT_FALSE(forger.register_as("evil", 0, protocol::TaskMode::Share, 100));   // the wrong key: dropped
   EXPECT_EQ(d.snapshot().bad_mac, 1u);
   // Nor may an authenticated session be continued without its MAC.
@@ -275,7 +307,7 @@ TEST(Daemon, WithAKeyUnauthenticatedTasksAreCappedAndRepliesAreSigned) {
   stripped.epoch = insider.epoch;
   stripped.next_seq = 500;
   stripped.send(protocol::Goodbye{});
-  EXPECT_EQ(d.snapshot().tasks.size(), 2u);
+  EXPECT_EQ(d.snapshot().task_count(), 2u);
 }
 
 TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {

@@ -1,0 +1,52 @@
+#pragma once
+// One scheduling domain per GPU: the daemon keeps a Policy for each device UUID its clients name
+// (a MIG instance has a UUID of its own, so it is a device here too), created when the first task
+// registers for it. Tasks on different GPUs share nothing: an HP on one never throttles an LP on
+// another. Task IDs carry their domain (the top 8 bits), so any message finds its policy; the bell
+// board's slots are shared by all domains.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "policy.h"
+#include "protocol.h"
+
+namespace fikit::scheduler {
+
+class Domains {
+ public:
+  static constexpr size_t kMaxDomains = 255;   // domain index 1..255 in a task ID's top 8 bits
+
+  Domains(const policy::Settings& settings, policy::ProfileSource& profiles)
+      : settings_(settings), profiles_(profiles) {}
+
+  // The domain of `device`, created on first use; nullptr when kMaxDomains exist already.
+  policy::Policy* for_device(const protocol::DeviceUuid& device);
+  // The domain a task ID belongs to (nullptr: none).
+  policy::Policy* for_task(uint32_t task);
+
+  struct Domain {
+    protocol::DeviceUuid device;
+    std::unique_ptr<policy::Policy> policy;
+  };
+  const std::vector<Domain>& all() const { return domains_; }
+
+  // Across domains.
+  uint64_t next_wake() const;
+  bool notifications_expected() const;
+  std::vector<uint32_t> take_dropped();
+  void on_tick(uint64_t now, std::vector<policy::Action>& out);
+
+ private:
+  policy::Settings settings_;
+  policy::ProfileSource& profiles_;
+  policy::BellSlots bell_slots_{};
+  std::vector<Domain> domains_;   // index i: domain i + 1
+};
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's spelling); "none" for all zeros.
+std::string device_name(const protocol::DeviceUuid& device);
+
+}  // namespace fikit::scheduler
