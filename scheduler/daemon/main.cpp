@@ -48,6 +48,9 @@ void usage(FILE* to) {
                "  --bell PATH|off      the bell board where holders ring when they start launching, so\n"
                "                       lower tasks stop at once (default /dev/shm/fikit-bell-PORT; mode 600:\n"
                "                       clients of other users hear of the holder by datagram only)\n"
+               "  --metrics HOST:PORT|off\n"
+               "                       serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (loopback\n"
+               "                       addresses only; default off). docs/deploy.md lists them\n"
                "  --config FILE        'key = value' settings (keys as the flags, without --)\n"
                "  --log-level LEVEL    error|warn|info|debug|trace (default info)\n"
                "  -h, --help           this help\n"
@@ -153,6 +156,8 @@ int main(int argc, char** argv) {
   server.host = opts.listen_host;
   server.port = opts.listen_port;
   server.settings = opts.policy;
+  server.metrics_host = opts.metrics_host;
+  server.metrics_port = opts.metrics_port;
   server.control_path = opts.control_path.empty() ? fikit::scheduler::default_control_path(opts.listen_port)
                                                   : opts.control_path;
   server.bell_path = opts.bell_path.empty() ? fikit::protocol::default_bell_path(opts.listen_port)
@@ -177,6 +182,8 @@ int main(int argc, char** argv) {
     spdlog::info("listening on {}:{} ({}), control socket {}, bell {}, profiles from {}", opts.listen_host,
                  daemon.port(), server.key ? "datagrams authenticated with " + opts.key_file : std::string("no key"),
                  server.control_path, server.bell_path.empty() ? "off" : server.bell_path, opts.db_path);
+    if (daemon.metrics_port() != 0)
+      spdlog::info("metrics at http://{}:{}/metrics", opts.metrics_host, daemon.metrics_port());
     daemon.run(/*handle_signals=*/true);
     const auto s = daemon.snapshot();
     spdlog::info("stopped ({} malformed, {} bad MAC, {} refused by session datagrams dropped)", s.malformed,

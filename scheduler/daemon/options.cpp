@@ -143,6 +143,21 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     }
     return true;
   }
+  if (key == "metrics") {
+    if (value == "off") {
+      opts.metrics_host.clear();
+      return true;
+    }
+    if (!parse_host_port(value, opts.metrics_host, opts.metrics_port) || opts.metrics_port == 0) {
+      error = "metrics: '" + value + "' is not HOST:PORT (or off)";
+      return false;
+    }
+    if (!is_loopback(opts.metrics_host)) {
+      error = "metrics: refusing " + opts.metrics_host + ": the endpoint is for this machine only (127.0.0.1 or ::1)";
+      return false;
+    }
+    return true;
+  }
   if (key == "db") { opts.db_path = value; return true; }
   if (key == "key-file") { opts.key_file = value; return true; }
   if (key == "control") {

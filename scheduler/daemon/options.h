@@ -18,6 +18,8 @@ struct Options {
   std::string control_path;         // empty: default_control_path(listen_port)
   std::string bell_path;            // empty: protocol::default_bell_path(listen_port); "off": none
   int reserved_priorities = -1;     // -1: 1 with a key, 0 without
+  std::string metrics_host;         // empty: no metrics endpoint (the default)
+  uint16_t metrics_port = 0;
   policy::Settings policy;
 };
 

@@ -14,6 +14,7 @@
 #include "control.h"
 #include "domains.h"
 #include "log_limiter.h"
+#include "metrics.h"
 #include "sessions.h"
 
 namespace fikit::scheduler {
@@ -56,6 +57,9 @@ struct Server::Impl {
         if (command == "status-json") return format_json(make_snapshot());
         return "error: unknown command '" + command.substr(0, 40) + "' (status, status-json)\n";
       });
+    if (!opts.metrics_host.empty())
+      metrics = std::make_unique<MetricsServer>(io, opts.metrics_host, opts.metrics_port,
+                                                [this] { return format_prometheus(make_snapshot()); });
   }
 
   template <class... Args>
@@ -298,6 +302,7 @@ struct Server::Impl {
   asio::steady_timer timer;
   asio::signal_set signals;
   std::unique_ptr<ControlServer> control;
+  std::unique_ptr<MetricsServer> metrics;
   protocol::BellBoard* bell = nullptr;
   Domains domains;
   Sessions sessions;
@@ -325,6 +330,7 @@ Server::~Server() {
 }
 
 uint16_t Server::port() const { return impl_->bound_port; }
+uint16_t Server::metrics_port() const { return impl_->metrics ? impl_->metrics->port() : 0; }
 
 void Server::run(bool handle_signals) {
   if (handle_signals) {

@@ -20,6 +20,8 @@ struct ServerOptions {
   std::string control_path;           // "": none (tests)
   std::string bell_path;              // "": no bell board (clients then hear of the holder by datagram only)
   std::optional<protocol::Key> key;   // datagrams with a valid MAC count as authenticated
+  std::string metrics_host;           // "": no metrics endpoint (metrics.h)
+  uint16_t metrics_port = 0;          // 0 with a host: any free port (tests)
   policy::Settings settings;
 };
 
@@ -32,6 +34,7 @@ class Server {
   Server& operator=(const Server&) = delete;
 
   uint16_t port() const;
+  uint16_t metrics_port() const;   // 0: no metrics endpoint
   // Runs the event loop until stop() (from any thread) or SIGTERM/SIGINT when handle_signals.
   void run(bool handle_signals);
   void stop();

@@ -9,8 +9,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <sstream>
 #include <filesystem>
 #include <thread>
 
@@ -42,8 +45,8 @@ protocol::Key test_key(uint8_t fill) {
 class Daemon {
  public:
   explicit Daemon(std::optional<protocol::Key> key = std::nullopt, std::string control = "", int reserved = 0,
-                  std::string bell = "")
-      : server_(options(key, control, reserved, bell), profiles_), thread_([this] { server_.run(false); }) {}
+                  std::string bell = "", bool metrics = false)
+      : server_(options(key, control, reserved, bell, metrics), profiles_), thread_([this] { server_.run(false); }) {}
   ~Daemon() { stop(); }
   void stop() {
     if (!thread_.joinable()) return;
@@ -51,11 +54,13 @@ class Daemon {
     thread_.join();
   }
   uint16_t port() const { return server_.port(); }
+  uint16_t metrics_port() const { return server_.metrics_port(); }
   scheduler::DaemonSnapshot snapshot() { return server_.snapshot(); }
   static scheduler::ServerOptions options(std::optional<protocol::Key> key, std::string control, int reserved,
-                                          std::string bell = "") {
+                                          std::string bell = "", bool metrics = false) {
     scheduler::ServerOptions o;
     o.port = 0;
+    if (metrics) o.metrics_host = "127.0.0.1";   // any free port
     o.key = key;
     o.control_path = control;
     o.bell_path = bell;
@@ -228,6 +233,78 @@ TEST(Daemon, EachGpuIsADomainOfItsOwn) {
   ASSERT_TRUE(both.register_as("multi", 3, protocol::TaskMode::Share, 1000, gpu0));
   EXPECT_NE(both.task, on_gpu1);
   EXPECT_NE(both.task / policy::Policy::kIdSpan, on_gpu1 / policy::Policy::kIdSpan);
+}
+
+// An HTTP GET over TCP, as Prometheus scrapes: the whole answer (headers and body).
+std::string http_request(uint16_t port, const std::string& request) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    close(fd);
+    return "";
+  }
+  (void)::send(fd, request.data(), request.size(), 0);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 2000) <= 0) break;
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, size_t(n));
+  }
+  close(fd);
+  return out;
+}
+
+TEST(Daemon, MetricsAreScrapedPerGpuWithWaitHistograms) {
+  Daemon d(std::nullopt, "", 0, "", /*metrics=*/true);
+  ASSERT_NE(d.metrics_port(), 0);
+  const protocol::DeviceUuid gpu{0xc0, 0xde};
+  Peer hp(d.port()), lp(d.port());
+  ASSERT_TRUE(hp.register_as("hp", 0, protocol::TaskMode::Share, 1000, gpu));
+  ASSERT_TRUE(lp.register_as("lp \"quoted\"", 5, protocol::TaskMode::Share, 1000, gpu));
+  // The HP is busy: the LP waits for a launch; the HP goes idle: the LP runs, its wait ends.
+  hp.send(protocol::Notify{1, 0, protocol::kNotifyActivityStart});
+  ASSERT_TRUE(lp.expect_state(State::Fill));
+  lp.send(protocol::Want{77, 50'000, 0});
+  std::this_thread::sleep_for(2ms);
+  hp.send(protocol::Idle{1});
+  ASSERT_TRUE(lp.expect_state(State::Run));
+
+  const std::string answer = http_request(d.metrics_port(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_EQ(answer.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << answer;
+  EXPECT_NE(answer.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  const std::string body = answer.substr(answer.find("\r\n\r\n") + 4);
+  // Every line is a comment or `name{labels} value` (the text exposition format).
+  std::istringstream lines(body);
+  std::string line;
+  std::map<std::string, std::string> samples;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) continue;
+    const size_t space = line.rfind(' ');
+    ASSERT_NE(space, std::string::npos) << line;
+    const std::string name = line.substr(0, space), value = line.substr(space + 1);
+    ASSERT_FALSE(value.empty()) << line;
+    EXPECT_NO_THROW((void)std::stod(value)) << line;
+    ASSERT_TRUE(std::isalpha(static_cast<unsigned char>(name[0]))) << line;
+    samples[name] = value;
+  }
+  const std::string dev = "device=\"GPU-c0de0000-0000-0000-0000-000000000000\"";
+  EXPECT_EQ(samples["fikit_tasks{" + dev + "}"], "2") << body;
+  EXPECT_EQ(samples["fikit_grants_total{" + dev + "}"], "1") << body;
+  const std::string lp_labels = dev + ",task=\"" + std::to_string(lp.task) + "\",key=\"lp \\\"quoted\\\"\",priority=\"5\"";
+  EXPECT_EQ(samples["fikit_task_wait_seconds_count{" + lp_labels + "}"], "1") << body;
+  EXPECT_EQ(samples["fikit_task_wait_seconds_bucket{" + lp_labels + ",le=\"+Inf\"}"], "1") << body;
+  EXPECT_GE(std::stod(samples["fikit_task_wait_seconds_sum{" + lp_labels + "}"]), 0.002) << "it waited 2 ms at least";
+  EXPECT_EQ(samples["fikit_task_wait_seconds_bucket{" + lp_labels + ",le=\"1e-05\"}"], "0") << body;
+  EXPECT_EQ(samples["fikit_dropped_datagrams_total{reason=\"malformed\"}"], "0");
+
+  EXPECT_EQ(http_request(d.metrics_port(), "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(http_request(d.metrics_port(), "POST /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
 }
 
 TEST(Daemon, AnUnknownSessionIsToldToRegister) {

@@ -1,0 +1,171 @@
+#include "metrics.h"
+
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace fikit::scheduler {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+std::string label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') { out += "\\n"; continue; }
+    out += c;
+  }
+  return out;
+}
+
+void family(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// A per-device counter (or gauge) from each domain's counters.
+template <class Get>
+void per_device(std::string& out, const DaemonSnapshot& s, const char* name, const char* type, const char* help, Get get) {
+  family(out, name, type, help);
+  for (const auto& d : s.domains) out += fmt::format("{}{{device=\"{}\"}} {}\n", name, label_value(d.device), get(d));
+}
+
+// One HTTP request line and headers (bounded in size and time), then the answer, then close.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(tcp::socket socket, const MetricsServer::Source& source)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), source_(source), in_(8192) {}
+
+  void start() {
+    auto self = shared_from_this();
+    timer_.expires_after(std::chrono::seconds(5));
+    timer_.async_wait([self](boost::system::error_code ec) {
+      if (!ec) self->socket_.close();
+    });
+    asio::async_read_until(socket_, in_, "\r\n\r\n", [self](boost::system::error_code ec, size_t) {
+      if (ec) return self->finish();
+      std::string request(asio::buffers_begin(self->in_.data()), asio::buffers_end(self->in_.data()));
+      self->answer(request.substr(0, request.find("\r\n")));
+    });
+  }
+
+ private:
+  void answer(const std::string& line) {
+    std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+    if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
+      status = "405 Method Not Allowed", type = "text/plain", body = "only GET\n";
+    } else {
+      const size_t from = line.find(' ') + 1, to = line.find(' ', from);
+      const std::string path = line.substr(from, to == std::string::npos ? std::string::npos : to - from);
+      if (path == "/metrics") body = source_();
+      else status = "404 Not Found", type = "text/plain", body = "metrics are at /metrics\n";
+    }
+    const bool head = line.rfind("HEAD ", 0) == 0;
+    out_ = fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                       status, type, body.size(), head ? std::string() : body);
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(out_), [self](boost::system::error_code, size_t) { self->finish(); });
+  }
+  void finish() {
+    boost::system::error_code ec;
+    timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+  }
+
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  const MetricsServer::Source& source_;
+  asio::streambuf in_;
+  std::string out_;
+};
+
+}  // namespace
+
+std::string format_prometheus(const DaemonSnapshot& s) {
+  std::string out;
+  family(out, "fikit_uptime_seconds", "gauge", "Seconds since the daemon started.");
+  out += fmt::format("fikit_uptime_seconds {:.3f}\n", s.uptime_ns / 1e9);
+  using D = DomainSnapshot;
+  per_device(out, s, "fikit_tasks", "gauge", "Tasks registered on the GPU.", [](const D& d) { return d.tasks.size(); });
+  per_device(out, s, "fikit_grants_total", "counter",
+             "Launches a task waited for and the daemon let go (a gap fill, or the task's turn to run).",
+             [](const D& d) {
+               uint64_t n = 0;
+               for (const auto& t : d.tasks) n += t.waits.count;
+               return n;
+             });
+  per_device(out, s, "fikit_fills_total", "counter", "Predicted idle gaps of the holder handed to a lower task.",
+             [](const D& d) { return d.counters.fills; });
+  per_device(out, s, "fikit_gaps_predicted_total", "counter", "Idle gaps of the holder predicted from its profile.",
+             [](const D& d) { return d.counters.gaps_predicted; });
+  per_device(out, s, "fikit_early_stops_total", "counter",
+             "Fills ended early because the holder launched again before the predicted gap ended.",
+             [](const D& d) { return d.counters.early_stops; });
+  per_device(out, s, "fikit_directives_total", "counter", "Directives sent to tasks.",
+             [](const D& d) { return d.counters.directives; });
+  per_device(out, s, "fikit_registrations_total", "counter", "Task registrations (new and repeated).",
+             [](const D& d) { return d.counters.registrations; });
+  per_device(out, s, "fikit_lease_expiries_total", "counter", "Tasks dropped because they went silent.",
+             [](const D& d) { return d.counters.lease_expiries; });
+
+  family(out, "fikit_dropped_datagrams_total", "counter", "Datagrams the daemon dropped, by reason.");
+  const auto& c = s.sessions;
+  const std::pair<const char*, uint64_t> drops[] = {
+      {"malformed", s.malformed},           {"bad_mac", s.bad_mac},           {"wrong_direction", s.wrong_direction},
+      {"unknown_session", c.unknown_session}, {"stale_epoch", c.stale_epoch}, {"wrong_address", c.wrong_address},
+      {"wrong_auth", c.wrong_auth},         {"replayed", c.replayed},         {"wrong_task", c.wrong_task}};
+  for (const auto& [reason, n] : drops) out += fmt::format("fikit_dropped_datagrams_total{{reason=\"{}\"}} {}\n", reason, n);
+
+  family(out, "fikit_task_wait_seconds", "histogram",
+         "How long a task waited for the daemon to let a launch go (its wants, from the first to the grant).");
+  for (const auto& d : s.domains) {
+    for (const auto& t : d.tasks) {
+      const std::string labels = fmt::format("device=\"{}\",task=\"{}\",key=\"{}\",priority=\"{}\"", label_value(d.device),
+                                             t.id, label_value(t.key), t.priority);
+      uint64_t cumulative = 0;
+      for (size_t b = 0; b < policy::WaitHistogram::kBoundsNs.size(); ++b) {
+        cumulative += t.waits.counts[b];
+        out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"{}\"}} {}\n", labels,
+                           policy::WaitHistogram::kBoundsNs[b] / 1e9, cumulative);
+      }
+      out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"+Inf\"}} {}\n", labels, t.waits.count);
+      out += fmt::format("fikit_task_wait_seconds_sum{{{}}} {:.9f}\n", labels, t.waits.sum_ns / 1e9);
+      out += fmt::format("fikit_task_wait_seconds_count{{{}}} {}\n", labels, t.waits.count);
+    }
+  }
+  return out;
+}
+
+MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port, Source source)
+    : source_(std::move(source)), acceptor_(io) {
+  boost::system::error_code ec;
+  const auto address = asio::ip::make_address(host, ec);
+  if (ec) throw std::runtime_error("metrics: '" + host + "' is not an IP address");
+  const tcp::endpoint ep(address, port);
+  acceptor_.open(ep.protocol(), ec);
+  if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) acceptor_.bind(ep, ec);
+  if (!ec) acceptor_.listen(16, ec);
+  if (ec) throw std::runtime_error(fmt::format("metrics: cannot listen on {}:{}: {}", host, port, ec.message()));
+  port_ = acceptor_.local_endpoint().port();
+  accept();
+}
+
+void MetricsServer::accept() {
+  acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted) return;
+    if (!ec) std::make_shared<Connection>(std::move(socket), source_)->start();
+    accept();
+  });
+}
+
+}  // namespace fikit::scheduler
