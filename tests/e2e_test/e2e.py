@@ -29,6 +29,9 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
                  on, share mode times the new kernel, stores it (no measured run is added), the daemon
                  reads the profile again, and the LP fills the HP's gaps.
+  two_gpus       a simulated machine with two devices, one daemon: the HP on device 0 and the LP on device 1
+                 (CUDA_VISIBLE_DEVICES) are in separate domains: the LP never waits and never hears of the
+                 HP; with both on device 1 the LP is throttled as in interference.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
 """
@@ -75,6 +78,8 @@ class Env:
         self.env = dict(os.environ)
         if sharing == "mps":   # the device is created MPS-like; clients say their MPS priority
             self.env["FIKIT_SIMGPU_MPS"] = "1"
+        if args.case == "two_gpus":
+            self.env["FIKIT_SIMGPU_DEVICES"] = "2"
 
     def path(self, name):
         self.counter += 1
@@ -160,6 +165,7 @@ class Run:
 
 def run(env, cmd, what, **kw):
     return Run(env, cmd, what, **kw).start().finish()
+
 
 
 def pair(env, hp_cmd, lp_cmd, what, lp_prio=None, hp_prio=None, lp_env=None):
@@ -337,6 +343,56 @@ def relearn(env):
     return ok
 
 
+def two_gpus(env):
+    hp_flags, lp_flags, requests, _ = CASES["interference"]
+    measure(env, hp_flags, lp_flags)
+    env.start_daemon()
+    hp_cmd = env.fikit("share", "hp", 0) + [env.a.infer, "--requests", str(requests)] + hp_flags
+    lp_cmd = env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags
+    ok = True
+    apart = Run(env, lp_cmd, "LP on device 1", extra_env={"CUDA_VISIBLE_DEVICES": "1"}).start()
+    time.sleep(0.3)
+    try:
+        run(env, hp_cmd, "HP on device 0", extra_env={"CUDA_VISIBLE_DEVICES": "0"})
+        status = env.status()
+    finally:
+        apart.finish(timeout=30, terminate=True)
+    devices = {d["device"]: d for d in status["devices"]}
+    ok &= check(len(devices) == 2, f"the daemon keeps one domain per GPU: {sorted(devices)}")
+    lp_task = [t for t in status["tasks"] if t["key"] == "lp"]
+    ok &= check(len(lp_task) == 1 and lp_task[0]["state"] == "run" and lp_task[0]["role"] & 1,
+                f"the LP holds device 1 and runs: {lp_task}")
+    s = apart.share[-1] if apart.share else {}
+    ok &= check(s.get("waits", -1) == 0 and s.get("reaction_us", {}).get("n", -1) == 0,
+                f"the LP never waited and never heard of the HP on device 0 (waits {s.get('waits')}, "
+                f"reactions {s.get('reaction_us', {}).get('n')})")
+    ok &= check(apart.result["kernels"] > 0, f"the LP ran {apart.result['kernels']} kernels")
+
+    together = Run(env, lp_cmd, "LP on device 1", extra_env={"CUDA_VISIBLE_DEVICES": "1"}).start()
+    time.sleep(0.3)
+    try:
+        run(env, hp_cmd, "HP on device 1", extra_env={"CUDA_VISIBLE_DEVICES": "1"})
+    finally:
+        together.finish(timeout=30, terminate=True)
+    s = together.share[-1] if together.share else {}
+    ok &= check(s.get("reaction_us", {}).get("n", 0) > 0,
+                f"on one GPU the HP's returns moved the LP out of Run ({s.get('reaction_us', {}).get('n')} times)")
+
+    # One process on both GPUs: a task in each domain, the same pid.
+    p = subprocess.Popen(env.fikit("share", "multi", 3) + [env.a.probe, "--all-devices", "1500"], env=env.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    status = env.status()
+    out, err = p.communicate(timeout=60)
+    multi = [t for t in status["tasks"] if t["key"] == "multi"]
+    ok &= check(line.startswith("launched on 2 devices") and p.returncode == 0,
+                f"the probe launched on both devices ({line.strip()!r}, exit {p.returncode}) {err[-300:]}")
+    ok &= check(len(multi) == 2 and len({t["device"] for t in multi}) == 2 and len({t["pid"] for t in multi}) == 1,
+                f"one process, a task on each GPU: {[(t['device'], t['pid']) for t in multi]}")
+    env.stop_daemon()
+    return ok
+
+
 def fork_case(env):
     ok = True
     # Measure mode: before the fix the child's exit(0) drained its parent's measurement (1.7 s).
@@ -368,7 +424,7 @@ def fork_case(env):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=list(CASES) + ["fork", "relearn"])
+    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -383,6 +439,8 @@ def main():
                 ok = fork_case(env)
             elif args.case == "relearn":
                 ok = relearn(env)
+            elif args.case == "two_gpus":
+                ok = two_gpus(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

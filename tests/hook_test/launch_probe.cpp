@@ -6,6 +6,9 @@
 //                         the three launches, DELAY_MS later fork a child that calls exit(0); print
 //                         "child_exit_ms N" (how long the child took to exit), launch again, stay
 //                         LINGER_MS (so a test can look at the scheduler meanwhile), exit
+//   launch_probe --all-devices LINGER_MS
+//                         a launch on every device (each one's primary context), then on each again,
+//                         stay LINGER_MS, exit
 #include <cuda.h>
 
 #include <sys/wait.h>
@@ -101,13 +104,40 @@ bool run(bool ptsz, int fork_linger_ms, int fork_delay_ms) {
   return true;
 }
 
+// One process on several GPUs: share mode takes part in each one's domain.
+bool all_devices(int linger_ms) {
+  CHECK(cuInit(0));
+  int count = 0;
+  CHECK(cuDeviceGetCount(&count));
+  for (int round = 0; round < 2; ++round) {
+    for (int d = 0; d < count; ++d) {
+      CUdevice dev;
+      CUcontext ctx;
+      CUmodule mod;
+      CUfunction f;
+      CHECK(cuDeviceGet(&dev, d));
+      CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+      CHECK(cuCtxSetCurrent(ctx));
+      CHECK(cuModuleLoadData(&mod, kPtx));
+      CHECK(cuModuleGetFunction(&f, mod, "probe_kernel"));
+      if (!launch_site_a(f, nullptr, 1)) return false;
+      CHECK(cuCtxSynchronize());
+    }
+  }
+  std::printf("launched on %d devices\n", count);
+  std::fflush(stdout);
+  usleep(useconds_t(linger_ms) * 1000);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--help") == 0) {
-    std::printf("usage: launch_probe [--ptsz | --fork LINGER_MS [DELAY_MS]]\n");
+    std::printf("usage: launch_probe [--ptsz | --fork LINGER_MS [DELAY_MS] | --all-devices LINGER_MS]\n");
     return 0;
   }
+  if (argc > 2 && std::strcmp(argv[1], "--all-devices") == 0) return all_devices(std::atoi(argv[2])) ? 0 : 1;
   const bool ptsz = argc > 1 && std::strcmp(argv[1], "--ptsz") == 0;
   const int linger = argc > 2 && std::strcmp(argv[1], "--fork") == 0 ? std::atoi(argv[2]) : -1;
   const int delay = argc > 3 ? std::atoi(argv[3]) : 0;

@@ -48,6 +48,21 @@ CUresult init_once() {
   if (devices < 1 || devices > kMaxDevices) log_error("FIKIT_SIMGPU_DEVICES must be 1..%d: using 1", kMaxDevices);
   config.devices = devices < 1 || devices > kMaxDevices ? 1 : uint32_t(devices);
   config.sharing = env_u64("FIKIT_SIMGPU_MPS", 0) != 0 ? Sharing::Mps : Sharing::TimeSlice;
+  // Like the real driver: a list of ordinals; it stops at the first entry that is not a device.
+  g_settings.visible_count = 0;
+  if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) {
+    bool listed = false;
+    for (const char* p = v; *p && g_settings.visible_count < kMaxDevices;) {
+      char* end = nullptr;
+      const unsigned long d = std::strtoul(p, &end, 10);
+      if (end == p || d >= config.devices) break;
+      g_settings.visible[g_settings.visible_count++] = uint32_t(d);
+      listed = true;
+      p = *end == ',' ? end + 1 : end;
+      if (*end != ',' ) break;
+    }
+    if (!listed) g_settings.visible_count = UINT32_MAX;   // set, naming no device: none visible
+  }
   char name[200];
   segment_name(name, sizeof name);
   DeviceState* dev = nullptr;
@@ -65,7 +80,19 @@ CUresult init_once() {
   return CUDA_ERROR_OPERATING_SYSTEM;
 }
 
-bool valid_device(CUdevice dev) { return g_device && dev >= 0 && uint32_t(dev) < g_device->device_count; }
+bool valid_device(CUdevice dev) {
+  if (!g_device || dev < 0 || uint32_t(dev) >= g_device->device_count) return false;
+  if (g_settings.visible_count == 0) return true;
+  if (g_settings.visible_count == UINT32_MAX) return false;
+  for (uint32_t i = 0; i < g_settings.visible_count && i < kMaxDevices; ++i)
+    if (g_settings.visible[i] == uint32_t(dev)) return true;
+  return false;
+}
+
+uint32_t visible_count() {
+  if (g_settings.visible_count == UINT32_MAX) return 0;
+  return g_settings.visible_count == 0 ? g_device->device_count : g_settings.visible_count;
+}
 
 Context* checked_context(CUcontext handle) { return g_contexts.find(handle); }
 
@@ -113,15 +140,15 @@ CUresult cuDriverGetVersion(int* version) {
 CUresult cuDeviceGet(CUdevice* device, int ordinal) {
   if (!device) return CUDA_ERROR_INVALID_VALUE;
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!valid_device(ordinal)) return CUDA_ERROR_INVALID_DEVICE;
-  *device = ordinal;
+  if (ordinal < 0 || uint32_t(ordinal) >= visible_count()) return CUDA_ERROR_INVALID_DEVICE;
+  *device = g_settings.visible_count == 0 ? ordinal : CUdevice(g_settings.visible[ordinal]);
   return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetCount(int* count) {
   if (!count) return CUDA_ERROR_INVALID_VALUE;
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
-  *count = int(g_device->device_count);
+  *count = int(visible_count());
   return CUDA_SUCCESS;
 }
 

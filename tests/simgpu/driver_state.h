@@ -124,6 +124,10 @@ struct Settings {
   uint32_t mps_priority = 0;    // CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal)
   char stats_path[512] = {};    // FIKIT_SIMGPU_STATS: one JSON line per context at its release
   uint64_t die_in_lock_at = 0;  // test only: SIGKILL this process inside the lock on that submit
+  // CUDA_VISIBLE_DEVICES as the real driver reads it (ordinals only): ordinal i is device visible[i].
+  // A CUdevice is the device's index on the simulated machine.
+  uint32_t visible[8] = {};
+  uint32_t visible_count = 0;   // 0: every device, in order
 };
 
 extern std::mutex g_mutex;  // guards the pools' allocation and the objects' non-atomic fields

@@ -437,6 +437,16 @@ TEST(SharedDeviceTest, SeveralDevicesHaveTheirOwnUuidsAndTheMpsAttribute) {
   EXPECT_EQ(mps, 1);
   EXPECT_EQ(uuid0.size(), 32u);
   EXPECT_NE(uuid0, uuid1);
+
+  // CUDA_VISIBLE_DEVICES renumbers: the second device is ordinal 0 now, and the only one.
+  Child v = spawn_probe({"info"}, {"FIKIT_SIMGPU_NAME=" + name, "FIKIT_SIMGPU_DEVICES=2", "FIKIT_SIMGPU_MPS=1",
+                                   "CUDA_VISIBLE_DEVICES=1"});
+  std::istringstream visible(finish(v));
+  remove_segment(name.c_str());
+  std::string only;
+  visible >> word >> count >> word >> mps >> word >> only;
+  EXPECT_EQ(count, 1);
+  EXPECT_EQ(only, uuid1);
 }
 
 }  // namespace

@@ -98,11 +98,15 @@ int info() {
   CHECK(cuInit(0));
   int count = 0, mps = 0;
   CHECK(cuDeviceGetCount(&count));
-  CHECK(cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, 0));
+  CUdevice first = 0;
+  CHECK(cuDeviceGet(&first, 0));
+  CHECK(cuDeviceGetAttribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, first));
   std::printf("devices %d\nmps %d\n", count, mps);
   for (int d = 0; d < count; ++d) {
+    CUdevice dev = 0;
+    CHECK(cuDeviceGet(&dev, d));
     CUuuid uuid;
-    CHECK(cuDeviceGetUuid(&uuid, d));
+    CHECK(cuDeviceGetUuid(&uuid, dev));
     std::printf("uuid%d ", d);
     for (char b : uuid.bytes) std::printf("%02x", static_cast<unsigned>(static_cast<unsigned char>(b)));
     std::printf("\n");

@@ -1,0 +1,200 @@
+#include "device_lanes.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <string>
+
+#include <unistd.h>
+
+#include "driver.h"
+#include "log.h"
+
+namespace fikit::hook::share {
+namespace {
+
+// The process's clients, one per device. Never destroyed (launching threads may still read them at
+// exit); entries a forked child inherited belong to its parent (pid) and are not used there.
+struct ClientEntry {
+  int pid = 0;
+  protocol::DeviceUuid device{};
+  Client* client = nullptr;
+};
+constexpr size_t kMaxClients = DeviceLanes::kMaxLanes;
+std::array<ClientEntry, kMaxClients> g_clients;
+std::mutex g_clients_mutex;   // first use per device only, never on the launch path
+
+// Which way the GPU is shared: the driver knows whether contexts on this device go through MPS.
+protocol::Backend detect_backend(const Config& cfg, const protocol::DeviceUuid& device) noexcept {
+  (void)device;
+  if (cfg.backend == BackendKind::TimeSlice) return protocol::Backend::TimeSlice;
+  if (cfg.backend == BackendKind::Mps) return protocol::Backend::Mps;
+  using GetDeviceFn = CUresult (*)(CUdevice*);
+  using AttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
+  auto attribute = real_driver<AttributeFn>("cuDeviceGetAttribute");
+  CUdevice dev = 0;
+  int mps = 0;
+  if (get_device && attribute && get_device(&dev) == CUDA_SUCCESS &&
+      attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps == 1)
+    return protocol::Backend::Mps;
+  return protocol::Backend::TimeSlice;
+}
+
+}  // namespace
+
+protocol::DeviceUuid current_device() noexcept {
+  protocol::DeviceUuid uuid{};
+  using GetDeviceFn = CUresult (*)(CUdevice*);
+  using UuidFn = CUresult (*)(CUuuid*, CUdevice);
+  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
+  auto get_uuid = real_driver<UuidFn>("cuDeviceGetUuid_v2");
+  if (get_uuid == nullptr) get_uuid = real_driver<UuidFn>("cuDeviceGetUuid");
+  CUdevice dev = 0;
+  CUuuid u;
+  if (get_device && get_uuid && get_device(&dev) == CUDA_SUCCESS && get_uuid(&u, dev) == CUDA_SUCCESS)
+    std::memcpy(uuid.data(), u.bytes, uuid.size());
+  return uuid;
+}
+
+namespace {
+
+std::optional<ClientOptions> client_options(const Config& cfg, protocol::TaskMode mode,
+                                            const protocol::DeviceUuid& device) {
+  ClientOptions o;
+  std::snprintf(o.host, sizeof o.host, "%s", cfg.scheduler_host);
+  o.port = cfg.scheduler_port;
+  std::snprintf(o.task_key, sizeof o.task_key, "%s", cfg.task_key);
+  o.priority = std::clamp(cfg.priority, 0, protocol::kPriorityLevels - 1);
+  o.mode = mode;
+  o.device = device;
+  o.backend = detect_backend(cfg, o.device);
+  o.daemon_timeout_ms = cfg.daemon_timeout_ms > 0 ? cfg.daemon_timeout_ms : 100;
+  std::snprintf(o.bell_path, sizeof o.bell_path, "%s", cfg.bell_path);
+  if (cfg.key_file[0] != '\0') {
+    protocol::Key key;
+    std::string error;
+    if (!protocol::load_key_file(cfg.key_file, key, error)) {
+      log(LogLevel::Error, "share mode: %s: running unscheduled", error.c_str());
+      return std::nullopt;
+    }
+    o.key = key;
+  }
+  if (const char* spin = std::getenv("FIKIT_NOTIFY_SPIN_US"); spin != nullptr && *spin != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long us = std::strtoul(spin, &end, 10);
+    // Bounded: the sender thread spins this long at most, and shutdown waits for one spin.
+    if (errno != 0 || end == spin || *end != '\0' || us > 100'000 || spin[0] == '-')
+      log(LogLevel::Warn, "FIKIT_NOTIFY_SPIN_US='%s' is not a number of microseconds in 0..100000: using %u",
+          spin, o.notify_spin_us);
+    else
+      o.notify_spin_us = uint32_t(us);
+  }
+  return o;
+}
+
+}  // namespace
+
+Client* client_for(const Config& cfg, protocol::TaskMode mode, const protocol::DeviceUuid& device,
+                   bool wait_registered, bool& answered) noexcept {
+  std::lock_guard<std::mutex> lock(g_clients_mutex);
+  const int pid = int(getpid());
+  ClientEntry* free_entry = nullptr;
+  for (ClientEntry& e : g_clients) {
+    if (e.client != nullptr && e.pid == pid && e.device == device) {
+      answered = e.client->reregister(mode, wait_registered);
+      return e.client;
+    }
+    if (free_entry == nullptr && (e.client == nullptr || e.pid != pid)) free_entry = &e;
+  }
+  if (free_entry == nullptr) return nullptr;
+  auto options = client_options(cfg, mode, device);
+  if (!options) return nullptr;
+  Client* c = new (std::nothrow) Client();
+  if (c == nullptr) return nullptr;
+  answered = c->start(*options, wait_registered);
+  c->stats().enable(cfg.share_stats_path);
+  *free_entry = {pid, device, c};   // a parent's entry is left to leak: its threads are not ours
+  return c;
+}
+
+void stop_clients() noexcept {
+  const int pid = int(getpid());
+  for (ClientEntry& e : g_clients)
+    if (e.client != nullptr && e.pid == pid) e.client->stop();
+}
+
+Lane* DeviceLanes::current(bool* created, bool* answered) noexcept {
+  using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+  static const auto get_current = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
+  // initial-exec: the hook is preloaded, its TLS is static and reading it never allocates.
+  thread_local struct {
+    const DeviceLanes* owner;
+    CUcontext ctx;
+    Lane* lane;
+  } cache __attribute__((tls_model("initial-exec"))) = {nullptr, nullptr, nullptr};
+  CUcontext ctx = nullptr;
+  if (get_current == nullptr || get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
+  if (cache.owner == this && cache.ctx == ctx) return cache.lane;
+  Lane* lane = nullptr;
+  const size_t n = known_count_.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n && lane == nullptr; ++i)
+    if (known_[i].ctx.load(std::memory_order_acquire) == ctx) lane = known_[i].lane.load(std::memory_order_acquire);
+  if (lane == nullptr) lane = slow_path(ctx, created, answered);
+  if (lane != nullptr) cache = {this, ctx, lane};
+  return lane;
+}
+
+Lane* DeviceLanes::slow_path(CUcontext ctx, bool* created, bool* answered) noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t n = known_count_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i)
+    if (known_[i].ctx.load(std::memory_order_relaxed) == ctx) return known_[i].lane.load(std::memory_order_relaxed);
+  const protocol::DeviceUuid device = current_device();
+  Lane* lane = nullptr;
+  const size_t lanes = lane_count_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < lanes && lane == nullptr; ++i)
+    if (devices_[i] == device) lane = lanes_[i];
+  if (lane == nullptr && lanes < kMaxLanes) {
+    bool ok = false;
+    Client* client = client_for(cfg_, protocol::TaskMode::Share, device, /*wait_registered=*/true, ok);
+    if (client != nullptr) lane = new (std::nothrow) Lane(*client, uint64_t(cfg_.max_wait_ms) * 1'000'000);
+    if (lane != nullptr) {
+      if (!lane->window.init())
+        log(LogLevel::Warn, "share mode: no event functions in the driver: in-flight work is not bounded");
+      client->set_inflight_probe([](void* w) { return static_cast<InflightWindow*>(w)->inflight_now(); },
+                                 &lane->window);
+      devices_[lanes] = device;
+      lanes_[lanes] = lane;
+      lane_count_.store(lanes + 1, std::memory_order_release);
+      if (created) *created = true;
+      if (answered) *answered = ok;
+      if (!ok)
+        log(LogLevel::Warn, "share mode: no fikit-scheduler answered at %s:%u within %u ms: running unscheduled "
+            "until it does", cfg_.scheduler_host, unsigned(cfg_.scheduler_port), cfg_.daemon_timeout_ms);
+      else
+        log(LogLevel::Info, "share mode: task '%s' on GPU %zu of this process, priority %u", cfg_.task_key,
+            lanes + 1, unsigned(client->priority()));
+    }
+  }
+  if (lane == nullptr) {
+    if (!warned_)
+      log(LogLevel::Warn, "share mode: launches on a GPU beyond the %zu this process can schedule run unscheduled",
+          kMaxLanes);
+    warned_ = true;
+    return nullptr;
+  }
+  if (n < kMaxContexts) {
+    known_[n].lane.store(lane, std::memory_order_relaxed);
+    known_[n].ctx.store(ctx, std::memory_order_release);
+    known_count_.store(n + 1, std::memory_order_release);
+  }
+  return lane;
+}
+
+}  // namespace fikit::hook::share
