@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +67,18 @@ class Bench:
                                                [self.bin("fikit-example-train"), "--duration-s", "600"] + LP_FLAGS),
                                    env=self.env(g), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for g in gpus}
-        time.sleep(0.3)
+        # A process takes up to a second to set up CUDA on a real GPU: the HPs start once every LP
+        # reports progress (else the window would begin before the LP's records do).
+        lines = {g: [] for g in gpus}
+        readers = [threading.Thread(target=lambda g=g: lines[g].extend(lps[g].stderr), daemon=True) for g in gpus]
+        for r in readers:
+            r.start()
+        deadline = time.monotonic() + 60
+        while not all(any(x.startswith("progress ") for x in list(lines[g])) for g in gpus):
+            if time.monotonic() > deadline or any(lps[g].poll() is not None for g in gpus):
+                raise RuntimeError("an LP did not start: %s" % "".join(sum(lines.values(), []))[-500:])
+            time.sleep(0.01)
+        time.sleep(0.1)
         hps, t0 = {}, {}
         for g in gpus:
             t0[g] = time.monotonic()
@@ -90,8 +102,10 @@ class Bench:
         time.sleep(0.1)   # the LPs' progress lines cover the HPs' ends
         for g in gpus:
             lps[g].send_signal(signal.SIGTERM)
-            _, err = lps[g].communicate(timeout=30)
-            out[g]["lp"] = st.rate_in_window(progress(err), "kernels", out[g]["t0"], out[g]["t1"])
+            lps[g].wait(timeout=30)
+        for g, r in zip(gpus, readers):
+            r.join(timeout=10)
+            out[g]["lp"] = st.rate_in_window(progress("".join(lines[g])), "kernels", out[g]["t0"], out[g]["t1"])
         out["devices"] = len(status["devices"]) if status else None
         return out
 
