@@ -14,4 +14,25 @@ Fn real_driver(const char* name) noexcept {
   return reinterpret_cast<Fn>(real_driver_symbol(name));
 }
 
+// The real driver's event functions, which the hook's own timing and bookkeeping use.
+struct EventFns {
+  CUresult (*create)(CUevent*, unsigned int) = nullptr;
+  CUresult (*record)(CUevent, CUstream) = nullptr;
+  CUresult (*query)(CUevent) = nullptr;
+  CUresult (*elapsed)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*destroy)(CUevent) = nullptr;
+  CUresult (*ctx_current)(CUcontext*) = nullptr;
+  // Resolves them all; false when one is missing (a driver too old or not loaded).
+  bool resolve() noexcept {
+    create = real_driver<decltype(create)>("cuEventCreate");
+    record = real_driver<decltype(record)>("cuEventRecord");
+    query = real_driver<decltype(query)>("cuEventQuery");
+    elapsed = real_driver<decltype(elapsed)>("cuEventElapsedTime");
+    destroy = real_driver<decltype(destroy)>("cuEventDestroy_v2");
+    if (destroy == nullptr) destroy = real_driver<decltype(destroy)>("cuEventDestroy");
+    ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
+    return create && record && query && elapsed && destroy && ctx_current;
+  }
+};
+
 }  // namespace fikit::hook

@@ -16,6 +16,7 @@
 
 #include "../clock.h"
 #include "../driver.h"
+#include "../kernel_names.h"
 #include "../log.h"
 #include "../mode.h"
 #include "kernelid.h"
@@ -228,17 +229,7 @@ class MeasureMode final : public Mode {
 
   // Writes one run; false once auto mode has handed over to share mode (stop measuring).
   bool store(measure::Run& run) {
-    for (auto& k : run.kernels) {
-      if (const kernelid::Description* d = kernelid::describe(k.kernel_id)) {
-        k.name = d->name;
-        k.call_site = d->call_site;
-        for (int i = 0; i < 3; ++i) {
-          k.grid[i] = d->grid[i];
-          k.block[i] = d->block[i];
-        }
-        k.shared_mem = d->shared_mem;
-      }
-    }
+    describe_samples(run.kernels);
     const uint64_t dropped = dropped_.exchange(0, std::memory_order_relaxed);
     if (dropped)
       log(LogLevel::Warn, "measure: %" PRIu64 " ops went untimed (the measurement thread fell behind)", dropped);

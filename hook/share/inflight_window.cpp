@@ -19,20 +19,16 @@ constexpr long kSleepNs = 20'000;
 }  // namespace
 
 bool InflightWindow::init() noexcept {
-  create_ = real_driver<EventCreateFn>("cuEventCreate");
-  record_ = real_driver<EventRecordFn>("cuEventRecord");
-  query_ = real_driver<EventQueryFn>("cuEventQuery");
-  destroy_ = real_driver<EventDestroyFn>("cuEventDestroy_v2");
-  if (destroy_ == nullptr) destroy_ = real_driver<EventDestroyFn>("cuEventDestroy");
-  current_ = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
-  return create_ && record_ && query_ && destroy_ && current_;
+  if (ev_.resolve()) return true;
+  ev_.query = nullptr;   // the window admits all
+  return false;
 }
 
 // A launch goes if it keeps the work in flight within the bound, or if only a short tail (a quarter
 // of the bound) is left: a kernel longer than the bound then follows that tail instead of waiting
 // for the GPU to run dry (which would cost a launch's latency of idle GPU each time).
 bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns) noexcept {
-  if (query_ == nullptr) return true;
+  if (ev_.query == nullptr) return true;
   auto fits = [&](uint64_t in) { return in + pred_ns <= bound_ns || in <= bound_ns / 4; };
   if (fits(inflight_.load(std::memory_order_relaxed))) return true;
   retire();
@@ -40,7 +36,7 @@ bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns) noexcept {
 }
 
 void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept {
-  if (query_ == nullptr) return;
+  if (ev_.query == nullptr) return;
   inflight_.fetch_add(pred_ns, std::memory_order_relaxed);
   const uint64_t pending = pending_.fetch_add(pred_ns, std::memory_order_relaxed) + pred_ns;
   last_stream_.store(stream, std::memory_order_relaxed);
@@ -54,20 +50,20 @@ void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_
 bool InflightWindow::record(CUstream stream) noexcept {
   if (tail_ - head_ >= kSlots) return false;   // full: retire() makes room
   CUcontext context = nullptr;
-  current_(&context);
+  ev_.ctx_current(&context);
   Checkpoint& c = ring_[tail_ % kSlots];
   if (c.event != nullptr && c.context != context) {
-    destroy_(c.event);   // made in another context: events are recorded in their own context only
+    ev_.destroy(c.event);   // made in another context: events are recorded in their own context only
     c.event = nullptr;
   }
   if (c.event == nullptr) {
-    if (create_(&c.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+    if (ev_.create(&c.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
       c.event = nullptr;
       return false;
     }
     c.context = context;
   }
-  if (record_(c.event, stream) != CUDA_SUCCESS) return false;
+  if (ev_.record(c.event, stream) != CUDA_SUCCESS) return false;
   c.work_ns = pending_.exchange(0, std::memory_order_relaxed);
   ++tail_;
   return true;
@@ -84,7 +80,7 @@ bool InflightWindow::retire_locked() noexcept {
   bool progressed = false;
   while (head_ < tail_) {
     Checkpoint& c = ring_[head_ % kSlots];
-    const CUresult r = query_(c.event);
+    const CUresult r = ev_.query(c.event);
     if (r == CUDA_ERROR_NOT_READY) break;
     // Done, or an error (its context gone): either way the work is no longer in flight.
     uint64_t in = inflight_.load(std::memory_order_relaxed);

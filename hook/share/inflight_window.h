@@ -17,6 +17,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "driver.h"
+
 namespace fikit::hook::share {
 
 class InflightWindow {
@@ -53,16 +55,7 @@ class InflightWindow {
   bool retire_locked() noexcept;           // under the lock; true if some work was retired
   bool retire() noexcept;
 
-  using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
-  using EventRecordFn = CUresult (*)(CUevent, CUstream);
-  using EventQueryFn = CUresult (*)(CUevent);
-  using EventDestroyFn = CUresult (*)(CUevent);
-  using CtxGetCurrentFn = CUresult (*)(CUcontext*);
-  EventCreateFn create_ = nullptr;
-  EventRecordFn record_ = nullptr;
-  EventQueryFn query_ = nullptr;
-  EventDestroyFn destroy_ = nullptr;
-  CtxGetCurrentFn current_ = nullptr;
+  EventFns ev_;
 
   std::atomic_flag lock_ = ATOMIC_FLAG_INIT;
   Checkpoint ring_[kSlots];

@@ -12,7 +12,7 @@
 
 #include "clock.h"
 #include "driver.h"
-#include "kernelid.h"
+#include "kernel_names.h"
 #include "log.h"
 #include "profiledb.h"
 
@@ -33,9 +33,9 @@ constexpr uint64_t kAbandonNs = 1'000'000'000;
 constexpr size_t kMaxKernels = 4096;         // learned and not yet stored: more are not sampled
 constexpr int kDbTimeoutMs = 1000;
 
-uint64_t elapsed_ns(CUresult (*elapsed)(float*, CUevent, CUevent), CUevent from, CUevent to, bool& ok) {
+uint64_t elapsed_ns(const EventFns& ev, CUevent from, CUevent to, bool& ok) {
   float ms = 0;
-  ok = elapsed(&ms, from, to) == CUDA_SUCCESS;
+  ok = ev.elapsed(&ms, from, to) == CUDA_SUCCESS;
   return ok && ms > 0 ? uint64_t(double(ms) * 1e6) : 0;
 }
 
@@ -53,12 +53,7 @@ Relearner::Relearner(const Config& cfg, RelearnOptions options, std::function<vo
 
 bool Relearner::start() noexcept {
   if (opts_.sample_every == 0) return false;
-  create_ = real_driver<EventCreateFn>("cuEventCreate");
-  record_ = real_driver<EventRecordFn>("cuEventRecord");
-  query_ = real_driver<EventQueryFn>("cuEventQuery");
-  elapsed_ = real_driver<EventElapsedFn>("cuEventElapsedTime");
-  current_ = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
-  if (!create_ || !record_ || !query_ || !elapsed_ || !current_) {
+  if (!ev_.resolve()) {
     log(LogLevel::Warn, "share mode: no event functions in the driver: unknown kernels are not timed");
     return false;
   }
@@ -96,24 +91,24 @@ uint32_t Relearner::before(const LaunchInfo& op, bool known, bool unthrottled) n
 
 bool Relearner::arm(Slot& s, const LaunchInfo& op) noexcept {
   CUcontext context = nullptr;
-  if (current_(&context) != CUDA_SUCCESS || context == nullptr) return false;
+  if (ev_.ctx_current(&context) != CUDA_SUCCESS || context == nullptr) return false;
   if (s.context != nullptr && s.context != context) return false;   // events are used in their own context
   // Made on first use of the slot, on a launching thread (in the op's context), then reused.
   for (CUevent* e : {&s.start, &s.end, &s.next})
-    if (*e == nullptr && create_(e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    if (*e == nullptr && ev_.create(e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
       *e = nullptr;
       return false;
     }
   s.context = context;
   s.kernel_id = op.id;
   s.has_next = s.boundary = false;
-  return record_(s.start, op.stream) == CUDA_SUCCESS;
+  return ev_.record(s.start, op.stream) == CUDA_SUCCESS;
 }
 
 void Relearner::after(uint32_t ticket, const LaunchInfo& op, CUresult result) noexcept {
   if (ticket == 0) return;
   Slot& s = slots_[ticket - 1];
-  if (result != CUDA_SUCCESS || record_(s.end, op.stream) != CUDA_SUCCESS) {
+  if (result != CUDA_SUCCESS || ev_.record(s.end, op.stream) != CUDA_SUCCESS) {
     s.state.store(kFree, std::memory_order_release);
     return;
   }
@@ -126,7 +121,7 @@ void Relearner::close(Slot& s, const LaunchInfo* next) noexcept {
   uint8_t expected = kAwaitingNext;
   // The background thread may have taken it (abandoned): then it is not ours to touch.
   if (!s.state.compare_exchange_strong(expected, kClosing, std::memory_order_acq_rel)) return;
-  if (next != nullptr) s.has_next = record_(s.next, next->stream) == CUDA_SUCCESS;
+  if (next != nullptr) s.has_next = ev_.record(s.next, next->stream) == CUDA_SUCCESS;
   else s.boundary = true;
   s.state.store(kReady, std::memory_order_release);
 }
@@ -151,17 +146,17 @@ void Relearner::collect(bool final) noexcept {
       }
     }
     if (state != kReady) continue;
-    const CUresult q = query_(s.has_next ? s.next : s.end);
+    const CUresult q = ev_.query(s.has_next ? s.next : s.end);
     if (q == CUDA_ERROR_NOT_READY && !final) continue;
     bool ok = q == CUDA_SUCCESS;
-    const uint64_t dur = ok ? elapsed_ns(elapsed_, s.start, s.end, ok) : 0;
+    const uint64_t dur = ok ? elapsed_ns(ev_, s.start, s.end, ok) : 0;
     if (ok && (l.kernels.size() < kMaxKernels || l.kernels.count(s.kernel_id))) {
       profiledb::KernelSample& k = l.kernels[s.kernel_id];
       k.kernel_id = s.kernel_id;
       k.duration.add(dur);
       bool gap_ok = false;
       if (s.has_next) {
-        const uint64_t gap = elapsed_ns(elapsed_, s.end, s.next, gap_ok);
+        const uint64_t gap = elapsed_ns(ev_, s.end, s.next, gap_ok);
         if (gap_ok) k.gap.add(gap);   // a next op on another stream may have started earlier: 0
       } else if (s.boundary) {
         ++k.boundary_count;
@@ -178,17 +173,7 @@ void Relearner::store(bool final) noexcept {
   for (const auto& [id, k] : l.kernels)
     if (k.duration.count >= (final ? 1 : opts_.min_samples)) ready.push_back(k);
   if (ready.empty()) return;
-  for (auto& k : ready) {
-    if (const kernelid::Description* d = kernelid::describe(k.kernel_id)) {
-      k.name = d->name;
-      k.call_site = d->call_site;
-      for (int i = 0; i < 3; ++i) {
-        k.grid[i] = d->grid[i];
-        k.block[i] = d->block[i];
-      }
-      k.shared_mem = d->shared_mem;
-    }
-  }
+  describe_samples(ready);
   const std::string path = cfg_.db_path[0] ? std::string(cfg_.db_path) : profiledb::Database::default_path();
   try {
     profiledb::Database db(path, profiledb::Database::Open::Create, kDbTimeoutMs);

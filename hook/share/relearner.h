@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "config.h"
+#include "driver.h"
 #include "mode.h"
 
 namespace fikit::hook::share {
@@ -78,16 +79,7 @@ class Relearner {
   void collect(bool final) noexcept;
   void store(bool final) noexcept;
 
-  using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
-  using EventRecordFn = CUresult (*)(CUevent, CUstream);
-  using EventQueryFn = CUresult (*)(CUevent);
-  using EventElapsedFn = CUresult (*)(float*, CUevent, CUevent);
-  using CtxGetCurrentFn = CUresult (*)(CUcontext*);
-  EventCreateFn create_ = nullptr;
-  EventRecordFn record_ = nullptr;
-  EventQueryFn query_ = nullptr;
-  EventElapsedFn elapsed_ = nullptr;
-  CtxGetCurrentFn current_ = nullptr;
+  EventFns ev_;
 
   const Config& cfg_;
   const RelearnOptions opts_;

@@ -180,26 +180,27 @@ TEST_F(MeasureE2E, DurationsAndGapsMatchTheProgramsRhythm) {
   EXPECT_EQ(slurp("err0"), "") << "measure mode prints nothing when all is well";
 }
 
-TEST_F(MeasureE2E, SampledIterationsAgreeWithFullTiming) {
-  // The same program measured whole (key "full") and one iteration in four (key "probe").
+TEST_F(MeasureE2E, SampledIterationsAreMeasuredWhole) {
+  // One iteration in four measured (0, 4, .. 36); the probe prints its bounds over those same ones.
   auto args = kRhythm;
-  args.insert(args.end(), {"--iterations", "40"});
-  ASSERT_EQ(run(args, {{"FIKIT_TASK_KEY", "full"}}, 0), 0) << slurp("err0");
-  ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}}, 1), 0) << slurp("err1");
-  const auto full = by_position("full"), sampled = by_position();
-  ASSERT_EQ(sampled.size(), 3u);
+  args.insert(args.end(), {"--iterations", "40", "--bounds-every", "4"});
+  ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}}), 0) << slurp("err0");
+  const auto want = expected();
+  ASSERT_EQ(want.size(), 3u) << slurp("out0");
+  const auto got = by_position();
+  ASSERT_EQ(got.size(), 3u);
   for (uint32_t p = 0; p < 3; ++p) {
-    const KernelProfile &f = full.at(p), &s = sampled.at(p);
-    EXPECT_EQ(f.count, 40u);
-    EXPECT_EQ(s.count, 10u) << "iterations 0, 4, .. 36";
-    EXPECT_NEAR(s.dur_mean, f.dur_mean, 0.05 * f.dur_mean) << p;
+    const KernelProfile& k = got.at(p);
+    EXPECT_EQ(k.count, 10u) << p;
+    EXPECT_EQ(want[p].count, 10u);
+    expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
     if (p < 2) {
       // A measured iteration's gaps stay gaps; none spans the iterations left out.
-      EXPECT_EQ(s.gap_count, 10u) << p;
-      EXPECT_NEAR(double(s.gap_p50), double(f.gap_p50), 0.10 * double(f.gap_p50)) << p;
+      EXPECT_EQ(k.gap_count, 10u) << p;
+      expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
     } else {
-      EXPECT_EQ(s.gap_count, 0u);
-      EXPECT_EQ(s.boundary_count, 9u);
+      EXPECT_EQ(k.gap_count, 0u);
+      EXPECT_EQ(k.boundary_count, 9u);
     }
   }
   const auto runs = Database(db_).runs("probe");

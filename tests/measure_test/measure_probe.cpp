@@ -29,9 +29,11 @@ constexpr const char* kPtx = R"(
 
 constexpr const char* kUsage =
     "usage: measure_probe [--iterations N] [--spin-us A,B,..] [--period-us A,B,..] [--think-us T]\n"
+    "                     [--bounds-every N]\n"
     "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
     "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
-    "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns).\n"
+    "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns)\n"
+    "  over the iterations 0, N, 2N, .. (--bounds-every, default 1: all), C of them.\n"
     "  Exit: 0 ok, 1 CUDA error, 2 usage.\n";
 
 uint64_t now_ns() {
@@ -70,7 +72,7 @@ bool parse_list(const char* s, std::vector<uint64_t>& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint64_t iterations = 20, think_us = 500;
+  uint64_t iterations = 20, think_us = 500, bounds_every = 1;
   std::vector<uint64_t> spin_us{50, 200, 20}, period_us{300, 600, 250};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -81,6 +83,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (a == "--iterations" && ok) {
       iterations = std::strtoull(v, nullptr, 10);
+    } else if (a == "--bounds-every" && ok) {
+      bounds_every = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
     } else if (a == "--think-us" && ok) {
       think_us = std::strtoull(v, nullptr, 10);
     } else if (a == "--spin-us" && ok) {
@@ -122,8 +126,10 @@ int main(int argc, char** argv) {
       const uint64_t begin = now_ns();
       CHECK(cuLaunchKernel(spin, static_cast<unsigned>(k + 1), 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
       const uint64_t end = now_ns();
-      dur_hi[k].push_back(ns + (end - begin));
-      if (k > 0) {
+      // The bounds cover the iterations a sampling measurement measures (one in bounds_every).
+      const bool counted = it % bounds_every == 0;
+      if (counted) dur_hi[k].push_back(ns + (end - begin));
+      if (k > 0 && counted) {
         const uint64_t prev_ns = spin_us[k - 1] * 1000;
         gap_lo[k - 1].push_back(begin > prev_end + prev_ns ? begin - prev_end - prev_ns : 0);
         gap_hi[k - 1].push_back(end > prev_begin + prev_ns ? end - prev_begin - prev_ns : 0);
@@ -144,6 +150,6 @@ int main(int argc, char** argv) {
   for (size_t k = 0; k < positions; ++k)
     std::printf("position %zu dur_lo %llu dur_hi %llu gap_lo %llu gap_hi %llu count %llu\n", k,
                 static_cast<unsigned long long>(spin_us[k] * 1000), median(dur_hi[k]), median(gap_lo[k]),
-                median(gap_hi[k]), static_cast<unsigned long long>(iterations));
+                median(gap_hi[k]), static_cast<unsigned long long>(dur_hi[k].size()));
   return 0;
 }
