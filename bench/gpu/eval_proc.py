@@ -8,6 +8,7 @@ lines on stdout are parsed from those files as they grow. A Served child is an e
 --serve: commands go to its stdin, its answers are JSON lines with an "event" key on stdout
 (examples/pytorch/example_common.serve)."""
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ import time
 
 _LIVE = []          # Proc objects started and not yet reaped
 _CLEANUPS = []      # functions run by cleanup() after the children are stopped
+_DEFERRED = {"depth": 0, "signum": None}   # a signal that arrived while a child was being started
 
 
 def monotonic():
@@ -70,11 +72,12 @@ class Proc:
         self._out_lines, self._err_lines = _Lines(self.out_path), _Lines(self.err_path)
         self._json_out, self._progress = [], []
         self.started = monotonic()
-        self.popen = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err,
-                                      stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-                                      env=env, start_new_session=True)
-        self.pid = self.popen.pid
-        _LIVE.append(self)
+        with signals_deferred():
+            self.popen = subprocess.Popen(self.cmd, stdout=self._out, stderr=self._err,
+                                          stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                                          env=env, start_new_session=True)
+            self.pid = self.popen.pid
+            _LIVE.append(self)
 
     # --- state ---
     def running(self):
@@ -269,7 +272,25 @@ def cleanup(grace_s=5.0):
             pass
 
 
+@contextlib.contextmanager
+def signals_deferred():
+    """Holds SIGTERM/SIGINT/SIGHUP's cleanup until the block ends. Around starting a child: a signal
+    handled inside Popen, after the fork but before the child is in _LIVE, would leave it running."""
+    _DEFERRED["depth"] += 1
+    try:
+        yield
+    finally:
+        _DEFERRED["depth"] -= 1
+        signum = _DEFERRED["signum"]
+        if _DEFERRED["depth"] == 0 and signum is not None:
+            _DEFERRED["signum"] = None
+            _on_signal(signum, None)
+
+
 def _on_signal(signum, frame):
+    if _DEFERRED["depth"]:
+        _DEFERRED["signum"] = _DEFERRED["signum"] or signum
+        return
     # A second Ctrl-C must not cut the cleanup short (the MPS daemon would be left running).
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
