@@ -5,7 +5,8 @@ share) on GPU 0 alone ("one"), and the same pair on GPU 0 and on GPU 1 at once (
 --reps times, each program pinned to cores of its own. Per domain the daemon sees one pair either
 way, so GPU 0's pair should do the same in both setups, and GPU 1's pair as GPU 0's.
 
-Prints, per pair, the medians of HP p50, HP p99 and LP kernels/s (counted over the HP's run) and
+Prints, per pair, the medians of HP p50, HP p99 and LP kernels/s (counted over the HP's measured
+requests, from the HP's first to its last, by their progress lines) and
 their ratio to GPU 0's pair in "one", with 95 % bootstrap intervals; writes OUT/two_gpus.json.
 Exit 0 when every run finished; 1 otherwise; 2 bad usage."""
 import argparse
@@ -79,18 +80,23 @@ class Bench:
                 raise RuntimeError("an LP did not start: %s" % "".join(sum(lines.values(), []))[-500:])
             time.sleep(0.01)
         time.sleep(0.1)
-        hps, t0 = {}, {}
+        hps = {}
         for g in gpus:
-            t0[g] = time.monotonic()
             hps[g] = subprocess.Popen(self.pinned(g, "hp", self.fikit("share", "hp", 0) +
                                                   [self.bin("fikit-example-infer"), "--requests",
-                                                   str(self.a.requests)] + HP_FLAGS),
+                                                   str(self.a.requests), "--progress-ms", "1000"] + HP_FLAGS),
                                       env=self.env(g), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         status = None
         out = {}
         for g in gpus:
             text, err = hps[g].communicate(timeout=120)
-            t1 = time.monotonic()
+            # The window is the HP's measured requests, from its own progress lines (same clock):
+            # its CUDA set-up before them takes longer when two start at once, and the LP runs
+            # unthrottled meanwhile.
+            phases = {p.get("phase"): p["t"] for p in progress(err) if "phase" in p}
+            if "start" not in phases or "end" not in phases:
+                raise RuntimeError("HP on GPU %d wrote no start/end progress lines: %s" % (g, err[-500:]))
+            t0, t1 = phases["start"], phases["end"]
             if status is None:
                 s = subprocess.run([self.bin("fikit-scheduler"), "status", "--control", self.control, "--json"],
                                    capture_output=True, text=True, timeout=10)
@@ -98,7 +104,7 @@ class Bench:
             if hps[g].returncode != 0:
                 raise RuntimeError("HP on GPU %d failed: %s" % (g, err[-500:]))
             jct = json.loads(text.strip().splitlines()[-1])["jct_us"]
-            out[g] = {"p50": jct["p50"], "p99": jct["p99"], "t0": t0[g], "t1": t1}
+            out[g] = {"p50": jct["p50"], "p99": jct["p99"], "t0": t0, "t1": t1}
         time.sleep(0.1)   # the LPs' progress lines cover the HPs' ends
         for g in gpus:
             lps[g].send_signal(signal.SIGTERM)
