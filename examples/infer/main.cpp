@@ -2,13 +2,14 @@
 // work before each launch (like a framework's dispatch), then waits for the results. Arrivals are
 // closed-loop (the next request --think-us after the previous one ends; JCT = the request's own wall
 // time) or open-loop Poisson (--arrival poisson: exponential gaps at --rate per second, or --load
-// times the warm-up requests' mean rate; requests are served one at a time in arrival order and the
+// over the warm-up requests' median time; requests are served one at a time in arrival order and the
 // JCT is completion minus arrival, so queueing counts; --seed fixes the arrival times). The GPU-idle
 // gaps between its kernels are what FIKIT fills with a low-priority job's kernels.
 // With --progress-ms it also writes timestamped progress lines on stderr (bench/gpu/eval.py cuts a
 // low-priority job's throughput window with them): "progress {"t":S,"phase":"start","requests":0}"
 // when the measured requests begin, "progress {"t":S,"requests":N,"jct_us":J}" after a request (at
 // most one per --progress-ms), and "phase":"end" after the last; t is CLOCK_MONOTONIC seconds.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -54,7 +55,7 @@ int main(int argc, char** argv) {
                    "closed: --think-us after each request; poisson: open loop at --rate");
   flags.add("think-us", &think_us, "sleep between requests, microseconds (closed loop)");
   flags.add("rate", &rate, "Poisson arrivals per second (0: from --load)");
-  flags.add("load", &load, "Poisson rate = LOAD / mean time of the warm-up requests");
+  flags.add("load", &load, "Poisson rate = LOAD / median time of the warm-up requests");
   flags.add("seed", &seed, "seed of the Poisson arrival times");
   flags.add("blocks", &blocks, "thread blocks per kernel");
   flags.add("threads", &threads, "threads per block");
@@ -78,16 +79,21 @@ int main(int argc, char** argv) {
     gpu.synchronize();
   };
 
-  double warm_us = 0;
-  uint64_t warm_done = 0;
-  for (; warm_done < warmup && !ex::stop_requested(); ++warm_done) {
+  std::vector<double> warm_us;
+  for (uint64_t i = 0; i < warmup && !ex::stop_requested(); ++i) {
     const auto request_start = ex::Clock::now();
     run_request();
-    warm_us += ex::elapsed_us(request_start);
+    warm_us.push_back(ex::elapsed_us(request_start));
     ex::sleep_us(think_us);
   }
-  // No warm-up time only when a signal stopped the warm-up: no request follows, any rate will do.
-  if (poisson && rate == 0) rate = warm_us > 0 ? load * 1e6 * static_cast<double>(warm_done) / warm_us : 1.0;
+  // The median, not the mean: one warm-up request delayed by the host (a preempted thread, the
+  // first launch's set-up) would otherwise set the rate. No warm-up time only when a signal stopped
+  // the warm-up: no request follows, any rate will do.
+  if (poisson && rate == 0) {
+    std::sort(warm_us.begin(), warm_us.end());
+    const double median_us = warm_us.empty() ? 0 : warm_us[warm_us.size() / 2];
+    rate = median_us > 0 ? load * 1e6 / median_us : 1.0;
+  }
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> gap_s(poisson ? rate : 1.0);
 

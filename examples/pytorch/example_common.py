@@ -84,7 +84,7 @@ def add_arrival_flags(parser):
     parser.add_argument("--think-ms", type=float, default=2.0, help="idle time between requests (closed loop)")
     parser.add_argument("--rate", type=float, default=0.0, help="Poisson arrivals per second (0: from --load)")
     parser.add_argument("--load", type=float, default=0.0,
-                        help="Poisson rate = LOAD / mean service time of the warm-up requests")
+                        help="Poisson rate = LOAD / median service time of the warm-up requests")
     parser.add_argument("--seed", type=int, default=1, help="seed of the Poisson arrival times")
 
 
@@ -99,7 +99,7 @@ def run_requests(serve_one, count, warmup, arrival, think_s, rate, load, seed, s
     """Runs `warmup` requests closed-loop, then `count` measured ones; serve_one() runs one request
     to completion. Closed loop: a request starts think_s after the previous one ends, and its JCT is
     its own duration. Poisson: arrivals at exponential gaps of mean 1/rate from the first measured
-    instant (rate 0: load / mean warm-up duration), served one at a time in arrival order; latency =
+    instant (rate 0: load / median warm-up duration), served one at a time in arrival order; latency =
     completion - arrival, so queueing behind earlier requests counts. max_s > 0 ends the measured
     requests after that many seconds ("capped": a window that would otherwise run for minutes
     beside a job that slows the service down many times; under Poisson arrivals the requests not yet
@@ -115,7 +115,7 @@ def run_requests(serve_one, count, warmup, arrival, think_s, rate, load, seed, s
         warm_us.append((time.monotonic() - begin) * 1e6)
         time.sleep(think_s)
     if arrival == "poisson" and rate <= 0:
-        rate = load / (sum(warm_us) / len(warm_us) / 1e6) if warm_us and load > 0 else 0.0
+        rate = load / (sorted(warm_us)[len(warm_us) // 2] / 1e6) if warm_us and load > 0 else 0.0
         if rate <= 0:
             raise ValueError("poisson arrivals need a rate, or a load and warm-up requests")
     gaps = random.Random(seed)
