@@ -271,6 +271,15 @@ TEST(Daemon, MetricsAreScrapedPerGpuWithWaitHistograms) {
   hp.send(protocol::Notify{1, 0, protocol::kNotifyActivityStart});
   ASSERT_TRUE(lp.expect_state(State::Fill));
   lp.send(protocol::Want{77, 50'000, 0});
+  // The wait starts when the daemon reads the want: on a loaded host that can be after the idle
+  // was sent, so the idle goes only once the daemon shows the LP waiting.
+  const auto lp_waiting = [&] {
+    const auto s = d.snapshot();
+    const auto* t = s.task(lp.task);
+    return t != nullptr && t->waiting;
+  };
+  for (int i = 0; i < 2000 && !lp_waiting(); ++i) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(lp_waiting());
   std::this_thread::sleep_for(2ms);
   hp.send(protocol::Idle{1});
   ASSERT_TRUE(lp.expect_state(State::Run));
