@@ -181,6 +181,14 @@ const Description* describe(uint64_t id) noexcept {
   return it == g_descriptions->end() ? nullptr : it->second.get();
 }
 
+uint64_t readable_name_hash(std::string_view readable) noexcept {
+  return readable.empty() || readable == "?" ? 0 : nonzero(fnv1a(readable));
+}
+
+uint64_t mangled_name_hash(const char* mangled) {
+  return mangled == nullptr ? 0 : readable_name_hash(detail::demangled(mangled));
+}
+
 void reset_after_fork() noexcept { detail::reset_slow_path_mutex(); }
 
 }  // namespace fikit::kernelid

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace fikit::kernelid {
 
@@ -25,6 +26,12 @@ struct Description {
 
 // The description of an ID produced in this process, or nullptr. Thread-safe; pointers stay valid.
 const Description* describe(uint64_t id) noexcept;
+
+// Hash of a device function's readable name as Description::name holds it (0: "?", the driver
+// gave none); with a mangled name from elsewhere (CUPTI's records), of its demangled form. Lets
+// records be compared with launches by name. Allocates (demangling): not for the launch path.
+uint64_t readable_name_hash(std::string_view readable) noexcept;
+uint64_t mangled_name_hash(const char* mangled);
 
 // How the launching thread's stack is walked (both are PIC static code inside the hook).
 enum class Unwinder : uint8_t {

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <new>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "../clock.h"
@@ -325,6 +326,7 @@ class CuptiTimer final : public Timer {
         std::copy(slot->block, slot->block + 3, op.block);
         op.bytes = slot->bytes;
         op.kernel_id = slot->kernel_id;
+        if (op.cls == OpClass::Kernel) op.name = op_name_hash(slot->kernel_id);
         matcher_.add_op(op, results_);
       }
       matcher_.ingested_below(s, results_);
@@ -333,6 +335,23 @@ class CuptiTimer final : public Timer {
     }
     ingested_.store(s, std::memory_order_release);
     retired_.store(polled, std::memory_order_release);
+  }
+
+  // Under mutex_: names, hashed once per kernel ID and per CUPTI name (records of one kernel share
+  // their name pointer). May throw bad_alloc, as the matcher may.
+  uint64_t op_name_hash(uint64_t kernel_id) {
+    if (auto it = op_names_.find(kernel_id); it != op_names_.end()) return it->second;
+    const kernelid::Description* d = kernelid::describe(kernel_id);
+    const uint64_t h = d ? kernelid::readable_name_hash(d->name) : 0;
+    op_names_.emplace(kernel_id, h);
+    return h;
+  }
+  uint64_t record_name_hash(const char* name) {
+    if (!name) return 0;
+    if (auto it = record_names_.find(name); it != record_names_.end()) return it->second;
+    const uint64_t h = kernelid::mangled_name_hash(name);
+    record_names_.emplace(name, h);
+    return h;
   }
 
   // Under mutex_: hand the matcher's results to the ops' slots.
@@ -369,6 +388,7 @@ class CuptiTimer final : public Timer {
             m.block[2] = static_cast<uint32_t>(k->blockZ);
             m.graph_id = k->graphId, m.graph_node = k->graphNodeId;
             m.name = k->name;
+            m.name_hash = record_name_hash(k->name);
             break;
           }
           case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -428,8 +448,9 @@ class CuptiTimer final : public Timer {
     put("records received/matched/unmatched:");
     for (int i = 0; i < kOpClasses; ++i)
       put(" %s %" PRIu64 "/%" PRIu64 "/%" PRIu64, kNames[i], c.received[i], c.matched[i], c.unmatched[i]);
-    put(", incomplete %" PRIu64 "; ops queued %" PRIu64 " timed %" PRIu64 " lost %" PRIu64 " expired %" PRIu64,
-        c.incomplete, c.ops_queued, c.ops_timed, c.ops_lost, c.ops_expired);
+    put(", incomplete %" PRIu64 ", matched past a waiting op %" PRIu64 "; ops queued %" PRIu64 " timed %" PRIu64
+        " lost %" PRIu64 " expired %" PRIu64,
+        c.incomplete, c.matched_ahead, c.ops_queued, c.ops_timed, c.ops_lost, c.ops_expired);
   }
 
   OpRing& ring_;
@@ -446,6 +467,8 @@ class CuptiTimer final : public Timer {
   RecordMatcher matcher_;
   std::vector<MatchRecord> batch_;
   std::vector<MatchResult> results_;
+  std::unordered_map<uint64_t, uint64_t> op_names_;          // kernel ID -> name hash
+  std::unordered_map<const char*, uint64_t> record_names_;   // CUPTI's name -> name hash
 
   // Sampled measurement: CUPTI collects only during measured iterations (set_collecting).
   std::mutex collecting_mutex_;

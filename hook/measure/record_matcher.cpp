@@ -13,7 +13,8 @@ bool complete(const MatchRecord& r) { return r.end != 0 && r.start != 0 && r.end
 bool fits(const MatchOp& op, const MatchRecord& rec) {
   switch (op.cls) {
     case OpClass::Kernel:
-      return std::equal(op.grid, op.grid + 3, rec.grid) && std::equal(op.block, op.block + 3, rec.block);
+      return std::equal(op.grid, op.grid + 3, rec.grid) && std::equal(op.block, op.block + 3, rec.block) &&
+             (op.name == 0 || rec.name_hash == 0 || op.name == rec.name_hash);
     case OpClass::Memcpy:
     case OpClass::Memset:
       return op.bytes == 0 || op.bytes == rec.bytes;
@@ -131,35 +132,48 @@ RecordMatcher::Decision RecordMatcher::decide(Queue& q, const Key& key, const Ma
   }
 
   if (q.ops.empty()) return Decision::Wait;
-  PendingOp& head = q.ops.front();
+  const long at = find_fit(q, rec);
+  if (at < 0) {
+    // Work the hook did not see (or a record whose op is further back than kLookahead).
+    if (!complete(rec)) {
+      ++counters_.incomplete;
+      return Decision::Done;
+    }
+    ++counters_.unmatched[cls];
+    if (static_cast<OpClass>(cls) == OpClass::Kernel && mismatches_.size() < kMaxMismatches)
+      note_mismatch(q.ops.front().op, rec);
+    return Decision::Done;
+  }
+  const uint64_t seq = q.ops[static_cast<size_t>(at)].op.seq;
+  q.ops.erase(q.ops.begin() + at);
   if (!complete(rec)) {
     // A forced flush handed over a record still in progress: its op will get no other.
     ++counters_.incomplete;
-    if (fits(head.op, rec)) {
-      emit(head.op.seq, 0, 0, false, out);
-      q.ops.pop_front();
-    }
-    return Decision::Done;
-  }
-  if (fits(head.op, rec)) {
-    const uint64_t seq = head.op.seq;
+    emit(seq, 0, 0, false, out);
+  } else {
     emit(seq, rec.start, rec.end, true, out);
-    q.ops.pop_front();
     ++counters_.matched[cls];
     close_graphs_before(rec.context, rec.stream, seq, out);
-    return Decision::Done;
   }
-  // Not the head's record. Usually work the hook did not see; but when records keep fitting the
-  // op after the head, the head's own record went missing: give it up rather than stall the queue.
-  if (q.ops.size() > 1 && fits(q.ops[1].op, rec) && ++head.misses >= kMissesBeforeLost) {
-    emit(head.op.seq, 0, 0, false, out);
-    q.ops.pop_front();
-    ++counters_.ops_lost;
-    return decide(q, key, rec, out);
+  if (at > 0) {
+    ++counters_.matched_ahead;
+    // The ops passed over wait for their late records, but not for ever: one whose record went
+    // missing would hold its slot until the measurement thread gives up on it.
+    PendingOp& head = q.ops.front();
+    if (++head.misses >= kMissesBeforeLost) {
+      emit(head.op.seq, 0, 0, false, out);
+      q.ops.pop_front();
+      ++counters_.ops_lost;
+    }
   }
-  ++counters_.unmatched[cls];
-  if (static_cast<OpClass>(cls) == OpClass::Kernel && mismatches_.size() < kMaxMismatches) note_mismatch(head.op, rec);
   return Decision::Done;
+}
+
+long RecordMatcher::find_fit(const Queue& q, const MatchRecord& rec) {
+  const size_t depth = std::min(q.ops.size(), kLookahead);
+  for (size_t i = 0; i < depth; ++i)
+    if (fits(q.ops[i].op, rec)) return static_cast<long>(i);
+  return -1;
 }
 
 void RecordMatcher::note_mismatch(const MatchOp& op, const MatchRecord& rec) {

@@ -2,10 +2,14 @@
 // Ties CUPTI activity records to the hook's ops without any per-launch CUPTI call: by order, per
 // stream. Records of kernels, copies and sets carry CUPTI's (context id, stream id); the launching
 // thread resolves the same pair for each op (once per new stream). A stream runs its work in launch
-// order, so the records of one (context, stream, class) come in the order of the ops the hook saw
-// there, interleaved with records of work the hook did not see (launched during capture, synchronous
-// copies, unwrapped entry points). Each record goes to the oldest waiting op of its queue when it
-// fits (kernel: same grid and block; copy and set: same byte count); otherwise it is skipped.
+// order, so the records of one (context, stream, class) come mostly in the order of the ops the hook
+// saw there, interleaved with records of work the hook did not see (launched during capture,
+// synchronous copies, unwrapped entry points). Mostly: CUPTI may keep a buffer per launching thread,
+// so when two threads launch on one stream (PyTorch's autograd thread ends the backward pass, the main
+// thread's optimizer follows) one thread's records can arrive a buffer before the other's. Each record
+// goes to the oldest waiting op of its queue that it fits (kernel: same grid, block and, where both
+// are known, name; copy and set: same byte count), looking at most kLookahead ops deep; otherwise it
+// is skipped. An op passed over keeps waiting for its late record.
 //
 // Classes get separate queues (kernel, copy, set, graph) so that no ordering is assumed between
 // different kinds of record. Records with a graph id belong to graph launches: the oldest graph op
@@ -32,6 +36,7 @@ struct MatchOp {
   OpClass cls = OpClass::Kernel;
   uint32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};   // Kernel
   uint64_t bytes = 0;                                  // Memcpy, Memset (0: not checked)
+  uint64_t name = 0;                                   // Kernel: hash of its function name (0: unknown)
   uint64_t kernel_id = 0;                              // diagnostics only (mismatches())
 };
 
@@ -43,6 +48,7 @@ struct MatchRecord {
   uint64_t bytes = 0;
   uint32_t graph_id = 0;              // non-zero: a node of a graph launch
   uint64_t graph_node = 0;
+  uint64_t name_hash = 0;             // kernel: hash of its function name, as MatchOp::name (0: unknown)
   const char* name = nullptr;         // kernel: CUPTI's name of it (diagnostics only; not kept)
 };
 
@@ -68,7 +74,8 @@ struct MatchCounters {
   uint64_t unmatched[kOpClasses] = {};    // skipped: work the hook did not see
   uint64_t incomplete = 0;                // records without an end
   uint64_t ops_queued = 0, ops_timed = 0;
-  uint64_t ops_lost = 0;                  // passed over: the records after it fitted the next op
+  uint64_t ops_lost = 0;                  // given up: kMissesBeforeLost records went to ops after it
+  uint64_t matched_ahead = 0;             // records that went to an op behind the oldest waiting one
   uint64_t ops_expired = 0;               // still waiting when the measurement thread gave up on it
 };
 
@@ -92,12 +99,15 @@ class RecordMatcher {
 
   const MatchCounters& counters() const noexcept { return counters_; }
   static constexpr size_t kMaxMismatches = 8;
+  // How deep a record looks for its op; how many records may go past an op before it is given up
+  // (a record that never comes must not hold its slot for ever when no drain decides it).
+  static constexpr size_t kLookahead = 64;
+  static constexpr uint32_t kMissesBeforeLost = 256;
   const std::vector<Mismatch>& mismatches() const noexcept { return mismatches_; }
   size_t ops_waiting() const noexcept;
 
  private:
   static constexpr size_t kMaxGraphNodes = 4096;   // node ids remembered per graph launch
-  static constexpr uint32_t kMissesBeforeLost = 2;
 
   struct PendingOp {
     MatchOp op;
@@ -105,7 +115,7 @@ class RecordMatcher {
     uint32_t records = 0;           // graph: records taken so far
     uint32_t graph_id = 0;
     bool grew = false;              // graph: took a record since the last settle()
-    uint32_t misses = 0;            // records that fitted the op after this one
+    uint32_t misses = 0;            // records that went to ops after this one
     std::vector<uint64_t> nodes;    // graph: node ids taken
   };
   struct Held {
@@ -129,6 +139,7 @@ class RecordMatcher {
   void close_graph(Queue& q, std::vector<MatchResult>& out);
   void close_graphs_before(uint32_t context, uint32_t stream, uint64_t seq, std::vector<MatchResult>& out);
   void note_mismatch(const MatchOp& op, const MatchRecord& rec);
+  static long find_fit(const Queue& q, const MatchRecord& rec);
 
   std::map<Key, Queue> queues_;
   uint64_t ingested_below_ = 0;

@@ -102,6 +102,18 @@ TEST_F(KernelId, DescriptionKeepsTheReadableForm) {
   EXPECT_EQ(describe(12345), nullptr);
 }
 
+// CUPTI's records name kernels in mangled form; a launch's description holds the readable one.
+TEST_F(KernelId, NameHashesOfALaunchAndOfAMangledNameAgree) {
+  const Description* d = describe(launch_from_x(kFuncA, kGrid1));
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(readable_name_hash(d->name), 0u);
+  EXPECT_EQ(readable_name_hash(d->name), mangled_name_hash("_Z8kernel_av"));
+  EXPECT_NE(mangled_name_hash("_Z8kernel_bv"), mangled_name_hash("_Z8kernel_av"));
+  EXPECT_EQ(mangled_name_hash("kernel_b"), readable_name_hash("kernel_b"));   // not mangled: as is
+  EXPECT_EQ(readable_name_hash("?"), 0u);                                     // no name from the driver
+  EXPECT_EQ(mangled_name_hash(nullptr), 0u);
+}
+
 TEST_F(KernelId, CopiesAreIdentifiedByLabelSiteAndSize) {
   const auto copy = copy_site;
   EXPECT_EQ(copy("[memcpy HtoD]", 4096), copy("[memcpy HtoD]", 4096));

@@ -201,7 +201,7 @@ TEST(RecordMatcher, CopiesAndSetsMatchByBytesInTheirOwnQueues) {
   EXPECT_EQ(h.m.counters().matched[2], 1u);
 }
 
-TEST(RecordMatcher, AnOpWhoseRecordWentMissingIsGivenUpNotStalling) {
+TEST(RecordMatcher, AnOpWhoseRecordWentMissingWaitsWithoutStallingTheOthers) {
   Harness h;
   h.op(kernel_op(0, 7, 10));   // its record never comes
   h.op(kernel_op(1, 7, 20));
@@ -210,13 +210,71 @@ TEST(RecordMatcher, AnOpWhoseRecordWentMissingIsGivenUpNotStalling) {
   h.records({kernel_rec(7, 100, 110, 20), kernel_rec(7, 120, 130, 20), kernel_rec(7, 140, 150, 20)});
   auto r = h.take();
   ASSERT_EQ(r.size(), 3u);
-  EXPECT_EQ(r[0].seq, 0u);
-  EXPECT_FALSE(r[0].timed);
-  // The first record that fitted op 1 was skipped before op 0 was given up; ops 1 and 2 get the rest.
-  expect_timed(r[1], 1, 120, 130);
-  expect_timed(r[2], 2, 140, 150);
+  expect_timed(r[0], 1, 100, 110);
+  expect_timed(r[1], 2, 120, 130);
+  expect_timed(r[2], 3, 140, 150);
+  EXPECT_EQ(h.m.counters().matched_ahead, 3u);
+  EXPECT_EQ(h.m.counters().ops_lost, 0u);
+  EXPECT_EQ(h.m.ops_waiting(), 1u);   // op 0, for a record that may still come
+}
+
+TEST(RecordMatcher, AnOpPassedOverByManyRecordsIsGivenUp) {
+  Harness h;
+  h.op(kernel_op(0, 7, 10));   // its record never comes
+  const uint64_t n = RecordMatcher::kMissesBeforeLost;
+  for (uint64_t i = 1; i <= n; ++i) h.op(kernel_op(i, 7, 20));
+  for (uint64_t i = 1; i <= n; ++i) h.records({kernel_rec(7, 100 * i, 100 * i + 50, 20)});
+  auto r = h.take();
+  ASSERT_EQ(r.size(), n + 1);
+  EXPECT_EQ(r.back().seq, 0u);
+  EXPECT_FALSE(r.back().timed);
   EXPECT_EQ(h.m.counters().ops_lost, 1u);
-  EXPECT_EQ(h.m.ops_waiting(), 1u);   // op 3: its record has not come yet
+  EXPECT_EQ(h.m.ops_waiting(), 0u);
+}
+
+// PyTorch: the autograd thread launches the last backward kernel, the main thread the optimizer's
+// right after, on the same stream; CUPTI delivered the main thread's buffer first.
+TEST(RecordMatcher, RecordsOfOneStreamDeliveredByTwoThreadsBuffersOutOfOrder) {
+  Harness h;
+  h.op(kernel_op(0, 7, 128, 384));   // gemm, autograd thread
+  h.op(kernel_op(1, 7, 71, 512));    // foreach, main thread
+  h.op(kernel_op(2, 7, 155, 512));
+  h.op(kernel_op(3, 7, 71, 512));
+  h.records({kernel_rec(7, 200, 210, 71, 512), kernel_rec(7, 220, 230, 155, 512), kernel_rec(7, 240, 250, 71, 512)});
+  h.records({kernel_rec(7, 100, 190, 128, 384)});
+  auto r = h.take();
+  ASSERT_EQ(r.size(), 4u);
+  std::sort(r.begin(), r.end(), [](auto& a, auto& b) { return a.seq < b.seq; });
+  expect_timed(r[0], 0, 100, 190);
+  expect_timed(r[1], 1, 200, 210);
+  expect_timed(r[2], 2, 220, 230);
+  expect_timed(r[3], 3, 240, 250);
+  EXPECT_EQ(h.m.counters().unmatched[0], 0u);
+}
+
+TEST(RecordMatcher, NamesKeepKernelsOfOneShapeApart) {
+  Harness h;
+  MatchOp a = kernel_op(0, 7, 10), b = kernel_op(1, 7, 10);
+  a.name = 111, b.name = 222;
+  h.op(a);
+  h.op(b);
+  MatchRecord rb = kernel_rec(7, 300, 310, 10), ra = kernel_rec(7, 100, 110, 10);
+  rb.name_hash = 222, ra.name_hash = 111;
+  h.records({rb});   // b's record first: not a's, though the shape is the same
+  h.records({ra});
+  auto r = h.take();
+  ASSERT_EQ(r.size(), 2u);
+  expect_timed(r[0], 1, 300, 310);
+  expect_timed(r[1], 0, 100, 110);
+  // A name the driver did not give (0) matches any.
+  MatchOp c = kernel_op(2, 7, 10);
+  h.op(c);
+  MatchRecord rc = kernel_rec(7, 400, 410, 10);
+  rc.name_hash = 333;
+  h.records({rc});
+  r = h.take();
+  ASSERT_EQ(r.size(), 1u);
+  expect_timed(r[0], 2, 400, 410);
 }
 
 TEST(RecordMatcher, AnIncompleteRecordLeavesItsOpUntimed) {
