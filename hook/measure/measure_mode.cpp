@@ -127,6 +127,9 @@ class MeasureMode final : public Mode {
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
   bool sampled(uint64_t epoch) const noexcept { return epoch % sample_every_ == 0; }
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
+  // After a drained iteration: how long its ops may still wait for their records. Only measured
+  // iterations fill the ring, so the program does not wait on this.
+  static constexpr uint64_t kLateRecordMs = 64;
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
 
   // The thread starts with the first launch, not at load time: the process may never use the GPU.
@@ -185,7 +188,19 @@ class MeasureMode final : public Mode {
             // A measured iteration ended with a host synchronisation: its records can all come now,
             // and an op of it that still has none never will (no waiting give_up_ms() on it, while
             // the ring fills behind).
-            if (timer_->drain()) drained_below_ = below;
+            if (timer_->drain()) {
+              drained_below_ = below;
+              drained_at_ = now;
+              redrain_after_ms_ = 1;
+            }
+            last_flush = now;
+            p = timer_->poll(*slot, next_, start, end);
+          } else if (slot->sync_epoch < drained_below_ && now - last_flush >= redrain_after_ms_) {
+            // CUPTI writes a kernel's record some time after the kernel ended: the iteration's
+            // last records can miss the drain right after the synchronisation (PyTorch's optimizer
+            // kernels, on an H100). Drain again, backing off, until kLateRecordMs have passed.
+            timer_->drain();
+            redrain_after_ms_ *= 2;
             last_flush = now;
             p = timer_->poll(*slot, next_, start, end);
           } else if (now - last_flush >= flush_after && now - pending_since >= flush_after) {
@@ -193,7 +208,7 @@ class MeasureMode final : public Mode {
             last_flush = now;
           }
           if (p == Timer::Poll::Pending) {
-            const bool hopeless = slot->sync_epoch < drained_below_;
+            const bool hopeless = slot->sync_epoch < drained_below_ && now - drained_at_ >= kLateRecordMs;
             if (!hopeless && (timer_->give_up_ms() == 0 || now - pending_since < timer_->give_up_ms())) break;
             p = Timer::Poll::Lost;
           }
@@ -292,6 +307,8 @@ class MeasureMode final : public Mode {
   uint64_t timed_in_run_ = 0;
   uint64_t launched_in_run_ = 0;
   uint64_t drained_below_ = 0;
+  uint64_t drained_at_ = 0;          // ms, of the drain that set drained_below_
+  uint64_t redrain_after_ms_ = 1;    // the next drain for late records, after the last flush
   measure::RunBuilder builder_;
   std::unique_ptr<profiledb::Database> db_;
 };
