@@ -233,7 +233,7 @@ class CuptiTimer final : public Timer {
           m.op_grid[0], m.op_grid[1], m.op_grid[2], m.op_block[0], m.op_block[1], m.op_block[2]);
     }
     std::lock_guard guard(collecting_mutex_);
-    log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us on the "
+    log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us; on: on the "
         "program's thread), %" PRIu64 " drains (mean %.1f us)", toggles_, toggles_ ? toggle_ns_ / 1e3 / toggles_ : 0.0,
         toggle_max_ns_ / 1e3, drains_, drains_ ? drain_ns_ / 1e3 / drains_ : 0.0);
   }

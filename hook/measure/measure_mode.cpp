@@ -9,6 +9,7 @@
 #include <cinttypes>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -103,9 +104,16 @@ class MeasureMode final : public Mode {
   void after_sync(SyncKind) noexcept override {
     const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (sample_every_ == 1 || retired_.load(std::memory_order_relaxed)) return;
-    // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
-    // complete, so its records can be delivered at once rather than when a buffer fills.
-    timer_->set_collecting(sampled(epoch));
+    // The GPU collects timings (CUPTI) only during measured iterations. One starts: on now, before
+    // its first launch.
+    if (sampled(epoch)) {
+      std::lock_guard guard(collect_mutex_);
+      timer_->set_collecting(true);
+    }
+    // One ended, complete: the measurement thread drains its records, then turns collection off.
+    // Not off here: CUPTI writes a kernel's record after the kernel ends, and records it has not
+    // written when collection goes off come only once it is on again (on the H100, the optimizer
+    // kernels at the end of every measured PyTorch iteration: 1-4 % of the ops went untimed).
     if (sampled(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
   }
 
@@ -169,10 +177,28 @@ class MeasureMode final : public Mode {
     finished_.store(true, std::memory_order_release);
   }
 
+  // A measured iteration ended (ops of epochs below `below` are complete on the GPU): deliver all
+  // its records, then stop collecting, unless a measured iteration has begun again meanwhile (its
+  // records must not be cut by a forced flush, nor its collection stopped).
+  void end_measured_iteration(uint64_t below, uint64_t now) noexcept {
+    if (sampled(sync_epoch_.load(std::memory_order_acquire))) return;
+    if (timer_->drain()) {
+      drained_below_ = below;
+      drained_at_ = now;
+      redrain_after_ms_ = 1;
+    }
+    std::lock_guard guard(collect_mutex_);
+    if (!sampled(sync_epoch_.load(std::memory_order_acquire))) timer_->set_collecting(false);
+  }
+
   void consume() {
     uint64_t pending_since = 0, drain_deadline = 0, last_flush = 0;
     for (;;) {
       bool progressed = false;
+      if (const uint64_t below = drain_below_epoch_.exchange(0, std::memory_order_acq_rel)) {
+        last_flush = now_ms();
+        end_measured_iteration(below, last_flush);
+      }
       while (OpSlot* slot = ring_->published(next_)) {
         uint64_t start = 0, end = 0;
         Timer::Poll p = slot->launched ? timer_->poll(*slot, next_, start, end) : Timer::Poll::Lost;
@@ -181,24 +207,16 @@ class MeasureMode final : public Mode {
           if (!pending_since) pending_since = now;
           // CUPTI delivers records in buffers: ask for them, and give up on one that never comes.
           const uint64_t flush_after = timer_->flush_after_ms();
-          // (A request that comes when this op is of a later iteration is stale: a forced flush now
-          // would cut the records of the ops running.)
-          if (const uint64_t below = drain_below_epoch_.exchange(0, std::memory_order_acq_rel);
-              below > slot->sync_epoch) {
+          if (const uint64_t below = drain_below_epoch_.exchange(0, std::memory_order_acq_rel)) {
             // A measured iteration ended with a host synchronisation: its records can all come now,
-            // and an op of it that still has none never will (no waiting give_up_ms() on it, while
-            // the ring fills behind).
-            if (timer_->drain()) {
-              drained_below_ = below;
-              drained_at_ = now;
-              redrain_after_ms_ = 1;
-            }
+            // and an op of it that still has none after kLateRecordMs never will (no waiting
+            // give_up_ms() on it, while the ring fills behind).
+            end_measured_iteration(below, now);
             last_flush = now;
             p = timer_->poll(*slot, next_, start, end);
           } else if (slot->sync_epoch < drained_below_ && now - last_flush >= redrain_after_ms_) {
-            // CUPTI writes a kernel's record some time after the kernel ended: the iteration's
-            // last records can miss the drain right after the synchronisation (PyTorch's optimizer
-            // kernels, on an H100). Drain again, backing off, until kLateRecordMs have passed.
+            // A record can still be on its way after the drain: drain again, backing off, until
+            // kLateRecordMs have passed.
             timer_->drain();
             redrain_after_ms_ *= 2;
             last_flush = now;
@@ -296,6 +314,7 @@ class MeasureMode final : public Mode {
   std::atomic<uint64_t> sync_epoch_{0};
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> drain_below_epoch_{0};   // non-zero: drain; ops of earlier epochs are complete
+  std::mutex collect_mutex_;   // collection on or off, decided against the current epoch
   std::atomic<bool> drop_pending_{false};
   std::atomic<bool> retired_{false};
   std::atomic<bool> stopping_{false};
