@@ -204,7 +204,7 @@ class CuptiTimer final : public Timer {
     }
     const bool warn = timed == 0 && !fallen_back_;
     if (!warn && !log_enabled(LogLevel::Info)) return;
-    char line[512];
+    char line[640];
     describe(c, line, sizeof line);
     log(warn ? LogLevel::Warn : LogLevel::Info, "measure: cupti: run %" PRIu64 " stored, %" PRIu64 " of %" PRIu64
         " ops timed%s; since start %s", run, timed, ops, fallen_back_ ? " (by events since the fallback)" : "", line);
@@ -217,20 +217,33 @@ class CuptiTimer final : public Timer {
       c = matcher_.counters();
     }
     if (c.ops_timed != 0 && !log_enabled(LogLevel::Info)) return;
-    char line[512];
+    char line[640];
     describe(c, line, sizeof line);
     log(c.ops_timed == 0 ? LogLevel::Warn : LogLevel::Info, "measure: cupti: at exit: %s", line);
     std::vector<Mismatch> mismatches;
+    std::vector<Expired> expired;
     {
       std::lock_guard guard(mutex_);
       mismatches = matcher_.mismatches();
+      expired = matcher_.expired();
     }
     for (const Mismatch& m : mismatches) {
       const kernelid::Description* d = kernelid::describe(m.op_kernel_id);
-      log(LogLevel::Info, "measure: cupti: a record of %.60s grid %u,%u,%u block %u,%u,%u did not fit the launch "
-          "waiting, %.60s grid %u,%u,%u block %u,%u,%u", m.record_name, m.record_grid[0], m.record_grid[1],
-          m.record_grid[2], m.record_block[0], m.record_block[1], m.record_block[2], d ? d->name.c_str() : "?",
-          m.op_grid[0], m.op_grid[1], m.op_grid[2], m.op_block[0], m.op_block[1], m.op_block[2]);
+      char elsewhere[64] = "";
+      if (m.fits_elsewhere)
+        std::snprintf(elsewhere, sizeof elsewhere, "; it fits an op waiting on context %u stream %u",
+                      m.elsewhere_context, m.elsewhere_stream);
+      log(LogLevel::Info, "measure: cupti: a record of %.60s grid %u,%u,%u block %u,%u,%u (context %u stream %u) "
+          "fitted none of the %" PRIu64 " launches waiting there, the oldest %.60s grid %u,%u,%u block %u,%u,%u%s",
+          m.record_name, m.record_grid[0], m.record_grid[1], m.record_grid[2], m.record_block[0], m.record_block[1],
+          m.record_block[2], m.record_context, m.record_stream, m.ops_waiting, d ? d->name.c_str() : "?",
+          m.op_grid[0], m.op_grid[1], m.op_grid[2], m.op_block[0], m.op_block[1], m.op_block[2], elsewhere);
+    }
+    for (const Expired& e : expired) {
+      const kernelid::Description* d = kernelid::describe(e.kernel_id);
+      log(LogLevel::Info, "measure: cupti: no record came for a launch of %.60s grid %u,%u,%u block %u,%u,%u "
+          "(context %u stream %u)", d ? d->name.c_str() : "?", e.grid[0], e.grid[1], e.grid[2], e.block[0],
+          e.block[1], e.block[2], e.context, e.stream);
     }
     std::lock_guard guard(collecting_mutex_);
     log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us; on: on the "
@@ -430,7 +443,7 @@ class CuptiTimer final : public Timer {
       std::lock_guard guard(mutex_);
       c = matcher_.counters();
     }
-    char line[512];
+    char line[640];
     describe(c, line, sizeof line);
     log(LogLevel::Warn, "measure: CUPTI timed no op %" PRIu64 " ms after the first flush (%s); timing with CUDA "
         "events from now on", kFallbackAfterMs, line);
@@ -448,9 +461,10 @@ class CuptiTimer final : public Timer {
     put("records received/matched/unmatched:");
     for (int i = 0; i < kOpClasses; ++i)
       put(" %s %" PRIu64 "/%" PRIu64 "/%" PRIu64, kNames[i], c.received[i], c.matched[i], c.unmatched[i]);
-    put(", incomplete %" PRIu64 ", matched past a waiting op %" PRIu64 "; ops queued %" PRIu64 " timed %" PRIu64
-        " lost %" PRIu64 " expired %" PRIu64,
-        c.incomplete, c.matched_ahead, c.ops_queued, c.ops_timed, c.ops_lost, c.ops_expired);
+    put(", incomplete %" PRIu64 ", matched past a waiting op %" PRIu64 ", skipped but fitting an op of another "
+        "stream %" PRIu64 "; ops queued %" PRIu64 " timed %" PRIu64 " lost %" PRIu64 " expired %" PRIu64,
+        c.incomplete, c.matched_ahead, c.unmatched_fit_elsewhere, c.ops_queued, c.ops_timed, c.ops_lost,
+        c.ops_expired);
   }
 
   OpRing& ring_;

@@ -74,6 +74,15 @@ void RecordMatcher::add_records(std::vector<MatchRecord>& batch, uint64_t claime
 
 void RecordMatcher::drop_retired(Queue& q) {
   while (!q.ops.empty() && q.ops.front().op.seq < retired_below_) {
+    const MatchOp& op = q.ops.front().op;
+    if (op.cls == OpClass::Kernel && expired_.size() < kMaxMismatches &&
+        std::none_of(expired_.begin(), expired_.end(), [&](const Expired& e) { return e.kernel_id == op.kernel_id; })) {
+      Expired e;
+      e.kernel_id = op.kernel_id, e.context = op.context, e.stream = op.stream;
+      std::copy(op.grid, op.grid + 3, e.grid);
+      std::copy(op.block, op.block + 3, e.block);
+      expired_.push_back(e);
+    }
     q.ops.pop_front();
     ++counters_.ops_expired;
   }
@@ -140,8 +149,10 @@ RecordMatcher::Decision RecordMatcher::decide(Queue& q, const Key& key, const Ma
       return Decision::Done;
     }
     ++counters_.unmatched[cls];
-    if (static_cast<OpClass>(cls) == OpClass::Kernel && mismatches_.size() < kMaxMismatches)
-      note_mismatch(q.ops.front().op, rec);
+    if (static_cast<OpClass>(cls) == OpClass::Kernel) {
+      if (waiting_elsewhere(rec)) ++counters_.unmatched_fit_elsewhere;
+      if (mismatches_.size() < kMaxMismatches) note_mismatch(q, rec);
+    }
     return Decision::Done;
   }
   const uint64_t seq = q.ops[static_cast<size_t>(at)].op.seq;
@@ -176,7 +187,8 @@ long RecordMatcher::find_fit(const Queue& q, const MatchRecord& rec) {
   return -1;
 }
 
-void RecordMatcher::note_mismatch(const MatchOp& op, const MatchRecord& rec) {
+void RecordMatcher::note_mismatch(const Queue& q, const MatchRecord& rec) {
+  const MatchOp& op = q.ops.front().op;
   for (const Mismatch& m : mismatches_)
     if (m.op_kernel_id == op.kernel_id && std::equal(rec.grid, rec.grid + 3, m.record_grid) &&
         std::equal(rec.block, rec.block + 3, m.record_block))
@@ -185,10 +197,27 @@ void RecordMatcher::note_mismatch(const MatchOp& op, const MatchRecord& rec) {
   if (rec.name) std::snprintf(m.record_name, sizeof m.record_name, "%s", rec.name);
   std::copy(rec.grid, rec.grid + 3, m.record_grid);
   std::copy(rec.block, rec.block + 3, m.record_block);
+  m.record_context = rec.context, m.record_stream = rec.stream;
   m.op_kernel_id = op.kernel_id;
   std::copy(op.grid, op.grid + 3, m.op_grid);
   std::copy(op.block, op.block + 3, m.op_block);
+  m.ops_waiting = q.ops.size();
+  if (const MatchOp* other = waiting_elsewhere(rec)) {
+    m.fits_elsewhere = true;
+    m.elsewhere_context = other->context, m.elsewhere_stream = other->stream;
+  }
   mismatches_.push_back(m);
+}
+
+// Diagnostics: an op on another stream (or context) that a skipped kernel record would fit.
+const MatchOp* RecordMatcher::waiting_elsewhere(const MatchRecord& rec) const {
+  for (const auto& [key, q] : queues_) {
+    if (static_cast<OpClass>(std::get<2>(key)) != OpClass::Kernel) continue;
+    if (std::get<0>(key) == rec.context && std::get<1>(key) == rec.stream) continue;
+    const long at = find_fit(q, rec);
+    if (at >= 0) return &q.ops[static_cast<size_t>(at)].op;
+  }
+  return nullptr;
 }
 
 void RecordMatcher::close_graph(Queue& q, std::vector<MatchResult>& out) {

@@ -57,8 +57,20 @@ struct MatchRecord {
 struct Mismatch {
   char record_name[96] = {};
   uint32_t record_grid[3] = {}, record_block[3] = {};
+  uint32_t record_context = 0, record_stream = 0;
   uint64_t op_kernel_id = 0;
   uint32_t op_grid[3] = {}, op_block[3] = {};
+  uint64_t ops_waiting = 0;          // in the record's queue
+  // An op of another (context, stream) that the record fits (by shape and name), if any.
+  bool fits_elsewhere = false;
+  uint32_t elsewhere_context = 0, elsewhere_stream = 0;
+};
+
+// An op given up while still waiting for its record (a few are kept, for the log).
+struct Expired {
+  uint64_t kernel_id = 0;
+  uint32_t context = 0, stream = 0;
+  uint32_t grid[3] = {}, block[3] = {};
 };
 
 struct MatchResult {
@@ -76,6 +88,7 @@ struct MatchCounters {
   uint64_t ops_queued = 0, ops_timed = 0;
   uint64_t ops_lost = 0;                  // given up: kMissesBeforeLost records went to ops after it
   uint64_t matched_ahead = 0;             // records that went to an op behind the oldest waiting one
+  uint64_t unmatched_fit_elsewhere = 0;   // kernel records skipped that fit an op waiting on another stream
   uint64_t ops_expired = 0;               // still waiting when the measurement thread gave up on it
 };
 
@@ -104,6 +117,7 @@ class RecordMatcher {
   static constexpr size_t kLookahead = 64;
   static constexpr uint32_t kMissesBeforeLost = 256;
   const std::vector<Mismatch>& mismatches() const noexcept { return mismatches_; }
+  const std::vector<Expired>& expired() const noexcept { return expired_; }
   size_t ops_waiting() const noexcept;
 
  private:
@@ -138,7 +152,8 @@ class RecordMatcher {
   void emit(uint64_t seq, uint64_t start, uint64_t end, bool timed, std::vector<MatchResult>& out);
   void close_graph(Queue& q, std::vector<MatchResult>& out);
   void close_graphs_before(uint32_t context, uint32_t stream, uint64_t seq, std::vector<MatchResult>& out);
-  void note_mismatch(const MatchOp& op, const MatchRecord& rec);
+  void note_mismatch(const Queue& q, const MatchRecord& rec);
+  const MatchOp* waiting_elsewhere(const MatchRecord& rec) const;
   static long find_fit(const Queue& q, const MatchRecord& rec);
 
   std::map<Key, Queue> queues_;
@@ -147,6 +162,7 @@ class RecordMatcher {
   uint64_t purged_at_ = 0;
   MatchCounters counters_;
   std::vector<Mismatch> mismatches_;   // the first kMaxMismatches distinct ones
+  std::vector<Expired> expired_;       // the first kMaxMismatches, of distinct kernels
 };
 
 }  // namespace fikit::hook::measure

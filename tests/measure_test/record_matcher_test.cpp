@@ -350,7 +350,31 @@ TEST(RecordMatcher, KernelRecordsOfAnotherShapeAreNotedForTheLog) {
   EXPECT_EQ(m.record_block[0], 256u);
   EXPECT_EQ(m.op_block[0], 128u);
   EXPECT_EQ(m.op_kernel_id, 42u);
+  EXPECT_EQ(m.record_stream, 7u);
+  EXPECT_EQ(m.ops_waiting, 1u);
+  EXPECT_FALSE(m.fits_elsewhere);
   EXPECT_EQ(h.m.counters().unmatched[0], 2u);
+  EXPECT_EQ(h.m.counters().unmatched_fit_elsewhere, 0u);
+}
+
+TEST(RecordMatcher, ARecordThatFitsAnOpOfAnotherStreamIsCounted) {
+  Harness h;
+  h.op(kernel_op(0, 7, 10));
+  MatchOp misplaced = kernel_op(1, 8, 30);   // the hook put it on stream 8; CUPTI says 7
+  misplaced.kernel_id = 5;
+  h.op(misplaced);
+  h.records({kernel_rec(7, 100, 120, 30)});
+  EXPECT_TRUE(h.take().empty());
+  EXPECT_EQ(h.m.counters().unmatched_fit_elsewhere, 1u);
+  ASSERT_EQ(h.m.mismatches().size(), 1u);
+  EXPECT_TRUE(h.m.mismatches()[0].fits_elsewhere);
+  EXPECT_EQ(h.m.mismatches()[0].elsewhere_stream, 8u);
+  // Given up, both are kept for the log (one entry per kernel).
+  h.m.retire_below(2048);
+  ASSERT_EQ(h.m.expired().size(), 2u);
+  EXPECT_EQ(h.m.expired()[1].kernel_id, 5u);
+  EXPECT_EQ(h.m.expired()[1].stream, 8u);
+  EXPECT_EQ(h.m.expired()[1].grid[0], 30u);
 }
 
 TEST(RecordMatcher, AfterASynchronisationOneSettleClosesTheGraph) {
