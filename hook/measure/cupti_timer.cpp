@@ -2,8 +2,9 @@
 // libcupti is loaded at run time (only in measure mode), its functions reached through the C
 // library's dlsym. Records are tied to the hook's ops by order per stream (record_matcher.h): the
 // launching thread only notes CUPTI's (context id, stream id) of the op's stream, from a per-thread
-// cache (one CUPTI call per new stream and thread), and no CUPTI call at all in steady state. The
-// matcher runs under a mutex on CUPTI's delivering thread and on the measurement thread.
+// cache (one CUPTI call per new stream and thread), and no CUPTI call at all in steady state.
+// CUPTI's delivering thread only hands records over; they are matched, under a mutex, when a flush
+// of the measurement thread's returns (consume()).
 //
 // If no op has been matched 2 s after the first flush, CUPTI timing is abandoned for the rest of
 // the process and the ops from then on are timed with events (one warning).
@@ -37,6 +38,7 @@ namespace {
 
 constexpr size_t kBufferBytes = 1u << 20;   // ~4000 kernel records: delivered well before the ring (16384) fills
 constexpr uint64_t kFlushAfterMs = 50;
+constexpr size_t kMaxHeldRecords = 1u << 16;   // records delivered and held between two flushes of ours
 constexpr uint64_t kFallbackAfterMs = 2000;   // after the first flush, with nothing matched
 constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                           CUPTI_ACTIVITY_KIND_MEMSET};
@@ -152,7 +154,7 @@ class CuptiTimer final : public Timer {
     if (!first_flush_ms_) first_flush_ms_ = now_ms();
     api_.flush_all(0);   // completed records only; a forced flush would cut records in progress
     std::lock_guard guard(mutex_);
-    ingest();
+    match_held();
     matcher_.settle(results_);
     apply();
   }
@@ -166,7 +168,7 @@ class CuptiTimer final : public Timer {
     ++drains_;
     drain_ns_ += monotonic_ns() - t0;
     std::lock_guard guard(mutex_);
-    ingest();
+    match_held();
     matcher_.settle(results_, /*all_done=*/true);   // a graph launch's last node came with this flush
     apply();
     return ever_timed_;   // before CUPTI has ever matched an op, the fallback decides instead
@@ -194,6 +196,8 @@ class CuptiTimer final : public Timer {
     }
     for (auto kind : kKinds) api_.disable(kind);
     api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    std::lock_guard guard(mutex_);
+    match_held();
   }
 
   void run_stored(uint64_t run, uint64_t ops, uint64_t timed) noexcept override {
@@ -379,12 +383,15 @@ class CuptiTimer final : public Timer {
     results_.clear();
   }
 
+  // Records are held until a flush of ours returns, then matched all together, in start order:
+  // CUPTI may keep a buffer per launching thread, and the buffers of one flush (or ones it
+  // delivered on its own since) arrive one by one. PyTorch's autograd thread launches the backward
+  // pass, the main thread the forward pass and the optimizer, on one stream: matched buffer by
+  // buffer, the optimizer's records came while hundreds of backward launches still waited for
+  // theirs (on an H100: 1-4 % of every training iteration's ops untimed).
   void consume(uint8_t* buffer, size_t valid) noexcept {
-    // Every op whose record is in this buffer was claimed before now.
-    const uint64_t claimed = ring_.claimed();
     std::lock_guard guard(mutex_);   // CUPTI's thread or a flushing one; never a launching thread
     try {
-      batch_.clear();
       CUpti_Activity* rec = nullptr;
       while (api_.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
         MatchRecord m;
@@ -422,12 +429,23 @@ class CuptiTimer final : public Timer {
           }
           default: continue;
         }
-        batch_.push_back(m);
+        held_.push_back(m);
       }
-      ingest();
-      matcher_.add_records(batch_, claimed, results_);
+      // Bounded: past this many (no flush of ours for a long while), match what is held now.
+      if (held_.size() >= kMaxHeldRecords) match_held();
     } catch (const std::bad_alloc&) {
     }
+  }
+
+  // Under mutex_: matches the records held. Every op whose record is held was claimed before now
+  // (a later count only makes a record wait longer for an op not yet offered).
+  void match_held() noexcept {
+    try {
+      ingest();
+      matcher_.add_records(held_, ring_.claimed(), results_);
+    } catch (const std::bad_alloc&) {
+    }
+    held_.clear();
     apply();
   }
 
@@ -479,7 +497,7 @@ class CuptiTimer final : public Timer {
   // Under mutex_.
   std::mutex mutex_;
   RecordMatcher matcher_;
-  std::vector<MatchRecord> batch_;
+  std::vector<MatchRecord> held_;   // delivered, not yet matched (consume())
   std::vector<MatchResult> results_;
   std::unordered_map<uint64_t, uint64_t> op_names_;          // kernel ID -> name hash
   std::unordered_map<const char*, uint64_t> record_names_;   // CUPTI's name -> name hash
