@@ -309,7 +309,8 @@ def parse_args(argv):
                                                                           SIM_DEFAULTS["overhead_hps"]))
     g.add_argument("--overhead-setups", default="native,native-b,share,measure",
                    help="native first, then from native-b, share, measure, measure-full (every iteration "
-                        "measured), off [native,native-b,share,measure]")
+                        "measured), measure-events (CUDA events instead of CUPTI), off "
+                        "[native,native-b,share,measure]")
     g.add_argument("--overhead-requests", type=int, default=200, help="requests a window, PyTorch [200]")
     a = ap.parse_args(argv)
 
@@ -331,8 +332,10 @@ def parse_args(argv):
         if any("=" not in item for item in group.split(",") if item.strip()):
             ap.error("--settings wants KEY=VALUE[,KEY=VALUE...], got '%s'" % group)
     ovh = a.overhead_setups.split(",")
-    if ovh[0] != "native" or set(ovh) - {"native", "native-b", "share", "measure", "measure-full", "off"}:
-        ap.error("--overhead-setups: native first, then from native-b, share, measure, measure-full, off")
+    if ovh[0] != "native" or set(ovh) - {"native", "native-b", "share", "measure", "measure-full", "measure-events",
+                                         "off"}:
+        ap.error("--overhead-setups: native first, then from native-b, share, measure, measure-full, measure-events, "
+                 "off")
     lpo = a.lpo_setups.split(",")
     if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "share", "share+idle-hp", "share-relearn"}:
         ap.error("--lpo-setups: plain first, then from plain-b, share, share+idle-hp, share-relearn")

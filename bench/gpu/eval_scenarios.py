@@ -247,6 +247,9 @@ def overhead(h):
              # profile that sampled ones are compared with (fikit-profile compare).
              "measure-full": es.Setup("measure-full", hook="measure", key_prefix="eval-ovhfull-",
                                       env={"FIKIT_MEASURE_SAMPLE": "1"}),
+             # CUDA events instead of CUPTI in the measured iterations: where the cost comes from.
+             "measure-events": es.Setup("measure-events", hook="measure", key_prefix="eval-ovhev-",
+                                        env={"FIKIT_TIMING": "events"}),
              "off": es.Setup("off", hook="off")}
     setups = [known[n] for n in h.a.overhead_setups.split(",")]
     longest = 0.0

@@ -162,11 +162,23 @@ class CuptiTimer final : public Timer {
   bool drain() noexcept override {
     if (fallen_back_) return false;
     if (!first_flush_ms_) first_flush_ms_ = now_ms();
-    // Synchronous: the buffer callbacks have run when it returns.
+    // Synchronous: the buffer callbacks have run when it returns. Forced only while no activity
+    // is collected, and collection stays off until it returns: a forced flush hands over the
+    // buffer in use, and CUPTI, recording a launch on another thread meanwhile, wrote into it after
+    // it was ours (a crash inside libcupti, on the H100, when the next measured iteration began
+    // during a drain). A launching thread starting a measured iteration waits for it (< 1 ms).
     const uint64_t t0 = monotonic_ns();
-    api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-    ++drains_;
-    drain_ns_ += monotonic_ns() - t0;
+    {
+      std::lock_guard collecting(collecting_mutex_);
+      if (collecting_) {
+        api_.flush_all(0);
+        ++drains_unforced_;
+      } else {
+        api_.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+      }
+      ++drains_;
+      drain_ns_ += monotonic_ns() - t0;
+    }
     std::lock_guard guard(mutex_);
     match_held();
     matcher_.settle(results_, /*all_done=*/true);   // a graph launch's last node came with this flush
@@ -250,9 +262,9 @@ class CuptiTimer final : public Timer {
           e.block[1], e.block[2], e.context, e.stream);
     }
     std::lock_guard guard(collecting_mutex_);
-    log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us; on: on the "
-        "program's thread), %" PRIu64 " drains (mean %.1f us)", toggles_, toggles_ ? toggle_ns_ / 1e3 / toggles_ : 0.0,
-        toggle_max_ns_ / 1e3, drains_, drains_ ? drain_ns_ / 1e3 / drains_ : 0.0);
+    log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us on the "
+        "program's thread), %" PRIu64 " drains (mean %.1f us; %" PRIu64 " with collection on: not forced)", toggles_, toggles_ ? toggle_ns_ / 1e3 / toggles_ : 0.0,
+        toggle_max_ns_ / 1e3, drains_, drains_ ? drain_ns_ / 1e3 / drains_ : 0.0, drains_unforced_);
   }
 
   bool start(char* why, size_t why_len) noexcept {
@@ -507,7 +519,7 @@ class CuptiTimer final : public Timer {
   bool collecting_ = true;
   bool stopped_ = false;
   uint64_t toggles_ = 0, toggle_ns_ = 0, toggle_max_ns_ = 0;   // under collecting_mutex_
-  uint64_t drains_ = 0, drain_ns_ = 0;                         // measurement thread
+  uint64_t drains_ = 0, drain_ns_ = 0, drains_unforced_ = 0;   // under collecting_mutex_
 
   // Measurement thread only.
   bool fallen_back_ = false;

@@ -9,7 +9,6 @@
 #include <cinttypes>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -104,16 +103,9 @@ class MeasureMode final : public Mode {
   void after_sync(SyncKind) noexcept override {
     const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (sample_every_ == 1 || retired_.load(std::memory_order_relaxed)) return;
-    // The GPU collects timings (CUPTI) only during measured iterations. One starts: on now, before
-    // its first launch.
-    if (sampled(epoch)) {
-      std::lock_guard guard(collect_mutex_);
-      timer_->set_collecting(true);
-    }
-    // One ended, complete: the measurement thread drains its records, then turns collection off.
-    // Not off here: CUPTI writes a kernel's record after the kernel ends, and records it has not
-    // written when collection goes off come only once it is on again (on the H100, the optimizer
-    // kernels at the end of every measured PyTorch iteration: 1-4 % of the ops went untimed).
+    // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
+    // complete, so its records can be delivered at once rather than when a buffer fills.
+    timer_->set_collecting(sampled(epoch));
     if (sampled(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
   }
 
@@ -135,9 +127,6 @@ class MeasureMode final : public Mode {
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
   bool sampled(uint64_t epoch) const noexcept { return epoch % sample_every_ == 0; }
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
-  // After a drained iteration: how long its ops may still wait for their records. Only measured
-  // iterations fill the ring, so the program does not wait on this.
-  static constexpr uint64_t kLateRecordMs = 64;
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
 
   // The thread starts with the first launch, not at load time: the process may never use the GPU.
@@ -177,28 +166,10 @@ class MeasureMode final : public Mode {
     finished_.store(true, std::memory_order_release);
   }
 
-  // A measured iteration ended (ops of epochs below `below` are complete on the GPU): deliver all
-  // its records, then stop collecting, unless a measured iteration has begun again meanwhile (its
-  // records must not be cut by a forced flush, nor its collection stopped).
-  void end_measured_iteration(uint64_t below, uint64_t now) noexcept {
-    if (sampled(sync_epoch_.load(std::memory_order_acquire))) return;
-    if (timer_->drain()) {
-      drained_below_ = below;
-      drained_at_ = now;
-      redrain_after_ms_ = 1;
-    }
-    std::lock_guard guard(collect_mutex_);
-    if (!sampled(sync_epoch_.load(std::memory_order_acquire))) timer_->set_collecting(false);
-  }
-
   void consume() {
     uint64_t pending_since = 0, drain_deadline = 0, last_flush = 0;
     for (;;) {
       bool progressed = false;
-      if (const uint64_t below = drain_below_epoch_.exchange(0, std::memory_order_acq_rel)) {
-        last_flush = now_ms();
-        end_measured_iteration(below, last_flush);
-      }
       while (OpSlot* slot = ring_->published(next_)) {
         uint64_t start = 0, end = 0;
         Timer::Poll p = slot->launched ? timer_->poll(*slot, next_, start, end) : Timer::Poll::Lost;
@@ -207,18 +178,14 @@ class MeasureMode final : public Mode {
           if (!pending_since) pending_since = now;
           // CUPTI delivers records in buffers: ask for them, and give up on one that never comes.
           const uint64_t flush_after = timer_->flush_after_ms();
-          if (const uint64_t below = drain_below_epoch_.exchange(0, std::memory_order_acq_rel)) {
+          // (A request that comes when this op is of a later iteration is stale: a forced flush now
+          // would cut the records of the ops running.)
+          if (const uint64_t below = drain_below_epoch_.exchange(0, std::memory_order_acq_rel);
+              below > slot->sync_epoch) {
             // A measured iteration ended with a host synchronisation: its records can all come now,
-            // and an op of it that still has none after kLateRecordMs never will (no waiting
-            // give_up_ms() on it, while the ring fills behind).
-            end_measured_iteration(below, now);
-            last_flush = now;
-            p = timer_->poll(*slot, next_, start, end);
-          } else if (slot->sync_epoch < drained_below_ && now - last_flush >= redrain_after_ms_) {
-            // A record can still be on its way after the drain: drain again, backing off, until
-            // kLateRecordMs have passed.
-            timer_->drain();
-            redrain_after_ms_ *= 2;
+            // and an op of it that still has none never will (no waiting give_up_ms() on it, while
+            // the ring fills behind).
+            if (timer_->drain()) drained_below_ = below;
             last_flush = now;
             p = timer_->poll(*slot, next_, start, end);
           } else if (now - last_flush >= flush_after && now - pending_since >= flush_after) {
@@ -226,7 +193,7 @@ class MeasureMode final : public Mode {
             last_flush = now;
           }
           if (p == Timer::Poll::Pending) {
-            const bool hopeless = slot->sync_epoch < drained_below_ && now - drained_at_ >= kLateRecordMs;
+            const bool hopeless = slot->sync_epoch < drained_below_;
             if (!hopeless && (timer_->give_up_ms() == 0 || now - pending_since < timer_->give_up_ms())) break;
             p = Timer::Poll::Lost;
           }
@@ -314,7 +281,6 @@ class MeasureMode final : public Mode {
   std::atomic<uint64_t> sync_epoch_{0};
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> drain_below_epoch_{0};   // non-zero: drain; ops of earlier epochs are complete
-  std::mutex collect_mutex_;   // collection on or off, decided against the current epoch
   std::atomic<bool> drop_pending_{false};
   std::atomic<bool> retired_{false};
   std::atomic<bool> stopping_{false};
@@ -326,8 +292,6 @@ class MeasureMode final : public Mode {
   uint64_t timed_in_run_ = 0;
   uint64_t launched_in_run_ = 0;
   uint64_t drained_below_ = 0;
-  uint64_t drained_at_ = 0;          // ms, of the drain that set drained_below_
-  uint64_t redrain_after_ms_ = 1;    // the next drain for late records, after the last flush
   measure::RunBuilder builder_;
   std::unique_ptr<profiledb::Database> db_;
 };
