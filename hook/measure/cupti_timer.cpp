@@ -36,7 +36,7 @@
 namespace fikit::hook::measure {
 namespace {
 
-constexpr size_t kBufferBytes = 1u << 20;   // ~4000 kernel records: delivered well before the ring (16384) fills
+constexpr size_t kBufferBytes = 1u << 20;   // ~4000 kernel records: delivered well before the ring (65536) fills
 constexpr uint64_t kFlushAfterMs = 50;
 constexpr size_t kMaxHeldRecords = 1u << 16;   // records delivered and held between two flushes of ours
 constexpr uint64_t kFallbackAfterMs = 2000;   // after the first flush, with nothing matched
@@ -262,9 +262,11 @@ class CuptiTimer final : public Timer {
           e.block[1], e.block[2], e.context, e.stream);
     }
     std::lock_guard guard(collecting_mutex_);
-    log(LogLevel::Info, "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us on the "
-        "program's thread), %" PRIu64 " drains (mean %.1f us; %" PRIu64 " with collection on: not forced)", toggles_, toggles_ ? toggle_ns_ / 1e3 / toggles_ : 0.0,
-        toggle_max_ns_ / 1e3, drains_, drains_ ? drain_ns_ / 1e3 / drains_ : 0.0, drains_unforced_);
+    log(LogLevel::Info,
+        "measure: cupti: %" PRIu64 " switches on or off (mean %.1f us, max %.1f us on the program's thread), "
+        "%" PRIu64 " drains (mean %.1f us; %" PRIu64 " with collection on: not forced)",
+        toggles_, toggles_ ? toggle_ns_ / 1e3 / toggles_ : 0.0, toggle_max_ns_ / 1e3, drains_,
+        drains_ ? drain_ns_ / 1e3 / drains_ : 0.0, drains_unforced_);
   }
 
   bool start(char* why, size_t why_len) noexcept {
