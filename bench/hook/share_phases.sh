@@ -1,0 +1,63 @@
+#!/bin/bash
+# The hook's own time per launch in share mode, by phase (FIKIT_STATS=1), for one or more builds
+# (docs/performance-hook.md): a low-priority fikit-example-train alone under its build's
+# fikit-scheduler on its build's simulated GPU (5 us kernels, a sync every 100, 4 s), mode off then
+# share, --reps times, builds interleaved. Prints one line per run: launches, and the hook's ns per
+# op in capture / kernel ID / mode before / real call / mode after ("real" is the simulated driver,
+# which differs between builds; the other four are the hook's own work).
+#
+#   bench/hook/share_phases.sh [--reps 3] BUILD_DIR [BUILD_DIR ...]
+#
+# BUILD_DIR is a CMake build of this project (for an older commit: git worktree add, then build the
+# targets fikit_hook fikit-run fikit-scheduler fikit-example-train fikit_simcuda).
+# Exit status: 0 every run finished; 1 a run failed; 2 bad usage.
+set -u
+reps=3
+builds=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --reps) reps=$2; shift 2 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "share_phases: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) builds+=("$1"); shift ;;
+  esac
+done
+case "$reps" in ''|*[!0-9]*) echo "share_phases: --reps needs a whole number" >&2; exit 2 ;; esac
+[ ${#builds[@]} -gt 0 ] || { echo "share_phases: name at least one build directory (see --help)" >&2; exit 2; }
+for b in "${builds[@]}"; do
+  for f in scheduler/daemon/fikit-scheduler tools/fikit-run/fikit-run examples/fikit-example-train \
+           hook/libfikit_hook.so tests/simgpu/libcuda.so.1; do
+    [ -e "$b/$f" ] || { echo "share_phases: $b/$f missing (build it first)" >&2; exit 2; }
+  done
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+status=0
+port=47800
+for rep in $(seq 1 "$reps"); do
+  for b in "${builds[@]}"; do
+    for mode in off share; do
+      port=$((port + 1))
+      name=fikit-share-phases-$$-$port
+      (
+        export LD_LIBRARY_PATH=$b/tests/simgpu FIKIT_SIMGPU_NAME=$name FIKIT_STATS=1
+        "$b/scheduler/daemon/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/$port.db" \
+          > "$work/$port.daemon" 2>&1 &
+        daemon=$!
+        sleep 0.5
+        "$b/tools/fikit-run/fikit-run" --hook "$b/hook/libfikit_hook.so" --db "$work/$port.db" \
+          --scheduler "127.0.0.1:$port" --mode "$mode" --task-key lp --priority 5 -- \
+          "$b/examples/fikit-example-train" --kernel-us 5 --sync-every 100 --duration-s 4 \
+          > "$work/$port.out" 2> "$work/$port.err"
+        rc=$?
+        kill "$daemon" 2>/dev/null
+        wait "$daemon" 2>/dev/null
+        rm -f "/dev/shm/$name"
+        exit $rc
+      ) || { echo "rep $rep $b $mode: FAILED (see the program's stderr below)"; tail -3 "$work/$port.err"; status=1; continue; }
+      launches=$(sed -n 's/.*"kernels":\([0-9]*\).*/\1/p' "$work/$port.out" | tail -1)
+      echo "rep $rep $b $mode: ${launches:-?} launches; $(grep -o 'ns/op:.*' "$work/$port.err" || echo 'no phases (mode off)')"
+    done
+  done
+done
+exit $status
