@@ -151,6 +151,7 @@ Config parse() noexcept {
   read_number("FIKIT_MEASURE_RUNS", cfg.measure_runs, 1, 1000000);
   read_number("FIKIT_RUN_ITERATIONS", cfg.run_iterations, 0, 1000000000);
   read_number("FIKIT_MEASURE_SAMPLE", cfg.measure_sample, 1, 1000);
+  read_number("FIKIT_MEASURE_BURST", cfg.measure_burst, 1, 1000);
   read_number("FIKIT_RELEARN_SAMPLE", cfg.relearn_sample, 0, 1000000);
   read_number("FIKIT_RELEARN_FLUSH_MS", cfg.relearn_flush_ms, 10, 3600000);
   read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth, 0, 16);

@@ -18,6 +18,7 @@ struct Config {
   uint32_t measure_runs = 10;           // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
   uint32_t run_iterations = 0;          // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
   uint32_t measure_sample = 8;          // FIKIT_MEASURE_SAMPLE: measure one iteration in this many (1: all)
+  uint32_t measure_burst = 1;           // FIKIT_MEASURE_BURST: measured iterations come this many in a row
   uint32_t relearn_sample = 8;          // FIKIT_RELEARN_SAMPLE: share mode times 1 in N launches of unknown kernels (0: off)
   uint32_t relearn_flush_ms = 2000;     // FIKIT_RELEARN_FLUSH_MS: how often what it learned is stored
   uint32_t backtrace_depth = 4;         // FIKIT_BACKTRACE_DEPTH: caller frames kept in the kernel ID

@@ -59,7 +59,8 @@ class MeasureMode final : public Mode {
   // share_after_runs > 0: auto mode, hand over to share mode once the task has that many runs.
   MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs)
       : cfg_(cfg), ring_(std::move(ring)), timer_(timer), share_after_runs_(share_after_runs),
-        sample_every_(cfg.measure_sample > 0 ? cfg.measure_sample : 1), owner_pid_(getpid()),
+        sample_every_(cfg.measure_sample > 0 ? cfg.measure_sample : 1),
+        burst_(cfg.measure_burst > 0 ? cfg.measure_burst : 1), owner_pid_(getpid()),
         builder_(cfg.run_iterations) {}
 
   // Only the measured iterations need kernel IDs (up to a stack walk each).
@@ -125,7 +126,10 @@ class MeasureMode final : public Mode {
 
  private:
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
-  bool sampled(uint64_t epoch) const noexcept { return epoch % sample_every_ == 0; }
+  // Bursts of burst_ iterations in a row, one iteration in sample_every_ overall: each burst costs
+  // one switch of CUPTI's collection on and one off, and the switching slows the launches between
+  // measured iterations too (docs/performance-measure.md).
+  bool sampled(uint64_t epoch) const noexcept { return (epoch / burst_) % sample_every_ == 0; }
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
 
@@ -274,6 +278,7 @@ class MeasureMode final : public Mode {
   Timer* const timer_;                       // lives as long as the mode (never deleted, like it)
   const uint32_t share_after_runs_;
   const uint32_t sample_every_;
+  const uint32_t burst_;
   const pid_t owner_pid_;
   CUcontext context_ = nullptr;
 

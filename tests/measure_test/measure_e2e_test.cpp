@@ -210,6 +210,20 @@ TEST_F(MeasureE2E, SampledIterationsAreMeasuredWhole) {
   EXPECT_EQ(runs[0].ops_timed, 30u);
 }
 
+TEST_F(MeasureE2E, BurstsMeasureConsecutiveIterations) {
+  // Bursts of three in every twelve: iterations 0-2, 12-14, 24-26 and 36-38, 12 of 40 (one in four
+  // alone would measure 10).
+  ASSERT_EQ(run({"--iterations", "40"}, {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_BURST", "3"}}), 0)
+      << slurp("err0");
+  const auto got = by_position();
+  ASSERT_EQ(got.size(), 3u);
+  for (uint32_t p = 0; p < 3; ++p) EXPECT_EQ(got.at(p).count, 12u) << p;
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].ops_launched, 36u);
+  EXPECT_EQ(runs[0].ops_timed, 36u);
+}
+
 TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {
   ASSERT_EQ(run({"--iterations", "12"}, {{"FIKIT_RUN_ITERATIONS", "4"}}), 0) << slurp("err0");
   // 11 boundaries: runs close after boundaries 4 and 8; the rest (iterations 9..12) at exit.
