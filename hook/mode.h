@@ -51,7 +51,7 @@ Mode* make_share_mode(const Config& cfg) noexcept;     // hook/share/
 Mode* make_auto_mode(const Config& cfg) noexcept;      // hook/measure/: measure until cfg.measure_runs, then share
 
 // hook/share/: tell the daemon, if one answers, that this process is in its measurement phase, so that
-// lower-priority tasks keep off the GPU while it measures (DESIGN §6). Returns at once; a no-op when
+// lower-priority tasks keep off the GPU while it measures (docs/scheduling.md). Returns at once; a no-op when
 // no daemon is running. Called by the measure mode when it starts.
 void announce_measurement(const Config& cfg) noexcept;
 

@@ -1,5 +1,5 @@
 // The resolution paths' shared lookups over the entry table, and the dlsym interposition through
-// which libcudart (which dlopens libcuda.so.1) reaches the wrappers (DESIGN §3).
+// which libcudart (which dlopens libcuda.so.1) reaches the wrappers.
 #include <dlfcn.h>
 
 #include <cstring>

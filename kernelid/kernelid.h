@@ -1,6 +1,6 @@
 #pragma once
 // Kernel identity: a 64-bit hash of (device function name, symbolized call site, grid, block,
-// dynamic shared memory), equal across processes and runs of the same program. See DESIGN §4.
+// dynamic shared memory), equal across processes and runs of the same program. See docs/architecture.md.
 //
 // Cost model: the first sight of a call site, a CUfunction or an ID takes a mutex and allocates
 // (symbolization, demangling, the description); a later launch costs lock-free table lookups and

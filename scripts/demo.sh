@@ -85,7 +85,7 @@ else
   echo "GPU: simulated (no GPU answered nvidia-smi -L), driver $sim_dir/libcuda.so.1, device $FIKIT_SIMGPU_NAME"
 fi
 
-# HP as in docs MEASURED.md's synthetic pair: 50 kernels of 5 us, 20 us of host work before each,
+# HP as in the project's first synthetic pair (docs/results.md): 50 kernels of 5 us, 20 us of host work before each,
 # 0.5 ms between requests. LP: 10 us kernels back to back, one synchronisation per 100.
 if [ "$quick" = 1 ]; then hp_requests=300 lp_alone_s=1 measure_requests=50; else hp_requests=1000 lp_alone_s=3 measure_requests=200; fi
 hp_shape=(--warmup 10 --kernels 50 --kernel-us 5 --cpu-us 20 --think-us 500)

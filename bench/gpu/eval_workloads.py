@@ -11,7 +11,7 @@ LP_NAMES = ("resnet50-train", "vgg16-bs16", "gemm8192", "gemm2048", "synthetic-t
 ARRIVALS = ("closed", "poisson")
 FOREVER_REQUESTS = 100_000_000     # "until stopped" for fikit-example-infer
 FOREVER_S = 100_000.0              # "until stopped" for fikit-example-train
-SYNTHETIC_HP = ["--kernels", 50, "--kernel-us", 5, "--cpu-us", 20]    # MEASURED.md's synthetic pair
+SYNTHETIC_HP = ["--kernels", 50, "--kernel-us", 5, "--cpu-us", 20]    # the founders' first synthetic pair
 SYNTHETIC_LP = ["--kernel-us", 10, "--sync-every", 100]
 
 
@@ -87,7 +87,7 @@ class LP:
         return cmd + ["--serve", "--progress-ms", progress_ms]
 
     def run_cmd(self, progress_ms, duration_s=FOREVER_S):
-        # MEASURED.md's synthetic LP: 10 us kernels back to back, a synchronisation every 100.
+        # The founders' first synthetic LP: 10 us kernels back to back, a synchronisation every 100.
         return [self.paths.tool("fikit-example-train")] + SYNTHETIC_LP + ["--duration-s", duration_s,
                                                                          "--progress-ms", progress_ms]
 

@@ -1,6 +1,6 @@
 #pragma once
 // GPU timing of ops, two ways: CUPTI activity records (exact, cheap; real GPUs) or CUDA events
-// around each op (works everywhere, including the simulated driver). See DESIGN §5.
+// around each op (works everywhere, including the simulated driver). See docs/performance-measure.md.
 #include <cuda.h>
 
 #include <cstddef>
