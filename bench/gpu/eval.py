@@ -309,9 +309,13 @@ def parse_args(argv):
                                                                           SIM_DEFAULTS["overhead_hps"]))
     g.add_argument("--overhead-setups", default="native,native-b,share,measure",
                    help="native first, then from native-b, share, measure, measure-full (every iteration "
-                        "measured), measure-events (CUDA events instead of CUPTI), off "
+                        "measured), measure-events (CUDA events instead of CUPTI), measure/N or "
+                        "measure/NxB (one iteration in N measured, in bursts of B), off "
                         "[native,native-b,share,measure]")
     g.add_argument("--overhead-requests", type=int, default=200, help="requests a window, PyTorch [200]")
+    g.add_argument("--fresh-every", type=int, default=0, metavar="K",
+                   help="start every setup's process anew every K repetitions (0: one process a setup "
+                        "throughout) [0]")
     a = ap.parse_args(argv)
 
     for x in a.scenarios:
@@ -320,6 +324,8 @@ def parse_args(argv):
     a.scenarios = list(SCENARIOS) if "all" in a.scenarios else (a.scenarios or ["pairs"])
     if a.reps < 1 or a.hp_requests < 1 or a.synthetic_requests < 1 or a.load <= 0 or a.warmup < 0:
         ap.error("--reps, --hp-requests and --synthetic-requests must be >= 1, --load > 0, --warmup >= 0")
+    if a.fresh_every < 0:
+        ap.error("--fresh-every must be >= 0")
     setups = a.setups.split(",")
     if setups[0] != "alone":
         ap.error("--setups must start with alone (every ratio is to alone)")
@@ -332,10 +338,10 @@ def parse_args(argv):
         if any("=" not in item for item in group.split(",") if item.strip()):
             ap.error("--settings wants KEY=VALUE[,KEY=VALUE...], got '%s'" % group)
     ovh = a.overhead_setups.split(",")
-    if ovh[0] != "native" or set(ovh) - {"native", "native-b", "share", "measure", "measure-full", "measure-events",
-                                         "off"}:
+    if ovh[0] != "native" or any(n not in {"native-b", "share", "measure", "measure-full", "measure-events", "off"}
+                                 and not eval_scenarios.MEASURE_VARIANT.fullmatch(n) for n in ovh[1:]) or len(set(ovh)) < len(ovh):
         ap.error("--overhead-setups: native first, then from native-b, share, measure, measure-full, measure-events, "
-                 "off")
+                 "measure/N[xB], off, each once")
     lpo = a.lpo_setups.split(",")
     if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "share", "share+idle-hp", "share-relearn"}:
         ap.error("--lpo-setups: plain first, then from plain-b, share, share+idle-hp, share-relearn")

@@ -21,7 +21,8 @@ import eval_stats as st
 import eval_workloads as wl
 
 WATCHED_ENV = ("CUDA_MPS_CLIENT_PRIORITY", "CUDA_MPS_PIPE_DIRECTORY", "FIKIT_MODE", "FIKIT_PRIORITY",
-               "FIKIT_TASK_KEY", "FIKIT_SCHEDULER", "FIKIT_SHARE_STATS", "FIKIT_SIMGPU_NAME", "FIKIT_SIMGPU_MPS")
+               "FIKIT_TASK_KEY", "FIKIT_SCHEDULER", "FIKIT_SHARE_STATS", "FIKIT_SIMGPU_NAME", "FIKIT_SIMGPU_MPS",
+               "FIKIT_MEASURE_SAMPLE", "FIKIT_MEASURE_BURST", "FIKIT_TIMING")
 
 
 def file_safe(text):
@@ -69,7 +70,8 @@ class _Handle:
     def _start(self, cmd, served, limit_s):
         pool, spec = self.pool, self.spec
         port = pool.scheduler_port(spec.setup)
-        stats = "%s.%d" % (spec.name, len(self.procs) + 1)
+        started = pool.started[spec.name] = pool.started.get(spec.name, 0) + 1
+        stats = "%s.%d" % (spec.name, started)
         cmd, env = pool.launcher.command(spec.setup, spec.role, spec.program, cmd, port, stats_name=stats)
         name = pool.h.name(spec.name)
         if served:
@@ -79,7 +81,7 @@ class _Handle:
         p.stats_file = env.get("FIKIT_SHARE_STATS")
         p.collected = False
         self.procs.append(p)
-        pool.record_worker(p, spec, env, len(self.procs))
+        pool.record_worker(p, spec, env, started)
         return p
 
     def finish(self):
@@ -218,6 +220,7 @@ class Pool:
         self.failed = {}           # Spec.key -> why it could not start
         self.schedulers = {}       # scheduler name -> (Proc, port)
         self.measured = set()      # task keys with a profile in the database
+        self.started = {}          # Spec.name -> processes started for it (workers may be restarted)
 
     # ---------------------------------------------------------------- schedulers
     def scheduler_port(self, setup):
@@ -253,7 +256,7 @@ class Pool:
 
     # ---------------------------------------------------------------- records
     # results["workers"][Spec.name]: the latest process of each program-in-a-setup (the C++ examples
-    # start one per window; "processes" counts them).
+    # start one per window, restarted workers a new one; "processes" counts them).
 
     def record_worker(self, p, spec, env, count):
         self.h.results["workers"][spec.name] = {

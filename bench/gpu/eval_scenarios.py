@@ -11,6 +11,7 @@
 Each scenario stores raw per-repetition numbers in results; eval_report turns them into ratios
 with intervals."""
 import os
+import re
 import time
 
 import eval_pool as epool
@@ -46,11 +47,12 @@ def _hp_numbers(res):
             "window_s": round(res["t1"] - res["t0"], 3)}
 
 
-def _reps(h, label, setups, window, store):
+def _reps(h, label, setups, window, store, before_rep=None):
     """Runs window(setup, rep) for every setup, repetition after repetition (rotated order);
-    store(setup, rep, record) keeps what a window returned. A repetition starts only if the budget
-    still holds one as long as the longest so far (a partial one would leave the setups unevenly
-    repeated). Returns the number of complete repetitions."""
+    store(setup, rep, record) keeps what a window returned; before_rep(rep), when given, runs
+    first in every repetition. A repetition starts only if the budget still holds one as long as
+    the longest so far (a partial one would leave the setups unevenly repeated). Returns the
+    number of complete repetitions."""
     longest = 0.0
     for rep in range(h.a.reps):
         if rep and h.budget_left_s() < longest:
@@ -58,6 +60,8 @@ def _reps(h, label, setups, window, store):
                    % (label, rep, h.a.reps, longest, h.budget_left_s()))
             return rep
         t = time.monotonic()
+        if before_rep:
+            before_rep(rep)
         for setup in rotated(setups, rep):
             r = h.step("%s rep %d %s" % (label, rep + 1, setup.name), lambda: window(setup, rep))
             if h.budget_spent:
@@ -237,6 +241,20 @@ def lp_overhead(h):
 
 # ---------------------------------------------------------------- overhead
 
+def measure_variant(name):
+    """measure/N or measure/NxB: one iteration in N measured, in bursts of B in a row
+    (FIKIT_MEASURE_SAMPLE, FIKIT_MEASURE_BURST); each writes a profile of its own."""
+    m = MEASURE_VARIANT.fullmatch(name)
+    if not m:
+        raise ValueError("unknown overhead setup '%s'" % name)
+    env = {"FIKIT_MEASURE_SAMPLE": m.group(1), "FIKIT_MEASURE_BURST": m.group(2) or "1"}
+    return es.Setup(name, hook="measure", key_prefix="eval-ovh%sx%s-" % (m.group(1), env["FIKIT_MEASURE_BURST"]),
+                    env=env)
+
+
+MEASURE_VARIANT = re.compile(r"measure/([1-9][0-9]{0,5})(?:x([1-9][0-9]{0,5}))?")
+
+
 def overhead(h):
     out = h.results.setdefault("overhead", {})
     flags = h.variants[0][1]
@@ -251,7 +269,7 @@ def overhead(h):
              "measure-events": es.Setup("measure-events", hook="measure", key_prefix="eval-ovhev-",
                                         env={"FIKIT_TIMING": "events"}),
              "off": es.Setup("off", hook="off")}
-    setups = [known[n] for n in h.a.overhead_setups.split(",")]
+    setups = [known[n] if n in known else measure_variant(n) for n in h.a.overhead_setups.split(",")]
     longest = 0.0
     for hp_name in h.a.overhead_hps.split(","):
         hp = wl.HP(hp_name, h.paths)
@@ -275,8 +293,18 @@ def overhead(h):
             status_file, _ = _status(h, setup, "overhead %s %s rep %d" % (hp.name, setup.name, rep + 1))
             return {"hp": _hp_numbers(r), "status": status_file}
 
+        def fresh_workers(rep):
+            # Processes of one program differ by several per cent (eager resnet50: native against
+            # native-b 0.80-1.16x): new ones every few repetitions spread that over every setup.
+            if h.a.fresh_every and rep and rep % h.a.fresh_every == 0:
+                h.pool.release()
+                h.step("new workers for overhead %s" % hp.name, lambda: h.pool.ensure(specs) or True)
+                h.pool.mark(specs, "overhead %s" % hp.name)
+
+        res["fresh_every"] = h.a.fresh_every
         res["complete_reps"] = _reps(h, "overhead %s" % hp.name, setups, window,
-                                     lambda s, rep, r: res["runs"][s.name].append(dict(r, rep=rep + 1)))
+                                     lambda s, rep, r: res["runs"][s.name].append(dict(r, rep=rep + 1)),
+                                     fresh_workers)
         longest = max(longest, time.monotonic() - started)
         if h.budget_spent:
             break

@@ -8,8 +8,10 @@
            FIKIT engaged (its scheduler saw the tasks); summaries carry intervals.
   pytorch  a PyTorch pair through fake_torch/ (a stand-in that sleeps instead of computing), the
            non-FIKIT setups (the stand-in makes no CUDA call, so there is nothing to measure):
-           the --serve workers' protocol under the harness. Asserts: exit 0, every window ran, each
-           worker started once and served every repetition.
+           the --serve workers' protocol under the harness; then the overhead scenario with a
+           measure/N[xB] setup and --fresh-every 1. Asserts: exit 0, every window ran, each pair
+           worker started once and served every repetition, each overhead worker started once a
+           repetition, and the measure variant's processes got its sample and burst.
   mps      the real-GPU path with fake_gpu/ first on PATH (nvidia-smi -L answers; a stand-in
            nvidia-cuda-mps-control) while the programs still run on the simulator. Asserts: the
            MPS daemon started once and was stopped, its folder is gone; the MPS setups' processes
@@ -120,6 +122,19 @@ def pytorch(args, out):
         if w["processes"] != 1 or w.get("exit") != 0:
             fail("%s: %d processes, exit %s (one worker for every repetition, quit cleanly)"
                  % (name, w["processes"], w.get("exit")))
+    res = run_eval(args, os.path.join(out, "overhead"),
+                   ["overhead", "--overhead-hps", "resnet50", "--overhead-setups", "native,native-b,measure/4x2",
+                    "--fresh-every", "1"], env=env)
+    runs = res["overhead"]["resnet50"]["runs"]
+    if any(len(runs[s]) != 2 for s in ("native", "native-b", "measure/4x2")):
+        fail("overhead runs: %s" % {s: len(r) for s, r in runs.items()})
+    for name in ("hp-resnet50-native", "hp-resnet50-native-b", "hp-resnet50-measure_4x2"):
+        w = res["workers"].get(name) or fail("no worker %s in %s" % (name, sorted(res["workers"])))
+        if w["processes"] != 2:
+            fail("%s: %d processes, expected one a repetition (--fresh-every 1)" % (name, w["processes"]))
+    env_got = res["workers"]["hp-resnet50-measure_4x2"].get("env") or {}
+    if env_got.get("FIKIT_MEASURE_SAMPLE") != "4" or env_got.get("FIKIT_MEASURE_BURST") != "2":
+        fail("measure/4x2 worker environment: %s" % env_got)
 
 
 def fake_gpu_env(args):

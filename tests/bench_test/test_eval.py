@@ -245,6 +245,16 @@ class Requests(unittest.TestCase):
 
 
 class Scenarios(unittest.TestCase):
+    def test_measure_variants_set_sample_and_burst(self):
+        s = esc.measure_variant("measure/32x4")
+        self.assertEqual((s.hook, s.env), ("measure", {"FIKIT_MEASURE_SAMPLE": "32", "FIKIT_MEASURE_BURST": "4"}))
+        self.assertEqual(esc.measure_variant("measure/32").env["FIKIT_MEASURE_BURST"], "1")
+        self.assertNotEqual(s.task_key(wl.HP("resnet50", {})), esc.measure_variant("measure/32").task_key(
+            wl.HP("resnet50", {})))   # each variant measures into a profile of its own
+        for bad in ("measure/0", "measure/8x", "measure/x2", "measure/8x0", "measure8"):
+            with self.assertRaises(ValueError):
+                esc.measure_variant(bad)
+
     def test_rotation_visits_every_setup_once_per_rep(self):
         items = ["a", "b", "c"]
         self.assertEqual(esc.rotated(items, 0), ["a", "b", "c"])
