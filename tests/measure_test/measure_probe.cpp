@@ -2,9 +2,13 @@
 // iteration launches one spin kernel per position (position k: grid k+1, so each has its own kernel
 // ID), waits on the CPU until the position's period has passed since the launch, then synchronises
 // and thinks. It prints what the hook should find, as bounds that hold however the host is loaded:
-// each kernel reached the GPU somewhere inside its cuLaunchKernel call, so per position it prints
-// the median duration bounds [spin, spin + call time] and the median gap bounds
-// [next call start - this call end - spin, next call end - this call start - spin].
+// each kernel reached the GPU somewhere inside its cuLaunchKernel call and started once it was
+// there and the kernel before it had finished (a call that took longer than the period, like the
+// first one, which sets the hook up, leaves the next kernel queued behind it). So a kernel starts
+// in [max(call start, earliest start of the one before + its spin), max(call end, latest start of
+// the one before + its spin)]; per position it prints the median duration bounds [spin, spin +
+// call time] and the median gap bounds [earliest next start - latest end, latest next start -
+// earliest end].
 #include <cuda.h>
 #include <time.h>
 
@@ -119,23 +123,27 @@ int main(int argc, char** argv) {
 
   std::vector<std::vector<uint64_t>> dur_hi(positions), gap_lo(positions), gap_hi(positions);
   for (uint64_t it = 0; iterations == 0 || it < iterations; ++it) {
-    uint64_t prev_begin = 0, prev_end = 0;
+    // Earliest and latest start of the previous kernel of this iteration (the sync before the
+    // first one drained the stream).
+    uint64_t prev_lo = 0, prev_hi = 0;
     for (size_t k = 0; k < positions; ++k) {
       uint64_t ns = spin_us[k] * 1000;
       void* params[] = {&ns};
       const uint64_t begin = now_ns();
       CHECK(cuLaunchKernel(spin, static_cast<unsigned>(k + 1), 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
       const uint64_t end = now_ns();
+      const uint64_t prev_ns = k > 0 ? spin_us[k - 1] * 1000 : 0;
+      const uint64_t start_lo = k > 0 ? std::max(begin, prev_lo + prev_ns) : begin;
+      const uint64_t start_hi = k > 0 ? std::max(end, prev_hi + prev_ns) : end;
       // The bounds cover the iterations a sampling measurement measures (one in bounds_every).
       const bool counted = it % bounds_every == 0;
       if (counted) dur_hi[k].push_back(ns + (end - begin));
       if (k > 0 && counted) {
-        const uint64_t prev_ns = spin_us[k - 1] * 1000;
-        gap_lo[k - 1].push_back(begin > prev_end + prev_ns ? begin - prev_end - prev_ns : 0);
-        gap_hi[k - 1].push_back(end > prev_begin + prev_ns ? end - prev_begin - prev_ns : 0);
+        gap_lo[k - 1].push_back(start_lo > prev_hi + prev_ns ? start_lo - prev_hi - prev_ns : 0);
+        gap_hi[k - 1].push_back(start_hi > prev_lo + prev_ns ? start_hi - prev_lo - prev_ns : 0);
       }
-      prev_begin = begin;
-      prev_end = end;
+      prev_lo = start_lo;
+      prev_hi = start_hi;
       busy_until(begin + period_us[k] * 1000);
     }
     CHECK(cuStreamSynchronize(nullptr));
