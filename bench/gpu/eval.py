@@ -8,7 +8,7 @@ Scenarios (any subset, in the order given; default: pairs):
                CUDA_MPS_CLIENT_PRIORITY=1), fikit (fikit-run share, HP priority 0, LP 5), fikit-mps
                (FIKIT on MPS); HP p50/p99 and LP throughput (counted over the HP's requests only)
   lp-overhead  the LP alone: plain, plain-b, share (fikit-run share, the daemon up, nothing else),
-               share+idle-hp (beside an idle registered HP); targets >= 98 % and >= 95 % of plain
+               share+idle-hp (beside an idle registered HP, once per --settings variant); targets >= 98 % and >= 95 % of plain
   overhead     the HP alone: native, native-b, fikit-run --mode share (daemon up, no competitor),
                --mode measure (and off, if asked)
   plot         OUT/pareto.png from OUT/results.json (needs matplotlib; skipped if missing)
@@ -302,7 +302,8 @@ def parse_args(argv):
     g.add_argument("--lpo-lps", help="LPs [GPU: %s; simulator: %s]" % (GPU_DEFAULTS["lpo_lps"], SIM_DEFAULTS["lpo_lps"]))
     g.add_argument("--lpo-window-s", type=float, default=3.0, help="LP window [3]")
     g.add_argument("--lpo-setups", default="plain,plain-b,share,share+idle-hp",
-                   help="plain first, then from plain-b, share, share+idle-hp, share-relearn (every kernel "
+                   help="plain first, then from plain-b, plain+idle-hp (the idle HP, neither under FIKIT), "
+                        "share, share+idle-hp, share-relearn (every kernel "
                         "unknown, sampled by online re-profiling) [plain,plain-b,share,share+idle-hp]")
     g = ap.add_argument_group("overhead")
     g.add_argument("--overhead-hps", help="HPs [GPU: %s; simulator: %s]" % (GPU_DEFAULTS["overhead_hps"],
@@ -343,8 +344,8 @@ def parse_args(argv):
         ap.error("--overhead-setups: native first, then from native-b, share, measure, measure-full, measure-events, "
                  "measure/N[xB], off, each once")
     lpo = a.lpo_setups.split(",")
-    if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "share", "share+idle-hp", "share-relearn"}:
-        ap.error("--lpo-setups: plain first, then from plain-b, share, share+idle-hp, share-relearn")
+    if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "plain+idle-hp", "share", "share+idle-hp", "share-relearn"}:
+        ap.error("--lpo-setups: plain first, then from plain-b, plain+idle-hp, share, share+idle-hp, share-relearn")
     return ap, a
 
 

@@ -179,19 +179,34 @@ def pair_window(h, hp, lp, setup, requests, options, label):
 
 # ---------------------------------------------------------------- lp-overhead
 
+def lpo_setups(names, known, variants):
+    """The lp-overhead setups in the order of `names`: share+idle-hp once per variant ([(suffix,
+    scheduler flags)], each with a daemon of its own: what the daemon's settings do to the LP
+    beside an idle HP), the others from `known`."""
+    setups = []
+    for name in names:
+        if name != "share+idle-hp":
+            setups.append(known[name])
+            continue
+        for suffix, flags in variants:
+            setups.append(es.Setup(name + suffix, hook="share", scheduler="lpo-idle" + suffix, flags=flags))
+    return setups
+
+
 def lp_overhead(h):
     out = h.results.setdefault("lp_overhead", {})
     flags = h.variants[0][1]
     known = {"plain": es.Setup("plain", alone=True), "plain-b": es.Setup("plain-b", alone=True),
+             # The idle HP without FIKIT (both plain): what its GPU time-slices cost the LP anyway.
+             "plain+idle-hp": es.Setup("plain+idle-hp"),
              "share": es.Setup("share", hook="share", scheduler="lpo", flags=flags),
-             "share+idle-hp": es.Setup("share+idle-hp", hook="share", scheduler="lpo-idle", flags=flags),
              # Every kernel unknown (a task key with no profile) and never stored: share mode samples
              # them for as long as it runs, the worst case of online re-profiling.
              "share-relearn": es.Setup("share-relearn", hook="share", scheduler="lpo", flags=flags,
                                        key_prefix="eval-rl-", env={"FIKIT_RELEARN_FLUSH_MS": "3600000"})}
-    setups = [known[n] for n in h.a.lpo_setups.split(",")]
-    idle_setup = known["share+idle-hp"] if "share+idle-hp" in h.a.lpo_setups.split(",") else None
+    setups = lpo_setups(h.a.lpo_setups.split(","), known, h.variants)
     idle = wl.HP("idle-hp", h.paths)
+    idle_specs = {s.name: epool.Spec("hp", idle, s) for s in setups if "+idle-hp" in s.name}
     longest = 0.0
     for lp_name in h.a.lpo_lps.split(","):
         lp = wl.LP(lp_name, h.paths)
@@ -201,7 +216,7 @@ def lp_overhead(h):
         h.log("lp-overhead %s" % lp.name)
         res = out[lp.name] = {"lp_unit": lp.unit, "window_s": h.a.lpo_window_s,
                               "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
-        specs = [epool.Spec("lp", lp, s) for s in setups] + ([epool.Spec("hp", idle, idle_setup)] if idle_setup else [])
+        specs = [epool.Spec("lp", lp, s) for s in setups] + list(idle_specs.values())
         if not h.step("workers for lp-overhead %s" % lp.name, lambda: h.pool.ensure(specs) or True):
             continue
         h.pool.mark(specs, "lp-overhead %s" % lp.name)
@@ -209,7 +224,7 @@ def lp_overhead(h):
         def window(setup, rep):
             job = h.pool.get(epool.Spec("lp", lp, setup))
             timeout = h.limit(h.a.run_limit_s)
-            idle_h = h.pool.get(specs[-1]) if setup is idle_setup else None
+            idle_h = h.pool.get(idle_specs[setup.name]) if setup.name in idle_specs else None
             idle_p = idle_h.background(timeout) if idle_h else None
             try:
                 time.sleep(0.2 if idle_p else 0)     # a few of the idle HP's launches: it is registered

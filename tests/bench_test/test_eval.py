@@ -245,6 +245,14 @@ class Requests(unittest.TestCase):
 
 
 class Scenarios(unittest.TestCase):
+    def test_idle_hp_setup_once_per_variant_each_with_its_daemon(self):
+        known = {"plain": es.Setup("plain", alone=True)}
+        got = esc.lpo_setups(["plain", "share+idle-hp"], known,
+                             [("", []), ("[idle-grace=0]", ["--idle-grace", "0"])])
+        self.assertEqual([s.name for s in got], ["plain", "share+idle-hp", "share+idle-hp[idle-grace=0]"])
+        self.assertEqual([s.scheduler for s in got[1:]], ["lpo-idle", "lpo-idle[idle-grace=0]"])
+        self.assertEqual(got[2].flags, ["--idle-grace", "0"])
+
     def test_measure_variants_set_sample_and_burst(self):
         s = esc.measure_variant("measure/32x4")
         self.assertEqual((s.hook, s.env), ("measure", {"FIKIT_MEASURE_SAMPLE": "32", "FIKIT_MEASURE_BURST": "4"}))
