@@ -23,8 +23,12 @@ import os
 import statistics
 import time
 
+import sys
+
 import torch
-import torchvision
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
+from infer import build_model, make_forward   # noqa: E402
 
 BUF = 8 << 20
 
@@ -105,31 +109,13 @@ def main():
     ap.add_argument("--detach", action="store_true", help="cuptiFinalize after every attached window")
     a = ap.parse_args()
 
-    model = torchvision.models.resnet50(weights=None).cuda().eval()
-    x = torch.randn(1, 3, 224, 224, device="cuda")
     torch.backends.cudnn.benchmark = False
     with torch.no_grad():
+        model, x = build_model("resnet50", 1)
         for _ in range(20):
             model(x)
         torch.cuda.synchronize()
-        if a.graph:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    model(x)
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                model(x)
-
-            def request():
-                g.replay()
-                torch.cuda.synchronize()
-        else:
-            def request():
-                model(x)
-                torch.cuda.synchronize()
+        request = make_forward(model, x, a.graph)   # the eval harness's resnet50 request
 
         def window():
             times = []
