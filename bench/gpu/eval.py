@@ -8,7 +8,8 @@ Scenarios (any subset, in the order given; default: pairs):
                CUDA_MPS_CLIENT_PRIORITY=1), fikit (fikit-run share, HP priority 0, LP 5), fikit-mps
                (FIKIT on MPS); HP p50/p99 and LP throughput (counted over the HP's requests only)
   lp-overhead  the LP alone: plain, plain-b, share (fikit-run share, the daemon up, nothing else),
-               share+idle-hp (beside an idle registered HP, once per --settings variant); targets >= 98 % and >= 95 % of plain
+               share+idle-hp (beside an idle registered HP, once per --settings variant); targets
+               >= 98 % and >= 95 % of plain
   overhead     the HP alone: native, native-b, fikit-run --mode share (daemon up, no competitor),
                --mode measure (and off, if asked)
   plot         OUT/pareto.png from OUT/results.json (needs matplotlib; skipped if missing)
