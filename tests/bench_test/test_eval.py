@@ -2,6 +2,7 @@
 tests/bench_test/CMakeLists.txt). No GPU, no simulator, no PyTorch needed."""
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -332,6 +333,7 @@ class ServeProtocol(unittest.TestCase):
 
     def tearDown(self):
         self.p.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def test_run_go_pause_quit(self):
         r = self.p.command("run 20 arrival=poisson seed=3", "run", 10)
