@@ -21,14 +21,14 @@ import glob
 import json
 import os
 import statistics
-import time
-
 import sys
+import time
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
-from infer import build_model, make_forward   # noqa: E402
+from example_common import StopFlag, run_requests   # noqa: E402
+from infer import build_model, make_forward        # noqa: E402
 
 BUF = 8 << 20
 
@@ -109,23 +109,18 @@ def main():
     ap.add_argument("--detach", action="store_true", help="cuptiFinalize after every attached window")
     a = ap.parse_args()
 
-    torch.backends.cudnn.benchmark = False
-    with torch.no_grad():
+    with torch.inference_mode():   # as examples/pytorch/infer.py serves it
         model, x = build_model("resnet50", 1)
         for _ in range(20):
             model(x)
         torch.cuda.synchronize()
         request = make_forward(model, x, a.graph)   # the eval harness's resnet50 request
 
+        stop = StopFlag()
+
         def window():
-            times = []
-            for _ in range(a.requests):
-                t = time.perf_counter()
-                request()
-                times.append((time.perf_counter() - t) * 1e6)
-                if a.think_ms:
-                    time.sleep(a.think_ms / 1000)
-            return statistics.median(times)
+            """p50 of --requests closed-loop requests, as the eval harness times them."""
+            return run_requests(request, a.requests, 0, "closed", a.think_ms / 1000, 0, 0, 0, stop)["jct_us"]["p50"]
 
         window()
         out = {"graph": a.graph, "requests": a.requests, "native_p50_us": window()}
