@@ -126,9 +126,10 @@ class MeasureMode final : public Mode {
 
  private:
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
-  // Bursts of burst_ iterations in a row, one iteration in sample_every_ overall: each burst costs
-  // one switch of CUPTI's collection on and one off, and the switching slows the launches between
-  // measured iterations too (docs/performance-measure.md).
+  // Bursts of burst_ iterations in a row, one iteration in sample_every_ overall: one switch of
+  // CUPTI's collection on and one off per burst. (Measured on an H100, fewer switches did not make
+  // the launches between measured iterations faster: CUPTI attached at all is what costs them;
+  // docs/performance-measure.md.)
   bool sampled(uint64_t epoch) const noexcept { return (epoch / burst_) % sample_every_ == 0; }
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
