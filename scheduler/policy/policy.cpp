@@ -89,15 +89,26 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
-bool Policy::above_idle_long(uint64_t now, const Task& t, uint64_t* since) const {
-  uint64_t idle_from = 0;
+uint64_t Policy::IdleHistory::shortest() const {
+  if (count < kIdleHistory) return 0;
+  return *std::min_element(ns.begin(), ns.end());
+}
+
+uint64_t Policy::expected_back(const Task& u) const {
+  const uint64_t shortest = settings_.return_margin_ns != 0 ? u.idle_history.shortest() : 0;
+  return u.inactive_since + (shortest > settings_.return_margin_ns ? shortest : 0);
+}
+
+bool Policy::relaxed_bound(uint64_t now, const Task& t) const {
   for (const auto& [id, u] : tasks_) {
     if (id == t.id || u.priority >= t.priority) continue;
     if (blocks(now, u)) return false;
-    idle_from = std::max(idle_from, u.inactive_since);
+    const uint64_t back = expected_back(u);
+    const bool before_return = back > u.inactive_since && now + settings_.return_margin_ns < back;
+    const bool long_idle = settings_.idle_grace_ns != 0 && now >= back + settings_.idle_grace_ns;
+    if (!before_return && !long_idle) return false;
   }
-  *since = idle_from;
-  return now - idle_from >= settings_.idle_grace_ns;
+  return settings_.idle_grace_ns != 0 || settings_.return_margin_ns != 0;
 }
 
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
@@ -116,8 +127,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (below) d.role |= protocol::kRoleActivity;
   if (t.id == holder_ && wanted) d.role |= protocol::kRoleGaps;
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
-  uint64_t idle_from = 0;
-  if (d.state == State::Run && settings_.idle_grace_ns != 0 && above_idle_long(now, t, &idle_from))
+  if (d.state == State::Run && relaxed_bound(now, t))
     d.bound_ns = u32(std::max(settings_.run_bound_ns, settings_.run_bound_idle_ns));
   // What may run beside an active holder under MPS; the client applies it in Fill, and in Run while
   // the holder's bell says it is back.
@@ -257,6 +267,8 @@ void Policy::handle_notify(uint64_t now, Task& t, const protocol::Notify& n) {
   uint64_t launched = now;
   if (n.launched_ns != 0 && n.launched_ns <= now && now - n.launched_ns < settings_.holder_quiet_ns)
     launched = n.launched_ns;
+  if (!t.active && t.inactive_since != 0)
+    t.idle_history.add(launched > t.inactive_since ? launched - t.inactive_since : 0);
   t.active = true;
   t.idle_at = 0;
   t.last_launch = now;
@@ -382,10 +394,13 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       }
     }
     wake_at(t.last_heard + settings_.lease_ns + 1);
-    // The bound of the tasks below relaxes once this one has been idle idle_grace_ns.
-    if (t.mode == TaskMode::Share && !t.active && settings_.idle_grace_ns != 0 &&
-        now < t.inactive_since + settings_.idle_grace_ns)
-      wake_at(t.inactive_since + settings_.idle_grace_ns);
+    // The bound of the tasks below tightens return_margin_ns before this one is expected back, and
+    // relaxes idle_grace_ns after that (relaxed_bound).
+    if (t.mode == TaskMode::Share && !t.active) {
+      const uint64_t back = expected_back(t);
+      if (back > t.inactive_since && now + settings_.return_margin_ns < back) wake_at(back - settings_.return_margin_ns);
+      if (settings_.idle_grace_ns != 0 && now < back + settings_.idle_grace_ns) wake_at(back + settings_.idle_grace_ns);
+    }
   }
 
   // The holder: the one share task at the highest registered priority (none when it shares that

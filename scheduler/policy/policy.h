@@ -53,6 +53,11 @@ struct Settings {
   // service that is rarely busy lets the job run at full speed, and pays at most that on its return.
   uint64_t idle_grace_ns = 20'000'000;
   uint64_t run_bound_idle_ns = 1'000'000;
+  // A holder whose last kIdleHistory idle periods all lasted at least L (a periodic service, a
+  // camera feed) is expected back L after it went idle: the bound is run_bound_idle_ns from the
+  // start of its idle period until return_margin_ns before L (so the work in flight drains to
+  // run_bound_ns before it returns), and the idle grace counts from L. 0: never predicted.
+  uint64_t return_margin_ns = 3'000'000;
   uint64_t mps_overlap_ns = 1'000'000;         // MPS: kernels predicted up to this run beside the holder
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
@@ -152,6 +157,15 @@ class Policy {
   size_t task_count() const { return tasks_.size(); }
 
  private:
+  // The lengths of a task's last kIdleHistory idle periods (from its idle to its next activity).
+  static constexpr size_t kIdleHistory = 16;
+  struct IdleHistory {
+    std::array<uint64_t, kIdleHistory> ns{};
+    size_t count = 0;   // periods seen (the ring holds the last kIdleHistory)
+    void add(uint64_t len) { ns[count++ % kIdleHistory] = len; }
+    // The shortest of the last kIdleHistory periods; 0 until that many were seen.
+    uint64_t shortest() const;
+  };
   struct Wanted {
     uint64_t kernel_id = 0, duration_ns = 0;
     bool known = false;   // the daemon has a profile for it: it may fill gaps
@@ -172,6 +186,7 @@ class Policy {
     uint64_t inactive_since = 0;     // when it last stopped being active
     uint64_t last_launch = 0;
     uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
+    IdleHistory idle_history;        // how long its recent idle periods lasted
     std::optional<Wanted> want;      // blocked on this launch
     protocol::Directive directive;   // last sent
     uint16_t bell_slot = protocol::kNoBellSlot;
@@ -201,8 +216,12 @@ class Policy {
   bool blocks(uint64_t now, const Task& above) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
-  // Nothing above `t` has been active for idle_grace_ns (sets *since to when that became true).
-  bool above_idle_long(uint64_t now, const Task& t, uint64_t* since) const;
+  // Nothing above `t` is active, and each is either not expected back within return_margin_ns or
+  // overdue by idle_grace_ns: `t` may keep run_bound_idle_ns in flight.
+  bool relaxed_bound(uint64_t now, const Task& t) const;
+  // When the idle task `u` is expected back: the start of its idle period, or, when its last
+  // kIdleHistory idle periods all lasted at least L (longer than return_margin_ns), L after it.
+  uint64_t expected_back(const Task& u) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

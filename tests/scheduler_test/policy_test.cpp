@@ -103,6 +103,16 @@ class PolicyTest : public ::testing::Test {
     policy().on_tick(now, out);
     record(now);
   }
+  // The holder back every `period` from `start`, `periods` times (10 us of work, then idle): returns
+  // when its last idle period began.
+  uint64_t periodic_holder(uint32_t hp, uint64_t start, uint64_t period, int periods) {
+    uint64_t at = start;
+    for (int i = 0; i < periods; ++i, at += period) {
+      notify(at, hp, k1, true);
+      send(at + us(10), hp, protocol::Idle{kEnd});
+    }
+    return at - period + us(10);
+  }
   // The latest directive each task was sent (from Registered or Directive messages).
   void record(uint64_t now) {
     for (const Action& a : out) {
@@ -309,6 +319,69 @@ TEST_F(PolicyTest, TheRunBoundRelaxesOnceTheHolderHasBeenIdleAWhile) {
   EXPECT_EQ(state(lp), State::Fill);
   send(T0 + us(20'100), hp, protocol::Idle{kEnd});
   EXPECT_EQ(last[lp].bound_ns, us(200));          // and tight again after each activity
+}
+
+TEST_F(PolicyTest, AHolderThatIsNeverBackSoonerLetsTheTaskBelowRunLooserUntilShortlyBeforeItsReturn) {
+  settings.idle_grace_ns = us(20'000);
+  settings.run_bound_idle_ns = us(1000);
+  settings.return_margin_ns = us(3000);
+  settings.holder_quiet_ns = us(100'000);
+  settings.lease_ns = 60'000'000'000;   // the task below says nothing for a second and more
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  // Sixteen idle periods seen, but the first (from its registration) lasted 100 us: no prediction.
+  uint64_t idle = periodic_holder(hp, T0 + us(100), us(50'000), 16);
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+  tick(idle + us(19'000));
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+  tick(idle + us(20'000));
+  EXPECT_EQ(last[lp].bound_ns, us(1000));   // the idle grace, as always
+  // One more: the last sixteen all lasted 50 ms (less the 10 us of work). From the start of this
+  // idle period the bound is loose...
+  idle = periodic_holder(hp, idle - us(10) + us(50'000), us(50'000), 1);
+  EXPECT_EQ(state(lp), State::Run);
+  EXPECT_EQ(last[lp].bound_ns, us(1000));
+  const uint64_t back = idle + us(50'000) - us(10), tighten = back - us(3000);
+  EXPECT_LE(policy().next_wake(), tighten);
+  tick(tighten - us(1));
+  EXPECT_EQ(last[lp].bound_ns, us(1000));
+  // ...and tight the margin before the holder is due back...
+  tick(tighten);
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+  // ...until it is overdue by the idle grace.
+  tick(back + us(20'000) - us(1));
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+  tick(back + us(20'000));
+  EXPECT_EQ(last[lp].bound_ns, us(1000));
+}
+
+TEST_F(PolicyTest, OneShortPauseInTheHoldersHistoryKeepsTheBoundTight) {
+  settings.idle_grace_ns = us(20'000);
+  settings.run_bound_idle_ns = us(1000);
+  settings.return_margin_ns = us(3000);
+  settings.holder_quiet_ns = us(100'000);
+  settings.lease_ns = 60'000'000'000;   // the task below says nothing for a second and more
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  uint64_t idle = periodic_holder(hp, T0 + us(50'000), us(50'000), 8);
+  idle = periodic_holder(hp, idle + us(2000), us(50'000), 1);   // back after 2 ms once
+  idle = periodic_holder(hp, idle - us(10) + us(50'000), us(50'000), 8);
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+  tick(idle + us(10'000));
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+}
+
+TEST_F(PolicyTest, WithoutAReturnMarginThePauseIsNotPredicted) {
+  settings.idle_grace_ns = us(20'000);
+  settings.run_bound_idle_ns = us(1000);
+  settings.return_margin_ns = 0;
+  settings.holder_quiet_ns = us(100'000);
+  settings.lease_ns = 60'000'000'000;   // the task below says nothing for a second and more
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  const uint64_t idle = periodic_holder(hp, T0 + us(50'000), us(50'000), 20);
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+  tick(idle + us(10'000));
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+  tick(idle + us(20'000));
+  EXPECT_EQ(last[lp].bound_ns, us(1000));
 }
 
 TEST_F(PolicyTest, EqualPrioritiesRunSideBySideFigure11C) {
