@@ -15,6 +15,13 @@ std::string role_text(uint8_t role) {
   return s;
 }
 
+// A duration for a column of the status table: 200us, 1.0ms, 50.0ms, 2.0s.
+std::string duration_text(uint64_t ns) {
+  if (ns < 1'000'000) return fmt::format("{}us", ns / 1000);
+  if (ns < 1'000'000'000) return fmt::format("{:.1f}ms", ns / 1e6);
+  return fmt::format("{:.1f}s", ns / 1e9);
+}
+
 std::string json_string(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
@@ -88,19 +95,20 @@ std::string format_text(const DaemonSnapshot& s) {
     out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
                        d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
                        d.counters.early_stops);
-    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", "task",
-                       "pid", "prio", "mode", "mps", "auth", "active", "state", "role", "fills", "notifies", "wants",
-                       "kernels", "key");
+    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>7}  {}\n",
+                       "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
+                       "notifies", "wants", "kernels", "pause", "key");
     for (const auto& t : d.tasks) {
       const std::string prio =
           t.priority == t.requested_priority ? std::to_string(t.priority)
                                              : std::to_string(t.priority) + "<" + std::to_string(t.requested_priority);
-      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:<22} {:>8} {:>8} {:>7} {:>7}  {}\n", t.id,
-                         t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
+      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>7}  {}\n",
+                         t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                          t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                          t.active ? "yes" : "no", protocol::to_string(t.directive.state),
-                         role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills, t.notifications,
-                         t.wants, t.kernels, t.key);
+                         (t.directive.role & protocol::kRoleHolder) ? std::string("-") : duration_text(t.directive.bound_ns), role_text(t.directive.role) + (t.waiting ? " waiting" : ""),
+                         t.fills, t.notifications, t.wants, t.kernels,
+                         t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-"), t.key);
     }
   }
   return out;
@@ -127,12 +135,14 @@ std::string format_json(const DaemonSnapshot& s) {
       out += fmt::format(
           "{}{{\"id\":{},\"device\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
           "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
-          "\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"waits\":{}}}",
+          "\"bound_ns\":{},\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"waits\":{},"
+          "\"predicted_pause_ns\":{}}}",
           first ? "" : ",", t.id, json_string(d.device), t.pid, json_string(t.key), t.priority, t.requested_priority,
           t.mode == protocol::TaskMode::Measure ? "measure" : "share",
           t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
           t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
-          t.directive.role, t.fills, t.notifications, t.wants, t.kernels, t.waits.count);
+          t.directive.role, t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.waits.count,
+          t.predicted_pause_ns);
       first = false;
     }
   }

@@ -457,6 +457,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.wants = t.wants;
     s.kernels = t.profile ? t.profile->size() : 0;
     s.waits = t.waits;
+    s.predicted_pause_ns = expected_back(t) - t.inactive_since;
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

@@ -120,6 +120,7 @@ struct TaskStatus {
   uint64_t fills = 0, notifications = 0, wants = 0;
   size_t kernels = 0;   // in its profile
   WaitHistogram waits;
+  uint64_t predicted_pause_ns = 0;   // the shortest of its last 16 pauses, when its return is predicted (0: not)
 };
 
 class Policy {

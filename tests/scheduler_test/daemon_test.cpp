@@ -411,6 +411,9 @@ TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
     ASSERT_TRUE(json) << error;
     EXPECT_EQ(json->front(), '{');
     EXPECT_NE(json->find("\"key\":\"visible-task\""), std::string::npos) << *json;
+    // Nothing above it: the loose bound (run-bound-idle, 1 ms); no pauses seen, so none predicted.
+    EXPECT_NE(json->find("\"bound_ns\":1000000,"), std::string::npos) << *json;
+    EXPECT_NE(json->find("\"predicted_pause_ns\":0}"), std::string::npos) << *json;
     auto bad = scheduler::control_request(path, "frobnicate", 1000, error);
     ASSERT_TRUE(bad);
     EXPECT_NE(bad->find("unknown command"), std::string::npos);

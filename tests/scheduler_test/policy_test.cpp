@@ -337,9 +337,16 @@ TEST_F(PolicyTest, AHolderThatIsNeverBackSoonerLetsTheTaskBelowRunLooserUntilSho
   EXPECT_EQ(last[lp].bound_ns, us(1000));   // the idle grace, as always
   // One more: the last sixteen all lasted 50 ms (less the 10 us of work). From the start of this
   // idle period the bound is loose...
+  auto pause_of = [&](uint32_t id) {
+    for (const TaskStatus& s : policy().status(idle)) if (s.id == id) return s.predicted_pause_ns;
+    return UINT64_MAX;
+  };
+  EXPECT_EQ(pause_of(hp), 0u);
   idle = periodic_holder(hp, idle - us(10) + us(50'000), us(50'000), 1);
   EXPECT_EQ(state(lp), State::Run);
   EXPECT_EQ(last[lp].bound_ns, us(1000));
+  EXPECT_EQ(pause_of(hp), us(50'000) - us(10));   // what fikit-scheduler status shows
+  EXPECT_EQ(pause_of(lp), 0u);
   const uint64_t back = idle + us(50'000) - us(10), tighten = back - us(3000);
   EXPECT_LE(policy().next_wake(), tighten);
   tick(tighten - us(1));
