@@ -316,8 +316,8 @@ def parse_args(argv):
                         "[native,native-b,share,measure]")
     g.add_argument("--overhead-requests", type=int, default=200, help="requests a window, PyTorch [200]")
     g.add_argument("--fresh-every", type=int, default=0, metavar="K",
-                   help="start every setup's process anew every K repetitions (0: one process a setup "
-                        "throughout) [0]")
+                   help="overhead and lp-overhead: start every setup's processes anew every K repetitions "
+                        "(0: one process a setup throughout) [0]")
     a = ap.parse_args(argv)
 
     for x in a.scenarios:

@@ -179,6 +179,19 @@ def pair_window(h, hp, lp, setup, requests, options, label):
 
 # ---------------------------------------------------------------- lp-overhead
 
+def fresh_workers(h, specs, label):
+    """Before a repetition: with --fresh-every K, every K repetitions the workers of `specs` are
+    started anew. Processes of one program differ by several per cent (eager resnet50: native
+    against native-b 0.80-1.16x; resnet50 training: plain-b against plain up to 1.06x): new ones
+    spread that over every setup instead of tying it to one."""
+    def before(rep):
+        if h.a.fresh_every and rep and rep % h.a.fresh_every == 0:
+            h.pool.release()
+            h.step("new workers for %s" % label, lambda: h.pool.ensure(specs) or True)
+            h.pool.mark(specs, label)
+    return before
+
+
 def lpo_setups(names, known, variants):
     """The lp-overhead setups in the order of `names`: share+idle-hp once per variant ([(suffix,
     scheduler flags)], each with a daemon of its own: what the daemon's settings do to the LP
@@ -189,7 +202,8 @@ def lpo_setups(names, known, variants):
             setups.append(known[name])
             continue
         for suffix, flags in variants:
-            setups.append(es.Setup(name + suffix, hook="share", scheduler="lpo-idle" + suffix, flags=flags))
+            setups.append(es.Setup(name + suffix, hook="share", scheduler="lpo-idle" + suffix, flags=flags,
+                                   idle_hp=True))
     return setups
 
 
@@ -198,7 +212,7 @@ def lp_overhead(h):
     flags = h.variants[0][1]
     known = {"plain": es.Setup("plain", alone=True), "plain-b": es.Setup("plain-b", alone=True),
              # The idle HP without FIKIT (both plain): what its GPU time-slices cost the LP anyway.
-             "plain+idle-hp": es.Setup("plain+idle-hp"),
+             "plain+idle-hp": es.Setup("plain+idle-hp", idle_hp=True),
              "share": es.Setup("share", hook="share", scheduler="lpo", flags=flags),
              # Every kernel unknown (a task key with no profile) and never stored: share mode samples
              # them for as long as it runs, the worst case of online re-profiling.
@@ -206,7 +220,7 @@ def lp_overhead(h):
                                        key_prefix="eval-rl-", env={"FIKIT_RELEARN_FLUSH_MS": "3600000"})}
     setups = lpo_setups(h.a.lpo_setups.split(","), known, h.variants)
     idle = wl.HP("idle-hp", h.paths)
-    idle_specs = {s.name: epool.Spec("hp", idle, s) for s in setups if "+idle-hp" in s.name}
+    idle_specs = {s.name: epool.Spec("hp", idle, s) for s in setups if s.idle_hp}
     longest = 0.0
     for lp_name in h.a.lpo_lps.split(","):
         lp = wl.LP(lp_name, h.paths)
@@ -247,8 +261,10 @@ def lp_overhead(h):
                 raise ep.ChildError("the LP's progress records do not cover the window")
             return {"rate": rate, "status": status_file, "warning": warning}
 
+        res["fresh_every"] = h.a.fresh_every
         res["complete_reps"] = _reps(h, "lp-overhead %s" % lp.name, setups, window,
-                                     lambda s, rep, r: res["runs"][s.name].append(dict(r, rep=rep + 1)))
+                                     lambda s, rep, r: res["runs"][s.name].append(dict(r, rep=rep + 1)),
+                                     fresh_workers(h, specs, "lp-overhead %s" % lp.name))
         longest = max(longest, time.monotonic() - started)
         if h.budget_spent:
             break
@@ -308,18 +324,10 @@ def overhead(h):
             status_file, _ = _status(h, setup, "overhead %s %s rep %d" % (hp.name, setup.name, rep + 1))
             return {"hp": _hp_numbers(r), "status": status_file}
 
-        def fresh_workers(rep):
-            # Processes of one program differ by several per cent (eager resnet50: native against
-            # native-b 0.80-1.16x): new ones every few repetitions spread that over every setup.
-            if h.a.fresh_every and rep and rep % h.a.fresh_every == 0:
-                h.pool.release()
-                h.step("new workers for overhead %s" % hp.name, lambda: h.pool.ensure(specs) or True)
-                h.pool.mark(specs, "overhead %s" % hp.name)
-
         res["fresh_every"] = h.a.fresh_every
         res["complete_reps"] = _reps(h, "overhead %s" % hp.name, setups, window,
                                      lambda s, rep, r: res["runs"][s.name].append(dict(r, rep=rep + 1)),
-                                     fresh_workers)
+                                     fresh_workers(h, specs, "overhead %s" % hp.name))
         longest = max(longest, time.monotonic() - started)
         if h.budget_spent:
             break

@@ -18,13 +18,15 @@ class Setup:
     set it from --priority); hook: fikit-run --mode (None: plain); scheduler: the fikit-scheduler
     instance the hook talks to (its name) and flags: that instance's settings; key_prefix: overrides
     the task key's 'eval-' prefix (a measure-mode setup writing a profile of its own); env: FIKIT_*
-    settings of the hook in this setup."""
+    settings of the hook in this setup; idle_hp: lp-overhead runs the idle HP beside the LP (under
+    this setup's hook and scheduler)."""
 
     def __init__(self, name, mps=False, client_prio=False, hook=None, scheduler=None, flags=(),
-                 alone=False, key_prefix=None, env=None):
+                 alone=False, key_prefix=None, env=None, idle_hp=False):
         self.name, self.mps, self.client_prio, self.hook = name, mps, client_prio, hook
         self.scheduler, self.flags, self.alone, self.key_prefix = scheduler, list(flags), alone, key_prefix
         self.env = dict(env or {})
+        self.idle_hp = idle_hp
 
     def task_key(self, program):
         return program.key if not self.key_prefix else self.key_prefix + program.key[len("eval-"):]

@@ -9,9 +9,10 @@
   pytorch  a PyTorch pair through fake_torch/ (a stand-in that sleeps instead of computing), the
            non-FIKIT setups (the stand-in makes no CUDA call, so there is nothing to measure):
            the --serve workers' protocol under the harness; then the overhead scenario with a
-           measure/N[xB] setup and --fresh-every 1. Asserts: exit 0, every window ran, each pair
-           worker started once and served every repetition, each overhead worker started once a
-           repetition, and the measure variant's processes got its sample and burst.
+           measure/N[xB] setup and lp-overhead (plain setups, the idle HP), both with --fresh-every
+           1. Asserts: exit 0, every window ran, each pair worker started once and served every
+           repetition, each overhead and lp-overhead worker started once a repetition, and the
+           measure variant's processes got its sample and burst.
   mps      the real-GPU path with fake_gpu/ first on PATH (nvidia-smi -L answers; a stand-in
            nvidia-cuda-mps-control) while the programs still run on the simulator. Asserts: the
            MPS daemon started once and was stopped, its folder is gone; the MPS setups' processes
@@ -135,6 +136,16 @@ def pytorch(args, out):
     env_got = res["workers"]["hp-resnet50-measure_4x2"].get("env") or {}
     if env_got.get("FIKIT_MEASURE_SAMPLE") != "4" or env_got.get("FIKIT_MEASURE_BURST") != "2":
         fail("measure/4x2 worker environment: %s" % env_got)
+    res = run_eval(args, os.path.join(out, "lp-overhead"),
+                   ["lp-overhead", "--lpo-lps", "resnet50-train", "--lpo-setups", "plain,plain-b,plain+idle-hp",
+                    "--lpo-window-s", "0.5", "--fresh-every", "1"], env=env)
+    runs = res["lp_overhead"]["resnet50-train"]["runs"]
+    if any(len(runs[s]) != 2 for s in ("plain", "plain-b", "plain+idle-hp")):
+        fail("lp-overhead runs: %s" % {s: len(r) for s, r in runs.items()})
+    for name in ("lp-resnet50-train-plain", "lp-resnet50-train-plain-b", "lp-resnet50-train-plain_idle-hp"):
+        w = res["workers"].get(name) or fail("no worker %s in %s" % (name, sorted(res["workers"])))
+        if w["processes"] != 2:
+            fail("%s: %d processes, expected one a repetition (--fresh-every 1)" % (name, w["processes"]))
 
 
 def fake_gpu_env(args):

@@ -253,6 +253,7 @@ class Scenarios(unittest.TestCase):
         self.assertEqual([s.name for s in got], ["plain", "share+idle-hp", "share+idle-hp[idle-grace=0]"])
         self.assertEqual([s.scheduler for s in got[1:]], ["lpo-idle", "lpo-idle[idle-grace=0]"])
         self.assertEqual(got[2].flags, ["--idle-grace", "0"])
+        self.assertEqual([s.idle_hp for s in got], [False, True, True])   # the idle HP runs beside these
 
     def test_measure_variants_set_sample_and_burst(self):
         s = esc.measure_variant("measure/32x4")
