@@ -7,6 +7,8 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "kernelid.h"
+
 namespace fikit::hook::stats {
 namespace {
 
@@ -55,10 +57,13 @@ void print() noexcept {
     const uint64_t ops = g_phase_ops[static_cast<size_t>(p)].load(std::memory_order_relaxed);
     return ops == 0 ? 0.0 : double(g_phase_ns[static_cast<size_t>(p)].load(std::memory_order_relaxed)) / double(ops);
   };
+  const kernelid::WalkCounts walks = kernelid::walk_counts();
   n = std::snprintf(line, sizeof line,
-                    "[fikit pid %d] stats: observed=%" PRIu64 " ns/op: capture=%.0f id=%.0f before=%.0f real=%.0f after=%.0f\n",
+                    "[fikit pid %d] stats: observed=%" PRIu64 " ns/op: capture=%.0f id=%.0f before=%.0f real=%.0f after=%.0f"
+                    " | stack walks=%" PRIu64 " (%.0f ns each) unpredictable=%" PRIu64 " symbolized=%" PRIu64 "\n",
                     static_cast<int>(getpid()), observed, mean(Phase::Capture), mean(Phase::Id), mean(Phase::Before),
-                    mean(Phase::Real), mean(Phase::After));
+                    mean(Phase::Real), mean(Phase::After), walks.walks,
+                    walks.walks ? double(walks.walk_ns) / double(walks.walks) : 0.0, walks.unpredictable, walks.symbolized);
   if (n > 0) (void)!write(STDERR_FILENO, line, static_cast<size_t>(n) < sizeof line ? n : sizeof line - 1);
 }
 

@@ -125,6 +125,7 @@ void walk_gcc(FrameFilter& filter) noexcept {
 // ---- symbolization (slow path) ----
 
 FixedMap<8192> g_stable_by_raw;   // hash of raw return addresses -> stable hash
+std::atomic<uint64_t> g_symbolized{0};
 std::mutex g_mutex;   // constant-initialised: usable before any constructor of this library ran
 std::unordered_map<uint64_t, std::string>* g_readable = nullptr;   // stable hash -> readable form
 
@@ -195,6 +196,7 @@ uint64_t stable_hash(const RawStack& stack) noexcept {
   if (const uint64_t cached = g_stable_by_raw.find(raw)) return cached;
 
   std::lock_guard lock(slow_path_mutex());
+  g_symbolized.fetch_add(1, std::memory_order_relaxed);
   try {
     std::string stable, readable;
     for (unsigned i = 0; i < stack.size; ++i) {
@@ -213,6 +215,8 @@ uint64_t stable_hash(const RawStack& stack) noexcept {
     return 1;   // out of memory: an anonymous call site, the launch goes on
   }
 }
+
+uint64_t symbolized_count() noexcept { return g_symbolized.load(std::memory_order_relaxed); }
 
 const std::string& readable_call_site(uint64_t stable) noexcept {
   static const std::string unknown;

@@ -24,6 +24,8 @@ void capture(RawStack& out, uintptr_t first_pc, unsigned depth, Unwinder unwinde
 // Stable hash of a captured stack: symbol names and offsets, never absolute addresses. Cached by the
 // raw addresses; a miss symbolizes under slow_path_mutex().
 uint64_t stable_hash(const RawStack& stack) noexcept;
+// Misses so far (stacks symbolized).
+uint64_t symbolized_count() noexcept;
 
 // "module!symbol+0xoff <- ..." for a stable hash produced in this process ("" if unknown).
 // Caller holds slow_path_mutex().

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -32,14 +33,18 @@ FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
 // - a shape seen from several sites is looked up by (shape, stack pointer at the hook): one call
 //   path reaches the hook at the same stack depth every time, so that pair nearly always names one
 //   site; a pair caught with two sites is walked on every launch from then on.
-// Each thread walks its first kExactLaunches launches, then one in kVerifyEvery to catch a site
-// that a shortcut would hide; until that check, a new site can be counted under the old one.
+// Each thread walks its first kExactLaunches launches, then one in verify_interval() to catch a
+// site that a shortcut would hide; until that check, a new site can be counted under the old one.
+// The interval follows what a walk costs in this process: ~1-2 us in a small program, ~23 us in a
+// PyTorch training process on an H100 (libgcc's unwinder across hundreds of loaded libraries,
+// docs/performance-hook.md), where one in 32 cost the job's launching thread ~0.9 us per launch.
 constexpr uint64_t kManySites = 1;            // value in the maps below: walk every time
 constexpr uint32_t kExactLaunches = 512;
-constexpr uint32_t kVerifyEvery = 32;
 FixedMap<65536> g_site_by_shape;             // shape hash -> its only call site, or kManySites
 FixedMap<65536> g_site_by_path;              // hash(shape, stack pointer) -> call site, or kManySites
 thread_local uint32_t t_launches = 0;
+std::atomic<uint64_t> g_walks{0}, g_unpredictable{0}, g_walk_ns{0};   // only touched on the walk path
+std::atomic<uint32_t> g_verify_mask{kMinVerifyInterval - 1};            // verify_interval() - 1
 // Descriptions, owned here for the life of the process (describe() hands out pointers).
 std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
 
@@ -115,13 +120,21 @@ void learn(FixedMap<N>& map, uint64_t key, uint64_t known, uint64_t site) noexce
 // stack only when the rules above say so.
 uint64_t site_of_shape(uint64_t shape, uintptr_t sp, uintptr_t caller_pc) noexcept {
   const uint32_t n = ++t_launches;
-  const bool verify = n <= kExactLaunches || n % kVerifyEvery == 0;
+  const bool verify = n <= kExactLaunches || (n & g_verify_mask.load(std::memory_order_relaxed)) == 0;
   const uint64_t by_shape = g_site_by_shape.find(shape);
   if (!verify && by_shape > kManySites) return by_shape;
   const uint64_t path = nonzero(combine(shape, sp));
   const uint64_t by_path = by_shape == kManySites ? g_site_by_path.find(path) : 0;
   if (!verify && by_path > kManySites) return by_path;
+  g_walks.fetch_add(1, std::memory_order_relaxed);
+  if (!verify) g_unpredictable.fetch_add(1, std::memory_order_relaxed);
+  const auto walk_start = std::chrono::steady_clock::now();
   const uint64_t site = site_hash(caller_pc);
+  const uint64_t walk_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - walk_start).count());
+  const uint64_t walks = g_walks.load(std::memory_order_relaxed);
+  const uint64_t total_ns = g_walk_ns.fetch_add(walk_ns, std::memory_order_relaxed) + walk_ns;
+  g_verify_mask.store(verify_interval(total_ns / (walks ? walks : 1)) - 1, std::memory_order_relaxed);
   learn(g_site_by_shape, shape, by_shape, site);
   if (by_shape == kManySites || (by_shape != 0 && by_shape != site)) learn(g_site_by_path, path, by_path, site);
   return site;
@@ -187,6 +200,17 @@ uint64_t readable_name_hash(std::string_view readable) noexcept {
 
 uint64_t mangled_name_hash(const char* mangled) {
   return mangled == nullptr ? 0 : readable_name_hash(detail::demangled(mangled));
+}
+
+WalkCounts walk_counts() noexcept {
+  return {g_walks.load(std::memory_order_relaxed), g_unpredictable.load(std::memory_order_relaxed),
+          detail::symbolized_count(), g_walk_ns.load(std::memory_order_relaxed)};
+}
+
+uint32_t verify_interval(uint64_t mean_walk_ns) noexcept {
+  uint32_t interval = kMinVerifyInterval;
+  while (interval < kMaxVerifyInterval && uint64_t(interval) * kWalkBudgetNs < mean_walk_ns) interval *= 2;
+  return interval;
 }
 
 void reset_after_fork() noexcept { detail::reset_slow_path_mutex(); }

@@ -4,8 +4,9 @@
 //
 // Cost model: the first sight of a call site, a CUfunction or an ID takes a mutex and allocates
 // (symbolization, demangling, the description); a later launch costs lock-free table lookups and
-// allocates nothing. The stack walk (~1 us) is skipped for launch shapes that have only ever come from
-// one call site, except on each thread's first launches and one launch in 32 (kernelid.cpp says why).
+// allocates nothing. The stack walk (1-25 us) is skipped for launch shapes that have only ever come
+// from one call site, except on each thread's first launches and one launch in verify_interval()
+// (kernelid.cpp says why).
 #include <cuda.h>
 
 #include <cstdint>
@@ -60,6 +61,23 @@ uint64_t op_id(const char* label, uint64_t bytes) noexcept;
 // The stable hash of the calling thread's call site (no absolute address inside). Frames in
 // libfikit_hook.so, libcuda*, libcudart* and libcupti* are skipped.
 uint64_t call_site() noexcept;
+
+// Stack walks so far (FIKIT_STATS): all of them, and those because a shape's call site could not be
+// predicted (seen from several sites, and its stack-pointer path too); the rest are each thread's
+// first launches and the one-in-32 checks.
+struct WalkCounts {
+  uint64_t walks = 0, unpredictable = 0;
+  uint64_t symbolized = 0;   // walks whose stack was not cached yet (the slow path: dladdr, demangling)
+  uint64_t walk_ns = 0;      // their time in all
+};
+WalkCounts walk_counts() noexcept;
+
+// How often a thread checks a predicted call site by walking anyway: one launch in this many, the
+// smallest power of two in [kMinVerifyInterval, kMaxVerifyInterval] that keeps the walks' mean cost
+// (`mean_walk_ns` each) within kWalkBudgetNs per launch.
+inline constexpr uint32_t kMinVerifyInterval = 32, kMaxVerifyInterval = 1024;
+inline constexpr uint64_t kWalkBudgetNs = 50;
+uint32_t verify_interval(uint64_t mean_walk_ns) noexcept;
 
 // A forked child may have inherited a held mutex: start the slow path's lock afresh.
 void reset_after_fork() noexcept;

@@ -68,6 +68,21 @@ TEST(FixedMap, FindsWhatWasInsertedAndNeverOverwrites) {
   EXPECT_EQ(map.find(999), 0u);
 }
 
+// Checking a predicted call site costs one stack walk; the dearer the walks, the rarer the checks,
+// so that they cost a launch about kWalkBudgetNs on average.
+TEST(VerifyInterval, FollowsWhatAWalkCosts) {
+  EXPECT_EQ(verify_interval(0), kMinVerifyInterval);
+  EXPECT_EQ(verify_interval(1'600), 32u);       // 1.6 us / 32 = 50 ns a launch
+  EXPECT_EQ(verify_interval(1'601), 64u);
+  EXPECT_EQ(verify_interval(23'000), 512u);     // a PyTorch training process on the H100
+  EXPECT_EQ(verify_interval(1'000'000'000), kMaxVerifyInterval);
+  for (uint64_t ns = 0; ns < 60'000; ns += 997) {
+    const uint32_t n = verify_interval(ns);
+    EXPECT_EQ(n & (n - 1), 0u) << ns;           // a power of two: the launch path masks
+    EXPECT_TRUE(n == kMaxVerifyInterval || ns <= uint64_t(n) * kWalkBudgetNs) << ns;
+  }
+}
+
 TEST_F(KernelId, CallSiteIsStablePerCallerAndDiffersBetweenCallers) {
   EXPECT_EQ(site_one(), site_one());
   EXPECT_NE(site_one(), site_two());
