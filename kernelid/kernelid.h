@@ -64,7 +64,7 @@ uint64_t call_site() noexcept;
 
 // Stack walks so far (FIKIT_STATS): all of them, and those because a shape's call site could not be
 // predicted (seen from several sites, and its stack-pointer path too); the rest are each thread's
-// first launches and the one-in-32 checks.
+// first launches and the periodic checks (verify_interval()).
 struct WalkCounts {
   uint64_t walks = 0, unpredictable = 0;
   uint64_t symbolized = 0;   // walks whose stack was not cached yet (the slow path: dladdr, demangling)

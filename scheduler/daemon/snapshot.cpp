@@ -102,13 +102,16 @@ std::string format_text(const DaemonSnapshot& s) {
       const std::string prio =
           t.priority == t.requested_priority ? std::to_string(t.priority)
                                              : std::to_string(t.priority) + "<" + std::to_string(t.requested_priority);
+      // The holder never waits: its bound means nothing. A pause only once its return is predicted.
+      const std::string bound =
+          (t.directive.role & protocol::kRoleHolder) ? std::string("-") : duration_text(t.directive.bound_ns);
+      const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
       out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>7}  {}\n",
                          t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                          t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                          t.active ? "yes" : "no", protocol::to_string(t.directive.state),
-                         (t.directive.role & protocol::kRoleHolder) ? std::string("-") : duration_text(t.directive.bound_ns), role_text(t.directive.role) + (t.waiting ? " waiting" : ""),
-                         t.fills, t.notifications, t.wants, t.kernels,
-                         t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-"), t.key);
+                         bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
+                         t.notifications, t.wants, t.kernels, pause, t.key);
     }
   }
   return out;
