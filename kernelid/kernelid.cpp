@@ -44,7 +44,12 @@ FixedMap<65536> g_site_by_shape;             // shape hash -> its only call site
 FixedMap<65536> g_site_by_path;              // hash(shape, stack pointer) -> call site, or kManySites
 thread_local uint32_t t_launches = 0;
 std::atomic<uint64_t> g_walks{0}, g_unpredictable{0}, g_walk_ns{0};   // only touched on the walk path
-std::atomic<uint32_t> g_verify_mask{kMinVerifyInterval - 1};            // verify_interval() - 1
+// verify_interval() - 1, read by every launch: on a cache line of its own (the struct's size is
+// rounded up to its alignment), away from the counters that walks write.
+struct alignas(64) VerifyMask {
+  std::atomic<uint32_t> value{kMinVerifyInterval - 1};
+};
+VerifyMask g_verify_mask;
 // Descriptions, owned here for the life of the process (describe() hands out pointers).
 std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
 
@@ -98,12 +103,28 @@ void remember(uint64_t id, uint64_t site, const char* name, bool demangle, const
   }
 }
 
-uint64_t site_hash(uintptr_t caller_pc) noexcept {
+// The call site's hash; *walk_ns (if given) gets the time of the walk alone, without the
+// symbolization a stack seen for the first time costs once.
+uint64_t site_hash(uintptr_t caller_pc, uint64_t* walk_ns = nullptr) noexcept {
   detail::RawStack stack;
+  const auto start = std::chrono::steady_clock::now();
   detail::capture(stack, caller_pc, g_depth.load(std::memory_order_relaxed),
                   g_unwinder.load(std::memory_order_relaxed));
+  if (walk_ns != nullptr)
+    *walk_ns = uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
   const uint64_t h = detail::stable_hash(stack);
   return h > kManySites ? h : h + 2;   // never collides with the map's "empty" or kManySites values
+}
+
+// After a walk that took `walk_ns`: the mean so far sets how often threads verify.
+void account_walk(uint64_t walk_ns) noexcept {
+  const uint64_t walks = g_walks.load(std::memory_order_relaxed);
+  const uint64_t total_ns = g_walk_ns.fetch_add(walk_ns, std::memory_order_relaxed) + walk_ns;
+  const uint32_t mask = verify_interval(total_ns / (walks ? walks : 1)) - 1;
+  // Every launch reads the mask: written only when it changes.
+  if (g_verify_mask.value.load(std::memory_order_relaxed) != mask)
+    g_verify_mask.value.store(mask, std::memory_order_relaxed);
 }
 
 // Remember that `key` was seen with `site`: the first answer, or kManySites once there are two.
@@ -120,7 +141,7 @@ void learn(FixedMap<N>& map, uint64_t key, uint64_t known, uint64_t site) noexce
 // stack only when the rules above say so.
 uint64_t site_of_shape(uint64_t shape, uintptr_t sp, uintptr_t caller_pc) noexcept {
   const uint32_t n = ++t_launches;
-  const bool verify = n <= kExactLaunches || (n & g_verify_mask.load(std::memory_order_relaxed)) == 0;
+  const bool verify = n <= kExactLaunches || (n & g_verify_mask.value.load(std::memory_order_relaxed)) == 0;
   const uint64_t by_shape = g_site_by_shape.find(shape);
   if (!verify && by_shape > kManySites) return by_shape;
   const uint64_t path = nonzero(combine(shape, sp));
@@ -128,13 +149,9 @@ uint64_t site_of_shape(uint64_t shape, uintptr_t sp, uintptr_t caller_pc) noexce
   if (!verify && by_path > kManySites) return by_path;
   g_walks.fetch_add(1, std::memory_order_relaxed);
   if (!verify) g_unpredictable.fetch_add(1, std::memory_order_relaxed);
-  const auto walk_start = std::chrono::steady_clock::now();
-  const uint64_t site = site_hash(caller_pc);
-  const uint64_t walk_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-      std::chrono::steady_clock::now() - walk_start).count());
-  const uint64_t walks = g_walks.load(std::memory_order_relaxed);
-  const uint64_t total_ns = g_walk_ns.fetch_add(walk_ns, std::memory_order_relaxed) + walk_ns;
-  g_verify_mask.store(verify_interval(total_ns / (walks ? walks : 1)) - 1, std::memory_order_relaxed);
+  uint64_t walk_ns = 0;
+  const uint64_t site = site_hash(caller_pc, &walk_ns);
+  account_walk(walk_ns);
   learn(g_site_by_shape, shape, by_shape, site);
   if (by_shape == kManySites || (by_shape != 0 && by_shape != site)) learn(g_site_by_path, path, by_path, site);
   return site;

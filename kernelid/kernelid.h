@@ -62,13 +62,13 @@ uint64_t op_id(const char* label, uint64_t bytes) noexcept;
 // libfikit_hook.so, libcuda*, libcudart* and libcupti* are skipped.
 uint64_t call_site() noexcept;
 
-// Stack walks so far (FIKIT_STATS): all of them, and those because a shape's call site could not be
-// predicted (seen from several sites, and its stack-pointer path too); the rest are each thread's
-// first launches and the periodic checks (verify_interval()).
+// Stack walks so far (FIKIT_STATS): all of them, and the unpredictable ones: outside a thread's
+// first launches and its periodic checks (verify_interval()), a shape not seen before, or seen from
+// several call sites on the same stack-pointer path.
 struct WalkCounts {
   uint64_t walks = 0, unpredictable = 0;
   uint64_t symbolized = 0;   // walks whose stack was not cached yet (the slow path: dladdr, demangling)
-  uint64_t walk_ns = 0;      // their time in all
+  uint64_t walk_ns = 0;      // their time in all, without symbolizing
 };
 WalkCounts walk_counts() noexcept;
 

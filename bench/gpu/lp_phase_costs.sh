@@ -2,7 +2,8 @@
 # The low-priority job's own hook cost per launch, by phase (FIKIT_STATS=1), in the two places it
 # runs in share mode: alone (it is the holder: no kernel IDs, no gate) and beside an idle registered
 # priority-0 service (it is below the holder: a kernel ID, the gate and the in-flight window on every
-# launch). Prints each run's result line and the hook's "ns/op" line, alternating the two setups.
+# launch). Prints each run's result line and the hook's "ns/op" line, alternating the two setups,
+# and the daemon's task table 4 s into each run beside the service (bounds, its predicted pause).
 #
 # Usage: lp_phase_costs.sh PREFIX REPS -- LP_COMMAND...
 #   PREFIX      install prefix (bin/fikit-run, bin/fikit-scheduler, bin/fikit-example-infer)
@@ -49,7 +50,19 @@ step "measuring the idle service" fikit measure 0 lpc-hp -- "${idle_hp[@]}" --re
 "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/profiles.db" --control "$work/control.sock" \
   >"$work/scheduler.log" 2>&1 &
 daemon=$!
-for _ in $(seq 50); do "$bin/fikit-scheduler" status --control "$work/control.sock" >/dev/null 2>&1 && break; sleep 0.1; done
+status() { "$bin/fikit-scheduler" status --control "$work/control.sock" 2>/dev/null; }
+wait_tasks() {  # N: until the daemon has N tasks (5 s at most); false if it never does
+  for _ in $(seq 50); do
+    status | grep -q "^tasks $1 " && return 0
+    sleep 0.1
+  done
+  return 1
+}
+if ! wait_tasks 0 || ! kill -0 "$daemon" 2>/dev/null; then
+  echo "lp_phase_costs: fikit-scheduler did not start:" >&2
+  tail -5 "$work/scheduler.log" >&2
+  exit 1
+fi
 
 run_lp() {  # LABEL: the job in share mode with the hook's statistics; prints its result and ns/op
   local out
@@ -63,13 +76,15 @@ for rep in $(seq "$reps"); do
   (exec "$bin/fikit-run" --db "$work/profiles.db" --scheduler "127.0.0.1:$port" --mode share --priority 0 \
      --task-key lpc-hp -- "${idle_hp[@]}" --requests 100000 >"$work/idle.out" 2>&1) &
   idle=$!   # the service itself (fikit-run and the subshell exec it), so that kill reaches it
-  sleep 0.5   # a few of its launches: it is registered and the holder
+  wait_tasks 1 || echo "lp_phase_costs: the idle service did not register within 5 s" >&2
+  # Half-way through the job's run: the daemon's view (bounds, the service's predicted pause).
+  (sleep 4; status >"$work/during.txt") &
   label="idle-hp"; run_lp "$@"
+  wait $! 2>/dev/null
+  grep -A3 '^ *task ' "$work/during.txt" | sed 's/^/           /'
   kill "$idle" 2>/dev/null; wait "$idle" 2>/dev/null; idle=""
   # Until the daemon has forgotten it (goodbye, else its lease), the next "alone" run is not alone.
-  for _ in $(seq 50); do
-    "$bin/fikit-scheduler" status --control "$work/control.sock" 2>/dev/null | grep -q '^tasks 0 ' && break
-    sleep 0.1
-  done
+  wait_tasks 0 || echo "lp_phase_costs: the daemon still lists a task 5 s after the runs ended" >&2
 done
-"$bin/fikit-scheduler" status --control "$work/control.sock" | head -3
+status >"$work/final.txt"
+head -3 "$work/final.txt"

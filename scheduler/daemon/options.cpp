@@ -62,8 +62,8 @@ constexpr DurationSetting kDurations[] = {
     {"run-bound-idle", &policy::Settings::run_bound_idle_ns, 1 * kUs, protocol::kMaxU32Ns,
      "the bound after idle-grace: a service idle that long waits at most about this on its return"},
     {"return-margin", &policy::Settings::return_margin_ns, 0, 60 * kS,
-     "a service whose last 16 pauses all lasted at least L gets run-bound-idle below it from the start "
-     "of a pause until this long before L (0: never predicted)"},
+     "a service whose last 16 pauses all lasted between L and 2L gets run-bound-idle below it from the "
+     "start of a pause until this long before L (0: never predicted)"},
     {"mps-overlap", &policy::Settings::mps_overlap_ns, 0, protocol::kMaxU32Ns,
      "under MPS, lower kernels predicted up to this run beside an active holder (0: none)"},
     {"max-predicted", &policy::Settings::max_predicted_ns, 1 * kUs, protocol::kMaxPredictedNs,

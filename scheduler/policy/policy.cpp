@@ -89,13 +89,14 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
-uint64_t Policy::IdleHistory::shortest() const {
+uint64_t Policy::IdleHistory::steady_shortest() const {
   if (count < kIdleHistory) return 0;
-  return *std::min_element(ns.begin(), ns.end());
+  const auto [lo, hi] = std::minmax_element(ns.begin(), ns.end());
+  return *hi <= 2 * *lo ? *lo : 0;
 }
 
 uint64_t Policy::expected_back(const Task& u) const {
-  const uint64_t shortest = settings_.return_margin_ns != 0 ? u.idle_history.shortest() : 0;
+  const uint64_t shortest = settings_.return_margin_ns != 0 ? u.idle_history.steady_shortest() : 0;
   return u.inactive_since + (shortest > settings_.return_margin_ns ? shortest : 0);
 }
 

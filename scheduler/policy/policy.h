@@ -53,10 +53,10 @@ struct Settings {
   // service that is rarely busy lets the job run at full speed, and pays at most that on its return.
   uint64_t idle_grace_ns = 20'000'000;
   uint64_t run_bound_idle_ns = 1'000'000;
-  // A holder whose last kIdleHistory idle periods all lasted at least L (a periodic service, a
-  // camera feed) is expected back L after it went idle: the bound is run_bound_idle_ns from the
-  // start of its idle period until return_margin_ns before L (so the work in flight drains to
-  // run_bound_ns before it returns), and the idle grace counts from L. 0: never predicted.
+  // A holder whose last kIdleHistory idle periods lasted at least L and at most 2L (a periodic
+  // service, a camera feed) is expected back L after it went idle: the bound is run_bound_idle_ns
+  // from the start of its idle period until return_margin_ns before L (so the work in flight drains
+  // to run_bound_ns before it returns), and the idle grace counts from L. 0: never predicted.
   uint64_t return_margin_ns = 3'000'000;
   uint64_t mps_overlap_ns = 1'000'000;         // MPS: kernels predicted up to this run beside the holder
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
@@ -164,8 +164,11 @@ class Policy {
     std::array<uint64_t, kIdleHistory> ns{};
     size_t count = 0;   // periods seen (the ring holds the last kIdleHistory)
     void add(uint64_t len) { ns[count++ % kIdleHistory] = len; }
-    // The shortest of the last kIdleHistory periods; 0 until that many were seen.
-    uint64_t shortest() const;
+    // The shortest of the last kIdleHistory periods when they keep a rhythm (the longest at most
+    // twice the shortest); 0 until that many were seen, or when they vary more. Random arrivals
+    // vary far more: of 16 exponential pauses the longest is typically dozens of times the shortest,
+    // and the next pause would come before all 16 one time in 17.
+    uint64_t steady_shortest() const;
   };
   struct Wanted {
     uint64_t kernel_id = 0, duration_ns = 0;
@@ -221,7 +224,7 @@ class Policy {
   // overdue by idle_grace_ns: `t` may keep run_bound_idle_ns in flight.
   bool relaxed_bound(uint64_t now, const Task& t) const;
   // When the idle task `u` is expected back: the start of its idle period, or, when its last
-  // kIdleHistory idle periods all lasted at least L (longer than return_margin_ns), L after it.
+  // kIdleHistory idle periods lasted between L and 2L (L longer than return_margin_ns), L after it.
   uint64_t expected_back(const Task& u) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration

@@ -80,6 +80,7 @@ TEST(VerifyInterval, FollowsWhatAWalkCosts) {
     const uint32_t n = verify_interval(ns);
     EXPECT_EQ(n & (n - 1), 0u) << ns;           // a power of two: the launch path masks
     EXPECT_TRUE(n == kMaxVerifyInterval || ns <= uint64_t(n) * kWalkBudgetNs) << ns;
+    EXPECT_TRUE(n == kMinVerifyInterval || ns > uint64_t(n / 2) * kWalkBudgetNs) << ns;   // the smallest such
   }
 }
 

@@ -369,10 +369,29 @@ TEST_F(PolicyTest, OneShortPauseInTheHoldersHistoryKeepsTheBoundTight) {
   settings.lease_ns = 60'000'000'000;   // the task below says nothing for a second and more
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   uint64_t idle = periodic_holder(hp, T0 + us(50'000), us(50'000), 8);
-  idle = periodic_holder(hp, idle + us(2000), us(50'000), 1);   // back after 2 ms once
+  idle = periodic_holder(hp, idle + us(10'000), us(50'000), 1);   // back after 10 ms once
   idle = periodic_holder(hp, idle - us(10) + us(50'000), us(50'000), 8);
+  // Pauses of 10 to 50 ms are no rhythm (the longest more than twice the shortest): not predicted.
   EXPECT_EQ(last[lp].bound_ns, us(200));
-  tick(idle + us(10'000));
+  tick(idle + us(5'000));
+  EXPECT_EQ(last[lp].bound_ns, us(200));
+}
+
+TEST_F(PolicyTest, PausesWithinTwiceTheShortestAreARhythmFromTheShortest) {
+  settings.idle_grace_ns = us(20'000);
+  settings.run_bound_idle_ns = us(1000);
+  settings.return_margin_ns = us(3000);
+  settings.holder_quiet_ns = us(100'000);
+  settings.lease_ns = 60'000'000'000;
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  // Pauses alternating 30 and 50 ms (less the 10 us of work), sixteen of them after the first.
+  uint64_t idle = T0;
+  for (int i = 0; i < 17; ++i) idle = periodic_holder(hp, idle - us(10) + us(i % 2 ? 30'000 : 50'000), 1, 1);
+  EXPECT_EQ(last[lp].bound_ns, us(1000));
+  const uint64_t tighten = idle + us(30'000) - us(10) - us(3000);   // from the shortest
+  tick(tighten - us(1));
+  EXPECT_EQ(last[lp].bound_ns, us(1000));
+  tick(tighten);
   EXPECT_EQ(last[lp].bound_ns, us(200));
 }
 
