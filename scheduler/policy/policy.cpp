@@ -95,19 +95,25 @@ uint64_t Policy::IdleHistory::steady_shortest() const {
   return *hi <= 2 * *lo ? *lo : 0;
 }
 
-uint64_t Policy::expected_back(const Task& u) const {
+uint64_t Policy::predicted_pause(const Task& u) const {
   const uint64_t shortest = settings_.return_margin_ns != 0 ? u.idle_history.steady_shortest() : 0;
-  return u.inactive_since + (shortest > settings_.return_margin_ns ? shortest : 0);
+  return shortest > settings_.return_margin_ns ? shortest : 0;
+}
+
+Policy::TightSpan Policy::tight_span(const Task& u) const {
+  const uint64_t back = u.inactive_since + predicted_pause(u);
+  TightSpan span;
+  span.from = back > u.inactive_since ? back - settings_.return_margin_ns : u.inactive_since;
+  span.until = settings_.idle_grace_ns != 0 ? back + settings_.idle_grace_ns : kNever;
+  return span;
 }
 
 bool Policy::relaxed_bound(uint64_t now, const Task& t) const {
   for (const auto& [id, u] : tasks_) {
     if (id == t.id || u.priority >= t.priority) continue;
     if (blocks(now, u)) return false;
-    const uint64_t back = expected_back(u);
-    const bool before_return = back > u.inactive_since && now + settings_.return_margin_ns < back;
-    const bool long_idle = settings_.idle_grace_ns != 0 && now >= back + settings_.idle_grace_ns;
-    if (!before_return && !long_idle) return false;
+    const TightSpan span = tight_span(u);
+    if (now >= span.from && now < span.until) return false;
   }
   return settings_.idle_grace_ns != 0 || settings_.return_margin_ns != 0;
 }
@@ -395,12 +401,11 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       }
     }
     wake_at(t.last_heard + settings_.lease_ns + 1);
-    // The bound of the tasks below tightens return_margin_ns before this one is expected back, and
-    // relaxes idle_grace_ns after that (relaxed_bound).
+    // The bound of the tasks below changes where this one's tight span begins and ends.
     if (t.mode == TaskMode::Share && !t.active) {
-      const uint64_t back = expected_back(t);
-      if (back > t.inactive_since && now + settings_.return_margin_ns < back) wake_at(back - settings_.return_margin_ns);
-      if (settings_.idle_grace_ns != 0 && now < back + settings_.idle_grace_ns) wake_at(back + settings_.idle_grace_ns);
+      const TightSpan span = tight_span(t);
+      if (now < span.from) wake_at(span.from);
+      if (now < span.until) wake_at(span.until);
     }
   }
 
@@ -458,7 +463,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.wants = t.wants;
     s.kernels = t.profile ? t.profile->size() : 0;
     s.waits = t.waits;
-    s.predicted_pause_ns = expected_back(t) - t.inactive_since;
+    s.predicted_pause_ns = predicted_pause(t);
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

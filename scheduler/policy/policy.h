@@ -220,12 +220,19 @@ class Policy {
   bool blocks(uint64_t now, const Task& above) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
-  // Nothing above `t` is active, and each is either not expected back within return_margin_ns or
-  // overdue by idle_grace_ns: `t` may keep run_bound_idle_ns in flight.
+  // Nothing above `t` is active, and each is outside its tight span: `t` may keep run_bound_idle_ns
+  // in flight.
   bool relaxed_bound(uint64_t now, const Task& t) const;
-  // When the idle task `u` is expected back: the start of its idle period, or, when its last
-  // kIdleHistory idle periods lasted between L and 2L (L longer than return_margin_ns), L after it.
-  uint64_t expected_back(const Task& u) const;
+  // How long the idle task `u` is expected to pause: L when its last kIdleHistory idle periods
+  // lasted between L and 2L and L is longer than return_margin_ns, else 0 (not predicted).
+  uint64_t predicted_pause(const Task& u) const;
+  // The part of `u`'s pause in which the tasks below keep the tight bound: from return_margin_ns
+  // before its predicted return (from the start of the pause when none is predicted) until
+  // idle_grace_ns after that return (kNever when idle_grace_ns is 0).
+  struct TightSpan {
+    uint64_t from = 0, until = kNever;
+  };
+  TightSpan tight_span(const Task& u) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

@@ -111,6 +111,16 @@ def cpp(args, out):
         fail("overhead runs: %s" % {s: len(r) for s, r in ovh["runs"].items()})
 
 
+def check_fresh_every_rep(res, scenario, runs, setups, workers):
+    """A --fresh-every 1 run of two repetitions: both ran in every setup, each worker twice."""
+    if any(len(runs[s]) != 2 for s in setups):
+        fail("%s runs: %s" % (scenario, {s: len(r) for s, r in runs.items()}))
+    for name in workers:
+        w = res["workers"].get(name) or fail("no worker %s in %s" % (name, sorted(res["workers"])))
+        if w["processes"] != 2:
+            fail("%s: %d processes, expected one a repetition (--fresh-every 1)" % (name, w["processes"]))
+
+
 def pytorch(args, out):
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "fake_torch"), FAKE_TORCH_MS="1")
     setups = ["alone", "alone-b", "default", "mps", "mps-prio"]
@@ -126,26 +136,17 @@ def pytorch(args, out):
     res = run_eval(args, os.path.join(out, "overhead"),
                    ["overhead", "--overhead-hps", "resnet50", "--overhead-setups", "native,native-b,measure/4x2",
                     "--fresh-every", "1"], env=env)
-    runs = res["overhead"]["resnet50"]["runs"]
-    if any(len(runs[s]) != 2 for s in ("native", "native-b", "measure/4x2")):
-        fail("overhead runs: %s" % {s: len(r) for s, r in runs.items()})
-    for name in ("hp-resnet50-native", "hp-resnet50-native-b", "hp-resnet50-measure_4x2"):
-        w = res["workers"].get(name) or fail("no worker %s in %s" % (name, sorted(res["workers"])))
-        if w["processes"] != 2:
-            fail("%s: %d processes, expected one a repetition (--fresh-every 1)" % (name, w["processes"]))
+    check_fresh_every_rep(res, "overhead", res["overhead"]["resnet50"]["runs"], ("native", "native-b", "measure/4x2"),
+                          ("hp-resnet50-native", "hp-resnet50-native-b", "hp-resnet50-measure_4x2"))
     env_got = res["workers"]["hp-resnet50-measure_4x2"].get("env") or {}
     if env_got.get("FIKIT_MEASURE_SAMPLE") != "4" or env_got.get("FIKIT_MEASURE_BURST") != "2":
         fail("measure/4x2 worker environment: %s" % env_got)
     res = run_eval(args, os.path.join(out, "lp-overhead"),
                    ["lp-overhead", "--lpo-lps", "resnet50-train", "--lpo-setups", "plain,plain-b,plain+idle-hp",
                     "--lpo-window-s", "0.5", "--fresh-every", "1"], env=env)
-    runs = res["lp_overhead"]["resnet50-train"]["runs"]
-    if any(len(runs[s]) != 2 for s in ("plain", "plain-b", "plain+idle-hp")):
-        fail("lp-overhead runs: %s" % {s: len(r) for s, r in runs.items()})
-    for name in ("lp-resnet50-train-plain", "lp-resnet50-train-plain-b", "lp-resnet50-train-plain_idle-hp"):
-        w = res["workers"].get(name) or fail("no worker %s in %s" % (name, sorted(res["workers"])))
-        if w["processes"] != 2:
-            fail("%s: %d processes, expected one a repetition (--fresh-every 1)" % (name, w["processes"]))
+    check_fresh_every_rep(res, "lp-overhead", res["lp_overhead"]["resnet50-train"]["runs"],
+                          ("plain", "plain-b", "plain+idle-hp"),
+                          ("lp-resnet50-train-plain", "lp-resnet50-train-plain-b", "lp-resnet50-train-plain_idle-hp"))
 
 
 def fake_gpu_env(args):

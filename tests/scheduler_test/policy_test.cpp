@@ -103,6 +103,15 @@ class PolicyTest : public ::testing::Test {
     policy().on_tick(now, out);
     record(now);
   }
+  // Grace 20 ms, loose bound 1 ms, the given return margin; a holder quiet for less than 100 ms
+  // is not taken for idle, and a task below that says nothing for seconds keeps its lease.
+  void rhythm_settings(uint64_t return_margin_ns) {
+    settings.idle_grace_ns = us(20'000);
+    settings.run_bound_idle_ns = us(1000);
+    settings.return_margin_ns = return_margin_ns;
+    settings.holder_quiet_ns = us(100'000);
+    settings.lease_ns = 60'000'000'000;
+  }
   // The holder back every `period` from `start`, `periods` times (10 us of work, then idle): returns
   // when its last idle period began.
   uint64_t periodic_holder(uint32_t hp, uint64_t start, uint64_t period, int periods) {
@@ -322,11 +331,7 @@ TEST_F(PolicyTest, TheRunBoundRelaxesOnceTheHolderHasBeenIdleAWhile) {
 }
 
 TEST_F(PolicyTest, AHolderThatIsNeverBackSoonerLetsTheTaskBelowRunLooserUntilShortlyBeforeItsReturn) {
-  settings.idle_grace_ns = us(20'000);
-  settings.run_bound_idle_ns = us(1000);
-  settings.return_margin_ns = us(3000);
-  settings.holder_quiet_ns = us(100'000);
-  settings.lease_ns = 60'000'000'000;   // the task below says nothing for a second and more
+  rhythm_settings(us(3000));
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   // Sixteen idle periods seen, but the first (from its registration) lasted 100 us: no prediction.
   uint64_t idle = periodic_holder(hp, T0 + us(100), us(50'000), 16);
@@ -362,11 +367,7 @@ TEST_F(PolicyTest, AHolderThatIsNeverBackSoonerLetsTheTaskBelowRunLooserUntilSho
 }
 
 TEST_F(PolicyTest, OneShortPauseInTheHoldersHistoryKeepsTheBoundTight) {
-  settings.idle_grace_ns = us(20'000);
-  settings.run_bound_idle_ns = us(1000);
-  settings.return_margin_ns = us(3000);
-  settings.holder_quiet_ns = us(100'000);
-  settings.lease_ns = 60'000'000'000;   // the task below says nothing for a second and more
+  rhythm_settings(us(3000));
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   uint64_t idle = periodic_holder(hp, T0 + us(50'000), us(50'000), 8);
   idle = periodic_holder(hp, idle + us(10'000), us(50'000), 1);   // back after 10 ms once
@@ -378,11 +379,7 @@ TEST_F(PolicyTest, OneShortPauseInTheHoldersHistoryKeepsTheBoundTight) {
 }
 
 TEST_F(PolicyTest, PausesWithinTwiceTheShortestAreARhythmFromTheShortest) {
-  settings.idle_grace_ns = us(20'000);
-  settings.run_bound_idle_ns = us(1000);
-  settings.return_margin_ns = us(3000);
-  settings.holder_quiet_ns = us(100'000);
-  settings.lease_ns = 60'000'000'000;
+  rhythm_settings(us(3000));
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   // Pauses alternating 30 and 50 ms (less the 10 us of work), sixteen of them after the first.
   uint64_t idle = T0;
@@ -396,11 +393,7 @@ TEST_F(PolicyTest, PausesWithinTwiceTheShortestAreARhythmFromTheShortest) {
 }
 
 TEST_F(PolicyTest, WithoutAReturnMarginThePauseIsNotPredicted) {
-  settings.idle_grace_ns = us(20'000);
-  settings.run_bound_idle_ns = us(1000);
-  settings.return_margin_ns = 0;
-  settings.holder_quiet_ns = us(100'000);
-  settings.lease_ns = 60'000'000'000;   // the task below says nothing for a second and more
+  rhythm_settings(0);
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   const uint64_t idle = periodic_holder(hp, T0 + us(50'000), us(50'000), 20);
   EXPECT_EQ(last[lp].bound_ns, us(200));
