@@ -6,8 +6,11 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "kernelid.h"
 
@@ -114,6 +117,49 @@ void BM_KernelIdCached(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(id_at_depth(6, f));
 }
 
+// Launch shape n % 256 (64 functions x 4 grids) from below a few caller frames, so that every
+// launch comes from one call site whichever loop called it; or, for the floor, only the frames.
+uint64_t shape_at_depth(int depth, unsigned n);
+uint64_t (*volatile g_shape_at_depth)(int, unsigned) = shape_at_depth;
+bool g_frames_only = false;
+__attribute__((noinline)) uint64_t shape_at_depth(int depth, unsigned n) {
+  static int functions[64];
+  if (depth > 0) return g_shape_at_depth(depth - 1, n) + 1;
+  if (g_frames_only) return n;
+  const uint32_t grid[3] = {1 + (n / 64) % 4, 1, 1}, block[3] = {128, 1, 1};
+  return kernelid::kernel_id(reinterpret_cast<CUfunction>(&functions[n % 64]), grid, block, 0);
+}
+
+// The kernel ID as a framework's launching thread meets it: between two launches the framework's
+// own work has pushed the hook's tables and code out of the caches. Each launch is timed alone,
+// after a pass over a buffer of range(1) MiB (2: past this VM's L2; 48: past its L3); the 256
+// shapes in turn, each seen before and past the thread's exact first launches. range(0) = 0 times
+// the caller frames and the clock alone (the floor). Counters: the median and p90 of single
+// launches (most predict their call site; one in verify_interval() walks) and the walks.
+void BM_KernelIdColdCaches(benchmark::State& state) {
+  configure_ids(kernelid::Unwinder::Gcc);
+  g_frames_only = state.range(0) == 0;
+  unsigned n = 0;
+  for (int i = 0; i < 2048; ++i) benchmark::DoNotOptimize(shape_at_depth(6, n++));
+  std::vector<unsigned char> evict(size_t(state.range(1)) << 20);
+  std::vector<double> ns;
+  ns.reserve(state.max_iterations);
+  const uint64_t walks_before = kernelid::walk_counts().walks;
+  for (auto _ : state) {
+    for (size_t i = 0; i < evict.size(); i += 64) evict[i]++;
+    benchmark::ClobberMemory();
+    const auto start = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(shape_at_depth(6, n++));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    state.SetIterationTime(s);
+    ns.push_back(s * 1e9);
+  }
+  std::sort(ns.begin(), ns.end());
+  state.counters["p50_ns"] = ns.empty() ? 0 : ns[ns.size() / 2];
+  state.counters["p90_ns"] = ns.empty() ? 0 : ns[ns.size() * 9 / 10];
+  state.counters["walks"] = double(kernelid::walk_counts().walks - walks_before);
+}
+
 void BM_CallSiteCaptureCached(benchmark::State& state) {
   configure_ids(static_cast<kernelid::Unwinder>(state.range(0)));
   for (auto _ : state) benchmark::DoNotOptimize(site_at_depth(6));
@@ -124,6 +170,7 @@ BENCHMARK(BM_LaunchDirect);
 BENCHMARK(BM_LaunchThroughHookPassthrough);
 BENCHMARK(BM_CallSiteCaptureCached)->Arg(0)->Arg(1)->ArgName("gcc");
 BENCHMARK(BM_KernelIdCached)->Arg(0)->Arg(1)->ArgName("gcc");
+BENCHMARK(BM_KernelIdColdCaches)->ArgsProduct({{0, 1}, {2, 48}})->ArgNames({"id", "evict_mib"})->UseManualTime()->Iterations(2000);
 
 }  // namespace
 
