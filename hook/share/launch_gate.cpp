@@ -21,6 +21,7 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
   const uint64_t deadline = start + max_wait_ns_;
   uint32_t want_for = UINT32_MAX;   // the directive (changes count) the last want answered
   uint64_t want_at = 0;
+  uint64_t stopped_ns = 0;          // of the wait, the part spent stopped (not Run) rather than on the GPU
   for (;;) {
     if (!client_.connected()) break;   // no daemon: unscheduled
     const DirectiveCell::View v = cell.load();
@@ -79,11 +80,12 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
       // A bell waits for the daemon's directive only so long: past that the ring is ignored.
       const uint64_t until = ring != 0 ? std::min(deadline, rung_at + protocol::kBellConfirmNs + 1) : deadline;
       cell.wait_change(v.changes, std::max<uint64_t>(std::min(until - std::min(until, now), kLookAgainNs), 1000));
+      stopped_ns += monotonic_ns() - now;
     }
   }
   const uint64_t end = monotonic_ns();
   client_.launch_went(end);
-  if (end - start > 1'000) stats.waited(end - start);
+  if (end - start > 1'000) stats.waited(end - start, stopped_ns);
 }
 
 }  // namespace fikit::hook::share

@@ -23,10 +23,12 @@ class ShareStats {
   void directive_latency(uint64_t ns) noexcept;
   void directive() noexcept { directives_.fetch_add(1, std::memory_order_relaxed); }
 
-  // Launching threads.
-  void waited(uint64_t ns) noexcept {
+  // Launching threads. A launch waited `ns`, `stopped_ns` of it for the daemon (Fill without
+  // credit, Hold) and the rest for its own work in flight to fall under the bound.
+  void waited(uint64_t ns, uint64_t stopped_ns) noexcept {
     waits_.fetch_add(1, std::memory_order_relaxed);
     wait_ns_.fetch_add(ns, std::memory_order_relaxed);
+    if (stopped_ns != 0) stopped_ns_.fetch_add(stopped_ns, std::memory_order_relaxed);
     uint64_t m = max_wait_ns_.load(std::memory_order_relaxed);
     while (ns > m && !max_wait_ns_.compare_exchange_weak(m, ns, std::memory_order_relaxed)) {
     }
@@ -49,7 +51,7 @@ class ShareStats {
   uint64_t* inflight_ns_ = nullptr;
   uint64_t* directive_ns_ = nullptr;
   std::atomic<uint32_t> samples_{0}, directive_samples_{0};
-  std::atomic<uint64_t> directives_{0}, reactions_{0}, waits_{0}, wait_ns_{0}, max_wait_ns_{0}, forced_{0},
+  std::atomic<uint64_t> directives_{0}, reactions_{0}, waits_{0}, wait_ns_{0}, stopped_ns_{0}, max_wait_ns_{0}, forced_{0},
       credit_launches_{0}, overlap_launches_{0}, wants_{0}, launches_{0};
 };
 

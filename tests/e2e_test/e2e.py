@@ -213,7 +213,7 @@ def ratio_case(env, case):
     lp_share = env.fikit("share", "lp", 5) + lp_plain
     lp_kernel_us = flag(lp_flags, "--kernel-us", 10)
     ok = True
-    default_waits, fikit_waits, bounds, fills, credit, overlap, reactions = [], [], [], 0, 0, 0, []
+    default_waits, fikit_waits, bounds, fills, credit, overlap, reactions, stopped = [], [], [], 0, 0, 0, [], []
     for i in range(ROUNDS):   # interleaved, so slow phases of the machine hit every setup
         alone = run(env, hp_plain, "HP alone")
         hp_period_us = alone.result["jct_us"]["p50"] / flag(hp_flags, "--kernels", 50)
@@ -230,6 +230,9 @@ def ratio_case(env, case):
         reaction = s.get("reaction_us", {})
         reactions.append(reaction.get("n", 0))
         credit += s.get("credit_launches", 0)
+        stopped.append(s.get("stopped_ms", -1))
+        ok &= check(0 <= stopped[-1] <= s.get("wait_ms", 0) + 0.001,
+                    f"round {i}: of the LP's waits ({s.get('wait_ms')} ms), {stopped[-1]} ms stopped by the daemon")
         overlap += s.get("overlap_launches", 0)
         bounds.append(wait_bound_ms(requests, reaction.get("p90", 0), lp_kernel_us, hp_period_us, sharing))
         inflight_max = s.get("inflight_at_stop_us", {}).get("max", 0)
@@ -260,6 +263,7 @@ def ratio_case(env, case):
         # round once had none, so the rounds are counted together.)
         ok &= check(sum(reactions) > 0,
                     f"the HP's returns moved the LP out of Run ({', '.join(map(str, reactions))} times in the rounds)")
+        ok &= check(sum(stopped) > 0, f"the LP waited stopped while the HP ran ({sum(stopped):.1f} ms in the rounds)")
     elif case == "gap_fill":
         ok &= check(fills > 0 and credit > 0, f"FIKIT filled the HP's gaps ({fills} fills, {credit} launches on credit)")
     elif case == "mps_overlap":
