@@ -176,7 +176,7 @@ def lpo_block(name, entry, workers):
     s = entry.get("summary") or {}
     rows = []
     for setup, r in (s.get("rows") or {}).items():
-        target = LPO_TARGETS.get(setup.split("[")[0])   # variants ("share+idle-hp[k=v]") share the target
+        target = LPO_TARGETS.get((entry.get("bases") or {}).get(setup, setup))   # a variant has its base's
         if setup == "plain-b":
             note = "noise floor"
         elif target and r["rate"]:

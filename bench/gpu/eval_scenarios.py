@@ -202,7 +202,7 @@ def lpo_setups(names, known, variants):
             setups.append(known[name])
             continue
         for suffix, flags in variants:
-            setups.append(es.Setup(name + suffix, hook="share", scheduler="lpo-idle" + suffix, flags=flags,
+            setups.append(es.Setup(name + suffix, base=name, hook="share", scheduler="lpo-idle" + suffix, flags=flags,
                                    idle_hp=True))
     return setups
 
@@ -229,7 +229,8 @@ def lp_overhead(h):
         started = time.monotonic()
         h.log("lp-overhead %s" % lp.name)
         res = out[lp.name] = {"lp_unit": lp.unit, "window_s": h.a.lpo_window_s,
-                              "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
+                              "setups": [s.name for s in setups], "bases": {s.name: s.base for s in setups},
+                              "runs": {s.name: [] for s in setups}}
         specs = [epool.Spec("lp", lp, s) for s in setups] + list(idle_specs.values())
         if not h.step("workers for lp-overhead %s" % lp.name, lambda: h.pool.ensure(specs) or True):
             continue
@@ -310,7 +311,8 @@ def overhead(h):
         h.log("overhead %s" % hp.name)
         requests = h.a.synthetic_requests if not hp.served else h.a.overhead_requests
         res = out[hp.name] = {"requests": requests, "think_ms": h.a.think_ms,
-                              "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
+                              "setups": [s.name for s in setups], "bases": {s.name: s.base for s in setups},
+                              "runs": {s.name: [] for s in setups}}
         specs = [epool.Spec("hp", hp, s) for s in setups]
         if not h.step("workers for overhead %s" % hp.name, lambda: h.pool.ensure(specs) or True):
             continue

@@ -19,11 +19,13 @@ class Setup:
     instance the hook talks to (its name) and flags: that instance's settings; key_prefix: overrides
     the task key's 'eval-' prefix (a measure-mode setup writing a profile of its own); env: FIKIT_*
     settings of the hook in this setup; idle_hp: lp-overhead runs the idle HP beside the LP (under
-    this setup's hook and scheduler)."""
+    this setup's hook and scheduler); base: the setup a --settings variant ("fikit[k=v]") is one of
+    (its own name otherwise)."""
 
     def __init__(self, name, mps=False, client_prio=False, hook=None, scheduler=None, flags=(),
-                 alone=False, key_prefix=None, env=None, idle_hp=False):
+                 alone=False, key_prefix=None, env=None, idle_hp=False, base=None):
         self.name, self.mps, self.client_prio, self.hook = name, mps, client_prio, hook
+        self.base = base or name
         self.scheduler, self.flags, self.alone, self.key_prefix = scheduler, list(flags), alone, key_prefix
         self.env = dict(env or {})
         self.idle_hp = idle_hp
@@ -47,7 +49,7 @@ def pair_setups(names, variants, real_gpu):
             out.append(Setup(name, mps=True, client_prio=True))
         elif name in ("fikit", "fikit-mps"):
             for suffix, flags in variants:
-                out.append(Setup(name + suffix, mps=name == "fikit-mps", client_prio=name == "fikit-mps" and not real_gpu,
+                out.append(Setup(name + suffix, base=name, mps=name == "fikit-mps", client_prio=name == "fikit-mps" and not real_gpu,
                                  hook="share", scheduler=name + suffix, flags=flags))
         else:
             raise ValueError("unknown setup '%s' (from %s)" % (name, ", ".join(PAIR_SETUPS)))

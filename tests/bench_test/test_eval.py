@@ -254,6 +254,23 @@ class Scenarios(unittest.TestCase):
         self.assertEqual([s.scheduler for s in got[1:]], ["lpo-idle", "lpo-idle[idle-grace=0]"])
         self.assertEqual(got[2].flags, ["--idle-grace", "0"])
         self.assertEqual([s.idle_hp for s in got], [False, True, True])   # the idle HP runs beside these
+        self.assertEqual([s.base for s in got], ["plain", "share+idle-hp", "share+idle-hp"])
+
+    def test_a_variant_is_judged_by_its_base_setups_target(self):
+        rng = random.Random(3)
+        setups = ["plain", "share+idle-hp", "share+idle-hp[idle-grace=0]", "loose", "share[x]"]
+        entry = {"window_s": 3, "lp_unit": "it/s", "setups": setups,
+                 "bases": {"plain": "plain", "share+idle-hp": "share+idle-hp",
+                           "share+idle-hp[idle-grace=0]": "share+idle-hp", "loose": "share+idle-hp",
+                           "share[x]": "share[x]"},
+                 "runs": {s: [{"rate": 100 * f * rng.uniform(0.99, 1.01)} for _ in range(5)]
+                          for s, f in zip(setups, (1.0, 0.97, 0.80, 0.97, 0.97))}}
+        entry["summary"] = er.summarise_ratios(entry, "plain", {"rate": ("rate",)}, seed=1)
+        rows = {l.split()[0]: l for l in er.lpo_block("lp", entry, {}).splitlines() if l.split() and l.split()[0] in setups}
+        self.assertIn(">= 95 %: met", rows["share+idle-hp"])
+        self.assertIn(">= 95 %: missed", rows["share+idle-hp[idle-grace=0]"])
+        self.assertIn(">= 95 %: met", rows["loose"])   # the base recorded, not the label's spelling
+        self.assertNotIn(">=", rows["share[x]"])       # a setup of its own: no target
 
     def test_measure_variants_set_sample_and_burst(self):
         s = esc.measure_variant("measure/32x4")
