@@ -5,27 +5,37 @@
 # share, --reps times, builds interleaved. Prints one line per run: launches, and the hook's ns per
 # op in capture / kernel ID / mode before / real call / mode after ("real" is the simulated driver,
 # which differs between builds; the other four are the hook's own work).
+# --idle-hp: in share mode an idle priority-0 task (one 5 us kernel every 50 ms) runs beside, so
+# the job is below the holder: it identifies every launch and keeps its work in flight bounded.
+# --cpu-us N: the job spends N us of CPU before each launch (N > 5: launch-bound, so that the
+# hook's cost shows in the launches a run makes).
 #
-#   bench/hook/share_phases.sh [--reps 3] BUILD_DIR [BUILD_DIR ...]
+#   bench/hook/share_phases.sh [--reps 3] [--idle-hp] [--cpu-us 0] BUILD_DIR [BUILD_DIR ...]
 #
 # BUILD_DIR is a CMake build of this project (for an older commit: git worktree add, then build the
-# targets fikit_hook fikit-run fikit-scheduler fikit-example-train fikit_simcuda).
+# targets fikit_hook fikit-run fikit-scheduler fikit-example-train fikit-example-infer fikit_simcuda).
 # Exit status: 0 every run finished; 1 a run failed; 2 bad usage.
 set -u
 reps=3
+idle_hp=0
+cpu_us=0
 builds=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --idle-hp) idle_hp=1; shift ;;
+    --cpu-us) cpu_us=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "share_phases: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) builds+=("$1"); shift ;;
   esac
 done
 case "$reps" in ''|*[!0-9]*) echo "share_phases: --reps needs a whole number" >&2; exit 2 ;; esac
+case "$cpu_us" in ''|*[!0-9]*) echo "share_phases: --cpu-us needs a whole number" >&2; exit 2 ;; esac
 [ ${#builds[@]} -gt 0 ] || { echo "share_phases: name at least one build directory (see --help)" >&2; exit 2; }
 for b in "${builds[@]}"; do
   for f in scheduler/daemon/fikit-scheduler tools/fikit-run/fikit-run examples/fikit-example-train \
+           examples/fikit-example-infer \
            hook/libfikit_hook.so tests/simgpu/libcuda.so.1; do
     [ -e "$b/$f" ] || { echo "share_phases: $b/$f missing (build it first)" >&2; exit 2; }
   done
@@ -45,11 +55,21 @@ for rep in $(seq 1 "$reps"); do
           > "$work/$port.daemon" 2>&1 &
         daemon=$!
         sleep 0.5
+        hp=
+        if [ "$idle_hp" = 1 ] && [ "$mode" = share ]; then
+          FIKIT_STATS=0 "$b/tools/fikit-run/fikit-run" --hook "$b/hook/libfikit_hook.so" --db "$work/$port.db" \
+            --scheduler "127.0.0.1:$port" --mode share --task-key hp --priority 0 -- \
+            "$b/examples/fikit-example-infer" --requests 1000000 --warmup 0 --kernels 1 --kernel-us 5 \
+            --think-us 50000 > /dev/null 2>&1 &
+          hp=$!
+          sleep 0.3
+        fi
         "$b/tools/fikit-run/fikit-run" --hook "$b/hook/libfikit_hook.so" --db "$work/$port.db" \
           --scheduler "127.0.0.1:$port" --mode "$mode" --task-key lp --priority 5 -- \
-          "$b/examples/fikit-example-train" --kernel-us 5 --sync-every 100 --duration-s 4 \
+          "$b/examples/fikit-example-train" --kernel-us 5 --cpu-us "$cpu_us" --sync-every 100 --duration-s 4 \
           > "$work/$port.out" 2> "$work/$port.err"
         rc=$?
+        [ -n "$hp" ] && { kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null; }
         kill "$daemon" 2>/dev/null
         wait "$daemon" 2>/dev/null
         rm -f "/dev/shm/$name"

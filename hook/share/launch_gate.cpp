@@ -17,8 +17,11 @@ std::atomic<uint64_t> g_last_forced_log{0};
 void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled) noexcept {
   DirectiveCell& cell = client_.directive();
   ShareStats& stats = client_.stats();
+  // One clock read for a launch that goes at once (most of them); a waiting one reads it after
+  // each wait.
   const uint64_t start = monotonic_ns();
   const uint64_t deadline = start + max_wait_ns_;
+  uint64_t now = start;
   uint32_t want_for = UINT32_MAX;   // the directive (changes count) the last want answered
   uint64_t want_at = 0;
   uint64_t stopped_ns = 0;          // of the wait, the part spent stopped (not Run) rather than on the GPU
@@ -26,7 +29,6 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
     if (!client_.connected()) break;   // no daemon: unscheduled
     const DirectiveCell::View v = cell.load();
     if (v.role & protocol::kRoleHolder) break;
-    const uint64_t now = monotonic_ns();
     protocol::State state = v.state;
     // The holder's bell rang and the daemon's directive has not caught up: it is Fill already.
     uint32_t ring = 0;
@@ -55,6 +57,7 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
             stats.on_credit();
             break;
           }
+          now = monotonic_ns();
           continue;   // another thread spent it
         }
         wait_gpu = true;
@@ -76,16 +79,19 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
     }
     if (wait_gpu) {
       window_.wait_progress(std::min(deadline, now + kLookAgainNs));
+      now = monotonic_ns();
     } else {
       // A bell waits for the daemon's directive only so long: past that the ring is ignored.
       const uint64_t until = ring != 0 ? std::min(deadline, rung_at + protocol::kBellConfirmNs + 1) : deadline;
       cell.wait_change(v.changes, std::max<uint64_t>(std::min(until - std::min(until, now), kLookAgainNs), 1000));
-      stopped_ns += monotonic_ns() - now;
+      const uint64_t after = monotonic_ns();
+      stopped_ns += after - now;
+      now = after;
     }
   }
-  const uint64_t end = monotonic_ns();
-  client_.launch_went(end);
-  if (end - start > 1'000) stats.waited(end - start, stopped_ns);
+  // `now` is the clock read after the last wait, or `start` for a launch that never waited.
+  client_.launch_went(now);
+  if (now - start > 1'000) stats.waited(now - start, stopped_ns);
 }
 
 }  // namespace fikit::hook::share

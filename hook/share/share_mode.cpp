@@ -23,12 +23,15 @@ namespace {
 using share::Client;
 using share::Lane;
 
-// This thread's launch between before_launch and after_launch: its lane, and the relearner's sample.
+// This thread's launch between before_launch and after_launch: its lane, the relearner's sample,
+// and the launch's prediction (looked up once: in a framework's process each lookup of the
+// prediction table is a cache miss, docs/performance-hook.md).
 struct InLaunch {
   Lane* lane;
   uint32_t relearn_ticket;
+  share::Predictions::Kernel kernel;   // id 0: none looked up for this launch
 };
-thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {nullptr, 0};
+thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {nullptr, 0, {}};
 
 class ShareMode final : public Mode {
  public:
@@ -54,6 +57,7 @@ class ShareMode final : public Mode {
 
   void before_launch(const LaunchInfo& op) noexcept override {
     t_launch.relearn_ticket = 0;
+    t_launch.kernel.id = 0;
     Lane* lane = t_launch.lane;
     if (lane == nullptr || !lane->client.connected()) return;   // passthrough
     Client& client = lane->client;
@@ -75,7 +79,7 @@ class ShareMode final : public Mode {
         client.notify(op.id, now, 0);
       }
     }
-    const share::Predictions::Kernel k = predictions_.of(op.id);
+    const share::Predictions::Kernel k = t_launch.kernel = predictions_.of(op.id);
     // The holder never waits.
     if (!(role & protocol::kRoleHolder)) lane->gate.admit(op.id, k.dur_ns, k.measured);
     // Kernels the profile lacks are timed now and then (relearner.h), when nothing throttles them.
@@ -95,11 +99,11 @@ class ShareMode final : public Mode {
     const uint8_t role = client.directive().role();
     if (!(role & protocol::kRoleHolder)) {
       client.stats().launched();
-      lane->window.launched(op.stream, predictions_.of(op.id).dur_ns, client.directive().load().bound_ns);
+      lane->window.launched(op.stream, prediction(op.id).dur_ns, client.directive().load().bound_ns);
       return;
     }
     if (!(role & protocol::kRoleGaps) || op.id == 0) return;
-    const share::Predictions::Kernel k = predictions_.of(op.id);
+    const share::Predictions::Kernel k = prediction(op.id);
     // Someone waits for gap credit. A notification wakes the daemon and makes it plan a fill, so the
     // holder notifies only launches the daemon acts on: one that opens a gap a fill could use, and
     // the one after it (early stop). Sent by the notification thread, after the launch.
@@ -110,6 +114,11 @@ class ShareMode final : public Mode {
     const uint64_t now = monotonic_ns();
     lane->last_notify_ns.store(now, std::memory_order_relaxed);
     client.notify(op.id, now, 0);
+  }
+
+  // In after_launch: what before_launch looked up for this launch, else a lookup now.
+  share::Predictions::Kernel prediction(uint64_t id) const noexcept {
+    return t_launch.kernel.id == id && id != 0 ? t_launch.kernel : predictions_.of(id);
   }
 
   void after_sync(SyncKind) noexcept override {

@@ -37,7 +37,9 @@ class ShareStats {
   void on_credit() noexcept { credit_launches_.fetch_add(1, std::memory_order_relaxed); }
   void on_overlap() noexcept { overlap_launches_.fetch_add(1, std::memory_order_relaxed); }
   void want_sent() noexcept { wants_.fetch_add(1, std::memory_order_relaxed); }
-  void launched() noexcept { launches_.fetch_add(1, std::memory_order_relaxed); }
+  void launched() noexcept {   // every launch below the holder: counted only for the file
+    if (enabled()) launches_.fetch_add(1, std::memory_order_relaxed);
+  }
   uint64_t forced_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
 
   // Appends the JSON line (at exit; `untracked_ns` from the in-flight window, `relearned` the
