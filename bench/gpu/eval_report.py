@@ -18,6 +18,13 @@ def _values(runs, path):
     return out
 
 
+def base_of(entry, setup):
+    """The setup a --settings variant ("fikit[k=v]") is one of, as the harness recorded it; results
+    written before it recorded "bases" are read by the label."""
+    bases = entry.get("bases")
+    return bases.get(setup, setup) if bases is not None else setup.split("[")[0]
+
+
 def summarise_pair(pr, seed):
     runs = pr["runs"]
     alone = runs.get("alone") or []
@@ -29,7 +36,7 @@ def summarise_pair(pr, seed):
                        for m, path in metrics.items()}
             rows[s]["reps"] = len(runs.get(s) or [])
     marks = st.pareto({s: r for s, r in rows.items() if s != "alone-b"})
-    fikits = [s for s in marks if s.startswith("fikit")]
+    fikits = [s for s in marks if base_of(pr, s) in ("fikit", "fikit-mps")]
     front = [s for s in fikits if not marks[s]["dominated_by"]] or fikits
     best = min(front, key=lambda s: (rows[s]["p99"]["ratio"], -rows[s]["lp"]["ratio"])) if front else None
     versus = {}
@@ -133,7 +140,7 @@ def mps_priorities_line(label, pr, workers):
     fikit-run's exec; '?' for a process that ended before it was read), e.g. 'mps-prio HP 0 LP 1'."""
     parts = []
     for setup in pr["setups"]:
-        if not setup.startswith(("mps", "fikit-mps")):
+        if base_of(pr, setup) not in ("mps", "mps-prio", "fikit-mps"):
             continue
         got = {}
         for w in workers.values():
@@ -176,7 +183,7 @@ def lpo_block(name, entry, workers):
     s = entry.get("summary") or {}
     rows = []
     for setup, r in (s.get("rows") or {}).items():
-        target = LPO_TARGETS.get((entry.get("bases") or {}).get(setup, setup))   # a variant has its base's
+        target = LPO_TARGETS.get(base_of(entry, setup))   # a variant has its base's
         if setup == "plain-b":
             note = "noise floor"
         elif target and r["rate"]:

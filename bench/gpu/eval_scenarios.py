@@ -100,7 +100,8 @@ def pairs(h):
         pr = out[label] = {"hp": hp.name, "lp": lp.name, "arrival": arrival, "lp_unit": lp.unit,
                            "think_ms": h.a.think_ms if arrival == "closed" else None, "load": None,
                            "requests": h.a.synthetic_requests if not hp.served else h.a.hp_requests,
-                           "setups": [s.name for s in setups], "runs": {s.name: [] for s in setups}}
+                           "setups": [s.name for s in setups], "bases": {s.name: s.base for s in setups},
+                           "runs": {s.name: [] for s in setups}}
         specs = [epool.Spec(role, prog, s) for s in setups for role, prog in (("hp", hp), ("lp", lp))]
         if not h.step("workers for %s" % label, lambda: h.pool.ensure(specs) or True):
             continue
