@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -117,37 +118,53 @@ void BM_KernelIdCached(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(id_at_depth(6, f));
 }
 
+// 64 functions with names of their own, as a framework's kernels have.
+int g_cold_functions[64];
+CUresult cold_func_name(const char** name, CUfunction f) {
+  static const auto names = [] {
+    std::array<std::array<char, 24>, 64> n{};
+    for (size_t i = 0; i < n.size(); ++i) std::snprintf(n[i].data(), n[i].size(), "_Z13cold_kernel%zuv", i);
+    return n;
+  }();
+  const auto i = size_t(reinterpret_cast<int*>(f) - g_cold_functions);
+  *name = i < names.size() ? names[i].data() : "?";
+  return CUDA_SUCCESS;
+}
+
 // Launch shape n % 256 (64 functions x 4 grids) from below a few caller frames, so that every
 // launch comes from one call site whichever loop called it; or, for the floor, only the frames.
 uint64_t shape_at_depth(int depth, unsigned n);
 uint64_t (*volatile g_shape_at_depth)(int, unsigned) = shape_at_depth;
 bool g_frames_only = false;
 __attribute__((noinline)) uint64_t shape_at_depth(int depth, unsigned n) {
-  static int functions[64];
   if (depth > 0) return g_shape_at_depth(depth - 1, n) + 1;
   if (g_frames_only) return n;
   const uint32_t grid[3] = {1 + (n / 64) % 4, 1, 1}, block[3] = {128, 1, 1};
-  return kernelid::kernel_id(reinterpret_cast<CUfunction>(&functions[n % 64]), grid, block, 0);
+  return kernelid::kernel_id(reinterpret_cast<CUfunction>(&g_cold_functions[n % 64]), grid, block, 0);
 }
 
 // The kernel ID as a framework's launching thread meets it: between two launches the framework's
 // own work has pushed the hook's tables and code out of the caches. Each launch is timed alone,
-// after a pass over a buffer of range(1) MiB (2: past this VM's L2; 48: past its L3); the 256
-// shapes in turn, each seen before and past the thread's exact first launches. range(0) = 0 times
-// the caller frames and the clock alone (the floor). Counters: the median and p90 of single
-// launches (most predict their call site; one in verify_interval() walks) and the walks.
+// after reading a buffer of range(1) MiB (2: past this VM's L2; 48: past its L3); the 256 shapes
+// in turn, each seen before and past the thread's exact first launches. range(0) = 0 times the
+// caller frames and the clock alone (the floor). Counters: the median and p90 of single launches
+// (most predict their call site; one in verify_interval() walks) and the walks.
 void BM_KernelIdColdCaches(benchmark::State& state) {
-  configure_ids(kernelid::Unwinder::Gcc);
+  kernelid::Settings settings;
+  settings.func_get_name = cold_func_name;
+  kernelid::configure(settings);
   g_frames_only = state.range(0) == 0;
   unsigned n = 0;
   for (int i = 0; i < 2048; ++i) benchmark::DoNotOptimize(shape_at_depth(6, n++));
-  std::vector<unsigned char> evict(size_t(state.range(1)) << 20);
+  // Read, not written: dirty lines' write-backs would compete with the timed launch's misses.
+  std::vector<uint64_t> evict((size_t(state.range(1)) << 20) / sizeof(uint64_t), 1);
   std::vector<double> ns;
   ns.reserve(state.max_iterations);
   const uint64_t walks_before = kernelid::walk_counts().walks;
+  uint64_t sum = 0;
   for (auto _ : state) {
-    for (size_t i = 0; i < evict.size(); i += 64) evict[i]++;
-    benchmark::ClobberMemory();
+    for (size_t i = 0; i < evict.size(); i += 64 / sizeof(uint64_t)) sum += evict[i];
+    benchmark::DoNotOptimize(sum);
     const auto start = std::chrono::steady_clock::now();
     benchmark::DoNotOptimize(shape_at_depth(6, n++));
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
