@@ -42,14 +42,33 @@ constexpr uint64_t kManySites = 1;            // value in the maps below: walk e
 constexpr uint32_t kExactLaunches = 512;
 FixedMap<65536> g_site_by_shape;             // shape hash -> its only call site, or kManySites
 FixedMap<65536> g_site_by_path;              // hash(shape, stack pointer) -> call site, or kManySites
-thread_local uint32_t t_launches = 0;
 std::atomic<uint64_t> g_walks{0}, g_unpredictable{0}, g_walk_ns{0};   // only touched on the walk path
-// verify_interval() - 1, read by every launch: on a cache line of its own (the struct's size is
-// rounded up to its alignment), away from the counters that walks write.
-struct alignas(64) VerifyMask {
-  std::atomic<uint32_t> value{kMinVerifyInterval - 1};
+// Read by every launch, written rarely: on a cache line of their own (the struct's size is rounded
+// up to its alignment), away from the counters that walks write.
+struct alignas(64) LaunchShared {
+  std::atomic<uint32_t> verify_mask{kMinVerifyInterval - 1};   // verify_interval() - 1
+  std::atomic<uint32_t> epoch{0};   // +1 whenever an answer of the tables above changes
 };
-VerifyMask g_verify_mask;
+LaunchShared g_shared;
+
+// Each thread's launch count and a memo of the IDs it launched. In a framework's process the
+// tables above are out of the caches by the next launch (docs/performance-hook.md, "A kernel ID
+// with cold caches"): the memo answers a repeated launch from one cache line of one small table,
+// keyed by (function handle or label, grid, block, shared memory or bytes, stack pointer, epoch).
+// An entry is written only where the tables would answer without a walk; the epoch in the key
+// retires every entry once any answer changes (a shape or a path gains a second call site).
+struct MemoEntry {
+  uint64_t key = 0, id = 0;
+};
+struct alignas(32) MemoSet {   // two ways, the more recent first; a set never straddles a cache line
+  MemoEntry way[2];
+};
+constexpr size_t kMemoSets = 512;   // 16 KiB a thread: a training step launches a few hundred shapes
+struct ThreadIds {
+  uint32_t launches = 0;
+  MemoSet memo[kMemoSets];
+};
+thread_local ThreadIds t_ids;
 // Descriptions, owned here for the life of the process (describe() hands out pointers).
 std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
 
@@ -123,38 +142,52 @@ void account_walk(uint64_t walk_ns) noexcept {
   const uint64_t total_ns = g_walk_ns.fetch_add(walk_ns, std::memory_order_relaxed) + walk_ns;
   const uint32_t mask = verify_interval(total_ns / (walks ? walks : 1)) - 1;
   // Every launch reads the mask: written only when it changes.
-  if (g_verify_mask.value.load(std::memory_order_relaxed) != mask)
-    g_verify_mask.value.store(mask, std::memory_order_relaxed);
+  if (g_shared.verify_mask.load(std::memory_order_relaxed) != mask)
+    g_shared.verify_mask.store(mask, std::memory_order_relaxed);
 }
 
-// Remember that `key` was seen with `site`: the first answer, or kManySites once there are two.
+// Remember that `key` was seen with `site`: the first answer, or kManySites once there are two
+// (an answer changed: the memos' entries made before are retired).
 template <size_t N>
 void learn(FixedMap<N>& map, uint64_t key, uint64_t known, uint64_t site) noexcept {
   if (known == 0) {
     map.insert(key, site);
   } else if (known != kManySites && known != site) {
     map.assign(key, kManySites);
+    g_shared.epoch.fetch_add(1, std::memory_order_release);
   }
 }
 
+// Whether this launch checks its call site by walking: each thread's first kExactLaunches, then
+// one in verify_interval().
+bool verify_due(ThreadIds& t) noexcept {
+  const uint32_t n = ++t.launches;
+  return n <= kExactLaunches || (n & g_shared.verify_mask.load(std::memory_order_relaxed)) == 0;
+}
+
+struct Site {
+  uint64_t hash;
+  bool predictable;   // the tables now give this answer without a walk: a memo may keep it
+};
+
 // The call site of a launch of `shape` whose hook frames sit at stack address `sp`, walking the
 // stack only when the rules above say so.
-uint64_t site_of_shape(uint64_t shape, uintptr_t sp, uintptr_t caller_pc) noexcept {
-  const uint32_t n = ++t_launches;
-  const bool verify = n <= kExactLaunches || (n & g_verify_mask.value.load(std::memory_order_relaxed)) == 0;
+Site site_of_shape(uint64_t shape, uintptr_t sp, uintptr_t caller_pc, bool verify) noexcept {
   const uint64_t by_shape = g_site_by_shape.find(shape);
-  if (!verify && by_shape > kManySites) return by_shape;
+  if (!verify && by_shape > kManySites) return {by_shape, true};
   const uint64_t path = nonzero(combine(shape, sp));
   const uint64_t by_path = by_shape == kManySites ? g_site_by_path.find(path) : 0;
-  if (!verify && by_path > kManySites) return by_path;
+  if (!verify && by_path > kManySites) return {by_path, true};
   g_walks.fetch_add(1, std::memory_order_relaxed);
   if (!verify) g_unpredictable.fetch_add(1, std::memory_order_relaxed);
   uint64_t walk_ns = 0;
   const uint64_t site = site_hash(caller_pc, &walk_ns);
   account_walk(walk_ns);
   learn(g_site_by_shape, shape, by_shape, site);
-  if (by_shape == kManySites || (by_shape != 0 && by_shape != site)) learn(g_site_by_path, path, by_path, site);
-  return site;
+  const bool by_path_too = by_shape == kManySites || (by_shape != 0 && by_shape != site);
+  if (by_path_too) learn(g_site_by_path, path, by_path, site);
+  // (A shape that just gained its second site changed the epoch: a memo entry made now is dead.)
+  return {site, !by_path_too || by_path == 0 || by_path == site};
 }
 
 uint64_t shape_hash(uint64_t name, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_mem) noexcept {
@@ -173,31 +206,59 @@ void configure(const Settings& settings) noexcept {
   Unwinder unwinder = settings.unwinder;
   if (!detail::load_gcc_unwinder()) unwinder = Unwinder::Llvm;
   g_unwinder.store(unwinder, std::memory_order_relaxed);
+  g_shared.epoch.fetch_add(1, std::memory_order_release);   // the depth is part of every ID
 }
+
+namespace {
+
+// The ID of a launch whose shape, with the function handle or label in place of its name, hashes
+// to `raw_shape`: from the thread's memo, else from the shape (`shape_of()`, which may look a name
+// up) and the call site. `first_sight(id, site)` describes an ID this process has not produced.
+template <class ShapeOf, class FirstSight>
+__attribute__((always_inline)) inline uint64_t identify(uint64_t raw_shape, uintptr_t sp, uintptr_t caller_pc,
+                                                        ShapeOf shape_of, FirstSight first_sight) noexcept {
+  ThreadIds& t = t_ids;
+  const bool verify = verify_due(t);
+  // The epoch is read before the tables: an entry made from answers that have changed since
+  // carries an older epoch than any later launch's key.
+  const uint64_t key = nonzero(combine(combine(raw_shape, sp), g_shared.epoch.load(std::memory_order_acquire)));
+  MemoSet& set = t.memo[key & (kMemoSets - 1)];
+  if (!verify) {
+    if (set.way[0].key == key) return set.way[0].id;
+    if (set.way[1].key == key) return set.way[1].id;
+  }
+  const uint64_t shape = shape_of();
+  const Site site = site_of_shape(shape, sp, caller_pc, verify);
+  const uint64_t id = nonzero(combine(shape, site.hash));
+  if (g_seen_ids.find(id) == 0) [[unlikely]] first_sight(id, site.hash);
+  if (site.predictable) {
+    if (set.way[0].key != key) set.way[1] = set.way[0];
+    set.way[0] = {key, id};
+  }
+  return id;
+}
+
+}  // namespace
 
 // noinline + __builtin_return_address: the stack walk starts at our caller, whatever got inlined.
 __attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3],
                                              uint32_t shared_mem) noexcept {
-  const uint64_t shape = shape_hash(function_name_hash(func), grid, block, shared_mem);
-  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)),
-                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
-  const uint64_t id = nonzero(combine(shape, site));
-  if (g_seen_ids.find(id) == 0) [[unlikely]] {
-    remember(id, site, function_name(func), true, grid, block, shared_mem);
-  }
-  return id;
+  return identify(
+      shape_hash(nonzero(reinterpret_cast<uint64_t>(func)), grid, block, shared_mem),
+      reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+      [&] { return shape_hash(function_name_hash(func), grid, block, shared_mem); },
+      [&](uint64_t id, uint64_t site) { remember(id, site, function_name(func), true, grid, block, shared_mem); });
 }
 
 __attribute__((noinline)) uint64_t op_id(const char* label, uint64_t bytes) noexcept {
-  const uint64_t shape = nonzero(combine(combine(kFnvOffsetBasis, fnv1a(label)), bytes));
-  const uint64_t site = site_of_shape(shape, reinterpret_cast<uintptr_t>(__builtin_frame_address(0)),
-                                      reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
-  const uint64_t id = nonzero(combine(shape, site));
-  if (g_seen_ids.find(id) == 0) [[unlikely]] {
-    const uint32_t none[3] = {0, 0, 0};
-    remember(id, site, label, false, none, none, 0);
-  }
-  return id;
+  return identify(
+      combine(reinterpret_cast<uint64_t>(label), bytes), reinterpret_cast<uintptr_t>(__builtin_frame_address(0)),
+      reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
+      [&] { return nonzero(combine(combine(kFnvOffsetBasis, fnv1a(label)), bytes)); },
+      [&](uint64_t id, uint64_t site) {
+        const uint32_t none[3] = {0, 0, 0};
+        remember(id, site, label, false, none, none, 0);
+      });
 }
 
 __attribute__((noinline)) uint64_t call_site() noexcept {

@@ -106,6 +106,30 @@ TEST_F(KernelId, EveryPartOfTheLaunchChangesTheId) {
   EXPECT_NE(by_shared[0], by_shared[1]);
 }
 
+// Past a thread's exact first launches a launch is answered without a walk (from the thread's memo
+// or the shared tables) except one in verify_interval(); that check still finds a second call site
+// of one shape, and from then on each site has its own ID: no answer the memo kept survives.
+TEST_F(KernelId, ASecondCallSiteIsFoundPastTheExactLaunches) {
+  const uint32_t grid[3] = {77, 7, 7};
+  const uint64_t x = launch_from_x(kFuncB, grid);
+  for (int i = 0; i < 600; ++i) ASSERT_EQ(launch_from_x(kFuncB, grid), x);   // past the exact launches
+  const uint64_t walks = walk_counts().walks;
+  for (uint32_t i = 0; i < 4 * kMaxVerifyInterval; ++i) ASSERT_EQ(launch_from_x(kFuncB, grid), x);
+  EXPECT_LE(walk_counts().walks - walks, 4 * kMaxVerifyInterval / kMinVerifyInterval + 1);
+
+  // Until a check walks, the new site may be counted as the old one.
+  uint64_t y = x;
+  for (uint32_t i = 0; i < 4 * kMaxVerifyInterval && y == x; ++i) y = launch_from_y(kFuncB, grid);
+  EXPECT_NE(y, x);
+  uint64_t again = y;
+  for (uint32_t i = 0; i < 4 * kMaxVerifyInterval && again != x; ++i) again = launch_from_x(kFuncB, grid);
+  EXPECT_EQ(again, x);
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_EQ(launch_from_x(kFuncB, grid), x) << i;
+    ASSERT_EQ(launch_from_y(kFuncB, grid), y) << i;
+  }
+}
+
 TEST_F(KernelId, DescriptionKeepsTheReadableForm) {
   const uint64_t id = launch_from_x(kFuncA, kGrid2);
   const Description* d = describe(id);
