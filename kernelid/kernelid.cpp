@@ -68,7 +68,7 @@ struct ThreadIds {
   uint32_t launches = 0;
   MemoSet memo[kMemoSets];
 };
-thread_local ThreadIds t_ids;
+constinit thread_local ThreadIds t_ids;
 // Descriptions, owned here for the life of the process (describe() hands out pointers).
 std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
 

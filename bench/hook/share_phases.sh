@@ -34,14 +34,16 @@ case "$reps" in ''|*[!0-9]*) echo "share_phases: --reps needs a whole number" >&
 case "$cpu_us" in ''|*[!0-9]*) echo "share_phases: --cpu-us needs a whole number" >&2; exit 2 ;; esac
 [ ${#builds[@]} -gt 0 ] || { echo "share_phases: name at least one build directory (see --help)" >&2; exit 2; }
 for b in "${builds[@]}"; do
-  for f in scheduler/daemon/fikit-scheduler tools/fikit-run/fikit-run examples/fikit-example-train \
-           examples/fikit-example-infer \
-           hook/libfikit_hook.so tests/simgpu/libcuda.so.1; do
+  needed="scheduler/daemon/fikit-scheduler tools/fikit-run/fikit-run examples/fikit-example-train
+          hook/libfikit_hook.so tests/simgpu/libcuda.so.1"
+  [ "$idle_hp" = 1 ] && needed="$needed examples/fikit-example-infer"
+  for f in $needed; do
     [ -e "$b/$f" ] || { echo "share_phases: $b/$f missing (build it first)" >&2; exit 2; }
   done
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT TERM
 status=0
 port=47800
 for rep in $(seq 1 "$reps"); do
@@ -54,8 +56,10 @@ for rep in $(seq 1 "$reps"); do
         "$b/scheduler/daemon/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/$port.db" \
           > "$work/$port.daemon" 2>&1 &
         daemon=$!
-        sleep 0.5
         hp=
+        trap 'kill $hp $daemon 2>/dev/null; wait 2>/dev/null; rm -f "/dev/shm/$name"' EXIT
+        trap 'exit 130' INT TERM
+        sleep 0.5
         if [ "$idle_hp" = 1 ] && [ "$mode" = share ]; then
           FIKIT_STATS=0 "$b/tools/fikit-run/fikit-run" --hook "$b/hook/libfikit_hook.so" --db "$work/$port.db" \
             --scheduler "127.0.0.1:$port" --mode share --task-key hp --priority 0 -- \
@@ -69,10 +73,10 @@ for rep in $(seq 1 "$reps"); do
           "$b/examples/fikit-example-train" --kernel-us 5 --cpu-us "$cpu_us" --sync-every 100 --duration-s 4 \
           > "$work/$port.out" 2> "$work/$port.err"
         rc=$?
-        [ -n "$hp" ] && { kill "$hp" 2>/dev/null; wait "$hp" 2>/dev/null; }
-        kill "$daemon" 2>/dev/null
-        wait "$daemon" 2>/dev/null
-        rm -f "/dev/shm/$name"
+        if [ -n "$hp" ] && ! kill -0 "$hp" 2>/dev/null; then
+          echo "share_phases: the idle service ended early: the job was not below it" >> "$work/$port.err"
+          rc=1
+        fi
         exit $rc
       ) || { echo "rep $rep $b $mode: FAILED (see the program's stderr below)"; tail -3 "$work/$port.err"; status=1; continue; }
       launches=$(sed -n 's/.*"kernels":\([0-9]*\).*/\1/p' "$work/$port.out" | tail -1)

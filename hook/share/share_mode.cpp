@@ -31,7 +31,7 @@ struct InLaunch {
   uint32_t relearn_ticket;
   share::Predictions::Kernel kernel;   // id 0: none looked up for this launch
 };
-thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {nullptr, 0, {}};
+constinit thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {nullptr, 0, {}};
 
 class ShareMode final : public Mode {
  public:
