@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 
 #include "callsite.h"
 #include "fixed_map.h"
@@ -47,7 +48,7 @@ std::atomic<uint64_t> g_walks{0}, g_unpredictable{0}, g_walk_ns{0};   // only to
 // up to its alignment), away from the counters that walks write.
 struct alignas(64) LaunchShared {
   std::atomic<uint32_t> verify_mask{kMinVerifyInterval - 1};   // verify_interval() - 1
-  std::atomic<uint32_t> epoch{0};   // +1 whenever an answer of the tables above changes
+  std::atomic<uint32_t> epoch{0};   // +1 whenever an answer of the tables above changes, and by configure()
 };
 LaunchShared g_shared;
 
@@ -55,12 +56,13 @@ LaunchShared g_shared;
 // tables above are out of the caches by the next launch (docs/performance-hook.md, "A kernel ID
 // with cold caches"): the memo answers a repeated launch from one cache line of one small table,
 // keyed by (function handle or label, grid, block, shared memory or bytes, stack pointer, epoch).
-// An entry is written only where the tables would answer without a walk; the epoch in the key
-// retires every entry once any answer changes (a shape or a path gains a second call site).
+// An entry is written only where the tables now hold the answer (not where a full table left a
+// shape or path to be walked every time); the epoch in the key retires every entry once any answer
+// changes (a shape or a path gains a second call site).
 struct MemoEntry {
   uint64_t key = 0, id = 0;
 };
-struct alignas(32) MemoSet {   // two ways, the more recent first; a set never straddles a cache line
+struct alignas(32) MemoSet {   // two ways, the more recently used first; never straddles a cache line
   MemoEntry way[2];
 };
 constexpr size_t kMemoSets = 512;   // 16 KiB a thread: a training step launches a few hundred shapes
@@ -147,15 +149,20 @@ void account_walk(uint64_t walk_ns) noexcept {
 }
 
 // Remember that `key` was seen with `site`: the first answer, or kManySites once there are two
-// (an answer changed: the memos' entries made before are retired).
+// (an answer changed: the memos' entries made before are retired). Returns whether the map now
+// answers `site` for `key` (not if it is full, or another thread's site got there first).
 template <size_t N>
-void learn(FixedMap<N>& map, uint64_t key, uint64_t known, uint64_t site) noexcept {
+bool learn(FixedMap<N>& map, uint64_t key, uint64_t known, uint64_t site) noexcept {
   if (known == 0) {
-    map.insert(key, site);
-  } else if (known != kManySites && known != site) {
+    const auto added = map.insert(key, site);
+    return added == FixedMap<N>::Insert::Added || (added == FixedMap<N>::Insert::Present && map.find(key) == site);
+  }
+  if (known == site) return true;
+  if (known != kManySites) {
     map.assign(key, kManySites);
     g_shared.epoch.fetch_add(1, std::memory_order_release);
   }
+  return false;
 }
 
 // Whether this launch checks its call site by walking: each thread's first kExactLaunches, then
@@ -183,11 +190,12 @@ Site site_of_shape(uint64_t shape, uintptr_t sp, uintptr_t caller_pc, bool verif
   uint64_t walk_ns = 0;
   const uint64_t site = site_hash(caller_pc, &walk_ns);
   account_walk(walk_ns);
-  learn(g_site_by_shape, shape, by_shape, site);
-  const bool by_path_too = by_shape == kManySites || (by_shape != 0 && by_shape != site);
-  if (by_path_too) learn(g_site_by_path, path, by_path, site);
-  // (A shape that just gained its second site changed the epoch: a memo entry made now is dead.)
-  return {site, !by_path_too || by_path == 0 || by_path == site};
+  const bool by_shape_now = learn(g_site_by_shape, shape, by_shape, site);
+  if (by_shape != kManySites && (by_shape == 0 || by_shape == site)) return {site, by_shape_now};
+  // The shape has several sites (or just gained its second one, which changed the epoch: an entry
+  // made now would be dead, so none is).
+  const bool by_path_now = learn(g_site_by_path, path, by_path, site);
+  return {site, by_shape == kManySites && by_path_now};
 }
 
 uint64_t shape_hash(uint64_t name, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_mem) noexcept {
@@ -206,7 +214,9 @@ void configure(const Settings& settings) noexcept {
   Unwinder unwinder = settings.unwinder;
   if (!detail::load_gcc_unwinder()) unwinder = Unwinder::Llvm;
   g_unwinder.store(unwinder, std::memory_order_relaxed);
-  g_shared.epoch.fetch_add(1, std::memory_order_release);   // the depth is part of every ID
+  // Before the first ID (see kernelid.h), so nothing in the tables predates the depth; a test
+  // that configures again also starts every thread's memo afresh.
+  g_shared.epoch.fetch_add(1, std::memory_order_release);
 }
 
 namespace {
@@ -225,7 +235,10 @@ __attribute__((always_inline)) inline uint64_t identify(uint64_t raw_shape, uint
   MemoSet& set = t.memo[key & (kMemoSets - 1)];
   if (!verify) {
     if (set.way[0].key == key) return set.way[0].id;
-    if (set.way[1].key == key) return set.way[1].id;
+    if (set.way[1].key == key) {
+      std::swap(set.way[0], set.way[1]);   // the more recently used first: a new key evicts the other
+      return set.way[0].id;
+    }
   }
   const uint64_t shape = shape_of();
   const Site site = site_of_shape(shape, sp, caller_pc, verify);

@@ -2,6 +2,8 @@
 // of a launch's shape reaches the ID, and descriptions are kept.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -109,6 +111,9 @@ TEST_F(KernelId, EveryPartOfTheLaunchChangesTheId) {
 // Past a thread's exact first launches a launch is answered without a walk (from the thread's memo
 // or the shared tables) except one in verify_interval(); that check still finds a second call site
 // of one shape, and from then on each site has its own ID: no answer the memo kept survives.
+// (launch_from_x and launch_from_y have the same frame and caller, so they reach the hook at the
+// same stack pointer: one memo key and one path for both, which is what makes this a test of the
+// memo's retirement.)
 TEST_F(KernelId, ASecondCallSiteIsFoundPastTheExactLaunches) {
   const uint32_t grid[3] = {77, 7, 7};
   const uint64_t x = launch_from_x(kFuncB, grid);
@@ -128,6 +133,43 @@ TEST_F(KernelId, ASecondCallSiteIsFoundPastTheExactLaunches) {
     ASSERT_EQ(launch_from_x(kFuncB, grid), x) << i;
     ASSERT_EQ(launch_from_y(kFuncB, grid), y) << i;
   }
+}
+
+// A shape the full shared table cannot hold is walked on every launch, never memoised: its launches
+// from two call sites at one stack pointer keep their own IDs. In a child process: filling the
+// tables would spoil them for the other tests. Exits 0 if so.
+[[noreturn]] void fill_the_shape_table_then_launch_from_two_sites() {
+  Settings s;
+  s.func_get_name = fake_get_name;
+  s.depth = 1;
+  configure(s);
+  // New shapes until one is not kept: launched twice, its second launch still walks.
+  uint32_t grid[3] = {1, 3, 5};
+  bool full = false;
+  for (uint32_t batch = 0; batch < 64 && !full; ++batch) {
+    for (int i = 0; i < 4096; ++i, ++grid[0]) launch_from_x(kFuncA, grid);
+    ++grid[0];
+    launch_from_x(kFuncA, grid);
+    const uint64_t before = walk_counts().unpredictable;
+    launch_from_x(kFuncA, grid);
+    full = walk_counts().unpredictable > before;
+  }
+  if (!full) {
+    std::fprintf(stderr, "the shape table never filled\n");
+    std::exit(2);
+  }
+  const uint64_t x = launch_from_x(kFuncA, grid), y = launch_from_y(kFuncA, grid);
+  for (int i = 0; i < 100; ++i) {
+    if (x == y || launch_from_x(kFuncA, grid) != x || launch_from_y(kFuncA, grid) != y) {
+      std::fprintf(stderr, "launch %d: an ID of one call site given to the other\n", i);
+      std::exit(1);
+    }
+  }
+  std::exit(0);
+}
+
+TEST(KernelIdFullTables, AShapeTheTablesCannotHoldIsWalkedEveryTime) {
+  EXPECT_EXIT(fill_the_shape_table_then_launch_from_two_sites(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST_F(KernelId, DescriptionKeepsTheReadableForm) {
