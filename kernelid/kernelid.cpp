@@ -70,6 +70,8 @@ struct ThreadIds {
   uint32_t launches = 0;
   MemoSet memo[kMemoSets];
 };
+// The default TLS model, not initial-exec as the hook's small thread-locals: 16 KiB would not fit the
+// static TLS a library loaded with dlopen may take.
 constinit thread_local ThreadIds t_ids;
 // Descriptions, owned here for the life of the process (describe() hands out pointers).
 std::unordered_map<uint64_t, std::unique_ptr<Description>>* g_descriptions = nullptr;
