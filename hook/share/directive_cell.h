@@ -20,6 +20,7 @@ class DirectiveCell {
     uint32_t bound_ns = 0, overlap_ns = 0;
     uint16_t watch_slot = protocol::kNoBellSlot;
     uint32_t watch_generation = 0;
+    uint64_t credit_until_ns = 0;   // in Run: work in flight that ends by then may go (a predicted return)
     uint32_t changes = 0;   // the value of changes() this view was read at
   };
 
@@ -57,6 +58,7 @@ class DirectiveCell {
     v.overlap_ns = overlap_ns_.load(std::memory_order_relaxed);
     v.watch_slot = watch_slot_.load(std::memory_order_relaxed);
     v.watch_generation = watch_generation_.load(std::memory_order_relaxed);
+    v.credit_until_ns = credit_until_ns_.load(std::memory_order_relaxed);
     return v;
   }
   uint8_t role() const noexcept { return role_.load(std::memory_order_relaxed); }

@@ -35,6 +35,13 @@ bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns) noexcept {
   return fits(inflight_.load(std::memory_order_relaxed));
 }
 
+bool InflightWindow::drains_within(uint64_t pred_ns, uint64_t budget_ns) noexcept {
+  if (ev_.query == nullptr) return true;
+  if (inflight_.load(std::memory_order_relaxed) + pred_ns <= budget_ns) return true;
+  retire();
+  return inflight_.load(std::memory_order_relaxed) + pred_ns <= budget_ns;
+}
+
 void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept {
   if (ev_.query == nullptr) return;
   inflight_.fetch_add(pred_ns, std::memory_order_relaxed);

@@ -28,6 +28,9 @@ class InflightWindow {
 
   // Whether a launch predicted at `pred_ns` may go now under `bound_ns`.
   bool admit(uint64_t pred_ns, uint64_t bound_ns) noexcept;
+  // Whether the work in flight, with a launch predicted at `pred_ns`, is predicted to end within
+  // `budget_ns` (no allowance for longer kernels, unlike admit()).
+  bool drains_within(uint64_t pred_ns, uint64_t budget_ns) noexcept;
   // After a launch on `stream` went through: counts it, and records a checkpoint when due.
   void launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept;
   // A short wait for progress (the oldest checkpoint completing), at most until `deadline_ns`.

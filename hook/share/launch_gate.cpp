@@ -43,7 +43,11 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
     // (docs/scheduling.md). Longer ones follow the rules below.
     const bool overlaps = v.overlap_ns != 0 && predicted_ns <= v.overlap_ns;
     if (state == protocol::State::Run) {
-      if (overlaps || window_.admit(predicted_ns, v.bound_ns)) break;
+      // Before a service's predicted return, a launch goes whatever the bound if the work in
+      // flight, it included, drains by then.
+      if (overlaps || (v.credit_until_ns > now && window_.drains_within(predicted_ns, v.credit_until_ns - now)) ||
+          window_.admit(predicted_ns, v.bound_ns))
+        break;
       wait_gpu = true;
     } else if (state == protocol::State::Fill) {
       if (overlaps) {

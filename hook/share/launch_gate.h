@@ -1,6 +1,7 @@
 #pragma once
 // Where a launch of a task below the holder waits until its directive lets it go (docs/scheduling.md):
-//   Run:  while its predicted work in flight would exceed the bound (InflightWindow);
+//   Run:  while its predicted work in flight would exceed the bound (InflightWindow), unless the
+//         directive carries a service's predicted return and that work drains before it;
 //   Fill: unless gap credit covers the launch, or (MPS) the kernel is short enough to overlap; it
 //         tells the daemon what it waits to launch (want) so BestPrioFit can pick it;
 //   Hold: until the directive changes.

@@ -129,6 +129,12 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     else { error = "duration-estimator: '" + value + "' is not one of mean, p50, p90"; return false; }
     return true;
   }
+  if (key == "return-credit") {
+    if (value == "on") opts.policy.return_credit = true;
+    else if (value == "off") opts.policy.return_credit = false;
+    else { error = "return-credit: '" + value + "' is not on or off"; return false; }
+    return true;
+  }
   if (key == "reserved-priorities") {
     int n = -1;
     auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
@@ -244,6 +250,8 @@ std::string settings_help() {
          ", " + format_ns(d.min_ns) + " to " + format_ns(d.max_ns) + ")\n";
   s += "  --gap-estimator mean|p50|p10\n      statistic of a kernel's following gap used as the prediction (default mean)\n";
   s += "  --duration-estimator mean|p50|p90\n      statistic of a kernel's duration used as its predicted length (default p90)\n";
+  s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"
+       "      return go whatever the bound (default on)\n";
   return s;
 }
 

@@ -13,7 +13,11 @@ namespace {
 
 // Two directives tell the client the same thing at `now` (credit that has run out is no credit).
 bool same(const Directive& a, const Directive& b, uint64_t now) {
-  const bool ca = a.credit_ns != 0 && a.credit_until_ns > now, cb = b.credit_ns != 0 && b.credit_until_ns > now;
+  // Fill credit is an amount until a time; Run credit (a predicted return) the time alone.
+  auto credit = [now](const Directive& d) {
+    return d.credit_until_ns > now && (d.credit_ns != 0 || d.state == State::Run);
+  };
+  const bool ca = credit(a), cb = credit(b);
   if (a.role != b.role || a.state != b.state || a.bound_ns != b.bound_ns || a.overlap_ns != b.overlap_ns ||
       a.watch_slot != b.watch_slot || a.watch_generation != b.watch_generation || ca != cb)
     return false;
@@ -118,6 +122,16 @@ bool Policy::relaxed_bound(uint64_t now, const Task& t) const {
   return settings_.idle_grace_ns != 0 || settings_.return_margin_ns != 0;
 }
 
+uint64_t Policy::return_credit_until(uint64_t now, const Task& t) const {
+  uint64_t until = kNever;
+  for (const auto& [id, u] : tasks_) {
+    if (id == t.id || u.priority >= t.priority) continue;
+    if (blocks(now, u) || predicted_pause(u) == 0) return 0;
+    until = std::min(until, tight_span(u).from);
+  }
+  return until != kNever && until > now ? until : 0;
+}
+
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
@@ -136,6 +150,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
   if (d.state == State::Run && relaxed_bound(now, t))
     d.bound_ns = u32(std::max(settings_.run_bound_ns, settings_.run_bound_idle_ns));
+  if (d.state == State::Run && settings_.return_credit) d.credit_until_ns = return_credit_until(now, t);
   // What may run beside an active holder under MPS; the client applies it in Fill, and in Run while
   // the holder's bell says it is back.
   if (t.backend == Backend::Mps && d.state != State::Hold) d.overlap_ns = u32(settings_.mps_overlap_ns);

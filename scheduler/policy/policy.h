@@ -58,6 +58,11 @@ struct Settings {
   // from the start of its idle period until return_margin_ns before L (so the work in flight drains
   // to run_bound_ns before it returns), and the idle grace counts from L. 0: never predicted.
   uint64_t return_margin_ns = 3'000'000;
+  // Below such holders, and only while every task above is in a predicted pause, a directive in Run
+  // also carries when the first of them is due back less the margin (credit_until_ns): a launch
+  // predicted to end by then may go whatever the bound. The job then keeps as much work queued as
+  // drains before the service returns (a CPU-bound job loses ~4 % under a 1 ms bound: docs/results.md).
+  bool return_credit = true;
   uint64_t mps_overlap_ns = 1'000'000;         // MPS: kernels predicted up to this run beside the holder
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
@@ -233,6 +238,9 @@ class Policy {
     uint64_t from = 0, until = kNever;
   };
   TightSpan tight_span(const Task& u) const;
+  // Run credit for `t` (return_credit): the earliest start of a tight span among the tasks above it,
+  // when each of them is idle in a predicted pause that has not reached it yet; else 0.
+  uint64_t return_credit_until(uint64_t now, const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

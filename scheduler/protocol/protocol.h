@@ -86,7 +86,8 @@ struct Directive {
   uint32_t bound_ns = 0;         // predicted GPU work a task may keep in flight (Run, and Fill overlap)
   uint32_t overlap_ns = 0;       // Fill under MPS: kernels predicted up to this may run beside the holder
   uint64_t credit_ns = 0;        // Fill: predicted work it may launch now...
-  uint64_t credit_until_ns = 0;  // ...each launch ending by then (CLOCK_MONOTONIC, same host)
+  uint64_t credit_until_ns = 0;  // ...each launch ending by then (CLOCK_MONOTONIC, same host). Run:
+                                 // a launch whose work in flight ends by then goes whatever the bound
   uint64_t cause_ns = 0;         // the launch time of the holder's launch that caused this change (0: none)
   // The holder's bell (bell.h), for a task below it: its slot, and the last activity start of it the
   // daemon had heard of. A higher generation in that slot means the holder is back and the daemon's

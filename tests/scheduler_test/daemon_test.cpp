@@ -623,6 +623,45 @@ TEST(ShareClient, AWaitingLaunchIsBoundedEvenIfTheDaemonSaysHoldForever) {
   EXPECT_EQ(c.stats().forced_count(), 2u);
 }
 
+// A GPU that never finishes anything (fake event functions below): work in flight only grows.
+protocol::Directive run_with_credit(uint64_t credit_for_ns) {
+  static uint32_t generation = 0;
+  protocol::Directive d;
+  d.state = State::Run;
+  d.generation = ++generation;
+  d.bound_ns = 200'000;
+  d.credit_until_ns = credit_for_ns != 0 ? hook::monotonic_ns() + credit_for_ns : 0;
+  return d;
+}
+
+// Launches of 1 ms each on a GPU that never completes one, under a 200 us bound: how many go before
+// one waits out FIKIT_MAX_WAIT_MS (100 ms), of `tries`.
+size_t launches_before_a_wait(uint64_t credit_for_ns, int tries, uint64_t last_predicted_ns = 1'000'000) {
+  Squatter squatter([credit_for_ns] { return protocol::Body{run_with_credit(credit_for_ns)}; });
+  hook::share::Client c;
+  EXPECT_TRUE(c.start(options(squatter.port, "job", 5), true));
+  hook::share::InflightWindow window;
+  EXPECT_TRUE(window.init());
+  hook::share::LaunchGate gate(c, window, 100'000'000);
+  for (int i = 0; i < tries; ++i) {
+    const uint64_t predicted = i + 1 == tries ? last_predicted_ns : 1'000'000;
+    gate.admit(uint64_t(i + 1), predicted, true);
+    if (c.stats().forced_count() != 0) return size_t(i);
+    window.launched(reinterpret_cast<CUstream>(1), predicted, 200'000);
+  }
+  return size_t(tries);
+}
+
+TEST(LaunchGate, BeforeAPredictedReturnWorkThatDrainsByThenGoesPastTheBound) {
+  // Without a predicted return: the first 1 ms kernel goes (the bound's allowance for kernels longer
+  // than it), the second waits for the GPU.
+  EXPECT_EQ(launches_before_a_wait(0, 5), 1u);
+  // With one 10 s away, all of them go...
+  EXPECT_EQ(launches_before_a_wait(10'000'000'000, 5), 5u);
+  // ...but not a kernel predicted to end after it.
+  EXPECT_EQ(launches_before_a_wait(10'000'000'000, 5, 20'000'000'000), 4u);
+}
+
 TEST(ShareClient, WithAKeyASquattersDirectivesAreIgnored) {
   Squatter squatter([] { return protocol::Body{hold_forever()}; });
   auto o = options(squatter.port, "victim", 5);
@@ -646,9 +685,33 @@ TEST(ShareClient, RegistrationsBackOffWhenRefused) {
 }  // namespace fikit
 
 // The share client logs through the hook's logger and reaches the driver through it; here neither
-// is there.
+// is there (the event functions are fakes).
 namespace fikit::hook {
 bool log_enabled(LogLevel) noexcept { return false; }
 void log(LogLevel, const char*, ...) noexcept {}
-void* real_driver_symbol(const char*) noexcept { return nullptr; }
+// Event functions of a GPU that never completes anything; no other driver function.
+namespace {
+CUresult fake_event_create(CUevent* e, unsigned int) {
+  static int events[64];
+  static int next = 0;
+  *e = reinterpret_cast<CUevent>(&events[next++ % 64]);
+  return CUDA_SUCCESS;
+}
+CUresult fake_event_record(CUevent, CUstream) { return CUDA_SUCCESS; }
+CUresult fake_event_query(CUevent) { return CUDA_ERROR_NOT_READY; }
+CUresult fake_event_elapsed(float* ms, CUevent, CUevent) { *ms = 0; return CUDA_SUCCESS; }
+CUresult fake_event_destroy(CUevent) { return CUDA_SUCCESS; }
+CUresult fake_ctx_current(CUcontext* c) { *c = nullptr; return CUDA_SUCCESS; }
+}  // namespace
+void* real_driver_symbol(const char* name) noexcept {
+  const std::map<std::string, void*> fakes = {
+      {"cuEventCreate", reinterpret_cast<void*>(&fake_event_create)},
+      {"cuEventRecord", reinterpret_cast<void*>(&fake_event_record)},
+      {"cuEventQuery", reinterpret_cast<void*>(&fake_event_query)},
+      {"cuEventElapsedTime", reinterpret_cast<void*>(&fake_event_elapsed)},
+      {"cuEventDestroy_v2", reinterpret_cast<void*>(&fake_event_destroy)},
+      {"cuCtxGetCurrent", reinterpret_cast<void*>(&fake_ctx_current)}};
+  auto it = fakes.find(name);
+  return it == fakes.end() ? nullptr : it->second;
+}
 }  // namespace fikit::hook

@@ -340,6 +340,7 @@ TEST_F(PolicyTest, AHolderThatIsNeverBackSoonerLetsTheTaskBelowRunLooserUntilSho
   EXPECT_EQ(last[lp].bound_ns, us(200));
   tick(idle + us(20'000));
   EXPECT_EQ(last[lp].bound_ns, us(1000));   // the idle grace, as always
+  EXPECT_EQ(last[lp].credit_until_ns, 0u);  // no return predicted: no credit
   // One more: the last sixteen all lasted 50 ms (less the 10 us of work). From the start of this
   // idle period the bound is loose...
   auto pause_of = [&](uint32_t id) {
@@ -353,17 +354,58 @@ TEST_F(PolicyTest, AHolderThatIsNeverBackSoonerLetsTheTaskBelowRunLooserUntilSho
   EXPECT_EQ(pause_of(hp), us(50'000) - us(10));   // what fikit-scheduler status shows
   EXPECT_EQ(pause_of(lp), 0u);
   const uint64_t back = idle + us(50'000) - us(10), tighten = back - us(3000);
+  // ...and work that drains the margin before its return may go past the bound (Run credit)...
+  EXPECT_EQ(last[lp].credit_until_ns, tighten);
   EXPECT_LE(policy().next_wake(), tighten);
   tick(tighten - us(1));
   EXPECT_EQ(last[lp].bound_ns, us(1000));
-  // ...and tight the margin before the holder is due back...
+  // ...and tight the margin before the holder is due back, the credit gone...
   tick(tighten);
   EXPECT_EQ(last[lp].bound_ns, us(200));
+  EXPECT_EQ(last[lp].credit_until_ns, 0u);
   // ...until it is overdue by the idle grace.
   tick(back + us(20'000) - us(1));
   EXPECT_EQ(last[lp].bound_ns, us(200));
   tick(back + us(20'000));
   EXPECT_EQ(last[lp].bound_ns, us(1000));
+}
+
+TEST_F(PolicyTest, EachPredictedPauseGivesItsOwnReturnCredit) {
+  rhythm_settings(us(3000));
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  uint64_t idle = periodic_holder(hp, T0 + us(50'000), us(50'000), 17);
+  EXPECT_EQ(last[lp].credit_until_ns, idle + us(50'000) - us(10) - us(3000));
+  // Back as predicted: the credit ends with the news (Fill), and the next pause brings its own.
+  notify(idle - us(10) + us(50'000), hp, k1, true);
+  EXPECT_EQ(state(lp), State::Fill);
+  EXPECT_EQ(last[lp].credit_until_ns, 0u);
+  idle = idle - us(10) + us(50'000) + us(10);
+  send(idle, hp, protocol::Idle{kEnd});
+  EXPECT_EQ(state(lp), State::Run);
+  EXPECT_EQ(last[lp].credit_until_ns, idle + us(50'000) - us(10) - us(3000));
+}
+
+TEST_F(PolicyTest, ReturnCreditNeedsEveryTaskAboveInAPredictedPause) {
+  rhythm_settings(us(3000));
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  const uint64_t idle = periodic_holder(hp, T0 + us(50'000), us(50'000), 17);
+  EXPECT_NE(last[lp].credit_until_ns, 0u);
+  // A task between them that has never paused in a rhythm: its return is anyone's guess.
+  const uint32_t mid = reg(idle + us(1000), "mid", 2);
+  EXPECT_EQ(last[lp].credit_until_ns, 0u);
+  tick(idle + us(25'000));   // past everyone's idle grace: the loose bound, still no credit
+  EXPECT_EQ(last[lp].bound_ns, us(1000));
+  EXPECT_EQ(last[lp].credit_until_ns, 0u);
+  EXPECT_EQ(last[mid].credit_until_ns, idle + us(50'000) - us(10) - us(3000));   // below the holder alone
+}
+
+TEST_F(PolicyTest, ReturnCreditCanBeTurnedOff) {
+  rhythm_settings(us(3000));
+  settings.return_credit = false;
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  periodic_holder(hp, T0 + us(50'000), us(50'000), 17);
+  EXPECT_EQ(last[lp].bound_ns, us(1000));   // the rhythm's bound, as before
+  EXPECT_EQ(last[lp].credit_until_ns, 0u);
 }
 
 TEST_F(PolicyTest, OneShortPauseInTheHoldersHistoryKeepsTheBoundTight) {
