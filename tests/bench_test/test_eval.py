@@ -1,4 +1,4 @@
-"""Unit tests of bench/gpu/eval.py's statistics, report and worker protocol (run by ctest:
+"""Unit tests of bench/gpu/eval.py's statistics, report and worker protocol, and of trace_gaps.py's analysis (run by ctest:
 tests/bench_test/CMakeLists.txt). No GPU, no simulator, no PyTorch needed."""
 import os
 import random
@@ -18,6 +18,7 @@ import eval_scenarios as esc    # noqa: E402
 import eval_setups as es        # noqa: E402
 import eval_stats as st         # noqa: E402
 import eval_workloads as wl     # noqa: E402
+import trace_gaps as tg         # noqa: E402
 
 
 def iv(ratio, lo, hi):
@@ -388,6 +389,37 @@ class ServeProtocol(unittest.TestCase):
 
     def test_sigterm_while_idle_exits(self):
         self.assertEqual(self.p.stop(grace_s=5), 0)
+
+
+class TraceGaps(unittest.TestCase):
+    """bench/gpu/trace_gaps.py: each idle gap of the GPU goes to the cause its launch call shows."""
+
+    @staticmethod
+    def op(ts, dur, corr, name="k"):
+        return {"ph": "X", "cat": "kernel", "ts": ts, "dur": dur, "name": name, "args": {"correlation": corr}}
+
+    @staticmethod
+    def call(ts, dur, corr, name="cudaLaunchKernel"):
+        return {"ph": "X", "cat": "cuda_runtime", "ts": ts, "dur": dur, "name": name, "args": {"correlation": corr}}
+
+    def test_each_gap_by_its_cause(self):
+        events = [self.op(0, 10, 1), self.call(0, 1, 1),
+                  # launched at 15, after the GPU ran dry at 10: CPU late (gap 10 us)
+                  self.call(15, 2, 2), self.op(20, 10, 2),
+                  # call from 25 to 100 (held inside it), op at 105: in the launch (gap 75 us)
+                  self.call(25, 75, 3), self.op(105, 10, 3),
+                  # launched at 110, long before 115, started at 125: GPU late (gap 10 us)
+                  self.call(110, 1, 4), self.op(125, 10, 4),
+                  # a synchronize ending at 140, the next iteration's op at 150: the boundary (gap 15 us)
+                  self.call(100, 40, 99, "cudaDeviceSynchronize"), self.call(141, 1, 5), self.op(150, 10, 5),
+                  # 1 us apart: not a gap
+                  self.call(151, 1, 6), self.op(161, 10, 6)]
+        r = tg.analyse(events, iters=1)
+        self.assertEqual(r["gaps_it"], {"sync": 1, "cpu_late": 1, "in_launch": 1, "gpu_late": 1})
+        self.assertEqual(r["gap_ms_it"], {"sync": 0.015, "cpu_late": 0.01, "in_launch": 0.075, "gpu_late": 0.01})
+        self.assertEqual(r["busy_ms_it"], 0.06)
+        self.assertEqual(r["top"][0][:2], [75.0, "in_launch"])
+        self.assertEqual(r["hist"]["in_launch"], {"<200": [1, 75.0]})
 
 
 if __name__ == "__main__":
