@@ -64,9 +64,12 @@ class DirectiveCell {
   uint8_t role() const noexcept { return role_.load(std::memory_order_relaxed); }
   protocol::State state() const noexcept { return protocol::State(state_.load(std::memory_order_relaxed)); }
 
-  // Whether gap credit would cover a launch of `ns` at `now`: enough is left, and it ends in time
-  // counting the credit launches queued before it (they run first).
+  // Whether gap credit would cover a launch of `ns` at `now`: the directive is Fill (a Run
+  // directive's credit end is a predicted return, no gap credit, even while a bell makes its
+  // launches wait as in Fill), enough is left, and it ends in time counting the credit launches
+  // queued before it (they run first).
   bool credit_covers(uint64_t ns, uint64_t now) const noexcept {
+    if (state() != protocol::State::Fill) return false;
     const uint64_t start = std::max(now, credit_cursor_ns_.load(std::memory_order_relaxed));
     return start + ns <= credit_until_ns_.load(std::memory_order_relaxed) &&
            credit_left_ns_.load(std::memory_order_relaxed) >= int64_t(ns);

@@ -662,6 +662,27 @@ TEST(LaunchGate, BeforeAPredictedReturnWorkThatDrainsByThenGoesPastTheBound) {
   EXPECT_EQ(launches_before_a_wait(10'000'000'000, 5, 20'000'000'000), 4u);
 }
 
+TEST(DirectiveCell, OnlyAFillDirectiveGivesGapCredit) {
+  hook::share::DirectiveCell cell;
+  const uint64_t now = 1'000'000'000;
+  protocol::Directive run;
+  run.state = State::Run;
+  run.generation = 1;
+  run.credit_until_ns = now + 50'000'000;   // a predicted return: no credit to spend
+  ASSERT_TRUE(cell.store(run, false));
+  EXPECT_FALSE(cell.credit_covers(0, now));
+  EXPECT_FALSE(cell.credit_covers(1'000, now));
+  protocol::Directive fill;
+  fill.state = State::Fill;
+  fill.generation = 2;
+  fill.credit_ns = 10'000;
+  fill.credit_until_ns = now + 50'000;
+  ASSERT_TRUE(cell.store(fill, false));
+  EXPECT_TRUE(cell.credit_covers(10'000, now));
+  EXPECT_FALSE(cell.credit_covers(20'000, now));   // more than is left
+  EXPECT_FALSE(cell.credit_covers(1'000, now + 49'500));   // ends after it
+}
+
 TEST(ShareClient, WithAKeyASquattersDirectivesAreIgnored) {
   Squatter squatter([] { return protocol::Body{hold_forever()}; });
   auto o = options(squatter.port, "victim", 5);
