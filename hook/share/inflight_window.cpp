@@ -26,20 +26,17 @@ bool InflightWindow::init() noexcept {
 
 // A launch goes if it keeps the work in flight within the bound, or if only a short tail (a quarter
 // of the bound) is left: a kernel longer than the bound then follows that tail instead of waiting
-// for the GPU to run dry (which would cost a launch's latency of idle GPU each time).
-bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns) noexcept {
+// for the GPU to run dry (which would cost a launch's latency of idle GPU each time). With a drain
+// budget (a predicted return), also if all of it, the launch included, ends within the budget: no
+// tail allowance there, a kernel ending after the return waits for the bound.
+bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns, uint64_t drain_budget_ns) noexcept {
   if (ev_.query == nullptr) return true;
-  auto fits = [&](uint64_t in) { return in + pred_ns <= bound_ns || in <= bound_ns / 4; };
+  auto fits = [&](uint64_t in) {
+    return in + pred_ns <= bound_ns || in <= bound_ns / 4 || in + pred_ns <= drain_budget_ns;
+  };
   if (fits(inflight_.load(std::memory_order_relaxed))) return true;
   retire();
   return fits(inflight_.load(std::memory_order_relaxed));
-}
-
-bool InflightWindow::drains_within(uint64_t pred_ns, uint64_t budget_ns) noexcept {
-  if (ev_.query == nullptr) return true;
-  if (inflight_.load(std::memory_order_relaxed) + pred_ns <= budget_ns) return true;
-  retire();
-  return inflight_.load(std::memory_order_relaxed) + pred_ns <= budget_ns;
 }
 
 void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept {

@@ -26,11 +26,9 @@ class InflightWindow {
   // Resolves the real driver's event functions; false if it cannot (the window then admits all).
   bool init() noexcept;
 
-  // Whether a launch predicted at `pred_ns` may go now under `bound_ns`.
-  bool admit(uint64_t pred_ns, uint64_t bound_ns) noexcept;
-  // Whether the work in flight, with a launch predicted at `pred_ns`, is predicted to end within
-  // `budget_ns` (no allowance for longer kernels, unlike admit()).
-  bool drains_within(uint64_t pred_ns, uint64_t budget_ns) noexcept;
+  // Whether a launch predicted at `pred_ns` may go now under `bound_ns`, or because the work in
+  // flight with it is predicted to drain within `drain_budget_ns` (0: none).
+  bool admit(uint64_t pred_ns, uint64_t bound_ns, uint64_t drain_budget_ns = 0) noexcept;
   // After a launch on `stream` went through: counts it, and records a checkpoint when due.
   void launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept;
   // A short wait for progress (the oldest checkpoint completing), at most until `deadline_ns`.

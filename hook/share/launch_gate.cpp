@@ -45,9 +45,8 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
     if (state == protocol::State::Run) {
       // Before a service's predicted return, a launch goes whatever the bound if the work in
       // flight, it included, drains by then.
-      if (overlaps || (v.credit_until_ns > now && window_.drains_within(predicted_ns, v.credit_until_ns - now)) ||
-          window_.admit(predicted_ns, v.bound_ns))
-        break;
+      const uint64_t drain_budget = v.credit_until_ns > now ? v.credit_until_ns - now : 0;
+      if (overlaps || window_.admit(predicted_ns, v.bound_ns, drain_budget)) break;
       wait_gpu = true;
     } else if (state == protocol::State::Fill) {
       if (overlaps) {
