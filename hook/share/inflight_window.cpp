@@ -39,12 +39,16 @@ bool InflightWindow::admit(uint64_t pred_ns, uint64_t bound_ns, uint64_t drain_b
   return fits(inflight_.load(std::memory_order_relaxed));
 }
 
+// Checkpoints are spaced by a quarter of the bound, or by a sixteenth of what is in flight when
+// more is (past the bound under run credit): retiring that coarsely only overstates the work in
+// flight a little, while spacing by the bound would fill the ring with tens of milliseconds in
+// flight and then cost a driver query on every launch.
 void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_ns) noexcept {
   if (ev_.query == nullptr) return;
-  inflight_.fetch_add(pred_ns, std::memory_order_relaxed);
+  const uint64_t inflight = inflight_.fetch_add(pred_ns, std::memory_order_relaxed) + pred_ns;
   const uint64_t pending = pending_.fetch_add(pred_ns, std::memory_order_relaxed) + pred_ns;
   last_stream_.store(stream, std::memory_order_relaxed);
-  if (pending < std::max(bound_ns / 4, kMinCheckpointNs)) return;
+  if (pending < std::max({bound_ns / 4, inflight / 16, kMinCheckpointNs})) return;
   if (!try_lock()) return;   // another thread records or retires: this work joins a later checkpoint
   if (tail_ - head_ >= kSlots / 2) retire_locked();   // launches that never wait still free the ring
   record(stream);
@@ -52,9 +56,16 @@ void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_
 }
 
 bool InflightWindow::record(CUstream stream) noexcept {
-  if (tail_ - head_ >= kSlots) return false;   // full: retire() makes room
   CUcontext context = nullptr;
   ev_.ctx_current(&context);
+  if (tail_ - head_ >= kSlots) {
+    // Full: the newest checkpoint, recorded again here, covers this work too (only an event of
+    // this context can be). Without that the work would stay pending and every launch would try.
+    Checkpoint& newest = ring_[(tail_ - 1) % kSlots];
+    if (newest.context != context || ev_.record(newest.event, stream) != CUDA_SUCCESS) return false;
+    newest.work_ns += pending_.exchange(0, std::memory_order_relaxed);
+    return true;
+  }
   Checkpoint& c = ring_[tail_ % kSlots];
   if (c.event != nullptr && c.context != context) {
     ev_.destroy(c.event);   // made in another context: events are recorded in their own context only

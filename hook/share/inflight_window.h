@@ -1,8 +1,9 @@
 #pragma once
 // How much predicted GPU work this process has in flight, learned from its own CUDA events, not from
 // the daemon (XSched's in-flight threshold, nvshare's pending window). Each launch adds its predicted
-// duration; about every quarter of the bound a checkpoint event is recorded after the launch on its
-// stream; a completed checkpoint retires the work launched before it. A task below the holder keeps
+// duration; about every quarter of the bound (or sixteenth of the work in flight, when that is more)
+// a checkpoint event is recorded after the launch on its stream; a completed checkpoint retires the
+// work launched before it. A full ring extends its newest checkpoint. A task below the holder keeps
 // what is in flight under the bound the daemon gives it, so a holder that comes back waits for at
 // most about that much of its work.
 //

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -623,6 +624,11 @@ TEST(ShareClient, AWaitingLaunchIsBoundedEvenIfTheDaemonSaysHoldForever) {
   EXPECT_EQ(c.stats().forced_count(), 2u);
 }
 
+// A GPU that never finishes anything (fake event functions below) until fake_gpu_done is set: work
+// in flight only grows. fake_gpu_calls counts its event records and queries.
+std::atomic<bool> fake_gpu_done{false};
+std::atomic<uint64_t> fake_gpu_calls{0};
+
 // A GPU that never finishes anything (fake event functions below): work in flight only grows.
 protocol::Directive run_with_credit(uint64_t credit_for_ns) {
   static uint32_t generation = 0;
@@ -660,6 +666,28 @@ TEST(LaunchGate, BeforeAPredictedReturnWorkThatDrainsByThenGoesPastTheBound) {
   EXPECT_EQ(launches_before_a_wait(10'000'000'000, 5), 5u);
   // ...but not a kernel predicted to end after it.
   EXPECT_EQ(launches_before_a_wait(10'000'000'000, 5, 20'000'000'000), 4u);
+}
+
+TEST(InflightWindow, FarPastTheBoundALaunchRarelyCallsTheDriver) {
+  hook::share::InflightWindow window;
+  ASSERT_TRUE(window.init());
+  const uint64_t calls_before = fake_gpu_calls.load();
+  // 20 us kernels under a 200 us bound, admitted by a drain budget of a minute: 200 ms in flight.
+  constexpr int kLaunches = 10'000;
+  for (int i = 0; i < kLaunches; ++i) {
+    ASSERT_TRUE(window.admit(20'000, 200'000, 60'000'000'000));
+    window.launched(reinterpret_cast<CUstream>(1), 20'000, 200'000);
+  }
+  EXPECT_EQ(window.inflight_ns(), uint64_t(kLaunches) * 20'000);
+  // Checkpoints spaced by the bound would fill the ring after 64 and then query it every launch.
+  EXPECT_LT(fake_gpu_calls.load() - calls_before, uint64_t(kLaunches / 20));
+  // All of it is still covered: once the GPU is done, nothing is left in flight, none untracked.
+  // (The first look retires the checkpoints and covers the rest, the second retires that.)
+  fake_gpu_done = true;
+  window.inflight_now();
+  EXPECT_EQ(window.inflight_now(), 0u);
+  fake_gpu_done = false;
+  EXPECT_EQ(window.untracked_ns(), 0u);
 }
 
 TEST(DirectiveCell, OnlyAFillDirectiveGivesGapCredit) {
@@ -710,7 +738,8 @@ TEST(ShareClient, RegistrationsBackOffWhenRefused) {
 namespace fikit::hook {
 bool log_enabled(LogLevel) noexcept { return false; }
 void log(LogLevel, const char*, ...) noexcept {}
-// Event functions of a GPU that never completes anything; no other driver function.
+// Event functions of a GPU that completes nothing (or everything, once fake_gpu_done is set); no
+// other driver function.
 namespace {
 CUresult fake_event_create(CUevent* e, unsigned int) {
   static int events[64];
@@ -718,8 +747,14 @@ CUresult fake_event_create(CUevent* e, unsigned int) {
   *e = reinterpret_cast<CUevent>(&events[next++ % 64]);
   return CUDA_SUCCESS;
 }
-CUresult fake_event_record(CUevent, CUstream) { return CUDA_SUCCESS; }
-CUresult fake_event_query(CUevent) { return CUDA_ERROR_NOT_READY; }
+CUresult fake_event_record(CUevent, CUstream) {
+  ++fake_gpu_calls;
+  return CUDA_SUCCESS;
+}
+CUresult fake_event_query(CUevent) {
+  ++fake_gpu_calls;
+  return fake_gpu_done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
 CUresult fake_event_elapsed(float* ms, CUevent, CUevent) { *ms = 0; return CUDA_SUCCESS; }
 CUresult fake_event_destroy(CUevent) { return CUDA_SUCCESS; }
 CUresult fake_ctx_current(CUcontext* c) { *c = nullptr; return CUDA_SUCCESS; }
