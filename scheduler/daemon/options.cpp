@@ -135,6 +135,17 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     else { error = "return-credit: '" + value + "' is not on or off"; return false; }
     return true;
   }
+  if (key == "mps-overlap-busy") {
+    unsigned pct = 0;
+    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), pct);
+    if (ptr != value.data() + value.size() && *ptr == '%') ++ptr;
+    if (ec != std::errc() || ptr == value.data() || ptr != value.data() + value.size() || pct > 100) {
+      error = "mps-overlap-busy: '" + value + "' is not a percentage 0..100";
+      return false;
+    }
+    opts.policy.mps_overlap_max_busy_pct = pct;
+    return true;
+  }
   if (key == "reserved-priorities") {
     int n = -1;
     auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
@@ -250,6 +261,9 @@ std::string settings_help() {
          ", " + format_ns(d.min_ns) + " to " + format_ns(d.max_ns) + ")\n";
   s += "  --gap-estimator mean|p50|p10\n      statistic of a kernel's following gap used as the prediction (default mean)\n";
   s += "  --duration-estimator mean|p50|p90\n      statistic of a kernel's duration used as its predicted length (default p90)\n";
+  s += "  --mps-overlap-busy PERCENT\n      no mps-overlap below a service whose measured GPU time is more than this share of its\n"
+       "      active time (a CUDA graph: 100; 100 here: overlap beside any) (default " +
+       std::to_string(defaults.mps_overlap_max_busy_pct) + ")\n";
   s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"
        "      return go whatever the bound (default on)\n";
   return s;

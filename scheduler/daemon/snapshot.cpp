@@ -95,9 +95,9 @@ std::string format_text(const DaemonSnapshot& s) {
     out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
                        d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
                        d.counters.early_stops);
-    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>7}  {}\n",
+    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7}  {}\n",
                        "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
-                       "notifies", "wants", "kernels", "pause", "key");
+                       "notifies", "wants", "kernels", "busy", "pause", "key");
     for (const auto& t : d.tasks) {
       const std::string prio =
           t.priority == t.requested_priority ? std::to_string(t.priority)
@@ -106,12 +106,14 @@ std::string format_text(const DaemonSnapshot& s) {
       const std::string bound =
           (t.directive.role & protocol::kRoleHolder) ? std::string("-") : duration_text(t.directive.bound_ns);
       const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
-      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>7}  {}\n",
+      // How busy its profile says it keeps the GPU while active ("-": nothing measured).
+      const std::string busy = t.kernels != 0 ? std::to_string(t.busy_pct) + "%" : std::string("-");
+      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7}  {}\n",
                          t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                          t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                          t.active ? "yes" : "no", protocol::to_string(t.directive.state),
                          bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
-                         t.notifications, t.wants, t.kernels, pause, t.key);
+                         t.notifications, t.wants, t.kernels, busy, pause, t.key);
     }
   }
   return out;
@@ -138,14 +140,14 @@ std::string format_json(const DaemonSnapshot& s) {
       out += fmt::format(
           "{}{{\"id\":{},\"device\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
           "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
-          "\"bound_ns\":{},\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"waits\":{},"
-          "\"predicted_pause_ns\":{}}}",
+          "\"bound_ns\":{},\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"busy_percent\":{},"
+          "\"waits\":{},\"predicted_pause_ns\":{}}}",
           first ? "" : ",", t.id, json_string(d.device), t.pid, json_string(t.key), t.priority, t.requested_priority,
           t.mode == protocol::TaskMode::Measure ? "measure" : "share",
           t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
           t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
-          t.directive.role, t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.waits.count,
-          t.predicted_pause_ns);
+          t.directive.role, t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.busy_pct,
+          t.waits.count, t.predicted_pause_ns);
       first = false;
     }
   }

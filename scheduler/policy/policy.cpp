@@ -28,6 +28,15 @@ uint32_t u32(uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); }
 
 }  // namespace
 
+uint32_t busy_percent(const Profile& profile) {
+  double busy = 0, gaps = 0;
+  for (const auto& [id, k] : profile) {
+    busy += double(k.count) * k.dur_mean;
+    gaps += double(k.gap_count) * k.gap_mean;
+  }
+  return busy > 0 ? uint32_t(100.0 * busy / (busy + gaps) + 0.5) : 0;
+}
+
 Policy::Policy(Settings settings, ProfileSource& profiles, uint32_t id_base, BellSlots* bell_slots)
     : settings_(settings), profiles_(profiles), id_base_(id_base),
       bell_slot_used_(bell_slots != nullptr ? *bell_slots : own_bell_slots_) {}
@@ -136,12 +145,13 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
   if (t.id == holder_) d.role |= protocol::kRoleHolder;
-  bool below = false, hold = false, fill = false, wanted = false;
+  bool below = false, hold = false, fill = false, wanted = false, busy_above = false;
   for (const auto& [id, u] : tasks_) {
     if (id == t.id) continue;
     below |= u.priority > t.priority;
     wanted |= u.want && u.want->known;
     if (u.priority < t.priority && blocks(now, u)) (u.mode == TaskMode::Measure ? hold : fill) = true;
+    busy_above |= u.priority < t.priority && u.busy_pct > settings_.mps_overlap_max_busy_pct;
   }
   // A task being measured runs unscheduled (the measure mode asks nothing); lower ones depend on it.
   if (t.mode == TaskMode::Measure) return d;
@@ -152,8 +162,9 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
     d.bound_ns = u32(std::max(settings_.run_bound_ns, settings_.run_bound_idle_ns));
   if (d.state == State::Run && settings_.return_credit) d.credit_until_ns = return_credit_until(now, t);
   // What may run beside an active holder under MPS; the client applies it in Fill, and in Run while
-  // the holder's bell says it is back.
-  if (t.backend == Backend::Mps && d.state != State::Hold) d.overlap_ns = u32(settings_.mps_overlap_ns);
+  // the holder's bell says it is back. Nothing beside a task that keeps the GPU busy back to back.
+  if (t.backend == Backend::Mps && d.state != State::Hold && !busy_above)
+    d.overlap_ns = u32(settings_.mps_overlap_ns);
   if (holder_ != 0 && holder_ != t.id) {
     const Task& h = tasks_.at(holder_);
     if (h.priority < t.priority) {
@@ -199,6 +210,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     task->profile = profiles_.load(task->key, reg.mode);
   }
   if (!task->profile) task->profile = std::make_shared<Profile>();
+  task->busy_pct = busy_percent(*task->profile);
   ++counters_.registrations;
   task->pid = reg.pid;
   task->requested_priority = reg.priority;
@@ -479,6 +491,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.kernels = t.profile ? t.profile->size() : 0;
     s.waits = t.waits;
     s.predicted_pause_ns = predicted_pause(t);
+    s.busy_pct = t.busy_pct;
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

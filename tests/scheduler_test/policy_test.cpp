@@ -270,6 +270,42 @@ TEST_F(PolicyTest, MpsTasksMayOverlapShortKernelsAndPayNoSwitch) {
   EXPECT_EQ(last[lp].overlap_ns, us(50));   // for when the holder's bell rings before its directive
 }
 
+TEST(BusyPercent, IsKernelTimeAgainstItPlusTheGapsInsideIterations) {
+  EXPECT_EQ(busy_percent(Profile{}), 0u);
+  Profile graph;
+  graph[1] = kernel(us(900), 0, 0, 12);   // one graph per request: no gaps inside, only boundaries
+  EXPECT_EQ(busy_percent(graph), 100u);
+  Profile eager;
+  eager[1] = kernel(us(10), us(30));       // 10 calls: 100 us busy, 300 us of gaps
+  eager[2] = kernel(us(20), us(0), 0, 5);  // 5 calls ending iterations: 100 us busy
+  EXPECT_EQ(busy_percent(eager), 40u);
+}
+
+TEST_F(PolicyTest, UnderMpsNothingOverlapsBelowATaskThatKeepsTheGpuBusy) {
+  settings.mps_overlap_max_busy_pct = 80;
+  Profile graph;
+  graph[k1] = kernel(us(900), 0, 0, 10);
+  profiles.table["graph"] = graph;
+  const uint32_t hp = reg(T0, "graph", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0, hp, k1, true);
+  EXPECT_EQ(state(lp), State::Fill);
+  EXPECT_EQ(last[lp].overlap_ns, 0u);
+  send(T0 + us(900), hp, protocol::Idle{k1});
+  EXPECT_EQ(state(lp), State::Run);
+  EXPECT_EQ(last[lp].overlap_ns, 0u);   // nor when its bell rings before the directive
+  // The fixture's holder is busy 16 % of its active time: beside it short kernels overlap.
+  send(T0 + us(1001), hp, protocol::Goodbye{});
+  const uint32_t eager = reg(T0 + us(1002), "hp", 1);
+  EXPECT_EQ(last[lp].overlap_ns, us(50));
+  bool listed = false;
+  for (const TaskStatus& st : policy().status(T0 + us(1003))) {
+    if (st.id != eager) continue;
+    listed = true;
+    EXPECT_EQ(st.busy_pct, 16u);
+  }
+  EXPECT_TRUE(listed);
+}
+
 TEST_F(PolicyTest, TasksBelowTheHolderWatchItsBellAtTheGenerationTheDaemonKnows) {
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   const uint16_t hp_slot = std::get<protocol::Registered>(out[0].body).bell_slot == 0 ? 1 : 0;   // lp got the other
