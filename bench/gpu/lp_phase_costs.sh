@@ -2,17 +2,20 @@
 # The low-priority job's own hook cost per launch, by phase (FIKIT_STATS=1), in the two places it
 # runs in share mode: alone (it is the holder: no kernel IDs, no gate) and beside an idle registered
 # priority-0 service (it is below the holder: a kernel ID, the gate and the in-flight window on every
-# launch). Prints each run's result line and the hook's "ns/op" line, alternating the two setups,
-# and the daemon's task table 4 s into each run beside the service (bounds, its predicted pause).
+# launch). Prints each run's result line and the hook's "ns/op" line, alternating the two setups
+# with a run of the job without FIKIT (plain: its result line only), and the daemon's task table
+# 4 s into each run beside the service (bounds, its predicted pause). Under MPS when a control
+# daemon runs (fikit-run then sets the job's client priority; plain runs at the default).
 #
 # Usage: lp_phase_costs.sh PREFIX REPS -- LP_COMMAND...
 #   PREFIX      install prefix (bin/fikit-run, bin/fikit-scheduler, bin/fikit-example-infer)
 #   REPS        runs of each setup (interleaved)
 #   LP_COMMAND  the job, which stops by itself (e.g. python3 examples/pytorch/train.py --duration-s 8)
+#   LPC_SCHEDULER_ARGS (environment): more fikit-scheduler flags, e.g. "--mps-overlap-busy 100"
 # Example (H100): bench/gpu/lp_phase_costs.sh .dist 3 -- python3 examples/pytorch/train.py --duration-s 8
 # Exit status: 0 done; 2 bad usage; 1 a step failed (its output is shown).
 set -uo pipefail
-usage() { sed -n '6,10p' "$0" >&2; exit 2; }
+usage() { sed -n '/^# Usage:/,/^# Exit status/p' "$0" >&2; exit 2; }
 [[ $# -ge 4 && $3 == "--" ]] || usage
 prefix=$(cd "$1" && pwd) || usage
 reps=$2
@@ -47,8 +50,9 @@ step() {  # LABEL COMMAND...: runs it, shows its output if it fails
 
 step "measuring the job" fikit measure 5 lpc-lp -- "$@"
 step "measuring the idle service" fikit measure 0 lpc-hp -- "${idle_hp[@]}" --requests 20
+# shellcheck disable=SC2086 # LPC_SCHEDULER_ARGS is a list of flags
 "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/profiles.db" --control "$work/control.sock" \
-  >"$work/scheduler.log" 2>&1 &
+  ${LPC_SCHEDULER_ARGS:-} >"$work/scheduler.log" 2>&1 &
 daemon=$!
 status() { "$bin/fikit-scheduler" status --control "$work/control.sock" 2>/dev/null; }
 wait_tasks() {  # N: until the daemon has N tasks (5 s at most); false if it never does
@@ -72,6 +76,8 @@ run_lp() {  # LABEL: the job in share mode with the hook's statistics; prints it
   printf '%-10s %s\n' "" "$(grep -o 'observed=.*' <<<"$out")"
 }
 for rep in $(seq "$reps"); do
+  out=$("$@" 2>&1) || { echo "lp_phase_costs: the job failed without FIKIT:" >&2; tail -20 <<<"$out" >&2; exit 1; }
+  printf '%-10s %s\n' "plain" "$(grep -m1 '^{' <<<"$out")"
   label="alone"; run_lp "$@"
   (exec "$bin/fikit-run" --db "$work/profiles.db" --scheduler "127.0.0.1:$port" --mode share --priority 0 \
      --task-key lpc-hp -- "${idle_hp[@]}" --requests 100000 >"$work/idle.out" 2>&1) &
