@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <charconv>
 #include <fstream>
+#include <string_view>
 
 #include "protocol.h"
 
@@ -25,6 +26,15 @@ bool parse_duration_ns(const std::string& text, uint64_t& out) {
   else return false;
   if (value > UINT64_MAX / scale) return false;
   out = value * scale;
+  return true;
+}
+
+// The whole of `text` as a number from 0 to `max`.
+bool parse_uint(std::string_view text, unsigned max, unsigned& out) {
+  unsigned value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size() || value > max) return false;
+  out = value;
   return true;
 }
 
@@ -84,10 +94,7 @@ bool parse_host_port(const std::string& text, std::string& host, uint16_t& port)
   size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
   unsigned value = 0;
-  const char* b = text.data() + colon + 1;
-  const char* e = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(b, e, value);
-  if (ec != std::errc() || ptr != e || value > 65535) return false;
+  if (!parse_uint(std::string_view(text).substr(colon + 1), 65535, value)) return false;
   host = text.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   port = uint16_t(value);
@@ -136,10 +143,10 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     return true;
   }
   if (key == "mps-overlap-busy") {
+    std::string_view number(value);
+    if (!number.empty() && number.back() == '%') number.remove_suffix(1);
     unsigned pct = 0;
-    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), pct);
-    if (ptr != value.data() + value.size() && *ptr == '%') ++ptr;
-    if (ec != std::errc() || ptr == value.data() || ptr != value.data() + value.size() || pct > 100) {
+    if (!parse_uint(number, 100, pct)) {
       error = "mps-overlap-busy: '" + value + "' is not a percentage 0..100";
       return false;
     }
@@ -147,13 +154,12 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     return true;
   }
   if (key == "reserved-priorities") {
-    int n = -1;
-    auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (ec != std::errc() || ptr != value.data() + value.size() || n < 0 || n >= protocol::kPriorityLevels) {
+    unsigned n = 0;
+    if (!parse_uint(value, protocol::kPriorityLevels - 1, n)) {
       error = "reserved-priorities: '" + value + "' is not a number of priorities 0..9";
       return false;
     }
-    opts.reserved_priorities = n;
+    opts.reserved_priorities = int(n);
     return true;
   }
   if (key == "listen") {

@@ -71,7 +71,7 @@ struct Settings {
   uint64_t mps_overlap_ns = 1'000'000;         // MPS: kernels predicted up to this run beside the holder
   // ...unless a task above is busier than this (percent of its active time, busy_percent): beside a
   // program that keeps the GPU busy back to back every SM the job takes is one it loses (a CUDA
-  // graph service ran 2.9x slower at p99 beside short GEMMs under MPS, 1.3x without overlap).
+  // graph service ran 2.8x slower at p50 beside 28 us GEMMs under MPS, 1.2-1.3x without overlap).
   uint32_t mps_overlap_max_busy_pct = 80;
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
