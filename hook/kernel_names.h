@@ -19,6 +19,8 @@ inline void describe_samples(std::vector<profiledb::KernelSample>& samples) {
       k.block[i] = d->block[i];
     }
     k.shared_mem = d->shared_mem;
+    k.blocks_per_sm = d->blocks_per_sm;
+    k.sm_count = d->sm_count;
   }
 }
 

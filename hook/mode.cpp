@@ -24,7 +24,7 @@ namespace {
 // FIKIT_TRACE_IDS without a mode: kernel IDs are computed (and traced) with nothing else done.
 class TraceOnlyMode final : public Mode {
  public:
-  void before_launch(const LaunchInfo&) noexcept override {}
+  void before_launch(LaunchInfo&) noexcept override {}
   void after_launch(const LaunchInfo&, CUresult) noexcept override {}
   void after_sync(SyncKind) noexcept override {}
   void shutdown() noexcept override {}
@@ -52,12 +52,53 @@ CUresult function_or_kernel_name(const char** name, CUfunction func) {
   return CUDA_ERROR_NOT_FOUND;
 }
 
+// Occupancy of a kernel at first sight (kernelid::OccupancyFn): what the driver says of the handle
+// (or, for a CUkernel, of its function in the current context), and the current context's SMs (a
+// green context's own). Measure mode stores it: with the grid it gives the SM hold time.
+bool launch_occupancy(CUfunction func, uint32_t threads, uint32_t shared_mem, uint32_t* blocks_per_sm,
+                      uint32_t* sm_count) {
+  using OccupancyFn = CUresult (*)(int*, CUfunction, int, size_t);
+  using KernelGetFunctionFn = CUresult (*)(CUfunction*, CUkernel);
+  using CtxGetCurrentFn = CUresult (*)(CUcontext*);
+  using CtxGetDevResourceFn = CUresult (*)(CUcontext, CUdevResource*, CUdevResourceType);
+  using CtxGetDeviceFn = CUresult (*)(CUdevice*);
+  using DeviceGetAttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+  static const auto occupancy = real_driver<OccupancyFn>("cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  static const auto kernel_function = real_driver<KernelGetFunctionFn>("cuKernelGetFunction");
+  static const auto ctx_current = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
+  static const auto ctx_resource = real_driver<CtxGetDevResourceFn>("cuCtxGetDevResource");
+  static const auto ctx_device = real_driver<CtxGetDeviceFn>("cuCtxGetDevice");
+  static const auto attribute = real_driver<DeviceGetAttributeFn>("cuDeviceGetAttribute");
+  if (occupancy == nullptr || threads == 0) return false;
+  int blocks = 0;
+  if (occupancy(&blocks, func, int(threads), shared_mem) != CUDA_SUCCESS) {
+    CUfunction resolved = nullptr;
+    if (kernel_function == nullptr || kernel_function(&resolved, reinterpret_cast<CUkernel>(func)) != CUDA_SUCCESS ||
+        occupancy(&blocks, resolved, int(threads), shared_mem) != CUDA_SUCCESS)
+      return false;
+  }
+  int sms = 0;
+  CUcontext ctx = nullptr;
+  CUdevResource resource{};
+  CUdevice dev = 0;
+  if (ctx_current != nullptr && ctx_resource != nullptr && ctx_current(&ctx) == CUDA_SUCCESS && ctx != nullptr &&
+      ctx_resource(ctx, &resource, CU_DEV_RESOURCE_TYPE_SM) == CUDA_SUCCESS)
+    sms = int(resource.sm.smCount);
+  if (sms <= 0 && ctx_device != nullptr && attribute != nullptr && ctx_device(&dev) == CUDA_SUCCESS)
+    (void)attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev);
+  if (blocks <= 0 || sms <= 0) return false;
+  *blocks_per_sm = uint32_t(blocks);
+  *sm_count = uint32_t(sms);
+  return true;
+}
+
 void configure_kernel_ids(const Config& cfg) noexcept {
   kernelid::Settings settings;
   settings.depth = cfg.backtrace_depth;
   g_func_get_name = real_driver<kernelid::FuncGetNameFn>("cuFuncGetName");
   g_kernel_get_name = real_driver<KernelGetNameFn>("cuKernelGetName");
   settings.func_get_name = function_or_kernel_name;
+  settings.occupancy = launch_occupancy;
   if (cfg.trace_ids_path[0] != '\0') {
     settings.trace_fd = open(cfg.trace_ids_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (settings.trace_fd < 0) log(LogLevel::Error, "FIKIT_TRACE_IDS=%s cannot be opened", cfg.trace_ids_path);

@@ -21,6 +21,12 @@ struct LaunchInfo {
   uint32_t grid[3], block[3], shared_mem;          // Kernel only (zero otherwise)
   uint64_t bytes;                                  // memcpy / memset
   uint64_t id;                                     // kernel ID (kernelid/), when the mode needs_id(); else 0
+  // A plain kernel launch the mode may send to another stream (not cooperative: its blocks must all
+  // be resident at once, which fewer SMs may not allow).
+  bool reroutable;
+  // Set by before_launch to the stream the launch goes on instead of `stream` (nullptr: `stream`);
+  // after_launch then orders `stream`'s later work after it.
+  CUstream rerouted_to;
 };
 
 class Mode {
@@ -30,7 +36,8 @@ class Mode {
   // which a holder with nobody waiting for its gaps has no use for (op.id is then 0).
   virtual bool needs_id() const noexcept { return true; }
   // Launching thread, before the real driver call. May wait (share mode: for a grant), but bounded.
-  virtual void before_launch(const LaunchInfo& op) noexcept = 0;
+  // May set op.rerouted_to when op.reroutable.
+  virtual void before_launch(LaunchInfo& op) noexcept = 0;
   // Launching thread, after the real call returned `result`.
   virtual void after_launch(const LaunchInfo& op, CUresult result) noexcept = 0;
   // After a synchronising call (stream/context/event synchronize, synchronous memcpy) returned.

@@ -89,7 +89,7 @@ CUresult timed_observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   stats::add_time(stats::Phase::Capture, t1 - t0);
   if (captured) {
     stats::count(V, stats::Event::Captured);
-    return call();
+    return call(op.stream);
   }
   stats::count(V, eager_event(op.kind));
   op.id = mode->needs_id() ? op_identity(op) : 0;
@@ -98,7 +98,7 @@ CUresult timed_observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   mode->before_launch(op);
   t1 = stats::now_ns();
   stats::add_time(stats::Phase::Before, t1 - t0);
-  const CUresult result = call();
+  const CUresult result = call(op.rerouted_to != nullptr ? op.rerouted_to : op.stream);
   t0 = stats::now_ns();
   stats::add_time(stats::Phase::Real, t0 - t1);
   mode->after_launch(op, result);
@@ -107,7 +107,8 @@ CUresult timed_observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
 }
 
 // A GPU operation with the mode (or the counters) on: skip it during capture, else identify it and
-// let the mode act before and after the real call.
+// let the mode act before and after the real call. `call(stream)` makes the real call on `stream`:
+// the op's own, or the one the mode sent a reroutable launch to.
 template <Variant V, class Call>
 CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   mode = detail::settled_mode(mode);
@@ -115,13 +116,13 @@ CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   if (counting && mode != nullptr) return timed_observed_op<V>(mode, op, call);
   if (capturing(op.stream)) {
     if (counting) stats::count(V, stats::Event::Captured);
-    return call();
+    return call(op.stream);
   }
   if (counting) stats::count(V, eager_event(op.kind));
-  if (mode == nullptr) return call();
+  if (mode == nullptr) return call(op.stream);
   op.id = mode->needs_id() ? op_identity(op) : 0;
   mode->before_launch(op);
-  const CUresult result = call();
+  const CUresult result = call(op.rerouted_to != nullptr ? op.rerouted_to : op.stream);
   mode->after_launch(op, result);
   return result;
 }
@@ -141,6 +142,7 @@ LaunchInfo make_kernel_op(CUstream stream, CUfunction f, unsigned gx, unsigned g
   op.grid[0] = gx, op.grid[1] = gy, op.grid[2] = gz;
   op.block[0] = bx, op.block[1] = by, op.block[2] = bz;
   op.shared_mem = shared_mem;
+  op.reroutable = true;
   return op;
 }
 
@@ -157,9 +159,11 @@ CUresult launch_kernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
   FIKIT_REAL_OR_FAIL(V);
   Mode* mode = detail::loaded_mode();
   if (passthrough(mode)) [[likely]] return real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, tail...);
-  return observed_op<V>(mode,
-                        make_kernel_op(effective_stream<V>(stream), f, gx, gy, gz, bx, by, bz, shared_mem),
-                        [&] { return real(f, gx, gy, gz, bx, by, bz, shared_mem, stream, tail...); });
+  LaunchInfo op = make_kernel_op(effective_stream<V>(stream), f, gx, gy, gz, bx, by, bz, shared_mem);
+  op.reroutable = sizeof...(Tail) == 2;   // cuLaunchKernel (kernelParams, extra), not the cooperative one
+  return observed_op<V>(mode, op, [&](CUstream s) {
+    return real(f, gx, gy, gz, bx, by, bz, shared_mem, s == op.stream ? stream : s, tail...);
+  });
 }
 
 template <Variant V>
@@ -168,10 +172,16 @@ CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** par
   Mode* mode = detail::loaded_mode();
   if (passthrough(mode) || config == nullptr) [[likely]] return real(config, f, params, extra);
   const CUlaunchConfig& c = *config;
-  return observed_op<V>(mode,
-                        make_kernel_op(effective_stream<V>(c.hStream), f, c.gridDimX, c.gridDimY, c.gridDimZ,
-                                       c.blockDimX, c.blockDimY, c.blockDimZ, c.sharedMemBytes),
-                        [&] { return real(config, f, params, extra); });
+  LaunchInfo op = make_kernel_op(effective_stream<V>(c.hStream), f, c.gridDimX, c.gridDimY, c.gridDimZ, c.blockDimX,
+                                 c.blockDimY, c.blockDimZ, c.sharedMemBytes);
+  for (unsigned i = 0; i < c.numAttrs && c.attrs != nullptr; ++i)
+    if (c.attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && c.attrs[i].value.cooperative) op.reroutable = false;
+  return observed_op<V>(mode, op, [&](CUstream s) {
+    if (s == op.stream) return real(config, f, params, extra);
+    CUlaunchConfig moved = c;
+    moved.hStream = s;
+    return real(&moved, f, params, extra);
+  });
 }
 
 template <Variant V>
@@ -180,7 +190,7 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   Mode* mode = detail::loaded_mode();
   if (passthrough(mode)) [[likely]] return real(graph, stream);
   return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
-                        [&] { return real(graph, stream); });
+                        [&](CUstream) { return real(graph, stream); });
 }
 
 // Asynchronous copies and sets: (destination, source or value, count, stream).
@@ -190,7 +200,7 @@ CUresult async_op(Dst dst, Src src, size_t count, CUstream stream) noexcept {
   Mode* mode = detail::loaded_mode();
   if (passthrough(mode)) [[likely]] return real(dst, src, count, stream);
   return observed_op<V>(mode, make_op(Kind, effective_stream<V>(stream), count * ElementSize),
-                        [&] { return real(dst, src, count, stream); });
+                        [&](CUstream) { return real(dst, src, count, stream); });
 }
 
 template <Variant V>

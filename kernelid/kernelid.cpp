@@ -22,6 +22,7 @@ namespace {
 
 std::atomic<unsigned> g_depth{4};
 std::atomic<FuncGetNameFn> g_func_get_name{nullptr};
+std::atomic<OccupancyFn> g_occupancy{nullptr};
 std::atomic<int> g_trace_fd{-1};
 std::atomic<Unwinder> g_unwinder{Unwinder::Gcc};
 
@@ -105,7 +106,7 @@ void trace(const Description& d) noexcept {
 
 // First sight of an ID in this process: keep its readable form (slow path, once per ID).
 void remember(uint64_t id, uint64_t site, const char* name, bool demangle, const uint32_t grid[3],
-              const uint32_t block[3], uint32_t shared_mem) noexcept {
+              const uint32_t block[3], uint32_t shared_mem, CUfunction func = nullptr) noexcept {
   if (g_seen_ids.insert(id, 1) != FixedMap<65536>::Insert::Added) return;
   std::lock_guard lock(detail::slow_path_mutex());
   try {
@@ -118,6 +119,10 @@ void remember(uint64_t id, uint64_t site, const char* name, bool demangle, const
       d->block[i] = block[i];
     }
     d->shared_mem = shared_mem;
+    if (const OccupancyFn occupancy = g_occupancy.load(std::memory_order_relaxed); occupancy && func) {
+      if (!occupancy(func, block[0] * block[1] * block[2], shared_mem, &d->blocks_per_sm, &d->sm_count))
+        d->blocks_per_sm = d->sm_count = 0;
+    }
     trace(*d);
     if (g_descriptions == nullptr) g_descriptions = new std::unordered_map<uint64_t, std::unique_ptr<Description>>;
     g_descriptions->emplace(id, std::move(d));
@@ -212,6 +217,7 @@ uint64_t shape_hash(uint64_t name, const uint32_t grid[3], const uint32_t block[
 void configure(const Settings& settings) noexcept {
   g_depth.store(settings.depth, std::memory_order_relaxed);
   g_func_get_name.store(settings.func_get_name, std::memory_order_relaxed);
+  g_occupancy.store(settings.occupancy, std::memory_order_relaxed);
   g_trace_fd.store(settings.trace_fd, std::memory_order_relaxed);
   Unwinder unwinder = settings.unwinder;
   if (!detail::load_gcc_unwinder()) unwinder = Unwinder::Llvm;
@@ -262,7 +268,7 @@ __attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t gri
       shape_hash(nonzero(reinterpret_cast<uint64_t>(func)), grid, block, shared_mem),
       reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
       [&] { return shape_hash(function_name_hash(func), grid, block, shared_mem); },
-      [&](uint64_t id, uint64_t site) { remember(id, site, function_name(func), true, grid, block, shared_mem); });
+      [&](uint64_t id, uint64_t site) { remember(id, site, function_name(func), true, grid, block, shared_mem, func); });
 }
 
 __attribute__((noinline)) uint64_t op_id(const char* label, uint64_t bytes) noexcept {

@@ -24,6 +24,9 @@ struct Description {
   uint32_t grid[3] = {0, 0, 0};
   uint32_t block[3] = {0, 0, 0};
   uint32_t shared_mem = 0;
+  // Occupancy at first sight (Settings::occupancy): blocks of this launch one SM holds at once, and
+  // the SMs of the launching context. 0: not known.
+  uint32_t blocks_per_sm = 0, sm_count = 0;
 };
 
 // The description of an ID produced in this process, or nullptr. Thread-safe; pointers stay valid.
@@ -42,10 +45,15 @@ enum class Unwinder : uint8_t {
 };
 
 using FuncGetNameFn = CUresult (*)(const char** name, CUfunction func);
+// Asked once per new kernel ID, on the launching thread: blocks of `func` with `threads` threads and
+// `shared_mem` bytes of dynamic shared memory per SM, and the current context's SMs. False: unknown.
+using OccupancyFn = bool (*)(CUfunction func, uint32_t threads, uint32_t shared_mem, uint32_t* blocks_per_sm,
+                             uint32_t* sm_count);
 
 struct Settings {
   unsigned depth = 4;                   // caller frames kept (after the skipped modules)
   FuncGetNameFn func_get_name = nullptr;// the real cuFuncGetName; nullptr: names unknown ("?")
+  OccupancyFn occupancy = nullptr;      // nullptr: occupancy unknown
   int trace_fd = -1;                    // >= 0: one line per new ID, at first sight
   Unwinder unwinder = Unwinder::Gcc;    // the faster one on the benchmark (docs/performance-hook.md)
 };

@@ -202,6 +202,12 @@ ALTER TABLE runs ADD COLUMN ops_launched INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN ops_timed INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN sample_every INTEGER NOT NULL DEFAULT 1;
 )sql",
+    // 2 -> 3: occupancy (SM hold time) of each kernel, what requests keep the GPU busy (issue 22)
+    R"sql(
+ALTER TABLE kernels ADD COLUMN blocks_per_sm INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE kernels ADD COLUMN sm_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN request_busy_pct INTEGER NOT NULL DEFAULT -1;
+)sql",
 };
 static_assert(std::size(kMigrations) == Database::kSchemaVersion);
 
@@ -230,12 +236,18 @@ Accumulator read_acc(const Stmt& s, int first) {
   return a;
 }
 
-constexpr const char* kSampleColumns =
-    "kernel_id, name, call_site, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem, "
-    "dur_count, dur_sum, dur_sum_sq, dur_min, dur_max, dur_hist, "
-    "gap_count, gap_sum, gap_sum_sq, gap_min, gap_max, gap_hist, boundary_count";
+// The kernels' columns; a database older than version 3 (read as it is) has no occupancy columns.
+std::string sample_columns(int version) {
+  std::string c =
+      "kernel_id, name, call_site, grid_x, grid_y, grid_z, block_x, block_y, block_z, shared_mem, "
+      "dur_count, dur_sum, dur_sum_sq, dur_min, dur_max, dur_hist, "
+      "gap_count, gap_sum, gap_sum_sq, gap_min, gap_max, gap_hist, boundary_count";
+  if (version >= 3) c += ", blocks_per_sm, sm_count";
+  return c;
+}
+constexpr int kSampleColumnCount = 25;   // at the current version
 
-KernelSample read_sample(const Stmt& s) {
+KernelSample read_sample(const Stmt& s, int version) {
   KernelSample k;
   k.kernel_id = s.u64(0);
   k.name = s.text(1);
@@ -248,6 +260,10 @@ KernelSample read_sample(const Stmt& s) {
   k.duration = read_acc(s, 10);
   k.gap = read_acc(s, 16);
   k.boundary_count = s.u64(22);
+  if (version >= 3) {
+    k.blocks_per_sm = static_cast<uint32_t>(s.i64(23));
+    k.sm_count = static_cast<uint32_t>(s.i64(24));
+  }
   return k;
 }
 
@@ -270,17 +286,22 @@ TaskInfo read_task(const Stmt& s) {
 
 // Merges samples into the task's kernel rows, under the caller's write transaction: read the
 // stored row, add, write it back.
+// Writers have migrated to the current version first.
 void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<KernelSample>& kernels) {
-  Stmt get(db, (std::string("SELECT ") + kSampleColumns + " FROM kernels WHERE task_key = ? AND kernel_id = ?").c_str());
-  Stmt put(db, (std::string("INSERT OR REPLACE INTO kernels (task_key, ") + kSampleColumns +
-                ") VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-                   .c_str());
+  const std::string columns = sample_columns(Database::kSchemaVersion);
+  std::string values = "?";
+  for (int i = 0; i < kSampleColumnCount; ++i) values += ",?";
+  Stmt get(db, ("SELECT " + columns + " FROM kernels WHERE task_key = ? AND kernel_id = ?").c_str());
+  Stmt put(db, ("INSERT OR REPLACE INTO kernels (task_key, " + columns + ") VALUES (" + values + ")").c_str());
   for (const KernelSample& k : kernels) {
     KernelSample merged = k;
     get.bind(1, task_key).bind_u(2, k.kernel_id);
     if (get.step()) {
-      KernelSample stored = read_sample(get);
+      KernelSample stored = read_sample(get, Database::kSchemaVersion);
       merged.duration.merge(stored.duration);
+      // Occupancy is a property of the launch: keep what was measured when this sample lacks it.
+      if (merged.blocks_per_sm == 0) merged.blocks_per_sm = stored.blocks_per_sm;
+      if (merged.sm_count == 0) merged.sm_count = stored.sm_count;
       merged.gap.merge(stored.gap);
       merged.boundary_count += stored.boundary_count;
       if (merged.name.empty()) merged.name = stored.name;
@@ -296,6 +317,7 @@ void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<K
     bind_acc(put, 12, merged.duration);
     bind_acc(put, 18, merged.gap);
     put.bind_u(24, merged.boundary_count);
+    put.bind(25, static_cast<int64_t>(merged.blocks_per_sm)).bind(26, static_cast<int64_t>(merged.sm_count));
     put.run();
   }
 }
@@ -427,7 +449,7 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
 
   Stmt(db,
        "INSERT OR REPLACE INTO runs (task_key, run_no, finished_unix, pid, gpu_ops, busy_ns, wall_ns, iterations, "
-       "ops_launched, ops_timed, sample_every) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+       "ops_launched, ops_timed, sample_every, request_busy_pct) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, task_key)
       .bind_u(2, run_no)
       .bind(3, now)
@@ -439,6 +461,7 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
       .bind_u(9, run.ops_launched)
       .bind_u(10, run.ops_timed)
       .bind(11, static_cast<int64_t>(run.sample_every))
+      .bind(12, static_cast<int64_t>(run.request_busy_pct))
       .run();
 
   Stmt(db, "DELETE FROM trace WHERE task_key = ?").bind(1, task_key).run();
@@ -471,9 +494,10 @@ std::optional<TaskInfo> Database::task(const std::string& key) {
 std::vector<KernelSample> Database::kernel_samples(const std::string& key) {
   impl_->require_task(key);
   std::vector<KernelSample> out;
-  Stmt s(impl_->db, (std::string("SELECT ") + kSampleColumns + " FROM kernels WHERE task_key = ? ORDER BY kernel_id").c_str());
+  const int version = schema_version();
+  Stmt s(impl_->db, ("SELECT " + sample_columns(version) + " FROM kernels WHERE task_key = ? ORDER BY kernel_id").c_str());
   s.bind(1, key);
-  while (s.step()) out.push_back(read_sample(s));
+  while (s.step()) out.push_back(read_sample(s, version));
   return out;
 }
 
@@ -491,6 +515,8 @@ std::vector<KernelProfile> Database::kernels(const std::string& key) {
     p.grid = k.grid;
     p.block = k.block;
     p.shared_mem = k.shared_mem;
+    p.blocks_per_sm = k.blocks_per_sm;
+    p.sm_count = k.sm_count;
     p.count = k.duration.count;
     p.dur_mean = k.duration.mean();
     p.dur_stddev = k.duration.stddev();
@@ -526,11 +552,14 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
   impl_->require_task(key);
   std::vector<RunSummary> out;
   // A database of schema version 1 opened read-only has no coverage columns: they read as unknown.
-  const bool covered = schema_version() >= 2;
-  Stmt s(impl_->db, covered ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, ops_timed, "
-                              "sample_every FROM runs WHERE task_key = ? ORDER BY run_no"
-                            : "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix FROM runs WHERE "
-                              "task_key = ? ORDER BY run_no");
+  const int version = schema_version();
+  const bool covered = version >= 2;
+  Stmt s(impl_->db, version >= 3 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
+                                   "ops_timed, sample_every, request_busy_pct FROM runs WHERE task_key = ? ORDER BY run_no"
+                    : covered ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, ops_timed, "
+                                "sample_every FROM runs WHERE task_key = ? ORDER BY run_no"
+                              : "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix FROM runs WHERE "
+                                "task_key = ? ORDER BY run_no");
   s.bind(1, key);
   while (s.step()) {
     RunSummary r;
@@ -544,6 +573,7 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
       r.ops_timed = s.u64(6);
       r.sample_every = uint32_t(std::max<int64_t>(1, s.i64(7)));
     }
+    if (version >= 3) r.request_busy_pct = int32_t(s.i64(8));
     out.push_back(r);
   }
   return out;
@@ -556,6 +586,15 @@ double coverage(const std::vector<RunSummary>& runs) {
     timed += r.ops_timed;
   }
   return launched == 0 ? -1.0 : double(timed) / double(launched);
+}
+
+int request_busy_percent(const std::vector<RunSummary>& runs) {
+  std::vector<int32_t> known;
+  for (const RunSummary& r : runs)
+    if (r.request_busy_pct >= 0) known.push_back(r.request_busy_pct);
+  if (known.empty()) return -1;
+  std::nth_element(known.begin(), known.begin() + known.size() / 2, known.end());
+  return known[known.size() / 2];
 }
 
 std::vector<TraceOp> Database::last_trace(const std::string& key) {

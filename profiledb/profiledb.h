@@ -30,6 +30,9 @@ struct KernelSample {
   std::string name, call_site;
   std::array<uint32_t, 3> grid{}, block{};
   uint32_t shared_mem = 0;
+  // Occupancy where it was measured: blocks of this launch one SM holds at once, and the SMs the
+  // launching context had (0: not measured). With the grid they give its waves and SM hold time.
+  uint32_t blocks_per_sm = 0, sm_count = 0;
   Accumulator duration;
   Accumulator gap;                      // gap after this op when it is not an iteration boundary
   uint64_t boundary_count = 0;          // gaps after this op that spanned a host synchronisation
@@ -52,12 +55,18 @@ struct RunSummary {
   // before schema version 2 read 0 and 0 (unknown).
   uint64_t ops_launched = 0, ops_timed = 0;
   uint32_t sample_every = 1;            // one iteration in this many was measured
+  // Per iteration, the share of its span (first op start to last op end) the GPU ran its ops:
+  // the median over the run's iterations, percent. -1: unknown (before schema version 3).
+  int32_t request_busy_pct = -1;
   int64_t finished_unix = 0;            // read side only: when the run was stored
 };
 // Timed / launched ops over runs that say (-1 when none does). Below kGoodCoverage the profile
 // misses kernels, and the tools warn.
 double coverage(const std::vector<RunSummary>& runs);
 inline constexpr double kGoodCoverage = 0.99;
+// What a task's requests keep the GPU busy: the median of its runs' request_busy_pct, -1 when none
+// says.
+int request_busy_percent(const std::vector<RunSummary>& runs);
 
 // Read side: what the scheduler and the CLI see for one kernel.
 struct KernelProfile {
@@ -65,6 +74,7 @@ struct KernelProfile {
   std::string name, call_site;
   std::array<uint32_t, 3> grid{}, block{};
   uint32_t shared_mem = 0;
+  uint32_t blocks_per_sm = 0, sm_count = 0;   // occupancy where measured (0: not measured)
   uint64_t count = 0;
   double dur_mean = 0, dur_stddev = 0;
   uint64_t dur_min = 0, dur_p50 = 0, dur_p90 = 0, dur_max = 0;
@@ -127,7 +137,7 @@ class Database {
   Histogram gap_histogram(const std::string& key);
   bool delete_task(const std::string& key);                        // false: no such key
 
-  static constexpr int kSchemaVersion = 2;   // PRAGMA user_version written by the migrations
+  static constexpr int kSchemaVersion = 3;   // PRAGMA user_version written by the migrations
   int schema_version();
   // SQLite's own check of the file: "ok", or the first problem it found.
   std::string integrity_check();

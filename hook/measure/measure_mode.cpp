@@ -68,7 +68,7 @@ class MeasureMode final : public Mode {
     return !retired_.load(std::memory_order_relaxed) && sampled(sync_epoch_.load(std::memory_order_relaxed));
   }
 
-  void before_launch(const LaunchInfo& op) noexcept override {
+  void before_launch(LaunchInfo& op) noexcept override {
     t_in_flight.slot = nullptr;
     if (retired_.load(std::memory_order_relaxed)) return;
     // One iteration (the ops between two host synchronisations) in sample_every_ is measured, whole:

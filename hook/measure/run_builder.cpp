@@ -4,8 +4,18 @@
 
 namespace fikit::hook::measure {
 
+void RunBuilder::close_iteration() {
+  if (iter_end_ > iter_start_) {
+    const uint64_t span = iter_end_ - iter_start_;
+    ++iter_busy_pct_[std::min<uint64_t>(100, (iter_busy_ * 100 + span / 2) / span)];
+  }
+  iter_start_ = UINT64_MAX;
+  iter_end_ = iter_busy_ = iter_covered_ = 0;
+}
+
 std::optional<Run> RunBuilder::boundary() {
   if (have_prev_) kernels_[prev_id_].boundary_count++;
+  close_iteration();
   ++summary_.iterations;
   if (iterations_per_run_ && summary_.iterations >= iterations_per_run_) return take();
   return std::nullopt;
@@ -31,6 +41,11 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
   const uint64_t from = std::max(op.start_ns, covered_until_);
   if (op.end_ns > from) summary_.busy_ns += op.end_ns - from;
   covered_until_ = std::max(covered_until_, op.end_ns);
+  iter_start_ = std::min(iter_start_, op.start_ns);
+  iter_end_ = std::max(iter_end_, op.end_ns);
+  const uint64_t iter_from = std::max(op.start_ns, iter_covered_);
+  if (op.end_ns > iter_from) iter_busy_ += op.end_ns - iter_from;
+  iter_covered_ = std::max(iter_covered_, op.end_ns);
   if (trace_.size() < profiledb::TraceOp::kMaxPerRun)
     trace_.push_back({op.kernel_id, op.stream, op.start_ns, op.end_ns});
 
@@ -58,6 +73,20 @@ std::optional<Run> RunBuilder::finish() {
 
 Run RunBuilder::take() {
   Run run;
+  close_iteration();   // at process exit the last iteration had no closing synchronisation
+  uint64_t iterations = 0;
+  for (uint32_t n : iter_busy_pct_) iterations += n;
+  if (iterations > 0) {
+    uint64_t seen = 0;
+    for (size_t pct = 0; pct < iter_busy_pct_.size(); ++pct) {
+      seen += iter_busy_pct_[pct];
+      if (2 * seen >= iterations) {
+        summary_.request_busy_pct = int32_t(pct);
+        break;
+      }
+    }
+  }
+  iter_busy_pct_ = {};
   summary_.wall_ns = last_end_ > first_start_ ? last_end_ - first_start_ : 0;
   run.summary = summary_;
   run.kernels.reserve(kernels_.size());

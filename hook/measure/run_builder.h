@@ -2,6 +2,7 @@
 // Turns the timed ops of a process, in launch order, into runs: per-kernel duration and gap
 // statistics, iteration boundaries, a run summary and a bounded trace. No CUDA, no threads, no
 // SQLite: the measurement thread feeds it, and tests feed it directly.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
@@ -42,6 +43,8 @@ class RunBuilder {
  private:
   // The gap after the previous op ends an iteration: count it there; maybe close the run.
   std::optional<Run> boundary();
+  // The iteration in progress ends: its busy share joins the run's.
+  void close_iteration();
   Run take();
 
   uint32_t iterations_per_run_;
@@ -49,6 +52,10 @@ class RunBuilder {
   std::vector<profiledb::TraceOp> trace_;
   profiledb::RunSummary summary_;
   uint64_t first_start_ = UINT64_MAX, last_end_ = 0, covered_until_ = 0;
+  // The iteration in progress: its first start, last end and busy time (union of its ops), and
+  // how many of the run's iterations had each busy share (percent).
+  uint64_t iter_start_ = UINT64_MAX, iter_end_ = 0, iter_busy_ = 0, iter_covered_ = 0;
+  std::array<uint32_t, 101> iter_busy_pct_{};
   // The previous op, for the gap after it and for boundaries.
   bool have_prev_ = false;      // the previous op was timed and belongs to this run
   bool epoch_known_ = false;

@@ -121,6 +121,8 @@ void Client::send_register() noexcept {
   r.backend = opts_.backend;
   r.pid = uint32_t(getpid());
   r.device = opts_.device;
+  r.sm_count = opts_.sm_count;
+  r.memory_total = opts_.memory_total;
   if (profile_grew_.load(std::memory_order_acquire)) r.flags = protocol::kRegisterProfileGrew;
   protocol::set_key(r, opts_.task_key);
   uint8_t buf[protocol::kMaxDatagram];
@@ -225,6 +227,9 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     priority_.store(r->priority, std::memory_order_relaxed);
     min_gap_ns_.store(r->min_gap_ns, std::memory_order_relaxed);
     grant_latency_ns_.store(r->grant_latency_ns, std::memory_order_relaxed);
+    const uint32_t estimators = r->gap_estimator | uint32_t(r->duration_estimator) << 8 | uint32_t(r->boundary_permille) << 16;
+    if (estimators_.exchange(estimators, std::memory_order_acq_rel) != estimators)
+      if (auto listener = estimators_listener_.load(std::memory_order_acquire)) listener(estimators_context_, estimators);
     cell_.store(r->directive, fresh);
     last_heard_ns_.store(now, std::memory_order_release);
     bell_slot_.store(r->bell_slot, std::memory_order_relaxed);

@@ -27,6 +27,8 @@ struct ClientOptions {
   protocol::TaskMode mode = protocol::TaskMode::Share;
   protocol::Backend backend = protocol::Backend::TimeSlice;
   protocol::DeviceUuid device{};
+  uint16_t sm_count = 0;              // the device's SMs (0: not known)
+  uint64_t memory_total = 0;          // the device's memory in bytes (0: not known)
   uint32_t daemon_timeout_ms = 100;   // no answer for this long (beyond half a lease): passthrough
   uint32_t notify_spin_us = 200;      // the notification sender's spin before it sleeps (0: never)
   std::optional<protocol::Key> key;   // authenticate datagrams both ways
@@ -60,6 +62,17 @@ class Client {
   uint8_t priority() const noexcept { return priority_.load(std::memory_order_relaxed); }
   uint64_t fill_min_gap_ns() const noexcept { return min_gap_ns_.load(std::memory_order_relaxed); }
   uint64_t grant_latency_ns() const noexcept { return grant_latency_ns_.load(std::memory_order_relaxed); }
+  // Called from the receiver thread when a registration answer brings other prediction rules than
+  // the last one (kernel_rules.h; packed: gap estimator | duration estimator << 8 | boundary
+  // permille << 16), and at once with the last ones heard, if any: the task's predictions are made
+  // again with them.
+  using EstimatorsListener = void (*)(void* context, uint32_t packed);
+  void set_estimators_listener(EstimatorsListener listener, void* context) noexcept {
+    estimators_context_ = context;
+    estimators_listener_.store(listener, std::memory_order_release);
+    const uint32_t packed = estimators_.load(std::memory_order_acquire);
+    if (packed != kNoEstimators) listener(context, packed);
+  }
   // Where the receiver thread reads this task's work in flight when the holder's return arrives.
   void set_inflight_probe(uint64_t (*probe)(void*), void* context) noexcept {
     probe_context_ = context;
@@ -123,6 +136,10 @@ class Client {
   std::atomic<bool> profile_grew_{false};   // until a registration answer: say so in registers
   std::atomic<uint32_t> registrations_{0};  // futex word: bumped on each registration answer
   std::atomic<uint64_t (*)(void*)> probe_{nullptr};
+  static constexpr uint32_t kNoEstimators = UINT32_MAX;
+  std::atomic<EstimatorsListener> estimators_listener_{nullptr};
+  void* estimators_context_ = nullptr;
+  std::atomic<uint32_t> estimators_{kNoEstimators};   // the last heard (packed)
   void* probe_context_ = nullptr;
   std::atomic<protocol::BellBoard*> bell_{nullptr};
   std::atomic<uint16_t> bell_slot_{protocol::kNoBellSlot};

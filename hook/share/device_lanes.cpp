@@ -45,6 +45,24 @@ protocol::Backend detect_backend(const Config& cfg, const protocol::DeviceUuid& 
   return protocol::Backend::TimeSlice;
 }
 
+// The current context's device: its SMs and memory, which the daemon sizes partitions and memory
+// shares by.
+void device_size(ClientOptions& o) noexcept {
+  using GetDeviceFn = CUresult (*)(CUdevice*);
+  using AttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+  using TotalMemFn = CUresult (*)(size_t*, CUdevice);
+  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
+  auto attribute = real_driver<AttributeFn>("cuDeviceGetAttribute");
+  auto total_mem = real_driver<TotalMemFn>("cuDeviceTotalMem_v2");
+  CUdevice dev = 0;
+  if (get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) return;
+  int sms = 0;
+  size_t bytes = 0;
+  if (attribute && attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS && sms > 0)
+    o.sm_count = uint16_t(std::min(sms, 0xffff));
+  if (total_mem && total_mem(&bytes, dev) == CUDA_SUCCESS) o.memory_total = bytes;
+}
+
 }  // namespace
 
 protocol::DeviceUuid current_device() noexcept {
@@ -73,6 +91,7 @@ std::optional<ClientOptions> client_options(const Config& cfg, protocol::TaskMod
   o.mode = mode;
   o.device = device;
   o.backend = detect_backend(cfg, o.device);
+  device_size(o);
   o.daemon_timeout_ms = cfg.daemon_timeout_ms > 0 ? cfg.daemon_timeout_ms : 100;
   std::snprintf(o.bell_path, sizeof o.bell_path, "%s", cfg.bell_path);
   if (cfg.key_file[0] != '\0') {
@@ -169,6 +188,7 @@ Lane* DeviceLanes::slow_path(CUcontext ctx, bool* created, bool* answered) noexc
         log(LogLevel::Warn, "share mode: no event functions in the driver: in-flight work is not bounded");
       client->set_inflight_probe([](void* w) { return static_cast<InflightWindow*>(w)->inflight_now(); },
                                  &lane->window);
+      if (on_new_lane_ != nullptr) on_new_lane_(context_, *lane);
       devices_[lanes] = device;
       lanes_[lanes] = lane;
       lane_count_.store(lanes + 1, std::memory_order_release);

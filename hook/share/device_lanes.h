@@ -17,6 +17,7 @@
 #include "inflight_window.h"
 #include "launch_gate.h"
 #include "protocol.h"
+#include "sm_partition.h"
 
 namespace fikit::hook::share {
 
@@ -26,6 +27,7 @@ struct Lane {
   Client& client;
   InflightWindow window;
   LaunchGate gate;
+  SmPartition partition;   // made on the first launch sent there
   // Launching threads share these; relaxed is enough: a stale value costs one extra or one missing
   // notification, never the program's correctness.
   std::atomic<bool> idle{true};
@@ -51,7 +53,10 @@ class DeviceLanes {
   static constexpr size_t kMaxLanes = 16;      // devices; launches on more pass through (logged)
   static constexpr size_t kMaxContexts = 64;   // contexts remembered (several may share a device)
 
-  explicit DeviceLanes(const Config& cfg) : cfg_(cfg) {}
+  // `on_new_lane(context, lane)`: called once for each lane made, before any launch uses it.
+  using NewLaneFn = void (*)(void* context, Lane& lane);
+  DeviceLanes(const Config& cfg, NewLaneFn on_new_lane, void* context)
+      : cfg_(cfg), on_new_lane_(on_new_lane), context_(context) {}
   // The lane of the current context; nullptr: none (no context, or no lane could be made).
   // `answered`, when a lane was made now: whether its daemon answered.
   Lane* current(bool* created = nullptr, bool* answered = nullptr) noexcept;
@@ -66,6 +71,8 @@ class DeviceLanes {
   Lane* slow_path(CUcontext ctx, bool* created, bool* answered) noexcept;
 
   const Config& cfg_;
+  NewLaneFn on_new_lane_;
+  void* context_;
   std::mutex mutex_;   // slow path only
   std::array<Lane*, kMaxLanes> lanes_{};
   std::array<protocol::DeviceUuid, kMaxLanes> devices_{};

@@ -17,10 +17,12 @@ class DirectiveCell {
   struct View {
     uint8_t role = 0;
     protocol::State state = protocol::State::Run;
-    uint32_t bound_ns = 0, overlap_ns = 0;
+    uint32_t bound_ns = 0, short_hold_ns = 0;
     uint16_t watch_slot = protocol::kNoBellSlot;
     uint32_t watch_generation = 0;
     uint64_t credit_until_ns = 0;   // in Run: work in flight that ends by then may go (a predicted return)
+    uint64_t return_ns = 0;         // in Run: when the task above is predicted back (0: not predicted)
+    uint8_t partition_pct = 0, confine = 0;
     uint32_t changes = 0;   // the value of changes() this view was read at
   };
 
@@ -32,7 +34,9 @@ class DirectiveCell {
     role_.store(d.role, std::memory_order_relaxed);
     state_.store(uint8_t(d.state), std::memory_order_relaxed);
     bound_ns_.store(d.bound_ns, std::memory_order_relaxed);
-    overlap_ns_.store(d.overlap_ns, std::memory_order_relaxed);
+    short_hold_ns_.store(d.short_hold_ns, std::memory_order_relaxed);
+    return_ns_.store(d.return_ns, std::memory_order_relaxed);
+    partition_.store(uint16_t(d.partition_pct | (d.confine << 8)), std::memory_order_relaxed);
     watch_slot_.store(d.watch_slot, std::memory_order_relaxed);
     watch_generation_.store(d.watch_generation, std::memory_order_relaxed);
     // Credit comes whole with its directive and replaces what was left of the previous one.
@@ -55,7 +59,11 @@ class DirectiveCell {
     v.role = role_.load(std::memory_order_relaxed);
     v.state = protocol::State(state_.load(std::memory_order_relaxed));
     v.bound_ns = bound_ns_.load(std::memory_order_relaxed);
-    v.overlap_ns = overlap_ns_.load(std::memory_order_relaxed);
+    v.short_hold_ns = short_hold_ns_.load(std::memory_order_relaxed);
+    v.return_ns = return_ns_.load(std::memory_order_relaxed);
+    const uint16_t partition = partition_.load(std::memory_order_relaxed);
+    v.partition_pct = uint8_t(partition);
+    v.confine = uint8_t(partition >> 8);
     v.watch_slot = watch_slot_.load(std::memory_order_relaxed);
     v.watch_generation = watch_generation_.load(std::memory_order_relaxed);
     v.credit_until_ns = credit_until_ns_.load(std::memory_order_relaxed);
@@ -98,7 +106,9 @@ class DirectiveCell {
   std::atomic<uint32_t> generation_{0};
   std::atomic<uint8_t> role_{0};
   std::atomic<uint8_t> state_{uint8_t(protocol::State::Run)};
-  std::atomic<uint32_t> bound_ns_{0}, overlap_ns_{0};
+  std::atomic<uint32_t> bound_ns_{0}, short_hold_ns_{0};
+  std::atomic<uint64_t> return_ns_{0};
+  std::atomic<uint16_t> partition_{0};   // partition_pct | confine << 8: one load sees both of one directive
   std::atomic<uint16_t> watch_slot_{protocol::kNoBellSlot};
   std::atomic<uint32_t> watch_generation_{0};
   std::atomic<uint64_t> credit_until_ns_{0};

@@ -14,7 +14,8 @@ constexpr uint64_t kForcedLogEveryNs = 10'000'000'000;
 std::atomic<uint64_t> g_last_forced_log{0};
 }  // namespace
 
-void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled) noexcept {
+LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
+                                    bool partition_ready) noexcept {
   DirectiveCell& cell = client_.directive();
   ShareStats& stats = client_.stats();
   // One clock read for a launch that goes at once (most of them); a waiting one reads it after
@@ -25,50 +26,65 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
   uint32_t want_for = UINT32_MAX;   // the directive (changes count) the last want answered
   uint64_t want_at = 0;
   uint64_t stopped_ns = 0;          // of the wait, the part spent stopped (not Run) rather than on the GPU
+  Route route = Route::FullWidth;
   for (;;) {
     if (!client_.connected()) break;   // no daemon: unscheduled
     const DirectiveCell::View v = cell.load();
     if (v.role & protocol::kRoleHolder) break;
-    protocol::State state = v.state;
+    GateInput in;
+    in.state = v.state;
     // The holder's bell rang and the daemon's directive has not caught up: it is Fill already.
     uint32_t ring = 0;
     uint64_t rung_at = 0;
-    if (state == protocol::State::Run && client_.bell_pending(v.watch_slot, v.watch_generation, now, &ring, &rung_at)) {
-      state = protocol::State::Fill;
+    if (v.state == protocol::State::Run && client_.bell_pending(v.watch_slot, v.watch_generation, now, &ring, &rung_at)) {
+      in.holder_back = true;
       client_.holder_returned(ring, rung_at);
     }
+    in.bound_ns = v.bound_ns;
+    in.short_hold_ns = v.short_hold_ns;
+    in.confine = v.confine;
+    in.partition_ready = partition_ready && v.partition_pct != 0;
+    in.return_ns = v.return_ns;
+    in.now = now;
+    in.predicted_ns = predicted_ns;
+    in.hold_ns = hold_ns;
+    const Decision d = decide(in);
     bool wait_gpu = false;
-    // Under MPS a kernel short enough to run beside the holder goes at once, bound or not: MPS
-    // client priority dispatches the holder's blocks first, and such kernels hold no SM long
-    // (docs/scheduling.md). Longer ones follow the rules below.
-    const bool overlaps = v.overlap_ns != 0 && predicted_ns <= v.overlap_ns;
-    if (state == protocol::State::Run) {
+    if (d.verdict == Verdict::Go) {
+      if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();
+      break;
+    }
+    if (d.verdict == Verdict::GoPartition) {
+      stats.on_partition();
+      route = Route::Partition;
+      break;
+    }
+    if (d.verdict == Verdict::Bounded) {
       // Before a service's predicted return, a launch goes whatever the bound if the work in
       // flight, it included, drains by then.
       const uint64_t drain_budget = v.credit_until_ns > now ? v.credit_until_ns - now : 0;
-      if (overlaps || window_.admit(predicted_ns, v.bound_ns, drain_budget)) break;
+      if (window_.admit(predicted_ns, v.bound_ns, drain_budget)) break;
       wait_gpu = true;
-    } else if (state == protocol::State::Fill) {
-      if (overlaps) {
-        stats.on_overlap();
-        break;
-      } else if (cell.credit_covers(predicted_ns, now)) {
-        // On credit too, no more than the bound in flight: an early stop then costs the holder
-        // little, and a credit that arrived late cannot pile work into its next kernels.
-        if (window_.admit(predicted_ns, v.bound_ns)) {
-          if (cell.take_credit(predicted_ns, now)) {
-            stats.on_credit();
-            break;
-          }
-          now = monotonic_ns();
-          continue;   // another thread spent it
+    } else if (d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now)) {
+      // On credit too, no more than the bound in flight: an early stop then costs the holder
+      // little, and a credit that arrived late cannot pile work into its next kernels.
+      if (window_.admit(predicted_ns, v.bound_ns)) {
+        if (cell.take_credit(predicted_ns, now)) {
+          stats.on_credit();
+          break;
         }
-        wait_gpu = true;
-      } else if (want_for != v.changes || now - want_at >= kWantAgainNs) {
-        client_.send_want(kernel_id, predicted_ns, profiled);
-        want_for = v.changes;
-        want_at = now;
+        now = monotonic_ns();
+        continue;   // another thread spent it
       }
+      wait_gpu = true;
+    } else if (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition) {
+      stats.on_partition();
+      route = Route::Partition;
+      break;
+    } else if (d.verdict == Verdict::Credit && (want_for != v.changes || now - want_at >= kWantAgainNs)) {
+      client_.send_want(kernel_id, predicted_ns, profiled);
+      want_for = v.changes;
+      want_at = now;
     }
     if (now >= deadline) {
       stats.forced();
@@ -95,6 +111,7 @@ void LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
   // `now` is the clock read after the last wait, or `start` for a launch that never waited.
   client_.launch_went(now);
   if (now - start > 1'000) stats.waited(now - start, stopped_ns);
+  return route;
 }
 
 }  // namespace fikit::hook::share

@@ -1,16 +1,19 @@
 #pragma once
-// Where a launch of a task below the holder waits until its directive lets it go (docs/scheduling.md):
-//   Run:  while its predicted work in flight would exceed the bound (InflightWindow), unless the
-//         directive carries a service's predicted return and that work drains before it;
-//   Fill: unless gap credit covers the launch, or (MPS) the kernel is short enough to overlap; it
-//         tells the daemon what it waits to launch (want) so BestPrioFit can pick it;
-//   Hold: until the directive changes.
+// Where a launch of a task below the holder waits until its directive lets it go, or is sent to the
+// task's SM partition instead (docs/scheduling.md). What is allowed is gate_rules.h's decide();
+// this loop applies it:
+//   Run:  waits while its predicted work in flight would exceed the bound (InflightWindow), unless
+//         the directive carries a service's predicted return and that work drains before it;
+//   Fill: goes on gap credit that covers the launch; else it tells the daemon what it waits to launch
+//         (want) so BestPrioFit can pick it, or (MPS) goes to the partition;
+//   Hold: waits until the directive changes.
 // Every wait is bounded: by the daemon answering (lost: the launch passes through) and by
 // FIKIT_MAX_WAIT_MS (then the launch goes anyway, counted and logged): a program never hangs
 // on the hook, whatever the daemon, or a process squatting on its port, says.
 #include <cstdint>
 
 #include "client.h"
+#include "gate_rules.h"
 #include "inflight_window.h"
 
 namespace fikit::hook::share {
@@ -20,8 +23,12 @@ class LaunchGate {
   LaunchGate(Client& client, InflightWindow& window, uint64_t max_wait_ns)
       : client_(client), window_(window), max_wait_ns_(max_wait_ns) {}
 
-  // Returns when the launch may go (always within max_wait_ns).
-  void admit(uint64_t kernel_id, uint64_t predicted_ns, bool profiled) noexcept;
+  enum class Route : uint8_t { FullWidth, Partition };
+  // Returns when the launch may go (always within max_wait_ns), and where. `hold_ns`: how long its
+  // blocks hold an SM; `partition_ready`: it can run on the task's partition (the lane has one, or
+  // can make it, and the launch is a plain kernel).
+  Route admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
+              bool partition_ready) noexcept;
 
  private:
   Client& client_;

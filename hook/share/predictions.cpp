@@ -23,8 +23,9 @@ void Predictions::put(const Kernel& k) noexcept {
     const uint64_t id = e.id.load(std::memory_order_relaxed);
     if (id != 0 && id != k.id) continue;
     e.dur_ns.store(k.dur_ns, std::memory_order_relaxed);
-    e.dur_max_ns.store(k.dur_max_ns, std::memory_order_relaxed);
+    e.dur_est_ns.store(k.dur_est_ns, std::memory_order_relaxed);
     e.gap_ns.store(k.gap_ns, std::memory_order_relaxed);
+    e.hold_ns.store(k.hold_ns, std::memory_order_relaxed);
     if (id == 0) {
       e.id.store(k.id, std::memory_order_release);   // the values above are visible with it
       size_.fetch_add(1, std::memory_order_relaxed);
@@ -37,19 +38,28 @@ void Predictions::put(const Kernel& k) noexcept {
   }
 }
 
-size_t Predictions::load(const Config& cfg) noexcept {
+policy::Estimators Predictions::estimators() noexcept {
   std::lock_guard guard(load_mutex_);
+  return estimators_;
+}
+
+size_t Predictions::load(const Config& cfg) noexcept { return load(cfg, estimators()); }
+
+size_t Predictions::load(const Config& cfg, const policy::Estimators& estimators) noexcept {
+  std::lock_guard guard(load_mutex_);
+  estimators_ = estimators;
   size_t n = 0;
   try {
     profiledb::Database db(cfg.db_path, profiledb::Database::Open::ReadOnly);
     for (const auto& k : db.kernels(cfg.task_key)) {
+      // The daemon's rules (kernel_rules.h), with its estimators: both predict the same.
+      const policy::KernelStats stats = policy::stats_of(k);
       Kernel e;
       e.id = k.kernel_id;
       e.dur_ns = uint64_t(std::max(1.0, k.dur_mean));
-      e.dur_max_ns = std::max<uint64_t>(e.dur_ns, k.dur_p90);
-      // As the daemon decides (docs/scheduling.md): mostly followed by iteration ends, no gap.
-      if (k.gap_count > 0 && k.boundary_count * 2 <= k.gap_count + k.boundary_count)
-        e.gap_ns = std::max<uint64_t>(uint64_t(k.gap_mean), k.gap_p50);
+      e.dur_est_ns = policy::predicted_duration(stats, estimators.duration);
+      e.gap_ns = policy::predicted_gap(stats, estimators);
+      e.hold_ns = std::max<uint64_t>(1, stats.hold_p50);
       put(e);
       ++n;
     }
@@ -74,8 +84,9 @@ Predictions::Kernel Predictions::of(uint64_t kernel_id) const noexcept {
     if (id == 0) break;
     if (id != kernel_id) continue;
     k.dur_ns = e.dur_ns.load(std::memory_order_relaxed);
-    k.dur_max_ns = e.dur_max_ns.load(std::memory_order_relaxed);
+    k.dur_est_ns = e.dur_est_ns.load(std::memory_order_relaxed);
     k.gap_ns = e.gap_ns.load(std::memory_order_relaxed);
+    k.hold_ns = e.hold_ns.load(std::memory_order_relaxed);
     k.measured = true;
     return k;
   }

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "config.h"
+#include "kernel_rules.h"
 
 namespace fikit::hook::share {
 
@@ -23,29 +24,34 @@ class Predictions {
   struct Kernel {
     uint64_t id = 0;
     uint64_t dur_ns = kUnknownKernelNs;  // mean: charged against the in-flight bound and credit
-    uint64_t dur_max_ns = 0;             // the larger of mean and p90 (the daemon's default estimate)
-    uint64_t gap_ns = 0;                 // the larger of mean and p50; 0: it usually ends an iteration
+    uint64_t dur_est_ns = 0;             // as the daemon predicts it (its duration estimator)
+    uint64_t gap_ns = 0;                 // as the daemon predicts it (gap estimator); 0: it ends an iteration
+    uint64_t hold_ns = kUnknownKernelNs; // how long its blocks hold an SM (kernel_rules.h)
     bool measured = false;
   };
   static constexpr size_t kCapacity = 1u << 15;   // kernels; a full table leaves the rest unknown (logged)
 
   Predictions();
-  // Reads the task's profile into the table (again: updates and adds). A missing database or task
+  // Reads the task's profile into the table (again: updates and adds), predicting with `estimators`
+  // (the daemon's, from its registration answer; the defaults before). A missing database or task
   // is logged once and leaves the table as it was. Returns the kernels read.
   size_t load(const Config& cfg) noexcept;
+  size_t load(const Config& cfg, const policy::Estimators& estimators) noexcept;
+  policy::Estimators estimators() noexcept;
   Kernel of(uint64_t kernel_id) const noexcept;
   size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
 
  private:
   struct Entry {
     std::atomic<uint64_t> id{0};   // 0: empty; published last
-    std::atomic<uint64_t> dur_ns{0}, dur_max_ns{0}, gap_ns{0};
+    std::atomic<uint64_t> dur_ns{0}, dur_est_ns{0}, gap_ns{0}, hold_ns{0};
   };
   void put(const Kernel& k) noexcept;   // under load_mutex_
 
   std::unique_ptr<Entry[]> table_;
   std::atomic<size_t> size_{0};
   std::mutex load_mutex_;               // load() only, never on the launch path
+  policy::Estimators estimators_;       // under load_mutex_
   bool warned_missing_ = false, warned_full_ = false;
 };
 

@@ -36,11 +36,28 @@ constinit thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"
 class ShareMode final : public Mode {
  public:
   explicit ShareMode(const Config& cfg)
-      : cfg_(cfg), lanes_(cfg),
+      : cfg_(cfg), lanes_(cfg, &ShareMode::on_new_lane, this),
         relearner_(cfg, {.sample_every = cfg.relearn_sample, .flush_ms = cfg.relearn_flush_ms}, [this] {
           predictions_.load(cfg_);
           lanes_.each([](Lane& l) { l.client.profile_grew(); });
         }) {}
+
+  // A new lane's client tells which prediction rules its daemon uses: the predictions follow them
+  // (receiver thread, or the thread making the lane; never the launch path of a made lane).
+  static void on_new_lane(void* self, Lane& lane) noexcept {
+    lane.client.set_estimators_listener(
+        [](void* mode, uint32_t packed) {
+          auto* m = static_cast<ShareMode*>(mode);
+          policy::Estimators e;
+          e.gap = policy::GapEstimator(std::min<uint32_t>(packed & 0xff, protocol::kGapP10));
+          e.duration = policy::DurationEstimator(std::min<uint32_t>((packed >> 8) & 0xff, protocol::kDurationP90));
+          e.boundary_fraction = double(packed >> 16) / 1000.0;
+          const policy::Estimators now = m->predictions_.estimators();
+          if (now.gap != e.gap || now.duration != e.duration || now.boundary_fraction != e.boundary_fraction)
+            m->predictions_.load(m->cfg_, e);
+        },
+        self);
+  }
   share::Predictions& predictions() { return predictions_; }
   share::Relearner& relearner() { return relearner_; }
   share::DeviceLanes& lanes() { return lanes_; }
@@ -55,7 +72,7 @@ class ShareMode final : public Mode {
     return !(role & protocol::kRoleHolder) || (role & protocol::kRoleGaps);
   }
 
-  void before_launch(const LaunchInfo& op) noexcept override {
+  void before_launch(LaunchInfo& op) noexcept override {
     t_launch.relearn_ticket = 0;
     t_launch.kernel.id = 0;
     Lane* lane = t_launch.lane;
@@ -80,8 +97,13 @@ class ShareMode final : public Mode {
       }
     }
     const share::Predictions::Kernel k = t_launch.kernel = predictions_.of(op.id);
-    // The holder never waits.
-    if (!(role & protocol::kRoleHolder)) lane->gate.admit(op.id, k.dur_ns, k.measured);
+    // The holder never waits. A task below may be sent to its SM partition instead of waiting.
+    if (!(role & protocol::kRoleHolder)) {
+      const auto route = lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
+                                          op.reroutable && lane->partition.usable());
+      if (route == share::LaunchGate::Route::Partition)
+        op.rerouted_to = lane->partition.enter(op.stream, client.directive().load().partition_pct);
+    }
     // Kernels the profile lacks are timed now and then (relearner.h), when nothing throttles them.
     t_launch.relearn_ticket = relearner_.before(op, k.measured, (role & protocol::kRoleHolder) ||
                                                                     client.directive().state() == protocol::State::Run);
@@ -93,6 +115,8 @@ class ShareMode final : public Mode {
       relearner_.after(ticket, op, result);
     }
     Lane* lane = t_launch.lane;
+    // A launch sent to the partition: the stream's next work waits for it, whatever else happens.
+    if (lane != nullptr && op.rerouted_to != nullptr) lane->partition.leave(op.stream, op.rerouted_to);
     if (lane == nullptr || result != CUDA_SUCCESS || !lane->client.connected()) return;
     Client& client = lane->client;
     lane->last_kernel.store(op.id, std::memory_order_relaxed);
@@ -108,7 +132,7 @@ class ShareMode final : public Mode {
     // holder notifies only launches the daemon acts on: one that opens a gap a fill could use, and
     // the one after it (early stop). Sent by the notification thread, after the launch.
     const uint64_t min_gap = client.fill_min_gap_ns(), latency = client.grant_latency_ns();
-    const bool opens_gap = k.gap_ns > 0 && k.gap_ns >= min_gap && k.dur_max_ns + k.gap_ns >= latency + min_gap;
+    const bool opens_gap = k.gap_ns > 0 && k.gap_ns >= min_gap && k.dur_est_ns + k.gap_ns >= latency + min_gap;
     if (!opens_gap && !lane->gap_open.load(std::memory_order_relaxed)) return;
     lane->gap_open.store(opens_gap, std::memory_order_relaxed);
     const uint64_t now = monotonic_ns();

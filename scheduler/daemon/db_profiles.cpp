@@ -17,20 +17,10 @@ std::shared_ptr<const policy::Profile> DbProfileSource::load(std::string_view ta
       spdlog::info("task '{}' registers to be measured; it has no profile yet", task_key);
       return profile;
     }
-    for (const profiledb::KernelProfile& k : db.kernels(key)) {
-      policy::KernelStats& s = (*profile)[k.kernel_id];
-      s.count = k.count;
-      s.dur_mean = k.dur_mean;
-      s.dur_p50 = k.dur_p50;
-      s.dur_p90 = k.dur_p90;
-      s.gap_count = k.gap_count;
-      s.gap_mean = k.gap_mean;
-      s.gap_p10 = k.gap_p10;
-      s.gap_p50 = k.gap_p50;
-      s.gap_p90 = k.gap_p90;
-      s.boundary_count = k.boundary_count;
-    }
-    covered = profiledb::coverage(db.runs(key));
+    for (const profiledb::KernelProfile& k : db.kernels(key)) (*profile)[k.kernel_id] = policy::stats_of(k);
+    const std::vector<profiledb::RunSummary> runs = db.runs(key);
+    covered = profiledb::coverage(runs);
+    profile->request_busy_pct = profiledb::request_busy_percent(runs);
   } catch (const std::exception& e) {
     if (measuring) {
       spdlog::info("task '{}' registers to be measured; no profile yet ({})", task_key, e.what());

@@ -74,8 +74,9 @@ constexpr DurationSetting kDurations[] = {
     {"return-margin", &policy::Settings::return_margin_ns, 0, 60 * kS,
      "a service whose last 16 pauses all lasted between L and 2L gets run-bound-idle below it from the "
      "start of a pause until this long before L (0: never predicted)"},
-    {"mps-overlap", &policy::Settings::mps_overlap_ns, 0, protocol::kMaxU32Ns,
-     "under MPS, lower kernels predicted up to this run beside an active holder (0: none)"},
+    {"short-hold", &policy::Settings::short_hold_ns, 0, protocol::kMaxU32Ns,
+     "under MPS, lower launches whose blocks hold an SM up to this run beside an active holder that is not "
+     "busy; longer ones are long holds (0: none)"},
     {"max-predicted", &policy::Settings::max_predicted_ns, 1 * kUs, protocol::kMaxPredictedNs,
      "a client's prediction of a kernel the daemon has no profile of is capped at this"},
     {"lease", &policy::Settings::lease_ns, protocol::kMinLeaseMs * kMs, protocol::kMaxLeaseMs * kMs,
@@ -123,16 +124,16 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     return true;
   }
   if (key == "gap-estimator") {
-    if (value == "mean") opts.policy.gap_estimator = policy::GapEstimator::Mean;
-    else if (value == "p50") opts.policy.gap_estimator = policy::GapEstimator::P50;
-    else if (value == "p10") opts.policy.gap_estimator = policy::GapEstimator::P10;
+    if (value == "mean") opts.policy.estimators.gap = policy::GapEstimator::Mean;
+    else if (value == "p50") opts.policy.estimators.gap = policy::GapEstimator::P50;
+    else if (value == "p10") opts.policy.estimators.gap = policy::GapEstimator::P10;
     else { error = "gap-estimator: '" + value + "' is not one of mean, p50, p10"; return false; }
     return true;
   }
   if (key == "duration-estimator") {
-    if (value == "mean") opts.policy.duration_estimator = policy::DurationEstimator::Mean;
-    else if (value == "p50") opts.policy.duration_estimator = policy::DurationEstimator::P50;
-    else if (value == "p90") opts.policy.duration_estimator = policy::DurationEstimator::P90;
+    if (value == "mean") opts.policy.estimators.duration = policy::DurationEstimator::Mean;
+    else if (value == "p50") opts.policy.estimators.duration = policy::DurationEstimator::P50;
+    else if (value == "p90") opts.policy.estimators.duration = policy::DurationEstimator::P90;
     else { error = "duration-estimator: '" + value + "' is not one of mean, p50, p90"; return false; }
     return true;
   }
@@ -142,15 +143,17 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     else { error = "return-credit: '" + value + "' is not on or off"; return false; }
     return true;
   }
-  if (key == "mps-overlap-busy") {
+  for (auto [name, field] : {std::pair{"mps-overlap-busy", &policy::Settings::mps_overlap_max_busy_pct},
+                              std::pair{"partition", &policy::Settings::partition_pct}}) {
+    if (key != name) continue;
     std::string_view number(value);
     if (!number.empty() && number.back() == '%') number.remove_suffix(1);
     unsigned pct = 0;
     if (!parse_uint(number, 100, pct)) {
-      error = "mps-overlap-busy: '" + value + "' is not a percentage 0..100";
+      error = key + ": '" + value + "' is not a percentage 0..100";
       return false;
     }
-    opts.policy.mps_overlap_max_busy_pct = pct;
+    opts.policy.*field = pct;
     return true;
   }
   if (key == "reserved-priorities") {
@@ -267,9 +270,13 @@ std::string settings_help() {
          ", " + format_ns(d.min_ns) + " to " + format_ns(d.max_ns) + ")\n";
   s += "  --gap-estimator mean|p50|p10\n      statistic of a kernel's following gap used as the prediction (default mean)\n";
   s += "  --duration-estimator mean|p50|p90\n      statistic of a kernel's duration used as its predicted length (default p90)\n";
-  s += "  --mps-overlap-busy PERCENT\n      no mps-overlap below a service whose measured GPU time is more than this share of its\n"
-       "      active time (a CUDA graph: 100; 100 here: overlap beside any) (default " +
+  s += "  --mps-overlap-busy PERCENT\n      a service whose requests keep the GPU busy more than this share of their time is busy:\n"
+       "      under MPS nothing runs beside it at full width, and long holds below it run on the partition\n"
+       "      (a CUDA graph: 100; 100 here: no service is busy) (default " +
        std::to_string(defaults.mps_overlap_max_busy_pct) + ")\n";
+  s += "  --partition PERCENT\n      under MPS, the share of the GPU's SMs on which a lower task runs what may not run at full\n"
+       "      width beside a service, instead of waiting (0: no partitions, such launches wait) (default " +
+       std::to_string(defaults.partition_pct) + ")\n";
   s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"
        "      return go whatever the bound (default on)\n";
   return s;

@@ -18,17 +18,23 @@ bool same(const Directive& a, const Directive& b, uint64_t now) {
     return d.credit_until_ns > now && (d.credit_ns != 0 || d.state == State::Run);
   };
   const bool ca = credit(a), cb = credit(b);
-  if (a.role != b.role || a.state != b.state || a.bound_ns != b.bound_ns || a.overlap_ns != b.overlap_ns ||
-      a.watch_slot != b.watch_slot || a.watch_generation != b.watch_generation || ca != cb)
+  if (a.role != b.role || a.state != b.state || a.bound_ns != b.bound_ns || a.short_hold_ns != b.short_hold_ns ||
+      a.watch_slot != b.watch_slot || a.watch_generation != b.watch_generation || ca != cb ||
+      a.partition_pct != b.partition_pct || a.confine != b.confine || a.return_ns != b.return_ns ||
+      a.memory_cap != b.memory_cap)
     return false;
   return !ca || (a.credit_ns == b.credit_ns && a.credit_until_ns == b.credit_until_ns);
 }
 
 uint32_t u32(uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); }
 
+// The estimators travel as their enum values.
+static_assert(uint8_t(GapEstimator::P10) == protocol::kGapP10 && uint8_t(DurationEstimator::P90) == protocol::kDurationP90);
+
 }  // namespace
 
 uint32_t busy_percent(const Profile& profile) {
+  if (profile.request_busy_pct >= 0) return uint32_t(std::min(profile.request_busy_pct, 100));
   double busy = 0, gaps = 0;
   for (const auto& [id, k] : profile) {
     busy += double(k.count) * k.dur_mean;
@@ -60,27 +66,9 @@ Policy::Task* Policy::find(uint32_t id) {
   return it == tasks_.end() ? nullptr : &it->second;
 }
 
-uint64_t Policy::duration_of(const KernelStats& s) const {
-  double d = 0;
-  switch (settings_.duration_estimator) {
-    case DurationEstimator::Mean: d = s.dur_mean; break;
-    case DurationEstimator::P50: d = double(s.dur_p50); break;
-    case DurationEstimator::P90: d = double(s.dur_p90); break;
-  }
-  return d < 1 ? 1 : uint64_t(d);
-}
+uint64_t Policy::duration_of(const KernelStats& s) const { return predicted_duration(s, settings_.estimators.duration); }
 
-uint64_t Policy::gap_after(const KernelStats& s) const {
-  const double total = double(s.gap_count + s.boundary_count);
-  // A kernel that usually ends an iteration is followed by "wait for the next request": not a gap.
-  if (s.gap_count == 0 || double(s.boundary_count) > settings_.boundary_fraction * total) return 0;
-  switch (settings_.gap_estimator) {
-    case GapEstimator::Mean: return uint64_t(s.gap_mean);
-    case GapEstimator::P50: return s.gap_p50;
-    case GapEstimator::P10: return s.gap_p10;
-  }
-  return 0;
-}
+uint64_t Policy::gap_after(const KernelStats& s) const { return predicted_gap(s, settings_.estimators); }
 
 bool Policy::measuring_hold(uint64_t now, const Task& t) const {
   return t.mode == TaskMode::Measure && now - t.measure_since < settings_.measure_hold_max_ns;
@@ -141,14 +129,26 @@ uint64_t Policy::return_credit_until(uint64_t now, const Task& t) const {
   return until != kNever && until > now ? until : 0;
 }
 
+uint64_t Policy::predicted_return(uint64_t now, const Task& t) const {
+  uint64_t back = kNever;
+  for (const auto& [id, u] : tasks_) {
+    if (id == t.id || u.priority >= t.priority) continue;
+    const uint64_t pause = predicted_pause(u);
+    if (blocks(now, u) || pause == 0) return 0;
+    back = std::min(back, u.inactive_since + pause);
+  }
+  return back != kNever && back > now ? back : 0;
+}
+
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
   if (t.id == holder_) d.role |= protocol::kRoleHolder;
-  bool below = false, hold = false, fill = false, wanted = false, busy_above = false;
+  bool below = false, above = false, hold = false, fill = false, wanted = false, busy_above = false;
   for (const auto& [id, u] : tasks_) {
     if (id == t.id) continue;
     below |= u.priority > t.priority;
+    above |= u.priority < t.priority;
     wanted |= u.want && u.want->known;
     if (u.priority < t.priority && blocks(now, u)) (u.mode == TaskMode::Measure ? hold : fill) = true;
     busy_above |= u.priority < t.priority && u.busy_pct > settings_.mps_overlap_max_busy_pct;
@@ -161,10 +161,17 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (d.state == State::Run && relaxed_bound(now, t))
     d.bound_ns = u32(std::max(settings_.run_bound_ns, settings_.run_bound_idle_ns));
   if (d.state == State::Run && settings_.return_credit) d.credit_until_ns = return_credit_until(now, t);
-  // What may run beside an active holder under MPS; the client applies it in Fill, and in Run while
-  // the holder's bell says it is back. Nothing beside a task that keeps the GPU busy back to back.
-  if (t.backend == Backend::Mps && d.state != State::Hold && !busy_above)
-    d.overlap_ns = u32(settings_.mps_overlap_ns);
+  if (d.state == State::Run) d.return_ns = predicted_return(now, t);
+  // Under MPS: what may run beside an active holder, and what runs on the task's SM partition. The
+  // client applies it in Fill, and in Run while the holder's bell says it is back.
+  if (t.backend == Backend::Mps && d.state != State::Hold && above) {
+    d.short_hold_ns = u32(settings_.short_hold_ns);
+    if (!busy_above) d.confine |= protocol::kConfineShortBeside;
+    if (settings_.partition_pct != 0) {
+      d.partition_pct = uint8_t(settings_.partition_pct);
+      d.confine |= protocol::kConfineActive | (busy_above ? protocol::kConfineLong : 0);
+    }
+  }
   if (holder_ != 0 && holder_ != t.id) {
     const Task& h = tasks_.at(holder_);
     if (h.priority < t.priority) {
@@ -236,6 +243,9 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
   r.priority = uint8_t(task->priority);
   r.min_gap_ns = u32(settings_.min_gap_ns);
   r.grant_latency_ns = u32(settings_.grant_latency_ns);
+  r.gap_estimator = uint8_t(settings_.estimators.gap);
+  r.duration_estimator = uint8_t(settings_.estimators.duration);
+  r.boundary_permille = uint16_t(std::clamp(settings_.estimators.boundary_fraction, 0.0, 1.0) * 1000 + 0.5);
   r.bell_slot = task->bell_slot;
   r.directive = task->directive;
   out.push_back({task->id, r});

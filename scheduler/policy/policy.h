@@ -13,25 +13,14 @@
 #include <utility>
 #include <vector>
 
+#include "kernel_rules.h"
 #include "protocol.h"
 
 namespace fikit::policy {
 
-// What the profile store knows about one kernel of one task (nanoseconds).
-struct KernelStats {
-  uint64_t count = 0;
-  double dur_mean = 0;
-  uint64_t dur_p50 = 0, dur_p90 = 0;
-  uint64_t gap_count = 0;           // gaps after this kernel inside an iteration
-  double gap_mean = 0;
-  uint64_t gap_p10 = 0, gap_p50 = 0, gap_p90 = 0;
-  uint64_t boundary_count = 0;      // gaps after this kernel that ended an iteration
-};
-using Profile = std::unordered_map<uint64_t, KernelStats>;   // by kernel ID
-
-// How much of its active time a program keeps the GPU busy, in percent: its measured kernel time
-// against that plus the gaps inside its iterations (a CUDA graph replayed whole: 100). 0 when the
-// profile holds nothing.
+// How much of its active time a program keeps the GPU busy, in percent: what its requests do on the
+// GPU (Profile::request_busy_pct) when its runs say, else its measured kernel time against that
+// plus the gaps inside its iterations. 0 when the profile holds nothing.
 uint32_t busy_percent(const Profile& profile);
 
 // Where profiles come from: the daemon reads profiledb, tests hand in tables.
@@ -44,13 +33,9 @@ class ProfileSource {
   virtual std::shared_ptr<const Profile> load(std::string_view task_key, protocol::TaskMode mode) = 0;
 };
 
-enum class GapEstimator : uint8_t { Mean, P50, P10 };
-enum class DurationEstimator : uint8_t { Mean, P50, P90 };
-
 struct Settings {
   uint64_t min_gap_ns = 5'000;                 // predicted gaps shorter than this are not filled
-  GapEstimator gap_estimator = GapEstimator::Mean;          // FIKIT uses the mean
-  DurationEstimator duration_estimator = DurationEstimator::P90;
+  Estimators estimators;                       // gap and duration predictions (kernel_rules.h); sent to clients
   uint64_t grant_latency_ns = 20'000;          // a directive's trip + the filler's launch: credit starts no earlier
   uint64_t switch_cost_ns = 5'000;             // time-sliced GPU: switching to a filler's context and back, each
   uint64_t run_bound_ns = 200'000;             // predicted work a task keeps in flight in Run
@@ -68,11 +53,20 @@ struct Settings {
   // predicted to end by then may go whatever the bound. The job then keeps as much work queued as
   // drains before the service returns (a CPU-bound job loses ~4 % under a 1 ms bound: docs/results.md).
   bool return_credit = true;
-  uint64_t mps_overlap_ns = 1'000'000;         // MPS: kernels predicted up to this run beside the holder
-  // ...unless a task above is busier than this (percent of its active time, busy_percent): beside a
-  // program that keeps the GPU busy back to back every SM the job takes is one it loses (a CUDA
-  // graph service ran 2.8x slower at p50 beside 28 us GEMMs under MPS, 1.2-1.3x without overlap).
+  // MPS. A kernel's SM hold (how long one of its blocks keeps an SM: kernel_rules.h) decides, not its
+  // length: under MPS client priority a holder's blocks are dispatched first as SMs free up, so a
+  // launch whose blocks hold SMs briefly costs it little, and one whose blocks hold every SM for
+  // milliseconds (cuBLAS's and cuDNN's persistent kernels) costs it that long.
+  uint64_t short_hold_ns = 1'000'000;          // launches holding SMs up to this may run beside an active holder
+  // A task above busier than this (percent of its active time, busy_percent) keeps the GPU busy back
+  // to back: every SM a job takes is one it loses (a CUDA graph service ran 2.8x slower at p50 beside
+  // 28 us GEMMs under MPS), so nothing runs beside it at full width, and long holds never do.
   uint32_t mps_overlap_max_busy_pct = 80;
+  // Share of the GPU's SMs (percent, 0: no partitions) on which a task below runs, instead of
+  // waiting, what may not run at full width: everything while a task above is active, and long holds
+  // (over short_hold_ns) below a busy task always (its return cannot be foreseen). A green context:
+  // the rest of the SMs stay free for the tasks above (docs/scheduling.md).
+  uint32_t partition_pct = 35;
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
   uint64_t holder_quiet_ns = 20'000'000;       // an active task silent this long counts as idle
@@ -83,7 +77,6 @@ struct Settings {
   // this long before sleeping. A datagram that wakes a sleeping daemon costs the sender ~8 us on a
   // 2-core VM, ~3 us when the daemon is polling (docs/performance-scheduler.md). 0: always sleep.
   uint64_t notify_poll_ns = 200'000;
-  double boundary_fraction = 0.5;              // a kernel followed by more boundaries than this has no gap
 };
 
 struct Registration {
@@ -252,6 +245,9 @@ class Policy {
   // Run credit for `t` (return_credit): the earliest start of a tight span among the tasks above it,
   // when each of them is idle in a predicted pause that has not reached it yet; else 0.
   uint64_t return_credit_until(uint64_t now, const Task& t) const;
+  // When the first task above `t` is predicted back, when each of them is idle in a predicted pause
+  // that has not ended yet; else 0.
+  uint64_t predicted_return(uint64_t now, const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

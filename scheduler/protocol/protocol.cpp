@@ -65,24 +65,36 @@ Type type_of(const Body& body) {
   return kTypes[body.index()];
 }
 
-constexpr size_t kDirectiveSize = 48;
+constexpr size_t kDirectiveSize = 64;
+constexpr size_t kRegisterFixedSize = 44;
+constexpr size_t kRegisteredFixedSize = 20;
+
+bool valid_directive_fields(const Directive& d) {
+  return !(d.role & ~kRoleMask) && uint8_t(d.state) <= uint8_t(State::Hold) && d.partition_pct <= 100 &&
+         !(d.confine & ~kConfineMask) && (!(d.confine & kConfinePartition) || d.partition_pct != 0);
+}
 
 void write_directive(Writer& w, const Directive& d) {
   w.u8(d.role); w.u8(uint8_t(d.state)); w.u16(d.watch_slot);
-  w.u32(d.generation); w.u32(d.bound_ns); w.u32(d.overlap_ns);
+  w.u32(d.generation); w.u32(d.bound_ns); w.u32(d.short_hold_ns);
   w.u64(d.credit_ns); w.u64(d.credit_until_ns); w.u64(d.cause_ns);
-  w.u32(d.watch_generation); w.zeros(4);
+  w.u32(d.watch_generation); w.u8(d.partition_pct); w.u8(d.confine); w.zeros(2);
+  w.u64(d.return_ns); w.u64(d.memory_cap);
 }
 
 bool read_directive(Reader& r, Directive& d) {
   d.role = r.u8();
   const uint8_t state = r.u8();
   d.watch_slot = r.u16();
-  d.generation = r.u32(); d.bound_ns = r.u32(); d.overlap_ns = r.u32();
+  d.generation = r.u32(); d.bound_ns = r.u32(); d.short_hold_ns = r.u32();
   d.credit_ns = r.u64(); d.credit_until_ns = r.u64(); d.cause_ns = r.u64();
   d.watch_generation = r.u32();
-  const bool pad = r.zeros(4);
-  if (!pad || (d.role & ~kRoleMask) || state > uint8_t(State::Hold)) return false;
+  d.partition_pct = r.u8(); d.confine = r.u8();
+  const bool pad = r.zeros(2);
+  d.return_ns = r.u64(); d.memory_cap = r.u64();
+  if (!pad || state > uint8_t(State::Hold)) return false;
+  d.state = State(state);
+  if (!valid_directive_fields(d)) return false;
   d.state = State(state);
   // Credit only comes with Fill, and never without an end.
   if (d.credit_ns != 0 && (d.state != State::Fill || d.credit_until_ns == 0 || d.credit_ns > kMaxPredictedNs))
@@ -100,13 +112,19 @@ struct EncodeBody {
       return;
     }
     w.u8(m.priority); w.u8(uint8_t(m.mode)); w.u8(uint8_t(m.backend)); w.u8(m.flags);
-    w.u32(m.pid); w.bytes(m.device.data(), m.device.size()); w.u16(m.key_length); w.zeros(2);
+    w.u32(m.pid); w.bytes(m.device.data(), m.device.size()); w.u16(m.key_length); w.u16(m.sm_count);
+    w.u64(m.memory_total); w.u64(m.memory_limit);
     w.bytes(m.key, m.key_length);
   }
   void operator()(const Registered& m) {
-    if (m.lease_ms < kMinLeaseMs || m.lease_ms > kMaxLeaseMs || m.priority >= kPriorityLevels) { ok = false; return; }
+    if (m.lease_ms < kMinLeaseMs || m.lease_ms > kMaxLeaseMs || m.priority >= kPriorityLevels ||
+        m.gap_estimator > kGapP10 || m.duration_estimator > kDurationP90 || m.boundary_permille > 1000 ||
+        !valid_directive_fields(m.directive)) {
+      ok = false;
+      return;
+    }
     w.u32(m.lease_ms); w.u8(m.priority); w.zeros(1); w.u16(m.bell_slot); w.u32(m.min_gap_ns);
-    w.u32(m.grant_latency_ns);
+    w.u32(m.grant_latency_ns); w.u8(m.gap_estimator); w.u8(m.duration_estimator); w.u16(m.boundary_permille);
     write_directive(w, m.directive);
   }
   void operator()(const Notify& m) {
@@ -117,10 +135,19 @@ struct EncodeBody {
     if (m.predicted_ns == 0 || m.predicted_ns > kMaxPredictedNs) { ok = false; return; }
     w.u64(m.kernel_id); w.u64(m.predicted_ns); w.u8(m.flags); w.zeros(7);
   }
-  void operator()(const Directive& m) { write_directive(w, m); }
-  void operator()(const Heartbeat&) {}
+  void operator()(const Directive& m) {
+    if (!valid_directive_fields(m)) { ok = false; return; }
+    write_directive(w, m);
+  }
+  void operator()(const Heartbeat& m) { w.u64(m.memory_used); w.u32(m.memory_refusals); w.zeros(4); }
   void operator()(const Goodbye&) {}
-  void operator()(const Error& m) { w.u16(uint16_t(m.code)); w.zeros(2); w.u32(m.retry_after_ms); }
+  void operator()(const Error& m) {
+    if (uint16_t(m.reason) > kLastRefusalReason || (m.reason != RefusalReason::None && m.code != ErrorCode::TooManyTasks)) {
+      ok = false;
+      return;
+    }
+    w.u16(uint16_t(m.code)); w.u16(uint16_t(m.reason)); w.u32(m.retry_after_ms);
+  }
 };
 
 DecodeError decode_body(Type type, Reader& r, Body& body) {
@@ -128,14 +155,17 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
   switch (type) {
     case Type::Register: {
       Register m;
-      if (n < 28) return DecodeError::BadSize;
+      if (n < kRegisterFixedSize) return DecodeError::BadSize;
       m.priority = r.u8();
       const uint8_t mode = r.u8(), backend = r.u8();
       m.flags = r.u8();
       m.pid = r.u32();
       r.bytes(m.device.data(), m.device.size());
       m.key_length = r.u16();
-      if (!r.zeros(2) || (m.flags & ~kRegisterProfileGrew) || m.priority >= kPriorityLevels || mode > 1 || backend > 1)
+      m.sm_count = r.u16();
+      m.memory_total = r.u64();
+      m.memory_limit = r.u64();
+      if ((m.flags & ~kRegisterProfileGrew) || m.priority >= kPriorityLevels || mode > 1 || backend > 1)
         return DecodeError::BadField;
       m.mode = TaskMode(mode);
       m.backend = Backend(backend);
@@ -147,13 +177,15 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
       break;
     }
     case Type::Registered: {
-      if (n != 16 + kDirectiveSize) return DecodeError::BadSize;
+      if (n != kRegisteredFixedSize + kDirectiveSize) return DecodeError::BadSize;
       Registered m;
       m.lease_ms = r.u32(); m.priority = r.u8();
       const bool pad = r.zeros(1);
       m.bell_slot = r.u16();
       m.min_gap_ns = r.u32(); m.grant_latency_ns = r.u32();
+      m.gap_estimator = r.u8(); m.duration_estimator = r.u8(); m.boundary_permille = r.u16();
       if (!pad || m.lease_ms < kMinLeaseMs || m.lease_ms > kMaxLeaseMs || m.priority >= kPriorityLevels ||
+          m.gap_estimator > kGapP10 || m.duration_estimator > kDurationP90 || m.boundary_permille > 1000 ||
           !read_directive(r, m.directive))
         return DecodeError::BadField;
       body = m;
@@ -186,14 +218,22 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
     case Type::Error: {
       if (n != 8) return DecodeError::BadSize;
       const uint16_t code = r.u16();
-      const bool pad = r.zeros(2);
+      const uint16_t reason = r.u16();
       const uint32_t retry = r.u32();
-      if (!pad || code < 1 || code > 3) return DecodeError::BadField;
-      body = Error{ErrorCode(code), retry};
+      if (code < 1 || code > 3 || reason > kLastRefusalReason ||
+          (reason != 0 && ErrorCode(code) != ErrorCode::TooManyTasks))
+        return DecodeError::BadField;
+      body = Error{ErrorCode(code), retry, RefusalReason(reason)};
       break;
     }
     case Type::Idle: if (n != 8) return DecodeError::BadSize; body = Idle{r.u64()}; break;
-    case Type::Heartbeat: if (n != 0) return DecodeError::BadSize; body = Heartbeat{}; break;
+    case Type::Heartbeat: {
+      if (n != 16) return DecodeError::BadSize;
+      Heartbeat m; m.memory_used = r.u64(); m.memory_refusals = r.u32();
+      if (!r.zeros(4)) return DecodeError::BadField;
+      body = m;
+      break;
+    }
     case Type::Goodbye: if (n != 0) return DecodeError::BadSize; body = Goodbye{}; break;
     default: return DecodeError::BadType;
   }

@@ -13,7 +13,8 @@
 namespace fikit::protocol {
 
 constexpr uint32_t kMagic = 0x54494B46;   // "FKIT" in little-endian byte order
-constexpr uint16_t kVersion = 3;          // 3: sessions, epochs, 64-bit sequences, state directives
+constexpr uint16_t kVersion = 4;          // 3: sessions, epochs, 64-bit sequences, state directives;
+                                          // 4: SM holds and partitions, estimators, memory, refusal reasons
 constexpr size_t kHeaderSize = 40;
 constexpr size_t kMacSize = 32;           // HMAC-SHA256 trailer when kFlagMac is set
 constexpr size_t kMaxDatagram = 512;      // the largest message (a register) with its MAC fits
@@ -55,6 +56,22 @@ constexpr uint8_t kRegisterProfileGrew = 1;    // register flags: the client sto
 constexpr uint8_t kWantProfiled = 1;          // want flags: the prediction comes from the client's profile
 
 enum class ErrorCode : uint16_t { UnknownTask = 1, TooManyTasks = 2, BadRequest = 3 };
+// Why a registration was refused (Error::reason; 0 with other codes).
+enum class RefusalReason : uint16_t {
+  None = 0, TaskLimit = 1, UserQuota = 2, SourceQuota = 3, GpuLimit = 4, KeyRequired = 5,
+};
+constexpr uint16_t kLastRefusalReason = 5;
+// Directive confine flags (MPS): what runs beside an active task above at full width, and which
+// launches run on the task's SM partition (a green context of partition_pct of the GPU's SMs)
+// instead of waiting. docs/scheduling.md.
+constexpr uint8_t kConfineActive = 1;       // while a task above is active: every launch not allowed at once
+constexpr uint8_t kConfineLong = 2;         // always: launches whose SM hold is longer than short_hold_ns
+constexpr uint8_t kConfineShortBeside = 4;  // launches whose SM hold is up to short_hold_ns run beside it
+constexpr uint8_t kConfinePartition = kConfineActive | kConfineLong;   // these need partition_pct
+constexpr uint8_t kConfineMask = kConfineActive | kConfineLong | kConfineShortBeside;
+// How the daemon predicts (scheduler/policy/kernel_rules.h), so the client predicts the same.
+constexpr uint8_t kGapMean = 0, kGapP50 = 1, kGapP10 = 2;
+constexpr uint8_t kDurationMean = 0, kDurationP50 = 1, kDurationP90 = 2;
 
 struct Header {
   Type type = Type::Heartbeat;
@@ -74,6 +91,9 @@ struct Register {
   uint8_t flags = 0;      // kRegisterProfileGrew: read the task's profile again
   uint32_t pid = 0;
   DeviceUuid device{};
+  uint16_t sm_count = 0;        // the GPU's SMs as the client sees them (0: not known)
+  uint64_t memory_total = 0;    // the GPU's memory in bytes (0: not known)
+  uint64_t memory_limit = 0;    // the process's own limit on its device memory (0: none)
   uint16_t key_length = 0;
   char key[kMaxKeyLength + 1] = {};   // NUL-terminated copy
   std::string_view key_view() const { return {key, key_length}; }
@@ -84,7 +104,7 @@ struct Directive {
   State state = State::Run;
   uint32_t generation = 0;       // increases with each change: a reordered older one is ignored
   uint32_t bound_ns = 0;         // predicted GPU work a task may keep in flight (Run, and Fill overlap)
-  uint32_t overlap_ns = 0;       // Fill under MPS: kernels predicted up to this may run beside the holder
+  uint32_t short_hold_ns = 0;    // MPS: launches whose SM hold is up to this may run beside an active holder
   uint64_t credit_ns = 0;        // Fill: predicted work it may launch now...
   uint64_t credit_until_ns = 0;  // ...each launch ending by then (CLOCK_MONOTONIC, same host). Run:
                                  // a launch whose work in flight ends by then goes whatever the bound
@@ -94,6 +114,12 @@ struct Directive {
   // directive is on its way: stop as in Fill meanwhile.
   uint16_t watch_slot = kNoBellSlot;
   uint32_t watch_generation = 0;
+  // MPS: the share of the GPU's SMs (percent, 0: none) of the task's partition, and which launches
+  // go there instead of waiting (kConfine*).
+  uint8_t partition_pct = 0;
+  uint8_t confine = 0;
+  uint64_t return_ns = 0;        // Run: when the task above is predicted back (CLOCK_MONOTONIC; 0: not predicted)
+  uint64_t memory_cap = 0;       // device memory the task may hold (bytes; 0: no cap from the daemon)
 };
 struct Registered {
   uint32_t lease_ms = 0;
@@ -101,6 +127,8 @@ struct Registered {
   uint16_t bell_slot = kNoBellSlot;   // where this task rings when its activity starts
   uint32_t min_gap_ns = 0;       // the holder notifies only launches opening gaps of at least this...
   uint32_t grant_latency_ns = 0; // ...that a fill can still reach (docs/scheduling.md)
+  uint8_t gap_estimator = kGapMean, duration_estimator = kDurationP90;   // the daemon's predictions
+  uint16_t boundary_permille = 500;   // a kernel followed by more iteration ends than this has no gap
   Directive directive;
 };
 // activity_generation: with kNotifyActivityStart, the count of activity starts rung on the bell.
@@ -109,9 +137,15 @@ struct Notify { uint64_t kernel_id = 0; uint64_t launched_ns = 0; uint8_t flags 
 // whether that ends an iteration or is a pause inside one.
 struct Idle { uint64_t last_kernel_id = 0; };
 struct Want { uint64_t kernel_id = 0; uint64_t predicted_ns = 0; uint8_t flags = 0; };
-struct Heartbeat {};
+// A sign of life; with what the task's allocations hold on its GPU (0: not accounted) and how many
+// it refused over its limit.
+struct Heartbeat { uint64_t memory_used = 0; uint32_t memory_refusals = 0; };
 struct Goodbye {};
-struct Error { ErrorCode code = ErrorCode::BadRequest; uint32_t retry_after_ms = 0; };
+struct Error {
+  ErrorCode code = ErrorCode::BadRequest;
+  uint32_t retry_after_ms = 0;
+  RefusalReason reason = RefusalReason::None;   // with TooManyTasks: which limit
+};
 
 using Body = std::variant<Register, Registered, Notify, Idle, Want, Directive, Heartbeat, Goodbye, Error>;
 

@@ -21,9 +21,13 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  the LP launches on that credit.
   mps_overlap    MPS-like device; LP kernels short and small (they fit beside the HP's): under FIKIT the
                  LP keeps launching beside the active HP (overlap launches) and the HP waits for nothing.
-  mps_long       MPS-like device; LP kernels fill the device for 1.5 ms (longer than the daemon's mps-overlap,
-                 1 ms): uncoordinated, the HP waits behind them; under FIKIT they run only in the HP's
-                 idle time, the HP's wait is bounded as in interference.
+  mps_long       MPS-like device; LP kernels fill the device for 1.5 ms (one wave: they hold every SM
+                 longer than the daemon's short-hold, 1 ms): uncoordinated, the HP waits behind them; under
+                 FIKIT without SM partitions (--partition 0) they run only in the HP's idle time, the HP's
+                 wait is bounded as in interference.
+  mps_partition  the same pair with the daemon's defaults: while the HP is active the LP's long kernels
+                 run on its SM partition (a simulated green context of 35 % of the SMs) instead of
+                 waiting; the HP's wait stays bounded.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
   relearn        the LP switches to a new input shape (kernels its profile lacks) while the HP leaves 1 ms
                  gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
@@ -60,7 +64,11 @@ CASES = {
     "mps_overlap": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
                     ["--kernel-us", "20", "--sync-every", "100", "--blocks", "16", "--threads", "128"], 300, "mps"),
     "mps_long": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
-                 ["--kernel-us", "1500", "--sync-every", "10", "--blocks", "264", "--threads", "1024"], 300, "mps"),
+                 ["--kernel-us", "1500", "--sync-every", "10", "--blocks", "264", "--threads", "1024"], 300, "mps",
+                 ["--partition", "0"]),
+    "mps_partition": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
+                      ["--kernel-us", "1500", "--sync-every", "10", "--blocks", "264", "--threads", "1024"], 300,
+                      "mps"),
     "daemon_killed": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
                       ["--kernel-us", "50", "--sync-every", "100"], 2000, "timeslice"),
 }
@@ -204,9 +212,10 @@ def wait_bound_ms(requests, reaction_us, lp_kernel_us, hp_period_us, sharing):
 
 
 def ratio_case(env, case):
-    hp_flags, lp_flags, requests, sharing = CASES[case]
+    hp_flags, lp_flags, requests, sharing = CASES[case][:4]
+    daemon_args = CASES[case][4] if len(CASES[case]) > 4 else []
     measure(env, hp_flags, lp_flags)
-    env.start_daemon()
+    env.start_daemon(*daemon_args)
     hp_plain = [env.a.infer, "--requests", str(requests)] + hp_flags
     lp_plain = [env.a.train, "--duration-s", "600"] + lp_flags
     hp_share = env.fikit("share", "hp", 0) + hp_plain
@@ -214,12 +223,13 @@ def ratio_case(env, case):
     lp_kernel_us = flag(lp_flags, "--kernel-us", 10)
     ok = True
     default_waits, fikit_waits, bounds, fills, credit, overlap, reactions, stopped = [], [], [], 0, 0, 0, [], []
+    partitioned, lp_default, lp_fikit = [], [], []
     for i in range(ROUNDS):   # interleaved, so slow phases of the machine hit every setup
         alone = run(env, hp_plain, "HP alone")
         hp_period_us = alone.result["jct_us"]["p50"] / flag(hp_flags, "--kernels", 50)
         mps = sharing == "mps"
-        dflt, _ = pair(env, hp_plain, lp_plain, "default sharing", lp_prio=1 if mps else None,
-                       hp_prio=0 if mps else None)
+        dflt, dflt_lp = pair(env, hp_plain, lp_plain, "default sharing", lp_prio=1 if mps else None,
+                             hp_prio=0 if mps else None)
         before = env.status()
         hp, lp = pair(env, hp_share, lp_share, "FIKIT share", lp_prio=1 if mps else None, hp_prio=0 if mps else None)
         after = env.status()
@@ -234,6 +244,9 @@ def ratio_case(env, case):
         ok &= check(0 <= stopped[-1] <= s.get("wait_ms", 0) + 0.001,
                     f"round {i}: of the LP's waits ({s.get('wait_ms')} ms), {stopped[-1]} ms stopped by the daemon")
         overlap += s.get("overlap_launches", 0)
+        partitioned.append(s.get("partition_launches", 0))
+        lp_default.append(dflt_lp.result.get("kernels_per_s", 0))
+        lp_fikit.append(lp.result.get("kernels_per_s", 0))
         bounds.append(wait_bound_ms(requests, reaction.get("p90", 0), lp_kernel_us, hp_period_us, sharing))
         inflight_max = s.get("inflight_at_stop_us", {}).get("max", 0)
         print(f"round {i}: HP device wait default {default_waits[-1]:.1f} ms, FIKIT {fikit_waits[-1]:.1f} ms "
@@ -242,8 +255,8 @@ def ratio_case(env, case):
               f"FIKIT {hp.result['jct_us']['p99']:.0f}; LP kernels {lp.result['kernels']}, "
               f"in flight at the HP's return <= {inflight_max:.0f} us", flush=True)
         # The hook's own invariant, whatever the host's load: what it lets into flight (kernels short
-        # enough to overlap under MPS are not bounded: by design).
-        if case != "mps_overlap":
+        # enough to overlap under MPS are not bounded, nor what runs on the partition: by design).
+        if case not in ("mps_overlap", "mps_partition"):
             ok &= check(inflight_max <= BOUND_US + lp_kernel_us,
                         f"round {i}: LP work in flight when the HP returned {inflight_max:.0f} us <= bound {BOUND_US} "
                         f"+ one kernel {lp_kernel_us:.0f}")
@@ -264,6 +277,16 @@ def ratio_case(env, case):
         ok &= check(sum(reactions) > 0,
                     f"the HP's returns moved the LP out of Run ({', '.join(map(str, reactions))} times in the rounds)")
         ok &= check(sum(stopped) > 0, f"the LP waited stopped while the HP ran ({sum(stopped):.1f} ms in the rounds)")
+    elif case == "mps_partition":
+        floor = requests * lp_kernel_us / 2 / 1000
+        ok &= check(med(default_waits) > floor,
+                    f"uncoordinated, the HP waits behind LP kernels: {med(default_waits):.1f} > {floor:.1f} ms")
+        ok &= check(med(fikit_waits) <= med(bounds),
+                    f"FIKIT bounds the HP's wait: {med(fikit_waits):.1f} <= {med(bounds):.1f} ms")
+        ok &= check(min(partitioned) > 0,
+                    f"the LP's long kernels ran on its SM partition in every round ({', '.join(map(str, partitioned))})")
+        print(f"LP kernels/s over its run (the HP's and a little more): default {med(lp_default):.0f}, "
+              f"FIKIT {med(lp_fikit):.0f}", flush=True)
     elif case == "gap_fill":
         ok &= check(fills > 0 and credit > 0, f"FIKIT filled the HP's gaps ({fills} fills, {credit} launches on credit)")
     elif case == "mps_overlap":

@@ -107,3 +107,28 @@ TEST(RunBuilder, AfterDropFlagSuppressesTheGapBefore) {
   EXPECT_EQ(k[2].gap.count, 1u);
   EXPECT_EQ(k[2].gap.min, 1000u);
 }
+
+// What requests keep the GPU busy: per iteration, its ops' time over its span (first start to last
+// end, host waits between iterations left out), the median over the run's iterations.
+TEST(RunBuilder, RequestBusyShareIsTheMedianIterationsBusyTime) {
+  RunBuilder b(0);
+  // A warm-up iteration of eager kernels waiting on the host: 3 x 10 us in a 230 us span (13 %)...
+  b.add({1, 7, 0, 0, 10000});
+  b.add({1, 7, 0, 110000, 120000});
+  b.add({1, 7, 0, 220000, 230000});
+  // ...then requests of one CUDA-graph replay each, far apart (Poisson arrivals): 100 % each.
+  for (uint64_t i = 1; i <= 4; ++i) b.add({2, 7, i, i * 5'000'000, i * 5'000'000 + 900'000});
+  auto run = b.finish();
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->summary.request_busy_pct, 100);
+  // A CPU-bound service: every iteration 20 us of kernels in 100 us.
+  RunBuilder c(0);
+  for (uint64_t i = 0; i < 5; ++i) {
+    const uint64_t t = i * 1'000'000;
+    c.add({3, 7, i, t, t + 10000});
+    c.add({3, 7, i, t + 90000, t + 100000});
+  }
+  run = c.finish();
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->summary.request_busy_pct, 20);
+}

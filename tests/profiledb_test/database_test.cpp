@@ -235,8 +235,10 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   // Back to what FIKIT wrote before coverage was recorded.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
-  for (const char* sql : {"ALTER TABLE runs DROP COLUMN ops_launched", "ALTER TABLE runs DROP COLUMN ops_timed",
-                          "ALTER TABLE runs DROP COLUMN sample_every", "PRAGMA user_version = 1"})
+  for (const char* sql : {"ALTER TABLE runs DROP COLUMN request_busy_pct", "ALTER TABLE kernels DROP COLUMN blocks_per_sm",
+                          "ALTER TABLE kernels DROP COLUMN sm_count", "ALTER TABLE runs DROP COLUMN ops_launched",
+                          "ALTER TABLE runs DROP COLUMN ops_timed", "ALTER TABLE runs DROP COLUMN sample_every",
+                          "PRAGMA user_version = 1"})
     ASSERT_EQ(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql << ": " << sqlite3_errmsg(raw);
   sqlite3_close(raw);
 
@@ -247,6 +249,10 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
     ASSERT_EQ(runs.size(), 1u);
     EXPECT_EQ(runs[0].gpu_ops, 3u);
     EXPECT_EQ(coverage(runs), -1.0) << "coverage unknown";
+    EXPECT_EQ(request_busy_percent(runs), -1) << "what requests keep the GPU busy: unknown";
+    const auto kernels = reader.kernels("task");
+    ASSERT_EQ(kernels.size(), 1u);
+    EXPECT_EQ(kernels[0].blocks_per_sm, 0u) << "occupancy unknown";
   }
   Database writer(path_, Database::Open::Create);
   EXPECT_EQ(writer.schema_version(), Database::kSchemaVersion);
@@ -259,6 +265,23 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   EXPECT_EQ(runs[1].ops_launched, 4u);
   EXPECT_EQ(runs[1].sample_every, 4u);
   EXPECT_DOUBLE_EQ(coverage(runs), 0.75) << "runs that do not say are left out";
+}
+
+TEST_F(DbTest, OccupancyAndRequestBusyShareAreStoredAndKeptWhenALaterSampleLacksThem) {
+  Database db(path_, Database::Open::Create);
+  KernelSample k = sample(1, 1000, 3, 50);
+  k.blocks_per_sm = 1;
+  k.sm_count = 132;
+  db.add_run("task", "prog", RunSummary{.gpu_ops = 3, .iterations = 1, .request_busy_pct = 97}, {k}, {}, 3);
+  KernelSample later = sample(1, 1000, 3, 50);   // share mode's re-profiling knows no occupancy
+  db.merge_kernels("task", "prog", {later});
+  db.add_run("task", "prog", RunSummary{.gpu_ops = 3, .iterations = 1, .request_busy_pct = 40}, {later}, {}, 3);
+  db.add_run("task", "prog", RunSummary{.gpu_ops = 3, .iterations = 1, .request_busy_pct = 95}, {later}, {}, 3);
+  const auto kernels = db.kernels("task");
+  ASSERT_EQ(kernels.size(), 1u);
+  EXPECT_EQ(kernels[0].blocks_per_sm, 1u);
+  EXPECT_EQ(kernels[0].sm_count, 132u);
+  EXPECT_EQ(request_busy_percent(db.runs("task")), 95) << "the median of the runs";
 }
 
 TEST_F(DbTest, NewerSchemaIsRefused) {

@@ -616,8 +616,8 @@ TEST(ShareClient, AWaitingLaunchIsBoundedEvenIfTheDaemonSaysHoldForever) {
   hook::share::InflightWindow window;   // not initialised: it admits everything
   hook::share::LaunchGate gate(c, window, 200'000'000);
   const auto t0 = std::chrono::steady_clock::now();
-  gate.admit(1, 10'000, true);
-  gate.admit(2, 10'000, true);
+  gate.admit(1, 10'000, 10'000, true, false);
+  gate.admit(2, 10'000, 10'000, true, false);
   const auto waited = std::chrono::steady_clock::now() - t0;
   EXPECT_GE(waited, 400ms);    // it did wait: a Hold is obeyed...
   EXPECT_LT(waited, 5000ms);   // ...up to FIKIT_MAX_WAIT_MS per launch (200 ms here), no longer
@@ -651,7 +651,7 @@ size_t launches_before_a_wait(uint64_t credit_for_ns, int tries, uint64_t last_p
   hook::share::LaunchGate gate(c, window, 100'000'000);
   for (int i = 0; i < tries; ++i) {
     const uint64_t predicted = i + 1 == tries ? last_predicted_ns : 1'000'000;
-    gate.admit(uint64_t(i + 1), predicted, true);
+    gate.admit(uint64_t(i + 1), predicted, predicted, true, false);
     if (c.stats().forced_count() != 0) return size_t(i);
     window.launched(reinterpret_cast<CUstream>(1), predicted, 200'000);
   }

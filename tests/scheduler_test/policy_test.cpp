@@ -54,7 +54,7 @@ class PolicyTest : public ::testing::Test {
     settings.grant_latency_ns = us(10);
     settings.switch_cost_ns = us(5);
     settings.run_bound_ns = us(200);
-    settings.mps_overlap_ns = us(50);
+    settings.short_hold_ns = us(50);
     settings.lease_ns = 1'000'000'000;
     settings.holder_quiet_ns = us(5000);
     Profile hp;
@@ -164,7 +164,9 @@ TEST_F(PolicyTest, HolderActivityMovesLowerTasksToFillAndItsIdleBackToRun) {
   notify(T0 + us(100), hp, k1, true);
   EXPECT_EQ(state(lp), State::Fill);
   EXPECT_EQ(last[lp].cause_ns, T0 + us(100));   // the launch that caused it: the reaction is measurable
-  EXPECT_EQ(last[lp].overlap_ns, 0u);           // time-sliced: nothing runs beside the holder
+  EXPECT_EQ(last[lp].short_hold_ns, 0u);        // time-sliced: nothing runs beside the holder...
+  EXPECT_EQ(last[lp].confine, 0);               // ...nor on a partition of the SMs
+  EXPECT_EQ(last[lp].partition_pct, 0);
   send(T0 + us(300), hp, protocol::Idle{kEnd});   // its iteration ended
   EXPECT_EQ(state(lp), State::Run);
   EXPECT_EQ(last[lp].cause_ns, 0u);
@@ -257,17 +259,42 @@ TEST_F(PolicyTest, LongKernelsNeverRunWhileTheHolderIsActive) {
   EXPECT_EQ(state(lp), State::Run);   // idle: the in-flight bound caps what it may queue
 }
 
-TEST_F(PolicyTest, MpsTasksMayOverlapShortKernelsAndPayNoSwitch) {
+TEST_F(PolicyTest, MpsTasksMayOverlapShortHoldsAndPayNoSwitch) {
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0, hp, kEnd, true);
   EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_EQ(last[lp].overlap_ns, us(50));
+  EXPECT_EQ(last[lp].short_hold_ns, us(50));
+  EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
+  // What may not run beside it goes to a partition of 35 % of the SMs instead of waiting; the
+  // holder is not busy, so long holds run at full width while it is idle.
+  EXPECT_EQ(last[lp].partition_pct, 35);
+  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
   want(T0 + 1, lp, 60);
   notify(T0 + us(100), hp, k1);
   EXPECT_EQ(last[lp].credit_ns, us(100));   // the whole gap: no context switch under MPS
   send(T0 + us(500), hp, protocol::Idle{kEnd});
   EXPECT_EQ(state(lp), State::Run);
-  EXPECT_EQ(last[lp].overlap_ns, us(50));   // for when the holder's bell rings before its directive
+  // For when the holder's bell rings before its directive.
+  EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
+}
+
+TEST_F(PolicyTest, WithoutPartitionsNothingIsConfinedAndTheHolderGetsNone) {
+  settings.partition_pct = 0;
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0, hp, kEnd, true);
+  EXPECT_EQ(last[lp].partition_pct, 0);
+  EXPECT_EQ(last[lp].confine, protocol::kConfineShortBeside);
+  EXPECT_EQ(last[hp].confine, 0);   // nothing above the holder
+  EXPECT_EQ(last[hp].partition_pct, 0);
+}
+
+TEST(BusyPercent, IsWhatRequestsDoOnTheGpuWhenTheRunsSayIt) {
+  Profile eager;
+  eager[1] = kernel(us(10), us(30));       // by its kernels 25 %...
+  eager.request_busy_pct = 96;             // ...but its measured requests kept the GPU busy 96 %
+  EXPECT_EQ(busy_percent(eager), 96u);
+  eager.request_busy_pct = 0;
+  EXPECT_EQ(busy_percent(eager), 0u);
 }
 
 TEST(BusyPercent, IsKernelTimeAgainstItPlusTheGapsInsideIterations) {
@@ -289,14 +316,19 @@ TEST_F(PolicyTest, UnderMpsNothingOverlapsBelowATaskThatKeepsTheGpuBusy) {
   const uint32_t hp = reg(T0, "graph", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0, hp, k1, true);
   EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_EQ(last[lp].overlap_ns, 0u);
+  EXPECT_FALSE(last[lp].confine & protocol::kConfineShortBeside);
+  // Everything it launches meanwhile runs on its partition; long holds always do (the busy
+  // service's return cannot wait for them).
+  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfinePartition);
   send(T0 + us(900), hp, protocol::Idle{k1});
   EXPECT_EQ(state(lp), State::Run);
-  EXPECT_EQ(last[lp].overlap_ns, 0u);   // nor when its bell rings before the directive
-  // The fixture's holder is busy 16 % of its active time: beside it short kernels overlap.
+  EXPECT_FALSE(last[lp].confine & protocol::kConfineShortBeside);   // nor when its bell rings before the directive
+  EXPECT_TRUE(last[lp].confine & protocol::kConfineLong);
+  // The fixture's holder is busy 16 % of its active time: beside it short holds overlap.
   send(T0 + us(1001), hp, protocol::Goodbye{});
   const uint32_t eager = reg(T0 + us(1002), "hp", 1);
-  EXPECT_EQ(last[lp].overlap_ns, us(50));
+  EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
+  EXPECT_FALSE(last[lp].confine & protocol::kConfineLong);
   bool listed = false;
   for (const TaskStatus& st : policy().status(T0 + us(1003))) {
     if (st.id != eager) continue;

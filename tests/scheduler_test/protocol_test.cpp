@@ -48,9 +48,12 @@ TEST(Protocol, RegisterRoundTrip) {
   r.flags = kRegisterProfileGrew;
   r.device[0] = 0xab;
   r.device[15] = 0xcd;
+  r.sm_count = 132;
+  r.memory_total = 80ull << 30;
+  r.memory_limit = 20ull << 30;
   set_key(r, "resnet50-infer");
   auto buf = encoded(header(77, 0), r);
-  ASSERT_EQ(buf.size(), kHeaderSize + 28 + 14);
+  ASSERT_EQ(buf.size(), kHeaderSize + 44 + 14);
   Message m = decoded(buf);
   EXPECT_EQ(m.header.type, Type::Register);   // the type comes from the body
   EXPECT_EQ(m.header.seq, 77u);
@@ -63,6 +66,9 @@ TEST(Protocol, RegisterRoundTrip) {
   EXPECT_EQ(got.pid, 4242u);
   EXPECT_EQ(got.flags, kRegisterProfileGrew);
   EXPECT_EQ(got.device, r.device);
+  EXPECT_EQ(got.sm_count, 132);
+  EXPECT_EQ(got.memory_total, 80ull << 30);
+  EXPECT_EQ(got.memory_limit, 20ull << 30);
   buf[kHeaderSize + 3] = 0x02;   // an unknown register flag
   Message bad;
   EXPECT_EQ(decode(buf, bad), DecodeError::BadField);
@@ -75,7 +81,11 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   d.state = State::Fill;
   d.generation = 9;
   d.bound_ns = 200'000;
-  d.overlap_ns = 50'000;
+  d.short_hold_ns = 50'000;
+  d.partition_pct = 35;
+  d.confine = kConfineActive | kConfineLong;
+  d.return_ns = 555'000'000;
+  d.memory_cap = 20ull << 30;
   d.credit_ns = 80'000;
   d.credit_until_ns = 987654321012ull;
   d.cause_ns = 123456789ull;
@@ -85,7 +95,11 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   EXPECT_EQ(got.state, State::Fill);
   EXPECT_EQ(got.generation, 9u);
   EXPECT_EQ(got.bound_ns, 200'000u);
-  EXPECT_EQ(got.overlap_ns, 50'000u);
+  EXPECT_EQ(got.short_hold_ns, 50'000u);
+  EXPECT_EQ(got.partition_pct, 35);
+  EXPECT_EQ(got.confine, kConfineActive | kConfineLong);
+  EXPECT_EQ(got.return_ns, 555'000'000u);
+  EXPECT_EQ(got.memory_cap, 20ull << 30);
   EXPECT_EQ(got.credit_ns, 80'000u);
   EXPECT_EQ(got.credit_until_ns, 987654321012ull);
   EXPECT_EQ(got.cause_ns, 123456789ull);
@@ -95,9 +109,15 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   r.priority = 2;
   r.min_gap_ns = 5000;
   r.grant_latency_ns = 20000;
+  r.gap_estimator = kGapP50;
+  r.duration_estimator = kDurationMean;
+  r.boundary_permille = 250;
   r.directive = d;
   m = decoded(encoded(header(), r));
   EXPECT_EQ(std::get<Registered>(m.body).lease_ms, 1000u);
+  EXPECT_EQ(std::get<Registered>(m.body).gap_estimator, kGapP50);
+  EXPECT_EQ(std::get<Registered>(m.body).duration_estimator, kDurationMean);
+  EXPECT_EQ(std::get<Registered>(m.body).boundary_permille, 250);
   EXPECT_EQ(std::get<Registered>(m.body).priority, 2);
   EXPECT_EQ(std::get<Registered>(m.body).directive.credit_ns, 80'000u);
 
@@ -108,13 +128,44 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   EXPECT_EQ(std::get<Want>(m.body).predicted_ns, 30000u);
   m = decoded(encoded(header(), Idle{77}));
   EXPECT_EQ(std::get<Idle>(m.body).last_kernel_id, 77u);
-  m = decoded(encoded(header(), Error{ErrorCode::TooManyTasks, 1500}));
+  m = decoded(encoded(header(), Error{ErrorCode::TooManyTasks, 1500, RefusalReason::UserQuota}));
   EXPECT_EQ(std::get<Error>(m.body).retry_after_ms, 1500u);
-  for (const Body& b : {Body{Heartbeat{}}, Body{Goodbye{}}}) {
-    auto buf = encoded(header(), b);
-    EXPECT_EQ(buf.size(), kHeaderSize);
-    decoded(buf);
-  }
+  EXPECT_EQ(std::get<Error>(m.body).reason, RefusalReason::UserQuota);
+  m = decoded(encoded(header(), Heartbeat{3ull << 30, 7}));
+  EXPECT_EQ(std::get<Heartbeat>(m.body).memory_used, 3ull << 30);
+  EXPECT_EQ(std::get<Heartbeat>(m.body).memory_refusals, 7u);
+  auto buf = encoded(header(), Goodbye{});
+  EXPECT_EQ(buf.size(), kHeaderSize);
+  decoded(buf);
+}
+
+TEST(Protocol, DirectiveFieldsThatContradictEachOtherAreRejected) {
+  std::vector<uint8_t> out(kMaxDatagram);
+  Directive d;
+  d.confine = kConfineLong;   // a partition rule without a partition
+  EXPECT_EQ(encode(header(), d, out), 0u);
+  d.partition_pct = 101;
+  EXPECT_EQ(encode(header(), d, out), 0u);
+  d.partition_pct = 30;
+  ASSERT_GT(encode(header(), d, out), 0u);
+  d.confine = kConfineShortBeside;   // needs no partition
+  d.partition_pct = 0;
+  ASSERT_GT(encode(header(), d, out), 0u);
+  // A refusal reason belongs to TooManyTasks only.
+  EXPECT_EQ(encode(header(), Error{ErrorCode::UnknownTask, 0, RefusalReason::GpuLimit}, out), 0u);
+  // On the wire: a partition percentage over 100 is refused by the decoder too.
+  d.partition_pct = 40;
+  d.confine = kConfineActive;
+  const size_t n = encode(header(), d, out);
+  ASSERT_GT(n, 0u);
+  std::vector<uint8_t> wire(out.begin(), out.begin() + n);
+  Message m;
+  ASSERT_EQ(decode(wire, m), DecodeError::None);
+  wire[kHeaderSize + 44] = 120;   // partition_pct
+  EXPECT_EQ(decode(wire, m), DecodeError::BadField);
+  wire[kHeaderSize + 44] = 40;
+  wire[kHeaderSize + 45] = 0x80;   // an unknown confine flag
+  EXPECT_EQ(decode(wire, m), DecodeError::BadField);
 }
 
 TEST(Protocol, DirectionOfEachType) {
@@ -133,7 +184,7 @@ TEST(Protocol, MalformedDatagramsAreRejected) {
   bad[0] ^= 1;
   EXPECT_EQ(decode(bad, m), DecodeError::BadMagic);
   bad = good;
-  bad[4] = 2;   // version 2: the previous protocol
+  bad[4] = 3;   // version 3: the previous protocol
   EXPECT_EQ(decode(bad, m), DecodeError::BadVersion);
   bad = good;
   bad[6] = 99;

@@ -47,6 +47,16 @@ CUresult put(CUstream handle, const GraphOp& op) {
     stream->capture->ops.push_back(op);
     return CUDA_SUCCESS;
   }
+  // A green context's kernels occupy at most its SMs, for as many more waves as that takes.
+  if (op.kind == OpKind::Kernel && ctx->sm_limit != 0) {
+    const uint64_t cap = uint64_t(ctx->sm_limit) * 2048;
+    const uint64_t full = std::max<uint64_t>(1, (op.threads + kDeviceThreads - 1) / kDeviceThreads);
+    const uint64_t part = std::max<uint64_t>(1, (op.threads + cap - 1) / cap);
+    GraphOp confined = op;
+    confined.threads = uint32_t(std::min<uint64_t>(op.threads, cap));
+    confined.duration_ns = op.duration_ns * part / full;
+    return enqueue(ctx, stream, confined.kind, confined.duration_ns, 0, confined.threads);
+  }
   // Data moves at submit time (documented): the simulator tracks no dependencies between copies.
   if (op.kind == OpKind::Copy) std::memmove(op.dst, op.src, op.bytes);
   if (op.kind == OpKind::Set) {
@@ -348,7 +358,7 @@ CUresult cuEventRecord(CUevent handle, CUstream stream_handle) {
   CUresult err = CUDA_SUCCESS;
   Context* ctx = stream_context(stream_handle, &stream, &err);
   if (!ctx) return err;
-  if (ctx != ev->ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (ctx->slot != ev->ctx->slot) return CUDA_ERROR_INVALID_CONTEXT;   // a green context shares its primary's
   if (stream && stream->capture) return CUDA_SUCCESS;  // captured records are markers the graph drops
   CUresult r = enqueue(ctx, stream, OpKind::EventMarker, 0, ev->index);
   if (r == CUDA_SUCCESS) ev->recorded = true;

@@ -60,6 +60,7 @@ void write_stats(const CtxSlot& s) {
 }
 
 void release(Context& ctx) {
+  if (ctx.parent != nullptr) return;   // a green context's slot is its primary context's
   // A forked child inherits its parent's handles, not its contexts: those stay the parent's.
   if (g_device->ctx[ctx.slot].gen != ctx.gen || g_device->ctx[ctx.slot].pid != getpid()) return;
   write_stats(g_device->ctx[ctx.slot]);
@@ -137,6 +138,24 @@ CUresult create_context(int device, bool primary, Context** out) {
   return CUDA_SUCCESS;
 }
 
+CUresult create_green_context(int device, uint32_t sms, Context** out) {
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  CUcontext primary_handle = nullptr;
+  CUresult r = cuDevicePrimaryCtxRetain(&primary_handle, device);
+  if (r != CUDA_SUCCESS) return r;
+  auto* primary = reinterpret_cast<Context*>(primary_handle);
+  std::lock_guard guard(g_mutex);
+  Context* ctx = g_contexts.allocate();
+  if (!ctx) return CUDA_ERROR_OUT_OF_MEMORY;
+  ctx->slot = primary->slot;
+  ctx->gen = primary->gen;
+  ctx->device = device;
+  ctx->parent = primary;
+  ctx->sm_limit = sms;
+  *out = ctx;
+  return CUDA_SUCCESS;
+}
+
 CUresult destroy_context(Context* ctx) {
   std::lock_guard guard(g_mutex);
   {
@@ -161,7 +180,8 @@ CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns
       Op op{lock.now(), duration_ns, event, threads, kind};
       const uint64_t seq = submit(*g_device, ctx->slot, op);
       if (seq != UINT64_MAX) {
-        ctx->tail.store(seq + 1, std::memory_order_release);
+        // A green context's work is its primary context's as far as synchronising goes.
+        (ctx->parent != nullptr ? ctx->parent : ctx)->tail.store(seq + 1, std::memory_order_release);
         if (stream) stream->tail.store(seq + 1, std::memory_order_release);
         return CUDA_SUCCESS;
       }

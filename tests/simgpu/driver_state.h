@@ -23,6 +23,10 @@ struct Context {
   int device = 0;          // ordinal
   bool primary = false;
   int primary_refs = 0;
+  // A green context: it runs in its primary context's slot (one FIFO per process context, like all
+  // its streams), and its kernels occupy at most sm_limit SMs, running as many waves longer.
+  Context* parent = nullptr;
+  uint32_t sm_limit = 0;   // 0: the whole device
   std::atomic<uint64_t> tail{0};  // sequence number after the last op submitted
   std::vector<uint32_t> free_events;
   uint32_t next_event = 0;
@@ -150,6 +154,9 @@ Context* stream_context(CUstream handle, Stream** stream, CUresult* err);
 
 CUresult create_context(int device, bool primary, Context** out);
 CUresult destroy_context(Context* ctx);
+
+// Creates a green context of `sms` SMs beside the primary context of `device`.
+CUresult create_green_context(int device, uint32_t sms, Context** out);
 
 // Submits one op (waiting while the context's ring is full) and tracks it on the stream.
 CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event = 0,

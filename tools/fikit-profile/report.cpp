@@ -9,12 +9,20 @@
 #include <map>
 #include <unordered_map>
 
+#include "kernel_rules.h"
+
 namespace fikit::profile_cli {
 namespace {
 
 using profiledb::KernelProfile;
 
 std::string hex_id(uint64_t id) { return fmt::format("0x{:016x}", id); }
+
+// How many times over a kernel's blocks fill the SMs, and how long one holds an SM (kernel_rules.h).
+uint64_t waves(const KernelProfile& k) {
+  return policy::waves_of(uint64_t(k.grid[0]) * k.grid[1] * k.grid[2], k.blocks_per_sm, k.sm_count);
+}
+uint64_t sm_hold(const KernelProfile& k) { return policy::sm_hold_ns(k.dur_p50, waves(k)); }
 
 double us(double ns) { return ns / 1000.0; }
 
@@ -73,32 +81,34 @@ void write_kernel_table(std::ostream& out, const profiledb::TaskInfo& task, cons
   for (const auto& k : kernels) total += k.dur_mean * static_cast<double>(k.count);
   fmt::print(out, "task {}  ({} runs, {})  {} kernels, {} GPU time in all\n", task.key, task.runs_measured, task.state,
              kernels.size(), human_ns(total));
-  fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>6}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}\n", "KERNEL ID",
-             "NAME", "CALLS", "TIME%", "DUR MEAN", "DUR SD", "DUR P50", "DUR P90", "GAP MEAN", "GAP P50", "GAP P90",
-             "BOUNDARY");
+  fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>6}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>6}  {:>9}\n",
+             "KERNEL ID", "NAME", "CALLS", "TIME%", "DUR MEAN", "DUR SD", "DUR P50", "DUR P90", "GAP MEAN", "GAP P50",
+             "GAP P90", "BOUNDARY", "WAVES", "SM HOLD");
   for (const auto& k : kernels) {
     const double share = total > 0 ? 100.0 * k.dur_mean * static_cast<double>(k.count) / total : 0;
     const auto gap = [&](double v) { return k.gap_count ? human_ns(v) : std::string("-"); };
-    fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>5.1f}%  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}\n",
+    const bool known = k.blocks_per_sm != 0 && k.sm_count != 0;
+    fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>5.1f}%  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>6}  {:>9}\n",
                hex_id(k.kernel_id), shorten(k.name, 40), k.count, share, human_ns(k.dur_mean), human_ns(k.dur_stddev),
                human_ns(static_cast<double>(k.dur_p50)), human_ns(static_cast<double>(k.dur_p90)), gap(k.gap_mean),
-               gap(static_cast<double>(k.gap_p50)), gap(static_cast<double>(k.gap_p90)), k.boundary_count);
+               gap(static_cast<double>(k.gap_p50)), gap(static_cast<double>(k.gap_p90)), k.boundary_count,
+               known ? std::to_string(waves(k)) : std::string("?"), human_ns(static_cast<double>(sm_hold(k))));
   }
 }
 
 static constexpr const char* kCsvHeader =
     "kernel_id,name,call_site,grid_x,grid_y,grid_z,block_x,block_y,block_z,shared_mem,count,dur_mean_ns,"
     "dur_stddev_ns,dur_min_ns,dur_p50_ns,dur_p90_ns,dur_max_ns,gap_count,gap_mean_ns,gap_p10_ns,gap_p50_ns,"
-    "gap_p90_ns,boundary_count";
+    "gap_p90_ns,boundary_count,blocks_per_sm,sm_count,waves,sm_hold_p50_ns";
 
 void write_kernels_csv(std::ostream& out, const std::vector<KernelProfile>& kernels) {
   out << kCsvHeader << '\n';
   for (const auto& k : kernels)
-    fmt::print(out, "{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{},{:.3f},{},{},{},{}\n",
+    fmt::print(out, "{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{}\n",
                hex_id(k.kernel_id), csv_quote(k.name), csv_quote(k.call_site), k.grid[0], k.grid[1], k.grid[2],
                k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev, k.dur_min,
                k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
-               k.boundary_count);
+               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k));
 }
 
 void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, const std::vector<KernelProfile>& kernels) {
@@ -111,11 +121,12 @@ void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, cons
                "\"block\": [{}, {}, {}], \"shared_mem\": {}, \"count\": {}, \"dur_mean_ns\": {:.3f}, "
                "\"dur_stddev_ns\": {:.3f}, \"dur_min_ns\": {}, \"dur_p50_ns\": {}, \"dur_p90_ns\": {}, "
                "\"dur_max_ns\": {}, \"gap_count\": {}, \"gap_mean_ns\": {:.3f}, \"gap_p10_ns\": {}, "
-               "\"gap_p50_ns\": {}, \"gap_p90_ns\": {}, \"boundary_count\": {}}}",
+               "\"gap_p50_ns\": {}, \"gap_p90_ns\": {}, \"boundary_count\": {}, \"blocks_per_sm\": {}, "
+               "\"sm_count\": {}, \"waves\": {}, \"sm_hold_p50_ns\": {}}}",
                i ? "," : "", hex_id(k.kernel_id), json_escape(k.name), json_escape(k.call_site), k.grid[0], k.grid[1],
                k.grid[2], k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev,
                k.dur_min, k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
-               k.boundary_count);
+               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k));
   }
   out << "\n]}\n";
 }

@@ -1,0 +1,68 @@
+#pragma once
+// The launch gate's decision as a pure function (docs/scheduling.md, "What a launch below the holder
+// may do"): what the directive, the holder's bell and the kernel's prediction allow for one launch.
+// LaunchGate (launch_gate.h) acts on it: it checks the in-flight window and gap credit, waits, and
+// tells the daemon what it wants. Unit-tested on its own (tests/hook_test/gate_rules_test.cpp).
+#include <cstdint>
+
+#include "protocol.h"
+
+namespace fikit::hook::share {
+
+struct GateInput {
+  protocol::State state = protocol::State::Run;   // the directive's
+  bool holder_back = false;      // the holder's bell rang and the daemon's directive has not caught up
+  uint32_t bound_ns = 0, short_hold_ns = 0;
+  uint8_t confine = 0;           // protocol::kConfine*
+  bool partition_ready = false;  // the directive names a partition and this launch can run on it
+  uint64_t return_ns = 0;        // Run: when the task above is predicted back (0: not predicted)
+  uint64_t now = 0;
+  uint64_t predicted_ns = 0;     // the launch's predicted length
+  uint64_t hold_ns = 0;          // how long its blocks hold an SM (its length when not known)
+};
+
+enum class Verdict : uint8_t {
+  Go,            // now, at full width
+  GoPartition,   // now, on the task's SM partition
+  Bounded,       // Run: goes at full width once the in-flight window admits it (the bound, or run credit)
+  Credit,        // Fill: goes at full width on gap credit that covers it, else `fallback`
+  Wait,          // until the directive changes (Hold)
+};
+
+struct Decision {
+  Verdict verdict = Verdict::Go;
+  // With Credit: what to do when no credit covers the launch: GoPartition, or Wait after telling the
+  // daemon what it waits to launch (a want).
+  Verdict fallback = Verdict::Wait;
+};
+
+inline Decision decide(const GateInput& in) {
+  using protocol::State;
+  const bool longer_hold = in.hold_ns > in.short_hold_ns;
+  const bool may_partition = in.partition_ready;
+  State state = in.state;
+  if (state == State::Run && in.holder_back) state = State::Fill;
+  switch (state) {
+    case State::Hold:
+      return {Verdict::Wait};
+    case State::Run:
+      // Below a task whose return cannot be foreseen, a long hold would hold its SMs when it comes.
+      if (may_partition && (in.confine & protocol::kConfineLong) && longer_hold) return {Verdict::GoPartition};
+      // A launch longer than the bound that would still run when the task above is due back.
+      if (may_partition && (in.confine & protocol::kConfineActive) && in.return_ns != 0 &&
+          in.predicted_ns > in.bound_ns && in.now + in.predicted_ns > in.return_ns)
+        return {Verdict::GoPartition};
+      // What may run beside the holder when it is active need not be kept small while it is idle.
+      if ((in.confine & protocol::kConfineShortBeside) && !longer_hold) return {Verdict::Go};
+      return {Verdict::Bounded};
+    case State::Fill:
+      // MPS client priority dispatches the holder's blocks first; blocks that hold SMs briefly cost
+      // it little, unless it keeps the GPU busy back to back (the daemon then leaves the flag off).
+      if ((in.confine & protocol::kConfineShortBeside) && !longer_hold) return {Verdict::Go};
+      return {Verdict::Credit,
+              may_partition && (in.confine & protocol::kConfineActive) ? Verdict::GoPartition : Verdict::Wait};
+  }
+  return {Verdict::Go};
+}
+
+}  // namespace fikit::hook::share

@@ -1,0 +1,161 @@
+#include "sm_partition.h"
+
+#include <algorithm>
+
+#include "driver.h"
+#include "log.h"
+
+namespace fikit::hook::share {
+namespace {
+
+struct GreenFns {
+  CUresult (*ctx_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_device)(CUdevice*) = nullptr;
+  CUresult (*primary_retain)(CUcontext*, CUdevice) = nullptr;
+  CUresult (*primary_release)(CUdevice) = nullptr;
+  CUresult (*device_resource)(CUdevice, CUdevResource*, CUdevResourceType) = nullptr;
+  CUresult (*split)(CUdevResource*, unsigned*, const CUdevResource*, CUdevResource*, unsigned, unsigned) = nullptr;
+  CUresult (*describe)(CUdevResourceDesc*, CUdevResource*, unsigned) = nullptr;
+  CUresult (*green_create)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned) = nullptr;
+  CUresult (*green_stream)(CUstream*, CUgreenCtx, unsigned, int) = nullptr;
+  CUresult (*event_create)(CUevent*, unsigned) = nullptr;
+  CUresult (*event_record)(CUevent, CUstream) = nullptr;
+  CUresult (*stream_wait)(CUstream, CUevent, unsigned) = nullptr;
+  CUresult (*stream_sync)(CUstream) = nullptr;
+  bool resolve() noexcept {
+    ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
+    ctx_device = real_driver<decltype(ctx_device)>("cuCtxGetDevice");
+    primary_retain = real_driver<decltype(primary_retain)>("cuDevicePrimaryCtxRetain");
+    primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease_v2");
+    if (primary_release == nullptr) primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease");
+    device_resource = real_driver<decltype(device_resource)>("cuDeviceGetDevResource");
+    split = real_driver<decltype(split)>("cuDevSmResourceSplitByCount");
+    describe = real_driver<decltype(describe)>("cuDevResourceGenerateDesc");
+    green_create = real_driver<decltype(green_create)>("cuGreenCtxCreate");
+    green_stream = real_driver<decltype(green_stream)>("cuGreenCtxStreamCreate");
+    event_create = real_driver<decltype(event_create)>("cuEventCreate");
+    event_record = real_driver<decltype(event_record)>("cuEventRecord");
+    stream_wait = real_driver<decltype(stream_wait)>("cuStreamWaitEvent");
+    stream_sync = real_driver<decltype(stream_sync)>("cuStreamSynchronize");
+    return stream_sync && ctx_current && ctx_device && primary_retain && primary_release && device_resource && split &&
+           describe && green_create && green_stream && event_create && event_record && stream_wait;
+  }
+};
+
+GreenFns& fns() noexcept {
+  static GreenFns f;
+  static const bool ok = f.resolve();
+  (void)ok;
+  return f;
+}
+
+size_t slot_of(CUstream s) noexcept {
+  const uint64_t v = reinterpret_cast<uint64_t>(s);
+  return size_t((v >> 4) ^ (v >> 12)) & 63;
+}
+
+}  // namespace
+
+bool SmPartition::make(uint8_t pct) noexcept {
+  GreenFns& f = fns();
+  auto fail = [this](const char* what, CUresult r) {
+    failed_.store(true, std::memory_order_relaxed);
+    log(LogLevel::Warn, "share mode: no SM partition (%s: error %d): launches that may not run beside the service "
+        "wait instead", what, int(r));
+    return false;
+  };
+  if (f.ctx_current == nullptr || f.green_stream == nullptr) return fail("the driver has no green contexts", CUDA_ERROR_NOT_SUPPORTED);
+  CUcontext current = nullptr;
+  CUdevice dev = 0;
+  CUresult r = f.ctx_current(&current);
+  if (r != CUDA_SUCCESS || current == nullptr) return fail("no current context", r);
+  if ((r = f.ctx_device(&dev)) != CUDA_SUCCESS) return fail("cuCtxGetDevice", r);
+  CUcontext primary = nullptr;
+  if ((r = f.primary_retain(&primary, dev)) != CUDA_SUCCESS) return fail("cuDevicePrimaryCtxRetain", r);
+  f.primary_release(dev);
+  // Only the primary context's memory is the green context's too.
+  if (primary != current) return fail("the program uses a context of its own, not the device's primary context", CUDA_ERROR_INVALID_CONTEXT);
+  CUdevResource all{}, part{}, rest{};
+  if ((r = f.device_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM)) != CUDA_SUCCESS) return fail("cuDeviceGetDevResource", r);
+  const unsigned step = std::max({1u, all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment});
+  unsigned want = unsigned(uint64_t(all.sm.smCount) * pct / 100) / step * step;
+  want = std::clamp(want, std::max(1u, all.sm.minSmPartitionSize), all.sm.smCount);
+  unsigned groups = 1;
+  if ((r = f.split(&part, &groups, &all, &rest, 0, want)) != CUDA_SUCCESS || groups != 1) return fail("cuDevSmResourceSplitByCount", r);
+  CUdevResourceDesc desc = nullptr;
+  if ((r = f.describe(&desc, &part, 1)) != CUDA_SUCCESS) return fail("cuDevResourceGenerateDesc", r);
+  CUgreenCtx green = nullptr;
+  if ((r = f.green_create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS) return fail("cuGreenCtxCreate", r);
+  primary_ = current;
+  green_ = green;
+  sms_.store(part.sm.smCount, std::memory_order_relaxed);
+  made_.store(true, std::memory_order_release);
+  log(LogLevel::Info, "share mode: SM partition of %u of %u SMs for launches that may not run beside the service",
+      part.sm.smCount, all.sm.smCount);
+  return true;
+}
+
+SmPartition::Entry* SmPartition::find(CUstream app) noexcept {
+  const size_t n = count_.load(std::memory_order_acquire);
+  if (n == 0) return nullptr;
+  for (size_t i = 0, at = slot_of(app); i < kMaxStreams; ++i, at = (at + 1) % kMaxStreams) {
+    Entry& e = entries_[at];
+    if (!e.used.load(std::memory_order_acquire)) return nullptr;
+    if (e.app == app) return &e;
+  }
+  return nullptr;
+}
+
+SmPartition::Entry* SmPartition::add(CUstream app) noexcept {
+  if (Entry* e = find(app)) return e;
+  GreenFns& f = fns();
+  for (size_t i = 0, at = slot_of(app); i < kMaxStreams; ++i, at = (at + 1) % kMaxStreams) {
+    Entry& e = entries_[at];
+    if (e.used.load(std::memory_order_relaxed)) continue;
+    CUstream shadow = nullptr;
+    CUevent before = nullptr, after = nullptr;
+    if (f.green_stream(&shadow, static_cast<CUgreenCtx>(green_), CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
+        f.event_create(&before, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+        f.event_create(&after, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+      return nullptr;   // a few handles may leak on this failure path; it is not retried for this stream
+    e.app = app;
+    e.shadow = shadow;
+    e.before = before;
+    e.after = after;
+    e.used.store(true, std::memory_order_release);
+    count_.fetch_add(1, std::memory_order_release);
+    return &e;
+  }
+  return nullptr;   // more streams than the table holds: those launches go where they were meant to
+}
+
+CUstream SmPartition::enter(CUstream app, uint8_t pct) noexcept {
+  if (failed_.load(std::memory_order_relaxed) || pct == 0) return nullptr;
+  Entry* e = made_.load(std::memory_order_acquire) ? find(app) : nullptr;
+  if (e == nullptr) {
+    std::lock_guard lock(mutex_);
+    if (!made_.load(std::memory_order_relaxed) && (failed_.load(std::memory_order_relaxed) || !make(pct))) return nullptr;
+    if ((e = add(app)) == nullptr) return nullptr;
+  }
+  GreenFns& f = fns();
+  CUcontext current = nullptr;
+  // A launch from another context (the program switched contexts) cannot use this partition.
+  if (f.ctx_current(&current) != CUDA_SUCCESS || current != primary_) return nullptr;
+  if (f.event_record(e->before, app) != CUDA_SUCCESS || f.stream_wait(e->shadow, e->before, 0) != CUDA_SUCCESS)
+    return nullptr;
+  return e->shadow;
+}
+
+void SmPartition::leave(CUstream app, CUstream shadow) noexcept {
+  Entry* e = find(app);
+  if (e == nullptr || e->shadow != shadow) return;
+  GreenFns& f = fns();
+  // Should the hop fail, the application's next work could start before the launch ended: waiting
+  // here for it keeps the order, at the cost of this thread's time.
+  if (f.event_record(e->after, shadow) != CUDA_SUCCESS || f.stream_wait(app, e->after, 0) != CUDA_SUCCESS) {
+    log(LogLevel::Warn, "share mode: a launch on the SM partition is waited for on the host (the stream hop failed)");
+    (void)f.stream_sync(shadow);
+  }
+}
+
+}  // namespace fikit::hook::share

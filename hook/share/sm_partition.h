@@ -1,0 +1,54 @@
+#pragma once
+// A task's SM partition on one GPU (docs/scheduling.md, "MPS: partitions"): a green context holding
+// a share of the device's SMs, and one stream in it per application stream that launches there. A
+// launch sent to the partition keeps its stream's order through two event hops: the partition's
+// stream waits for what the application queued before it, and the application's stream waits for
+// the launch before what comes after. Green contexts share the primary context's memory, modules
+// and kernels, so the launch is the application's own, on fewer SMs (measured on an H100:
+// bench/gpu/probes/green_probe.cu).
+//
+// Made on first use, under a mutex (a green context takes milliseconds); after that a launch finds
+// its stream without locks or allocation. Only for the device's primary context (what PyTorch, JAX
+// and CuPy use): memory of a context the application created itself is not reachable from the
+// partition, so such launches are never sent there.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+namespace fikit::hook::share {
+
+class SmPartition {
+ public:
+  // Whether this lane can send launches to a partition at all (false once making it failed).
+  bool usable() const noexcept { return !failed_.load(std::memory_order_relaxed); }
+  // The partition stream for a launch queued on `app` in the current context, with `app`'s work so
+  // far ahead of it: made on first use with `pct` percent of the device's SMs (rounded to what the
+  // device can split). nullptr: no partition (the launch goes where it was meant to).
+  CUstream enter(CUstream app, uint8_t pct) noexcept;
+  // After the launch went on `shadow`: what comes next on `app` waits for it.
+  void leave(CUstream app, CUstream shadow) noexcept;
+  uint32_t sm_count() const noexcept { return sms_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr size_t kMaxStreams = 64;
+  struct Entry {
+    std::atomic<bool> used{false};   // published last
+    CUstream app = nullptr, shadow = nullptr;
+    CUevent before = nullptr, after = nullptr;
+  };
+  bool make(uint8_t pct) noexcept;                    // under mutex_
+  Entry* find(CUstream app) noexcept;                 // lock-free
+  Entry* add(CUstream app) noexcept;                  // under mutex_
+
+  std::mutex mutex_;
+  std::atomic<bool> failed_{false}, made_{false};
+  std::atomic<uint32_t> sms_{0};
+  CUcontext primary_ = nullptr;
+  void* green_ = nullptr;   // CUgreenCtx
+  Entry entries_[kMaxStreams];
+  std::atomic<size_t> count_{0};
+};
+
+}  // namespace fikit::hook::share
