@@ -11,6 +11,7 @@
 #include "bell.h"
 #include "control.h"
 #include "db_profiles.h"
+#include "mps.h"
 #include "options.h"
 #include "profiledb.h"
 #include "server.h"
@@ -22,6 +23,7 @@ constexpr int kOk = 0;
 constexpr int kNoDaemon = 1;     // status: nobody answered
 constexpr int kUsage = 2;        // bad command line, config or key file
 constexpr int kCannotListen = 3;
+constexpr int kNoMps = 4;        // --mps: no MPS control daemon could be started
 
 void usage(FILE* to) {
   std::fprintf(to,
@@ -51,14 +53,21 @@ void usage(FILE* to) {
                "  --metrics HOST:PORT|off\n"
                "                       serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (loopback\n"
                "                       addresses only; default off). docs/deploy.md lists them\n"
+               "  --mps on|off|DIR     run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and\n"
+               "                       log folders in DIR (on: %s, or $FIKIT_MPS_DIR), stopped with it;\n"
+               "                       fikit-run makes programs its clients: the recommended setup\n"
+               "                       (docs/scheduling.md). One already running there is used and left\n"
+               "                       running (default off)\n"
+               "  --mps-control PATH   the program that starts and stops it (default nvidia-cuda-mps-control)\n"
                "  --config FILE        'key = value' settings (keys as the flags, without --)\n"
                "  --log-level LEVEL    error|warn|info|debug|trace (default info)\n"
                "  -h, --help           this help\n"
                "Scheduling settings (durations take ns, us, ms or s; plain numbers are us):\n%s"
                "\n"
                "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage, config or key error,\n"
-               "3 cannot listen.\n",
-               fikit::profiledb::Database::default_path().c_str(), fikit::scheduler::settings_help().c_str());
+               "3 cannot listen, 4 --mps: no MPS control daemon could be started.\n",
+               fikit::profiledb::Database::default_path().c_str(), fikit::mps::default_directory().c_str(),
+               fikit::scheduler::settings_help().c_str());
 }
 
 int status_command(int argc, char** argv) {
@@ -176,6 +185,19 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(opts.log_level));
 
+  // The recommended setup in one service: an MPS control daemon of its own, stopped with it (the
+  // destructor runs on every way out of main below, the signals' too: run() returns on them).
+  fikit::mps::OwnedDaemon mps;
+  if (!opts.mps_dir.empty()) {
+    bool adopted = false;
+    if (!mps.start(opts.mps_dir, opts.mps_control, &adopted, error)) {
+      spdlog::error("--mps: {}", error);
+      return kNoMps;
+    }
+    server.mps = fmt::format("control daemon at {} ({})", fikit::mps::pipe_dir_of(opts.mps_dir),
+                             adopted ? "already running: left running at exit" : "started by fikit-scheduler");
+    spdlog::info("MPS {}: fikit-run makes programs its clients", server.mps);
+  }
   fikit::scheduler::DbProfileSource profiles(opts.db_path);
   try {
     fikit::scheduler::Server daemon(server, profiles);

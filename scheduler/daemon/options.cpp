@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string_view>
 
+#include "mps.h"
 #include "protocol.h"
 
 namespace fikit::scheduler {
@@ -154,6 +155,22 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
       return false;
     }
     opts.policy.*field = pct;
+    return true;
+  }
+  if (key == "mps") {
+    if (value.empty()) {
+      error = "mps: give on, off or a folder";
+      return false;
+    }
+    opts.mps_dir = value == "off" ? std::string() : value == "on" ? mps::default_directory() : value;
+    return true;
+  }
+  if (key == "mps-control") {
+    if (value.empty()) {
+      error = "mps-control: give the nvidia-cuda-mps-control program";
+      return false;
+    }
+    opts.mps_control = value;
     return true;
   }
   if (key == "reserved-priorities") {

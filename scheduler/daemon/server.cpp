@@ -286,6 +286,7 @@ struct Server::Impl {
     s.epoch = sessions.epoch();
     s.keyed = opts.key.has_value();
     s.reserved_priorities = opts.settings.min_unauthenticated_priority;
+    s.mps = opts.mps;
     s.malformed = malformed;
     s.bad_mac = bad_mac;
     s.wrong_direction = wrong_direction;

@@ -23,6 +23,7 @@ struct ServerOptions {
   std::string metrics_host;           // "": no metrics endpoint (metrics.h)
   uint16_t metrics_port = 0;          // 0 with a host: any free port (tests)
   policy::Settings settings;
+  std::string mps;                    // for status: the MPS control daemon fikit-scheduler runs ("": none)
 };
 
 class Server {

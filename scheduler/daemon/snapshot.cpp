@@ -22,6 +22,17 @@ std::string duration_text(uint64_t ns) {
   return fmt::format("{:.1f}s", ns / 1e9);
 }
 
+// Where the task's launches that may not run beside the service go: "35% active,long" (its SM
+// partition, and when: while a task above is active, and long holds always); "-": they wait.
+std::string partition_text(const protocol::Directive& d) {
+  if (!(d.confine & protocol::kConfinePartition)) return "-";
+  std::string s = std::to_string(d.partition_pct) + "% ";
+  if (d.confine & protocol::kConfineActive) s += "active,";
+  if (d.confine & protocol::kConfineLong) s += "long,";
+  s.pop_back();
+  return s;
+}
+
 std::string json_string(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
@@ -78,6 +89,8 @@ std::string format_text(const DaemonSnapshot& s) {
                                   : std::string("key configured, no priority reserved");
   std::string out =
       fmt::format("fikit-scheduler on {}, up {:.1f} s, epoch {:016x}, {}\n", s.listen, s.uptime_ns / 1e9, s.epoch, auth);
+  out += s.mps.empty() ? std::string("MPS: none started by fikit-scheduler (tasks say their backend: column mps)\n")
+                       : "MPS: " + s.mps + "\n";
   out += fmt::format("tasks {} on {} GPU(s); in all: gap fills {} (gaps predicted {}, too short {}), early stops {}, "
                      "directives sent {}\n", s.task_count(), s.domains.size(), p.fills, p.gaps_predicted,
                      p.gaps_too_short, p.early_stops, p.directives);
@@ -95,9 +108,9 @@ std::string format_text(const DaemonSnapshot& s) {
     out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
                        d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
                        d.counters.early_stops);
-    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7}  {}\n",
+    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13}  {}\n",
                        "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
-                       "notifies", "wants", "kernels", "busy", "pause", "key");
+                       "notifies", "wants", "kernels", "busy", "pause", "partition", "key");
     for (const auto& t : d.tasks) {
       const std::string prio =
           t.priority == t.requested_priority ? std::to_string(t.priority)
@@ -108,12 +121,12 @@ std::string format_text(const DaemonSnapshot& s) {
       const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
       // How busy its profile says it keeps the GPU while active ("-": nothing measured).
       const std::string busy = t.kernels != 0 ? std::to_string(t.busy_pct) + "%" : std::string("-");
-      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7}  {}\n",
+      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13}  {}\n",
                          t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                          t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                          t.active ? "yes" : "no", protocol::to_string(t.directive.state),
                          bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
-                         t.notifications, t.wants, t.kernels, busy, pause, t.key);
+                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), t.key);
     }
   }
   return out;
@@ -122,11 +135,11 @@ std::string format_text(const DaemonSnapshot& s) {
 std::string format_json(const DaemonSnapshot& s) {
   const auto& c = s.sessions;
   std::string out = fmt::format(
-      "{{\"listen\":{},\"uptime_s\":{:.3f},\"epoch\":\"{:016x}\",\"keyed\":{},\"reserved_priorities\":{},"
+      "{{\"listen\":{},\"uptime_s\":{:.3f},\"epoch\":\"{:016x}\",\"keyed\":{},\"reserved_priorities\":{},\"mps\":{},"
       "\"counters\":{{{},\"malformed\":{},\"bad_mac\":{},\"wrong_direction\":{},\"unknown_session\":{},"
       "\"stale_epoch\":{},\"wrong_address\":{},\"wrong_auth\":{},\"replayed\":{},\"wrong_task\":{}}},\"devices\":[",
       json_string(s.listen), s.uptime_ns / 1e9, s.epoch, s.keyed ? "true" : "false", s.reserved_priorities,
-      counters_json(s.totals()), s.malformed, s.bad_mac, s.wrong_direction, c.unknown_session, c.stale_epoch,
+      json_string(s.mps), counters_json(s.totals()), s.malformed, s.bad_mac, s.wrong_direction, c.unknown_session, c.stale_epoch,
       c.wrong_address, c.wrong_auth, c.replayed, c.wrong_task);
   for (size_t i = 0; i < s.domains.size(); ++i) {
     const auto& d = s.domains[i];
@@ -141,13 +154,14 @@ std::string format_json(const DaemonSnapshot& s) {
           "{}{{\"id\":{},\"device\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
           "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
           "\"bound_ns\":{},\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"busy_percent\":{},"
-          "\"waits\":{},\"predicted_pause_ns\":{}}}",
+          "\"waits\":{},\"predicted_pause_ns\":{},\"short_hold_ns\":{},\"partition_pct\":{},\"confine\":{}}}",
           first ? "" : ",", t.id, json_string(d.device), t.pid, json_string(t.key), t.priority, t.requested_priority,
           t.mode == protocol::TaskMode::Measure ? "measure" : "share",
           t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
           t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
           t.directive.role, t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.busy_pct,
-          t.waits.count, t.predicted_pause_ns);
+          t.waits.count, t.predicted_pause_ns, t.directive.short_hold_ns, t.directive.partition_pct,
+          t.directive.confine);
       first = false;
     }
   }

@@ -23,6 +23,7 @@ struct DaemonSnapshot {
   uint64_t epoch = 0;
   bool keyed = false;                 // a key file is configured
   int reserved_priorities = 0;        // 0..N-1 need the key
+  std::string mps;                    // the MPS control daemon it owns ("": none)
   uint64_t malformed = 0;             // datagrams that did not decode
   uint64_t bad_mac = 0;               // a MAC that did not verify (or no key to verify it)
   uint64_t wrong_direction = 0;       // daemon-to-client messages sent to the daemon

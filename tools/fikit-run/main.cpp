@@ -76,6 +76,12 @@ std::string prepend_preload(const std::string& hook, const char* existing) {
 
 void set_env(const char* name, const std::string& value) { setenv(name, value.c_str(), 1); }
 
+// FIKIT_LOG_LEVEL info or debug: say what was chosen (as the hook does at those levels).
+bool log_info() {
+  const char* level = std::getenv("FIKIT_LOG_LEVEL");
+  return level != nullptr && (std::strcmp(level, "info") == 0 || std::strcmp(level, "debug") == 0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -122,10 +128,28 @@ int main(int argc, char** argv) {
     }
     set_env("FIKIT_KEY_FILE", *opts->key_file);
   }
-  // An MPS client's priority comes from its environment at start: make it FIKIT's.
-  if (fikit::run::mps_daemon_running(fikit::run::mps_pipe_directory(std::getenv("CUDA_MPS_PIPE_DIRECTORY"))))
-    if (auto prio = fikit::run::mps_client_priority(opts->priority, std::getenv("CUDA_MPS_CLIENT_PRIORITY")))
+  // The backend: MPS when a control daemon runs for this program (fikit-scheduler --mps on starts
+  // one in a folder of its own, whose variables the program then needs), else time-sliced. An MPS
+  // client's priority comes from its environment at start: make it FIKIT's.
+  const fikit::mps::Found mps = fikit::mps::find_daemon(std::getenv("CUDA_MPS_PIPE_DIRECTORY"));
+  const bool verbose = log_info();
+  if (mps.running) {
+    if (mps.fikit_owned) {
+      set_env("CUDA_MPS_PIPE_DIRECTORY", mps.pipe_dir);
+      set_env("CUDA_MPS_LOG_DIRECTORY", fikit::mps::log_dir_of(fikit::mps::default_directory()));
+    }
+    if (auto prio = fikit::mps::client_priority(opts->priority, std::getenv("CUDA_MPS_CLIENT_PRIORITY")))
       set_env("CUDA_MPS_CLIENT_PRIORITY", *prio);
+    if (verbose)
+      std::fprintf(stderr, "fikit-run: backend MPS (control daemon at %s), client priority %s\n", mps.pipe_dir.c_str(),
+                   std::getenv("CUDA_MPS_CLIENT_PRIORITY"));
+  } else if (opts->backend && *opts->backend == "mps") {
+    std::fprintf(stderr, "fikit-run: warning: --backend mps, but no MPS control daemon runs at %s: the program will "
+                 "not be an MPS client (start fikit-scheduler --mps on)\n", mps.pipe_dir.c_str());
+  } else if (verbose) {
+    std::fprintf(stderr, "fikit-run: backend time-sliced (no MPS control daemon at %s; fikit-scheduler --mps on "
+                 "gives the recommended setup)\n", mps.pipe_dir.c_str());
+  }
 
   std::vector<char*> args;
   for (const std::string& a : opts->command) args.push_back(const_cast<char*>(a.c_str()));

@@ -183,9 +183,14 @@ Options:
   --help              show this help and exit
   --version           show the version and exit
 
-With an NVIDIA MPS control daemon running (its pipe folder: $CUDA_MPS_PIPE_DIRECTORY, else
-/tmp/nvidia-mps), fikit-run also sets CUDA_MPS_CLIENT_PRIORITY from --priority: 0 (normal) for
-priority 0, 1 (below normal) for 1-9, unless it is set already.
+The backend: the program is an MPS client when an NVIDIA MPS control daemon runs for it: in
+$CUDA_MPS_PIPE_DIRECTORY when that is set, else the one fikit-scheduler --mps on starts
+(/tmp/fikit-mps/pipe; fikit-run then sets CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY),
+else /tmp/nvidia-mps. That is the recommended setup: under MPS, FIKIT lets kernels that hold SMs
+briefly run beside a service and sends the rest to an SM partition instead of stopping them
+(docs/scheduling.md). fikit-run then also sets CUDA_MPS_CLIENT_PRIORITY from --priority: 0
+(normal) for priority 0, 1 (below normal) for 1-9, unless it is set already. With
+FIKIT_LOG_LEVEL=info it says which backend it found.
 
 Exit status: PROGRAM's own; 2 bad usage or unusable key file; 3 hook library not found;
 126 PROGRAM not executable; 127 PROGRAM not found.

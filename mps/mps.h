@@ -1,0 +1,60 @@
+#pragma once
+// NVIDIA MPS as FIKIT's tools see it (docs/scheduling.md, "MPS"): where a control daemon runs for
+// a program's clients, which client priority a FIKIT priority maps to, and a control daemon that
+// fikit-scheduler owns (started with its own pipe and log folders, always stopped with it), so one
+// service gives a user the recommended setup.
+#include <optional>
+#include <string>
+
+namespace fikit::mps {
+
+// Where fikit-scheduler --mps on runs its control daemon (DIR/pipe, DIR/log), and where fikit-run
+// looks for it: $FIKIT_MPS_DIR, else /tmp/fikit-mps.
+std::string default_directory();
+inline std::string pipe_dir_of(const std::string& dir) { return dir + "/pipe"; }
+inline std::string log_dir_of(const std::string& dir) { return dir + "/log"; }
+
+// Whether an MPS control daemon runs for `pipe_dir`: the process in its pid file
+// (nvidia-cuda-mps-control.pid) is alive; without one, its `control` socket or pipe answers.
+// Files left by a daemon that died do not count.
+bool daemon_running(const std::string& pipe_dir);
+
+// The control daemon a program started now would be a client of: its pipe folder is
+// $CUDA_MPS_PIPE_DIRECTORY when set (the user's choice, found or not); else FIKIT's (fikit-scheduler
+// --mps on) when one runs there, then NVIDIA's default /tmp/nvidia-mps. `fikit_owned`: it is
+// FIKIT's folder, whose variables the program must be given.
+struct Found {
+  std::string pipe_dir;
+  bool running = false;
+  bool fikit_owned = false;
+};
+Found find_daemon(const char* env_pipe_dir);
+
+// CUDA_MPS_CLIENT_PRIORITY for a FIKIT priority: 0 (normal) for priority 0, 1 (below normal) for
+// 1-9. nullopt when the user already set it (theirs is kept).
+std::optional<std::string> client_priority(int priority, const char* existing);
+
+// An MPS control daemon fikit-scheduler starts and always stops. Not copyable; stop() runs from the
+// destructor too.
+class OwnedDaemon {
+ public:
+  OwnedDaemon() = default;
+  OwnedDaemon(const OwnedDaemon&) = delete;
+  OwnedDaemon& operator=(const OwnedDaemon&) = delete;
+  ~OwnedDaemon() { stop(); }
+
+  // Starts `control` (nvidia-cuda-mps-control, found on PATH unless a path) with -d and the pipe
+  // and log folders under `dir` (made mode 700 if missing). A daemon already running there is used
+  // and left alone at exit (`*adopted`). False with `error` set when none could be started.
+  bool start(const std::string& dir, const std::string& control, bool* adopted, std::string& error);
+  // Asks the daemon it started to quit (echo quit | nvidia-cuda-mps-control), bounded in time.
+  void stop() noexcept;
+  bool owned() const { return owned_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_, control_;
+  bool owned_ = false;
+};
+
+}  // namespace fikit::mps
