@@ -123,7 +123,10 @@ class ShareMode final : public Mode {
     const uint8_t role = client.directive().role();
     if (!(role & protocol::kRoleHolder)) {
       client.stats().launched();
-      lane->window.launched(op.stream, prediction(op.id).dur_ns, client.directive().load().bound_ns);
+      // The bound is on work a returning holder would wait for: what runs on the partition leaves
+      // its SMs free, so it is not counted (else it would hold back the task's full-width launches).
+      if (op.rerouted_to == nullptr)
+        lane->window.launched(op.stream, prediction(op.id).dur_ns, client.directive().load().bound_ns);
       return;
     }
     if (!(role & protocol::kRoleGaps) || op.id == 0) return;

@@ -165,7 +165,9 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   // Under MPS: what may run beside an active holder, and what runs on the task's SM partition. The
   // client applies it in Fill, and in Run while the holder's bell says it is back.
   if (t.backend == Backend::Mps && d.state != State::Hold && above) {
-    d.short_hold_ns = u32(settings_.short_hold_ns);
+    // Below a busy task a returning one waits for whatever holds SMs when it comes: no more than
+    // the bound, as for the work in flight.
+    d.short_hold_ns = u32(busy_above ? std::min(settings_.short_hold_ns, settings_.run_bound_ns) : settings_.short_hold_ns);
     if (!busy_above) d.confine |= protocol::kConfineShortBeside;
     if (settings_.partition_pct != 0) {
       d.partition_pct = uint8_t(settings_.partition_pct);

@@ -60,7 +60,8 @@ struct Settings {
   uint64_t short_hold_ns = 1'000'000;          // launches holding SMs up to this may run beside an active holder
   // A task above busier than this (percent of its active time, busy_percent) keeps the GPU busy back
   // to back: every SM a job takes is one it loses (a CUDA graph service ran 2.8x slower at p50 beside
-  // 28 us GEMMs under MPS), so nothing runs beside it at full width, and long holds never do.
+  // 28 us GEMMs under MPS), so nothing runs beside it at full width, and long holds (below it: holds
+  // longer than run_bound_ns, what it may find in flight when it returns) never do.
   uint32_t mps_overlap_max_busy_pct = 80;
   // Share of the GPU's SMs (percent, 0: no partitions) on which a task below runs, instead of
   // waiting, what may not run at full width: everything while a task above is active, and long holds

@@ -288,6 +288,20 @@ TEST_F(PolicyTest, WithoutPartitionsNothingIsConfinedAndTheHolderGetsNone) {
   EXPECT_EQ(last[hp].partition_pct, 0);
 }
 
+TEST_F(PolicyTest, BelowABusyTaskALongHoldIsOneLongerThanTheBound) {
+  settings.short_hold_ns = us(1000);
+  Profile graph;
+  graph[k1] = kernel(us(900), 0, 0, 10);
+  profiles.table["graph"] = graph;
+  const uint32_t hp = reg(T0, "graph", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0, hp, k1, true);
+  // What it could find holding SMs when it returns: no more than the bound (200 us).
+  EXPECT_EQ(last[lp].short_hold_ns, us(200));
+  send(T0 + us(1001), hp, protocol::Goodbye{});
+  reg(T0 + us(1002), "hp", 1);   // the fixture's eager holder: holds up to short-hold run beside it
+  EXPECT_EQ(last[lp].short_hold_ns, us(1000));
+}
+
 TEST(BusyPercent, IsWhatRequestsDoOnTheGpuWhenTheRunsSayIt) {
   Profile eager;
   eager[1] = kernel(us(10), us(30));       // by its kernels 25 %...
