@@ -288,6 +288,9 @@ def parse_args(argv):
                    help="Poisson rate = LOAD / the HP's mean service time alone (measured first) [0.35]")
     g.add_argument("--calibrate-requests", type=int, default=100, help="HP requests that measure that time [100]")
     g.add_argument("--hp-requests", type=int, default=200, help="measured HP requests a window, PyTorch [200]")
+    g.add_argument("--window-s", type=float, default=0,
+                   help="Poisson pairs: size a window to about this many seconds at the pair's rate, within "
+                        "50..--hp-requests requests (0: always --hp-requests) [0]")
     g.add_argument("--synthetic-requests", type=int, default=500, help="the same, synthetic HP [500]")
     g.add_argument("--warmup", type=int, default=5, help="HP requests before every window's measured ones [5]")
     g.add_argument("--window-max-s", type=float, default=8,
@@ -358,6 +361,7 @@ def resolve_defaults(ap, a, real_gpu):
     try:
         for text in a.pairs.split(","):
             wl.parse_pair(text, a.arrival)
+            wl.pair_load(text, a.load)
         for name in a.lpo_lps.split(","):
             wl.LP(name, None)
         for name in a.overhead_hps.split(","):

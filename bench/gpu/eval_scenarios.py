@@ -91,8 +91,9 @@ def pairs(h):
     longest = 0.0
     for text in h.a.pairs.split(","):
         hp_name, lp_name, arrival = wl.parse_pair(text, h.a.arrival)
+        load = wl.pair_load(text, h.a.load)
         hp, lp = wl.HP(hp_name, h.paths), wl.LP(lp_name, h.paths)
-        label = "%s:%s@%s" % (hp.name, lp.name, arrival)
+        label = "%s:%s@%s" % (hp.name, lp.name, arrival) + ("=%g" % load if load != h.a.load else "")
         if not _admit(h, "pair", label, longest):
             continue
         started = time.monotonic()
@@ -110,7 +111,9 @@ def pairs(h):
             rate = h.step("calibrate %s" % hp.name, lambda: calibrate(h, hp))
             if rate is None:
                 continue
-            pr.update(load=h.a.load, rate_per_s=rate)
+            pr.update(load=load, rate_per_s=rate * load / h.a.load)
+            if h.a.window_s > 0 and hp.served:   # a slow or quiet service: windows of similar length
+                pr["requests"] = int(min(h.a.hp_requests, max(50, round(pr["rate_per_s"] * h.a.window_s))))
 
         def window(setup, rep):
             options = {"warmup": h.a.warmup, "arrival": arrival, "max_s": h.a.window_max_s}

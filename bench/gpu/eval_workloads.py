@@ -6,8 +6,9 @@ import os
 import sys
 
 HP_MODELS = ("resnet50", "mobilenet_v2", "bert-base", "fcn_resnet50", "vgg16")
-HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("synthetic",)
-LP_NAMES = ("resnet50-train", "vgg16-bs16", "gemm8192", "gemm2048", "synthetic-train")
+HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("lm-decode", "synthetic")
+LP_NAMES = ("resnet50-train", "transformer-train", "attn-train", "vgg16-bs16", "gemm8192", "gemm2048",
+            "synthetic-train")
 ARRIVALS = ("closed", "poisson")
 FOREVER_REQUESTS = 100_000_000     # "until stopped" for fikit-example-infer
 FOREVER_S = 100_000.0              # "until stopped" for fikit-example-train
@@ -43,6 +44,8 @@ class HP:
         self.served = name not in ("synthetic", "idle-hp")
 
     def serve_cmd(self):
+        if self.name == "lm-decode":   # token by token with a KV cache: CPU-bound, a sync per token
+            return self.paths.py("lm.py") + ["--serve"]
         model = self.name[:-len("-graph")] if self.name.endswith("-graph") else self.name
         cmd = self.paths.py("infer.py") + ["--model", model, "--batch", 1, "--serve"]
         return cmd + ["--cuda-graph"] if self.name.endswith("-graph") else cmd
@@ -70,6 +73,7 @@ class LP:
         self.key = "eval-lp-" + name
         self.served = name != "synthetic-train"
         self.counter, self.unit = {"resnet50-train": ("iterations", "it/s"),
+                                   "transformer-train": ("iterations", "it/s"), "attn-train": ("iterations", "it/s"),
                                    "vgg16-bs16": ("requests", "batches/s"),
                                    "gemm8192": ("gemms", "GEMM/s"), "gemm2048": ("gemms", "GEMM/s"),
                                    "synthetic-train": ("kernels", "kernels/s")}[name]
@@ -77,6 +81,10 @@ class LP:
     def serve_cmd(self, progress_ms):
         if self.name == "resnet50-train":
             cmd = self.paths.py("train.py") + ["--model", "resnet50", "--batch", 32]
+        elif self.name == "transformer-train":   # many short kernels: GEMMs of ~50-200 us, elementwise
+            cmd = self.paths.py("train.py") + ["--model", "transformer", "--batch", 16]
+        elif self.name == "attn-train":   # long holds: flash attention holding every SM for 1-3 ms
+            cmd = self.paths.py("train.py") + ["--model", "attention", "--batch", 4]
         elif self.name == "vgg16-bs16":
             cmd = self.paths.py("infer.py") + ["--model", "vgg16", "--batch", 16]
         else:
@@ -92,11 +100,28 @@ class LP:
                                                                          "--progress-ms", progress_ms]
 
 
+def pair_load(text, default_load):
+    """The Poisson load of a pair 'HP:LP@poisson=L' (L in (0, 1]), else default_load."""
+    _, _, arrival = text.partition("@")
+    _, eq, load = arrival.partition("=")
+    if not eq:
+        return default_load
+    try:
+        value = float(load)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 1:
+        raise ValueError("pair '%s': load '%s' is not a number in (0, 1]" % (text, load))
+    return value
+
+
 def parse_pair(text, default_arrival):
-    """'HP:LP[@closed|@poisson]', or 'synthetic[@...]' = synthetic:synthetic-train.
-    Returns (hp, lp, arrival); ValueError names what is wrong."""
+    """'HP:LP[@closed|@poisson[=LOAD]]', or 'synthetic[@...]' = synthetic:synthetic-train.
+    Returns (hp, lp, arrival); ValueError names what is wrong (the load: pair_load)."""
     body, _, arrival = text.partition("@")
-    arrival = arrival or default_arrival
+    arrival = arrival.partition("=")[0] or default_arrival
+    if "=" in text.partition("@")[2] and arrival != "poisson":
+        raise ValueError("pair '%s': only poisson arrivals take a load" % text)
     if arrival not in ARRIVALS:
         raise ValueError("pair '%s': arrival '%s' is not one of %s" % (text, arrival, ", ".join(ARRIVALS)))
     if body == "synthetic":
