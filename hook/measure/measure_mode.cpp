@@ -208,7 +208,8 @@ class MeasureMode final : public Mode {
         if (slot->launched) ++launched_in_run_;
         if (p == Timer::Poll::Ready) {
           ++timed_in_run_;
-          run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop});
+          run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop,
+                              slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph});
         } else if (slot->launched) {
           run = builder_.add_untimed(slot->sync_epoch);
         }

@@ -41,11 +41,13 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
   const uint64_t from = std::max(op.start_ns, covered_until_);
   if (op.end_ns > from) summary_.busy_ns += op.end_ns - from;
   covered_until_ = std::max(covered_until_, op.end_ns);
-  iter_start_ = std::min(iter_start_, op.start_ns);
-  iter_end_ = std::max(iter_end_, op.end_ns);
-  const uint64_t iter_from = std::max(op.start_ns, iter_covered_);
-  if (op.end_ns > iter_from) iter_busy_ += op.end_ns - iter_from;
-  iter_covered_ = std::max(iter_covered_, op.end_ns);
+  if (op.sm_work) {
+    iter_start_ = std::min(iter_start_, op.start_ns);
+    iter_end_ = std::max(iter_end_, op.end_ns);
+    const uint64_t iter_from = std::max(op.start_ns, iter_covered_);
+    if (op.end_ns > iter_from) iter_busy_ += op.end_ns - iter_from;
+    iter_covered_ = std::max(iter_covered_, op.end_ns);
+  }
   if (trace_.size() < profiledb::TraceOp::kMaxPerRun)
     trace_.push_back({op.kernel_id, op.stream, op.start_ns, op.end_ns});
 

@@ -18,6 +18,7 @@ struct TimedOp {
   uint64_t sync_epoch = 0;        // host synchronisations before its launch
   uint64_t start_ns = 0, end_ns = 0;
   bool after_drop = false;        // an op before it went unrecorded: the gap before it is unknown
+  bool sm_work = true;            // a kernel or a graph; copies and sets (copy engines) are not
 };
 
 struct Run {
@@ -52,8 +53,9 @@ class RunBuilder {
   std::vector<profiledb::TraceOp> trace_;
   profiledb::RunSummary summary_;
   uint64_t first_start_ = UINT64_MAX, last_end_ = 0, covered_until_ = 0;
-  // The iteration in progress: its first start, last end and busy time (union of its ops), and
-  // how many of the run's iterations had each busy share (percent).
+  // The iteration in progress: its first start, last end and busy time (union of its ops that run
+  // on SMs: a copy from pageable memory can span the host's own work), and how many of the run's
+  // iterations had each busy share (percent).
   uint64_t iter_start_ = UINT64_MAX, iter_end_ = 0, iter_busy_ = 0, iter_covered_ = 0;
   std::array<uint32_t, 101> iter_busy_pct_{};
   // The previous op, for the gap after it and for boundaries.

@@ -132,3 +132,21 @@ TEST(RunBuilder, RequestBusyShareIsTheMedianIterationsBusyTime) {
   ASSERT_TRUE(run.has_value());
   EXPECT_EQ(run->summary.request_busy_pct, 20);
 }
+
+// A token-by-token generation loop: each iteration uploads its token (a copy from pageable memory
+// whose measured span covers the host's staging, 1.3 ms on an H100) and runs 10 us of kernels in a
+// 100 us span. Its GPU is busy 10 % of what its SMs see, not the 100 % the copy would make it.
+TEST(RequestBusyShare, CopiesDoNotCountAsBusyNorStretchTheSpan) {
+  RunBuilder b(0);
+  for (uint64_t i = 0; i < 5; ++i) {
+    const uint64_t t = i * 10'000'000;
+    TimedOp copy{7, 1, i, t, t + 1'300'000};
+    copy.sm_work = false;
+    b.add(copy);
+    b.add({3, 1, i, t + 1'300'000, t + 1'305'000});
+    b.add({3, 1, i, t + 1'395'000, t + 1'400'000});
+  }
+  auto run = b.finish();
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->summary.request_busy_pct, 10);
+}
