@@ -36,6 +36,11 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
   two_gpus       a simulated machine with two devices, one daemon: the HP on device 0 and the LP on device 1
                  (CUDA_VISIBLE_DEVICES) are in separate domains: the LP never waits and never hears of the
                  HP; with both on device 1 the LP is throttled as in interference.
+  busy_rule      two services measured under Poisson arrivals (arrival waits are host time between
+                 requests): a graph-like one (one 800 us kernel filling the device a request) counts
+                 as busy, an eager one (50 x 5 us kernels with 20 us of host work before each) does not,
+                 and below the busy one an MPS job gets no short holds beside it and its long holds on
+                 the partition.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
 """
@@ -423,6 +428,44 @@ def two_gpus(env):
     return ok
 
 
+def busy_rule(env):
+    graph = ["--kernels", "1", "--kernel-us", "800", "--cpu-us", "0", "--blocks", "264", "--threads", "1024",
+             "--arrival", "poisson", "--rate", "300"]
+    eager = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--arrival", "poisson", "--rate", "100"]
+    ok = True
+    for key, flags in (("graph", graph), ("eager", eager)):
+        run(env, env.fikit("measure", key, 0) + [env.a.infer, "--requests", "100", "--warmup", "5"] + flags, "measure " + key)
+    run(env, env.fikit("measure", "job", 5) + [env.a.train, "--duration-s", "1", "--kernel-us", "50"], "measure job")
+    env.start_daemon()
+    busy = {}
+    for key, flags in (("graph", graph), ("eager", eager)):
+        job = Run(env, env.fikit("share", "job", 5) + [env.a.train, "--duration-s", "600", "--kernel-us", "50"],
+                  "job below " + key, mps_priority=1).start()
+        time.sleep(0.3)
+        try:
+            svc = Run(env, env.fikit("share", key, 0) + [env.a.infer, "--requests", "2000", "--warmup", "5"] + flags,
+                      key, mps_priority=0).start()
+            time.sleep(1.0)
+            status = env.status()
+            svc.finish(timeout=60, terminate=True)
+        finally:
+            job.finish(timeout=30, terminate=True)
+        tasks = {t["key"]: t for t in status["tasks"]}
+        busy[key] = tasks.get(key, {}).get("busy_percent", -1)
+        below = tasks.get("job", {})
+        if key == "graph":
+            ok &= check(below.get("confine", 0) & 2 and not below.get("confine", 0) & 4,
+                        f"below the busy service the job's long holds go to its partition and nothing runs "
+                        f"beside it (confine flags {below.get('confine')})")
+        else:
+            ok &= check(below.get("confine", 0) & 4 and not below.get("confine", 0) & 2,
+                        f"below the eager service short holds run beside it (confine flags {below.get('confine')})")
+    ok &= check(busy["graph"] >= 90, f"the graph-like service counts as busy: {busy['graph']} %")
+    ok &= check(0 <= busy["eager"] <= 50, f"the eager service does not: {busy['eager']} %")
+    env.stop_daemon()
+    return ok
+
+
 def fork_case(env):
     ok = True
     # Measure mode: before the fix the child's exit(0) drained its parent's measurement (1.7 s).
@@ -454,12 +497,12 @@ def fork_case(env):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus"])
+    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args()
-    sharing = CASES[args.case][3] if args.case in CASES else "timeslice"
+    sharing = CASES[args.case][3] if args.case in CASES else "mps" if args.case == "busy_rule" else "timeslice"
     with tempfile.TemporaryDirectory(prefix="fikit-e2e-") as work:
         env = Env(args, work, sharing)
         try:
@@ -471,6 +514,8 @@ def main():
                 ok = relearn(env)
             elif args.case == "two_gpus":
                 ok = two_gpus(env)
+            elif args.case == "busy_rule":
+                ok = busy_rule(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

@@ -414,7 +414,7 @@ TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
     EXPECT_NE(json->find("\"key\":\"visible-task\""), std::string::npos) << *json;
     // Nothing above it: the loose bound (run-bound-idle, 1 ms); no pauses seen, so none predicted.
     EXPECT_NE(json->find("\"bound_ns\":1000000,"), std::string::npos) << *json;
-    EXPECT_NE(json->find("\"predicted_pause_ns\":0}"), std::string::npos) << *json;
+    EXPECT_NE(json->find("\"predicted_pause_ns\":0,\"short_hold_ns\":0,\"partition_pct\":0,\"confine\":0}"), std::string::npos) << *json;
     auto bad = scheduler::control_request(path, "frobnicate", 1000, error);
     ASSERT_TRUE(bad);
     EXPECT_NE(bad->find("unknown command"), std::string::npos);
