@@ -1,27 +1,36 @@
 #!/usr/bin/env bash
-# README's main job: a high-priority inference-like service (fikit-example-infer) and a low-priority
-# training-like job (fikit-example-train) share one GPU, first uncoordinated, then under MPS with
-# client priorities, then under FIKIT; prints one comparison table. Runs on a real GPU when
-# `nvidia-smi -L` works, else on the simulated driver built with the tests.
+# README's main job: a high-priority inference-like service (fikit-example-infer) beside two
+# low-priority jobs (fikit-example-train), one whose kernels hold every SM for 1.5 ms and one of
+# short kernels, each uncoordinated, under MPS with client priorities and under FIKIT as set up by
+# default (on MPS); prints one comparison table. Runs on a real GPU when `nvidia-smi -L` works, else
+# on the simulated driver built with the tests.
 set -euo pipefail
 
 usage() {
   cat <<'EOF'
 Usage: scripts/demo.sh [--quick] [--prefix DIR] [--build DIR] [--help]
 
-Installs dependencies and builds (scripts/setup.sh, scripts/build.sh), then runs the example pair
-HP = fikit-example-infer (priority 0) and LP = fikit-example-train (priority 5) in five setups:
+Installs dependencies and builds (scripts/setup.sh, scripts/build.sh), then runs the service
+HP = fikit-example-infer (priority 0: 50 kernels of 5 us a request, 20 us of host work before each)
+beside two jobs, LP = fikit-example-train (priority 5):
+  long holds       1.5 ms kernels that fill every SM (the shape of cuBLAS's and cuDNN's persistent
+                   kernels): MPS with client priority cannot protect the service from them
+  short kernels    10 us kernels: MPS with client priority protects the service, and FIKIT must
+                   cost the job nothing
+each in four setups:
   alone            each program by itself
   default sharing  both at once, no FIKIT (the driver time-slices)
   MPS + client priority
                    both at once as MPS clients, the LP at CUDA_MPS_CLIENT_PRIORITY=1 (below
-                   normal). On a GPU: a private MPS control daemon, started for this run only and
+                   normal). On a GPU: a private MPS control daemon, started for these runs only and
                    always stopped (echo quit | nvidia-cuda-mps-control); skipped, saying so, when
                    nvidia-cuda-mps-control is not installed. On the simulator: a second simulated
                    device created with FIKIT_SIMGPU_MPS=1 (the simulator's MPS model)
-  FIKIT measure    each alone under the hook in measure mode (builds the profiles)
-  FIKIT share      both at once under fikit-run --mode share, with fikit-scheduler running
-and prints one table: HP request time p50/p99, LP kernels/s, and both relative to running alone.
+  FIKIT            as set up by default: fikit-scheduler --mps (its own MPS control daemon), both
+                   programs under fikit-run, each measured alone first (--mode measure); on the
+                   simulator, on its MPS device
+and prints one table (HP request time p50/p99, LP kernels/s, both relative to running alone) with
+FIKIT's gap fills, early stops and the job's launches beside the service and on its SM partition.
 One run each: a demonstration, not a measurement (bench/gpu/eval.py repeats and gives intervals).
 
 Options:
@@ -85,12 +94,14 @@ else
   echo "GPU: simulated (no GPU answered nvidia-smi -L), driver $sim_dir/libcuda.so.1, device $FIKIT_SIMGPU_NAME"
 fi
 
-# HP as in the project's first synthetic pair (docs/results.md): 50 kernels of 5 us, 20 us of host work before each,
-# 0.5 ms between requests. LP: 10 us kernels back to back, one synchronisation per 100.
+# The service: 50 kernels of 5 us, 20 us of host work before each, 0.5 ms between requests. The
+# jobs: 1.5 ms kernels of 264 blocks of 1024 threads (every SM of a 132-SM GPU, one wave), a
+# synchronisation every 10; 10 us kernels, a synchronisation every 100.
 if [ "$quick" = 1 ]; then hp_requests=300 lp_alone_s=1 measure_requests=50; else hp_requests=1000 lp_alone_s=3 measure_requests=200; fi
 hp_shape=(--warmup 10 --kernels 50 --kernel-us 5 --cpu-us 20 --think-us 500)
 hp_args=(--requests "$hp_requests" "${hp_shape[@]}")
-lp_args=(--kernel-us 10 --sync-every 100)
+long_args=(--kernel-us 1500 --sync-every 10 --blocks 264 --threads 1024)
+short_args=(--kernel-us 10 --sync-every 100)
 run_limit_s=120                  # no single run may hang the demo
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fikit-demo.XXXXXX")
@@ -140,36 +151,53 @@ pair() {
   lp_pid=""
 }
 
+# How MPS clients are made: on the simulator a second device, MPS-like; on a GPU a private control
+# daemon, started for the MPS rows and again by fikit-scheduler --mps for FIKIT's (each stopped after).
+mps_note=""
+sim_mps=()
+if [ -n "${FIKIT_SIMGPU_NAME:-}" ]; then
+  sim_mps=(env FIKIT_SIMGPU_NAME="$FIKIT_SIMGPU_NAME-mps" FIKIT_SIMGPU_MPS=1)
+elif ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+  mps_note="MPS + client priority and FIKIT on MPS: skipped (nvidia-cuda-mps-control not found)"
+fi
+
 echo "running: alone"
 run alone-hp "$bin/fikit-example-infer" "${hp_args[@]}"
-run alone-lp "$bin/fikit-example-train" "${lp_args[@]}" --duration-s "$lp_alone_s"
-echo "running: default sharing"
-pair default "$bin/fikit-example-infer" "${hp_args[@]}" :: "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
+run long-alone-lp "$bin/fikit-example-train" "${long_args[@]}" --duration-s "$lp_alone_s"
+run short-alone-lp "$bin/fikit-example-train" "${short_args[@]}" --duration-s "$lp_alone_s"
+for job in long short; do
+  args_name="${job}_args[@]"
+  echo "running: default sharing, $job job"
+  pair "$job-default" "$bin/fikit-example-infer" "${hp_args[@]}" :: "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+done
 
 # ---- MPS with client priorities: HP normal (0), LP below normal (1) ----
-mps_note=""
-if [ -n "${FIKIT_SIMGPU_NAME:-}" ]; then
-  echo "running: MPS + client priority (simulated MPS device $FIKIT_SIMGPU_NAME-mps)"
-  client=(env FIKIT_SIMGPU_NAME="$FIKIT_SIMGPU_NAME-mps" FIKIT_SIMGPU_MPS=1)
-  pair mps "${client[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
-    :: "${client[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
-elif command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+if [ ${#sim_mps[@]} -gt 0 ]; then
+  for job in long short; do
+    args_name="${job}_args[@]"
+    echo "running: MPS + client priority, $job job (simulated MPS device $FIKIT_SIMGPU_NAME-mps)"
+    pair "$job-mps" "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
+      :: "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+  done
+elif [ -z "$mps_note" ]; then
   mkdir -p "$work/mps-pipe" "$work/mps-log"
   mps_env=(CUDA_MPS_PIPE_DIRECTORY="$work/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$work/mps-log")
   echo "running: MPS + client priority (MPS control daemon with pipe folder $work/mps-pipe)"
   if env "${mps_env[@]}" nvidia-cuda-mps-control -d; then
-    pair mps env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
-      :: env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
+    for job in long short; do
+      args_name="${job}_args[@]"
+      pair "$job-mps" env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
+        :: env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+    done
   else
     echo "demo: nvidia-cuda-mps-control -d failed" >&2; failed=1
   fi
   mps_quit    # before anything else starts: a process started while it runs would be its client
 else
-  mps_note="MPS + client priority: skipped (nvidia-cuda-mps-control not found)"
   echo "$mps_note"
 fi
 
-# ---- FIKIT: needs the hook (found by fikit-run in ../lib) and the scheduler ----
+# ---- FIKIT as set up by default: fikit-scheduler --mps, both programs under fikit-run ----
 missing=()
 [ -x "$bin/fikit-run" ] || missing+=(fikit-run)
 [ -e "$prefix/lib/libfikit_hook.so" ] || missing+=(libfikit_hook.so)
@@ -177,25 +205,50 @@ missing=()
 fikit_note=""
 if [ ${#missing[@]} -gt 0 ]; then
   fikit_note="FIKIT: not built yet (missing ${missing[*]})"
+elif [ -n "$mps_note" ]; then
+  fikit_note="FIKIT: skipped (its default setup runs on MPS)"
 else
   db="$work/profiles.db"
   port=$(python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   fikit=("$bin/fikit-run" --db "$db" --scheduler "127.0.0.1:$port")
+  # On the simulator its MPS device, with the client priorities given here; on a GPU fikit-run finds
+  # the scheduler's MPS control daemon (FIKIT_MPS_DIR) and sets them itself.
+  hp_client=(env) lp_client=(env)
+  mps_flag=()
+  if [ ${#sim_mps[@]} -gt 0 ]; then
+    hp_client=("${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=0) lp_client=("${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=1)
+  else
+    export FIKIT_MPS_DIR="$work/fikit-mps"
+    mps_flag=(--mps "$FIKIT_MPS_DIR")
+  fi
   echo "running: FIKIT measure (each alone)"
-  run measure-hp "${fikit[@]}" --mode measure --task-key demo-hp --priority 0 -- \
+  run measure-hp "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp --priority 0 -- \
       "$bin/fikit-example-infer" --requests "$measure_requests" "${hp_shape[@]}"
-  run measure-lp "${fikit[@]}" --mode measure --task-key demo-lp --priority 5 -- \
-      "$bin/fikit-example-train" "${lp_args[@]}" --duration-s "$lp_alone_s"
-
-  echo "running: FIKIT share (fikit-scheduler on 127.0.0.1:$port)"
-  "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" >"$work/scheduler.log" 2>&1 &
+  for job in long short; do
+    args_name="${job}_args[@]"
+    run "$job-measure-lp" "${lp_client[@]}" "${fikit[@]}" --mode measure --task-key "demo-$job" --priority 5 -- \
+        "$bin/fikit-example-train" "${!args_name}" --duration-s "$lp_alone_s"
+  done
+  echo "running: FIKIT (fikit-scheduler on 127.0.0.1:$port${mps_flag[*]:+, --mps $FIKIT_MPS_DIR})"
+  "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" --control "$work/scheduler.sock" \
+    --bell "$work/bell" "${mps_flag[@]}" >"$work/scheduler.log" 2>&1 &
   scheduler_pid=$!
-  sleep 0.5
+  for _ in $(seq 100); do "$bin/fikit-scheduler" status --control "$work/scheduler.sock" >/dev/null 2>&1 && break; sleep 0.1; done
   if ! kill -0 "$scheduler_pid" 2>/dev/null; then
     echo "demo: fikit-scheduler exited at start:" >&2; tail -n 5 "$work/scheduler.log" >&2; failed=1
   else
-    pair fikit "${fikit[@]}" --mode share --task-key demo-hp --priority 0 -- "$bin/fikit-example-infer" "${hp_args[@]}" \
-      :: "${fikit[@]}" --mode share --task-key demo-lp --priority 5 -- "$bin/fikit-example-train" "${lp_args[@]}" --duration-s 600
+    for job in long short; do
+      args_name="${job}_args[@]"
+      "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-before.json" 2>/dev/null || true
+      pair "$job-fikit" "${hp_client[@]}" "${fikit[@]}" --mode share --task-key demo-hp --priority 0 -- \
+          "$bin/fikit-example-infer" "${hp_args[@]}" \
+        :: "${lp_client[@]}" FIKIT_SHARE_STATS="$work/$job-share-stats.json" "${fikit[@]}" --mode share \
+          --task-key "demo-$job" --priority 5 -- "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+      "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-after.json" 2>/dev/null || true
+    done
+    kill -TERM "$scheduler_pid" 2>/dev/null || true
+    wait "$scheduler_pid" 2>/dev/null || true
+    scheduler_pid=""
   fi
 fi
 
@@ -212,42 +265,48 @@ def load(name):
     except (OSError, ValueError, IndexError):
         return None
 
-alone_hp, alone_lp = load("alone-hp"), load("alone-lp")
-rows = [("alone", alone_hp, alone_lp), ("default sharing", load("default-hp"), load("default-lp")),
-        ("MPS + client priority", load("mps-hp"), load("mps-lp")),
-        ("FIKIT measure (alone)", load("measure-hp"), load("measure-lp")),
-        ("FIKIT share (HP 0, LP 5)", load("fikit-hp"), load("fikit-lp"))]
-
 def num(v, fmt):
     return "-" if v is None else fmt.format(v)
 
 def ratio(v, base):
     return None if v is None or not base else v / base
 
-header = ("setup", "HP p50 us", "HP p99 us", "LP kernels/s", "HP p99 vs alone", "LP thr vs alone")
-lines = []
-for setup, hp, lp in rows:
-    skipped = note if setup.startswith("FIKIT") else mps_note if setup.startswith("MPS") else ""
-    if hp is None and lp is None and skipped:
-        lines.append((setup, "-", "-", "-", "-", "-"))
-        continue
-    p50 = hp["jct_us"]["p50"] if hp else None
-    p99 = hp["jct_us"]["p99"] if hp else None
-    kps = lp["kernels_per_s"] if lp else None
-    base_p99 = alone_hp["jct_us"]["p99"] if alone_hp else None
-    base_kps = alone_lp["kernels_per_s"] if alone_lp else None
-    lines.append((setup, num(p50, "{:.0f}"), num(p99, "{:.0f}"), num(kps, "{:.0f}"),
-                  num(ratio(p99, base_p99), "{:.2f}x"), num(ratio(kps, base_kps), "{:.2f}x")))
+alone_hp = load("alone-hp")
+header = ("job", "setup", "HP p50 us", "HP p99 us", "LP kernels/s", "HP p99 vs alone", "LP thr vs alone")
+lines, notes = [], []
+for job, title in (("long", "long holds"), ("short", "short kernels")):
+    alone_lp = load(job + "-alone-lp")
+    for setup, hp, lp in (("alone", alone_hp, alone_lp), ("default sharing", load(job + "-default-hp"), load(job + "-default-lp")),
+                          ("MPS + client priority", load(job + "-mps-hp"), load(job + "-mps-lp")),
+                          ("FIKIT (on MPS)", load(job + "-fikit-hp"), load(job + "-fikit-lp"))):
+        p50 = hp["jct_us"]["p50"] if hp else None
+        p99 = hp["jct_us"]["p99"] if hp else None
+        kps = lp["kernels_per_s"] if lp else None
+        base_p99 = alone_hp["jct_us"]["p99"] if alone_hp else None
+        base_kps = alone_lp["kernels_per_s"] if alone_lp else None
+        lines.append((title if setup == "alone" else "", setup, num(p50, "{:.0f}"), num(p99, "{:.0f}"), num(kps, "{:.0f}"),
+                      num(ratio(p99, base_p99), "{:.2f}x"), num(ratio(kps, base_kps), "{:.2f}x")))
+    # What FIKIT did: the daemon's counters before and after the pair, and the job's share stats.
+    before, after, stats = load(job + "-status-before"), load(job + "-status-after"), load(job + "-share-stats")
+    if before and after:
+        c0, c1 = before.get("counters", {}), after.get("counters", {})
+        d = {k: c1.get(k, 0) - c0.get(k, 0) for k in ("fills", "early_stops", "gaps_predicted")}
+        notes.append("FIKIT, %s job: gap fills %d (of %d gaps predicted), early stops %d; of the job's launches %s ran "
+                     "beside the service and %s on its SM partition" % (
+                         title, d["fills"], d["gaps_predicted"], d["early_stops"],
+                         (stats or {}).get("overlap_launches", "?"), (stats or {}).get("partition_launches", "?")))
 
 widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
-fmt = "  ".join(("{:<%d}" if i == 0 else "{:>%d}") % w for i, w in enumerate(widths))
+fmt = "  ".join(("{:<%d}" if i < 2 else "{:>%d}") % w for i, w in enumerate(widths))
 print()
 print(fmt.format(*header))
 print("  ".join("-" * w for w in widths))
 for line in lines:
     print(fmt.format(*line))
-for text in (mps_note, note):
+for text in notes + [mps_note, note]:
     if text:
         print(text)
+print("Long holds: 1.5 ms kernels filling every SM; short kernels: 10 us. One run of each: a demonstration, "
+      "not a measurement (bench/gpu/eval.py repeats and gives intervals).")
 EOF
 exit "$failed"
