@@ -13,6 +13,7 @@ struct GreenFns {
   CUresult (*ctx_device)(CUdevice*) = nullptr;
   CUresult (*primary_retain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*primary_release)(CUdevice) = nullptr;
+  CUresult (*primary_state)(CUdevice, unsigned*, int*) = nullptr;
   CUresult (*device_resource)(CUdevice, CUdevResource*, CUdevResourceType) = nullptr;
   CUresult (*split)(CUdevResource*, unsigned*, const CUdevResource*, CUdevResource*, unsigned, unsigned) = nullptr;
   CUresult (*describe)(CUdevResourceDesc*, CUdevResource*, unsigned) = nullptr;
@@ -28,6 +29,7 @@ struct GreenFns {
     primary_retain = real_driver<decltype(primary_retain)>("cuDevicePrimaryCtxRetain");
     primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease_v2");
     if (primary_release == nullptr) primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease");
+    primary_state = real_driver<decltype(primary_state)>("cuDevicePrimaryCtxGetState");
     device_resource = real_driver<decltype(device_resource)>("cuDeviceGetDevResource");
     split = real_driver<decltype(split)>("cuDevSmResourceSplitByCount");
     describe = real_driver<decltype(describe)>("cuDevResourceGenerateDesc");
@@ -37,7 +39,7 @@ struct GreenFns {
     event_record = real_driver<decltype(event_record)>("cuEventRecord");
     stream_wait = real_driver<decltype(stream_wait)>("cuStreamWaitEvent");
     stream_sync = real_driver<decltype(stream_sync)>("cuStreamSynchronize");
-    return stream_sync && ctx_current && ctx_device && primary_retain && primary_release && device_resource && split &&
+    return stream_sync && primary_state && ctx_current && ctx_device && primary_retain && primary_release && device_resource && split &&
            describe && green_create && green_stream && event_create && event_record && stream_wait;
   }
 };
@@ -70,11 +72,15 @@ bool SmPartition::make(uint8_t pct) noexcept {
   CUresult r = f.ctx_current(&current);
   if (r != CUDA_SUCCESS || current == nullptr) return fail("no current context", r);
   if ((r = f.ctx_device(&dev)) != CUDA_SUCCESS) return fail("cuCtxGetDevice", r);
+  // Only the primary context's memory is the green context's too. Retained only while active (so
+  // never created here, and releasing the extra reference cannot destroy it: someone else holds it).
+  unsigned flags = 0;
+  int active = 0;
   CUcontext primary = nullptr;
-  if ((r = f.primary_retain(&primary, dev)) != CUDA_SUCCESS) return fail("cuDevicePrimaryCtxRetain", r);
-  f.primary_release(dev);
-  // Only the primary context's memory is the green context's too.
-  if (primary != current) return fail("the program uses a context of its own, not the device's primary context", CUDA_ERROR_INVALID_CONTEXT);
+  if ((r = f.primary_state(dev, &flags, &active)) != CUDA_SUCCESS) return fail("cuDevicePrimaryCtxGetState", r);
+  if (active && (r = f.primary_retain(&primary, dev)) == CUDA_SUCCESS) f.primary_release(dev);
+  if (!active || primary != current)
+    return fail("the program uses a context of its own, not the device's primary context", CUDA_ERROR_INVALID_CONTEXT);
   CUdevResource all{}, part{}, rest{};
   if ((r = f.device_resource(dev, &all, CU_DEV_RESOURCE_TYPE_SM)) != CUDA_SUCCESS) return fail("cuDeviceGetDevResource", r);
   const unsigned step = std::max({1u, all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment});
