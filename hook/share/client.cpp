@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "clock.h"
@@ -202,6 +203,20 @@ void Client::holder_returned(uint32_t generation, uint64_t at_ns) noexcept {
   stats_.reaction(last_go > at_ns ? last_go - at_ns : 0, probe ? probe(probe_context_) : 0);
 }
 
+void Client::silence_reason(char* out, size_t size) const noexcept {
+  const int32_t refusal = refusal_.load(std::memory_order_relaxed);
+  const uint32_t bad = bad_mac_.load(std::memory_order_relaxed);
+  if (refusal >= 0)
+    std::snprintf(out, size, "fikit-scheduler at %s:%u refused this task: %s", opts_.host, unsigned(opts_.port),
+                  protocol::to_string(protocol::RefusalReason(refusal)));
+  else if (bad != 0)
+    std::snprintf(out, size, "%u answer(s) from %s:%u did not %s (another key, or not fikit-scheduler on that port)", bad,
+                  opts_.host, unsigned(opts_.port), opts_.key ? "verify with the key file" : "come without a MAC");
+  else
+    std::snprintf(out, size, "no fikit-scheduler answered at %s:%u within %u ms", opts_.host, unsigned(opts_.port),
+                  opts_.daemon_timeout_ms);
+}
+
 void Client::set_disconnected(const char* why) noexcept {
   const bool was = connected_.exchange(false);
   cell_.wake_all();   // waiting launches pass through now
@@ -223,7 +238,8 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     const bool fresh = m.header.epoch != epoch_.load() || m.header.task != task_.load() || !connected();
     epoch_.store(m.header.epoch, std::memory_order_relaxed);
     task_.store(m.header.task, std::memory_order_relaxed);
-    lease_ns_.store(uint64_t(r->lease_ms) * kMs);
+    lease_ns_.store(std::min(uint64_t(r->lease_ms) * kMs, kMaxTrustedLeaseNs));
+    refusal_.store(-1, std::memory_order_relaxed);
     priority_.store(r->priority, std::memory_order_relaxed);
     min_gap_ns_.store(r->min_gap_ns, std::memory_order_relaxed);
     grant_latency_ns_.store(r->grant_latency_ns, std::memory_order_relaxed);
@@ -262,8 +278,10 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
       if (next_register_ns_ < now) schedule_register(now, 0);
     } else if (e->code == protocol::ErrorCode::TooManyTasks) {
       schedule_register(now, uint64_t(e->retry_after_ms) * kMs);
+      refusal_.store(int32_t(e->reason), std::memory_order_relaxed);
       if (backoff_ns_ == kFirstBackoffNs)   // the first refusal in a row
-        log(LogLevel::Warn, "share mode: the scheduler has too many tasks: running unscheduled, retrying");
+        log(LogLevel::Warn, "share mode: the scheduler refused this task (%s): running unscheduled, asking again in "
+            "%u s", protocol::to_string(e->reason), unsigned(e->retry_after_ms / 1000));
     }
     return;
   }
@@ -322,7 +340,10 @@ void Client::receiver_loop() noexcept {
       // With a key, only what the daemon authenticated counts (a process squatting on its port
       // cannot forge a directive); without one a MAC cannot be checked either.
       const bool mac = m.header.flags & protocol::kFlagMac;
-      if (opts_.key ? !mac || !protocol::verify(*opts_.key, datagram) : mac) continue;
+      if (opts_.key ? !mac || !protocol::verify(*opts_.key, datagram) : mac) {
+        bad_mac_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
       handle(m, monotonic_ns());
     }
   }

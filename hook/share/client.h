@@ -101,9 +101,15 @@ class Client {
   void holder_returned(uint32_t generation, uint64_t at_ns) noexcept;
 
   uint64_t notifications_dropped() const noexcept { return queue_.dropped(); }
+  // Why this client is not registered, for its log: the daemon refused it (and why), its answers
+  // did not verify with the key, or nothing answered.
+  void silence_reason(char* out, size_t size) const noexcept;
   uint64_t session() const noexcept { return session_; }
 
  private:
+  // A daemon may declare any lease; a client trusts at most this much of it (a process squatting on
+  // the daemon's port could otherwise keep it waiting for an hour on one answer).
+  static constexpr uint64_t kMaxTrustedLeaseNs = 10'000'000'000;
   static void send_queued(void* self, uint64_t kernel_id, uint64_t launched_ns, uint8_t flags) noexcept;
   void receiver_loop() noexcept;
   void handle(const protocol::Message& m, uint64_t now) noexcept;
@@ -148,6 +154,8 @@ class Client {
   std::atomic<uint32_t> unconfirmed_rings_{0};
   std::atomic<uint32_t> reacted_{0};             // the holder's last return measured
   std::atomic<uint64_t> last_go_ns_{0};
+  std::atomic<uint32_t> bad_mac_{0};             // datagrams from the daemon's address that did not verify
+  std::atomic<int32_t> refusal_{-1};             // the last refusal's reason (-1: none)
   // Receiver thread only.
   protocol::ReplayWindow window_;
   uint64_t next_register_ns_ = 0, backoff_ns_ = 0, next_grew_ns_ = 0;

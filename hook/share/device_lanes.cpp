@@ -194,9 +194,11 @@ Lane* DeviceLanes::slow_path(CUcontext ctx, bool* created, bool* answered) noexc
       lane_count_.store(lanes + 1, std::memory_order_release);
       if (created) *created = true;
       if (answered) *answered = ok;
-      if (!ok)
-        log(LogLevel::Warn, "share mode: no fikit-scheduler answered at %s:%u within %u ms: running unscheduled "
-            "until it does", cfg_.scheduler_host, unsigned(cfg_.scheduler_port), cfg_.daemon_timeout_ms);
+      if (!ok) {
+        char why[320];
+        client->silence_reason(why, sizeof why);
+        log(LogLevel::Warn, "share mode: %s: running unscheduled until it registers", why);
+      }
       else
         log(LogLevel::Info, "share mode: task '%s' on GPU %zu of this process, priority %u", cfg_.task_key,
             lanes + 1, unsigned(client->priority()));

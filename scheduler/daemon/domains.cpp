@@ -7,13 +7,35 @@
 namespace fikit::scheduler {
 
 policy::Policy* Domains::for_device(const protocol::DeviceUuid& device) {
-  for (Domain& d : domains_)
-    if (d.device == device) return d.policy.get();
-  if (domains_.size() >= kMaxDomains) return nullptr;
-  const uint32_t index = uint32_t(domains_.size()) + 1;
-  domains_.push_back({device, std::make_unique<policy::Policy>(settings_, profiles_, index * policy::Policy::kIdSpan,
-                                                                &bell_slots_)});
-  return domains_.back().policy.get();
+  Domain* free = nullptr;
+  for (Domain& d : domains_) {
+    if (d.policy && d.device == device) return d.policy.get();
+    if (!d.policy && free == nullptr) free = &d;
+  }
+  if (free == nullptr) {
+    if (domains_.size() >= kMaxDomains) return nullptr;
+    free = &domains_.emplace_back();
+  }
+  // Task IDs carry the slot's index; a task of the domain that had it before is unknown to every
+  // session now (they were forgotten with it), so an old ID names nobody.
+  const uint32_t index = uint32_t(free - domains_.data()) + 1;
+  free->device = device;
+  free->policy = std::make_unique<policy::Policy>(settings_, profiles_, index * policy::Policy::kIdSpan, &bell_slots_);
+  return free->policy.get();
+}
+
+void Domains::free_empty() {
+  for (Domain& d : domains_) {
+    if (!d.policy || d.policy->task_count() != 0) continue;
+    const policy::Counters& c = d.policy->counters();
+    freed_.registrations += c.registrations, freed_.capped_registrations += c.capped_registrations;
+    freed_.refused_registrations += c.refused_registrations, freed_.notifications += c.notifications;
+    freed_.wants += c.wants, freed_.directives += c.directives, freed_.gaps_predicted += c.gaps_predicted;
+    freed_.gaps_too_short += c.gaps_too_short, freed_.fills += c.fills, freed_.early_stops += c.early_stops;
+    freed_.lease_expiries += c.lease_expiries, freed_.measure_holds_ended += c.measure_holds_ended;
+    freed_.clamped_predictions += c.clamped_predictions;
+    d.policy.reset();
+  }
 }
 
 policy::Policy* Domains::for_task(uint32_t task) {
@@ -24,17 +46,20 @@ policy::Policy* Domains::for_task(uint32_t task) {
 
 uint64_t Domains::next_wake() const {
   uint64_t wake = policy::Policy::kNever;
-  for (const Domain& d : domains_) wake = std::min(wake, d.policy->next_wake());
+  each([&](const Domain& d) { wake = std::min(wake, d.policy->next_wake()); });
   return wake;
 }
 
 bool Domains::notifications_expected() const {
-  return std::any_of(domains_.begin(), domains_.end(), [](const Domain& d) { return d.policy->notifications_expected(); });
+  bool expected = false;
+  each([&](const Domain& d) { expected |= d.policy->notifications_expected(); });
+  return expected;
 }
 
 std::vector<uint32_t> Domains::take_dropped() {
   std::vector<uint32_t> all;
   for (Domain& d : domains_) {
+    if (!d.policy) continue;
     auto dropped = d.policy->take_dropped();
     all.insert(all.end(), dropped.begin(), dropped.end());
   }
@@ -43,7 +68,7 @@ std::vector<uint32_t> Domains::take_dropped() {
 
 void Domains::on_tick(uint64_t now, std::vector<policy::Action>& out) {
   for (Domain& d : domains_)
-    if (d.policy->next_wake() <= now) d.policy->on_tick(now, out);
+    if (d.policy && d.policy->next_wake() <= now) d.policy->on_tick(now, out);
 }
 
 std::string device_name(const protocol::DeviceUuid& u) {

@@ -24,6 +24,10 @@ class Domains {
 
   // The domain of `device`, created on first use; nullptr when kMaxDomains exist already.
   policy::Policy* for_device(const protocol::DeviceUuid& device);
+  // Frees the domains left without tasks (a GPU no client uses any more, or one a client made up):
+  // their slots serve other GPUs. Their counters are kept in freed_counters().
+  void free_empty();
+  const policy::Counters& freed_counters() const { return freed_; }
   // The domain a task ID belongs to (nullptr: none).
   policy::Policy* for_task(uint32_t task);
 
@@ -31,7 +35,12 @@ class Domains {
     protocol::DeviceUuid device;
     std::unique_ptr<policy::Policy> policy;
   };
-  const std::vector<Domain>& all() const { return domains_; }
+  // The domains in use (freed slots are skipped).
+  template <class F>
+  void each(F&& f) const {
+    for (const Domain& d : domains_)
+      if (d.policy) f(d);
+  }
 
   // Across domains.
   uint64_t next_wake() const;
@@ -43,7 +52,8 @@ class Domains {
   policy::Settings settings_;
   policy::ProfileSource& profiles_;
   policy::BellSlots bell_slots_{};
-  std::vector<Domain> domains_;   // index i: domain i + 1
+  std::vector<Domain> domains_;   // index i: domain i + 1; a null policy is a free slot
+  policy::Counters freed_;
 };
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (nvidia-smi's spelling); "none" for all zeros.

@@ -15,6 +15,7 @@
 #include "domains.h"
 #include "log_limiter.h"
 #include "metrics.h"
+#include "peer_uid.h"
 #include "sessions.h"
 
 namespace fikit::scheduler {
@@ -30,13 +31,16 @@ uint64_t monotonic_ns() {
 
 namespace {
 // Kinds of rate-limited log lines.
-enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend };
+enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota };
+// A refused registration is tried again no sooner than this (the client's backoff keeps to it).
+constexpr uint32_t kRefusedRetryMs = 10'000;
 }  // namespace
 
 struct Server::Impl {
   Impl(const ServerOptions& options, policy::ProfileSource& profiles)
       : opts(options), socket(io), timer(io), signals(io), domains(options.settings, profiles),
-        sessions(protocol::random_nonzero_u64()), limiter(5, 10'000'000'000ull), started(monotonic_ns()) {
+        sessions(protocol::random_nonzero_u64(), quotas_of(options)), limiter(5, 10'000'000'000ull),
+        started(monotonic_ns()) {
     boost::system::error_code ec;
     auto address = asio::ip::make_address(opts.host, ec);
     if (ec) throw std::runtime_error("cannot listen on '" + opts.host + "': not an IP address");
@@ -61,6 +65,14 @@ struct Server::Impl {
       metrics = std::make_unique<MetricsServer>(io, opts.metrics_host, opts.metrics_port,
                                                 [this] { return format_prometheus(make_snapshot()); });
   }
+
+  // With a key, some task slots are kept for clients that have it (unless set otherwise).
+  static Quotas quotas_of(const ServerOptions& o) {
+    Quotas q = o.quotas;
+    if (o.key && q.unauthenticated_tasks == 0) q.unauthenticated_tasks = policy::Policy::kMaxTasks - kKeyedReserve;
+    return q;
+  }
+  static constexpr size_t kKeyedReserve = 32;
 
   template <class... Args>
   void log_limited(int kind, spdlog::level::level_enum level, fmt::format_string<Args...> f, Args&&... args) {
@@ -141,17 +153,31 @@ struct Server::Impl {
   void register_task(uint64_t now, const protocol::Header& h, const protocol::Register& reg, bool authenticated,
                      const Reply& reply_to) {
     uint32_t existing = 0;
-    const Refusal refusal = sessions.check_register(h, reg.device, sender, authenticated, &existing);
+    // Who owns a new session: the local user of its socket, or its remote address (peer_uid.h).
+    std::string owner;
+    if (sessions.is_new(h.session)) owner = owner_of(local_udp_owner(sender, opts.proc_net), sender);
+    const Refusal refusal = sessions.check_register(h, reg.device, sender, authenticated, owner, &existing);
     if (refusal != Refusal::None) {
-      log_limited(kLogRefused, spdlog::level::warn, "dropped a register from {}: {}", sender.address().to_string(),
+      const uint16_t reason = refusal_reason(refusal);
+      if (reason == 0) {   // a spoof or a replay: dropped unanswered
+        log_limited(kLogRefused, spdlog::level::warn, "dropped a register from {}: {}", sender.address().to_string(),
+                    to_string(refusal));
+        return;
+      }
+      log_limited(kLogQuota, spdlog::level::warn, "refused a registration of '{}' (pid {}) from {}: {}",
+                  std::string(reg.key_view()), reg.pid, owner.empty() ? sender.address().to_string() : owner,
                   to_string(refusal));
+      actions.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, kRefusedRetryMs,
+                                            protocol::RefusalReason(reason)}});
       return;
     }
     policy::Policy* policy = domains.for_device(reg.device);
     if (policy == nullptr) {
-      log_limited(kLogRegistered, spdlog::level::warn, "refused a registration of pid {}: {} GPUs have tasks already",
-                  reg.pid, Domains::kMaxDomains);
-      actions.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 60'000}});
+      ++refused_gpus;
+      log_limited(kLogQuota, spdlog::level::warn, "refused a registration of '{}' (pid {}) on {}: the daemon schedules "
+                  "{} GPUs already", std::string(reg.key_view()), reg.pid, device_name(reg.device), Domains::kMaxDomains);
+      actions.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, kRefusedRetryMs,
+                                            protocol::RefusalReason::GpuLimit}});
       return;
     }
     policy::Registration r;
@@ -164,11 +190,12 @@ struct Server::Impl {
     r.authenticated = authenticated;
     const uint32_t task = policy->on_register(now, existing, r, actions);
     if (task == 0) {
-      log_limited(kLogRegistered, spdlog::level::warn, "refused a registration of '{}' (pid {}): too many tasks",
-                  r.key, r.pid);
+      log_limited(kLogQuota, spdlog::level::warn, "refused a registration of '{}' (pid {}): {} tasks on {} already",
+                  r.key, r.pid, policy::Policy::kMaxTasks, device_name(reg.device));
+      domains.free_empty();   // a GPU made up for this registration keeps no slot
       return;
     }
-    sessions.bind(h, reg.device, reply_to.to, authenticated, task);
+    sessions.bind(h, reg.device, reply_to.to, authenticated, owner, task);
     const auto& reply = std::get<protocol::Registered>(actions.front().body);
     log_limited(kLogRegistered, spdlog::level::info,
                 "task {} {}: key '{}', priority {}{}, pid {}, {}, {}, {}, {}", task,
@@ -247,6 +274,7 @@ struct Server::Impl {
     const auto dropped = domains.take_dropped();
     if (!dropped.empty()) {
       sessions.forget(dropped);
+      domains.free_empty();
       log_limited(kLogLeft, spdlog::level::info, "{} task(s) left (goodbye or lease expired)", dropped.size());
     }
     arm_timer();
@@ -292,8 +320,11 @@ struct Server::Impl {
     s.wrong_direction = wrong_direction;
     s.sessions = sessions.counters();
     const uint64_t now = monotonic_ns();
-    for (const Domains::Domain& d : domains.all())
+    domains.each([&](const Domains::Domain& d) {
       s.domains.push_back({device_name(d.device), d.policy->holder(), d.policy->counters(), d.policy->status(now)});
+    });
+    s.freed = domains.freed_counters();
+    s.refused_gpus = refused_gpus;
     return s;
   }
 
@@ -316,7 +347,7 @@ struct Server::Impl {
   std::vector<policy::Action> actions;
   uint64_t armed_for = policy::Policy::kNever;
   uint64_t sessionless_seq = 0;
-  uint64_t malformed = 0, bad_mac = 0, wrong_direction = 0;
+  uint64_t malformed = 0, bad_mac = 0, wrong_direction = 0, refused_gpus = 0;
   std::atomic<bool> running{false};
 };
 

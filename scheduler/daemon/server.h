@@ -10,6 +10,7 @@
 
 #include "auth.h"
 #include "policy.h"
+#include "sessions.h"
 #include "snapshot.h"
 
 namespace fikit::scheduler {
@@ -24,6 +25,8 @@ struct ServerOptions {
   uint16_t metrics_port = 0;          // 0 with a host: any free port (tests)
   policy::Settings settings;
   std::string mps;                    // for status: the MPS control daemon fikit-scheduler runs ("": none)
+  Quotas quotas;                      // per-user limits (sessions.h); unauthenticated_tasks set from the key
+  std::string proc_net = "/proc/net"; // where local senders' sockets are listed (peer_uid.h)
 };
 
 class Server {

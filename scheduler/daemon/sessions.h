@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -26,26 +28,50 @@ enum class Refusal : uint8_t {
   WrongAuth,        // an authenticated session's datagram without a valid MAC (or the reverse)
   Replayed,         // a sequence number seen before, or too old
   WrongTask,        // a task of another session
+  // A registration over a limit (answered with error "too many tasks" and the reason):
+  UserQuota,        // the local user's sessions hold tasks_per_user tasks already
+  SourceQuota,      // the remote address's sessions hold tasks_per_source tasks already
+  GpuQuota,         // the user's (or address's) tasks name gpus_per_user GPUs already
+  KeyedSlots,       // with a key: the slots left are reserved for sessions that authenticate
 };
 const char* to_string(Refusal r) noexcept;
 
 struct SessionCounters {
   uint64_t unknown_session = 0, stale_epoch = 0, wrong_address = 0, wrong_auth = 0, replayed = 0, wrong_task = 0;
   uint64_t total() const { return unknown_session + stale_epoch + wrong_address + wrong_auth + replayed + wrong_task; }
+  // Registrations refused over a limit (answered, not dropped: not in total()).
+  uint64_t user_quota = 0, source_quota = 0, gpu_quota = 0, keyed_slots = 0;
 };
+
+// How much one owner may hold (docs/security.md, "Per-user limits"). An owner is a local user (the
+// uid of the socket a loopback session sends from) or a remote address; 0: no limit.
+struct Quotas {
+  size_t tasks_per_user = 64;        // Policy::kMaxTasks is 256 a GPU
+  size_t tasks_per_source = 64;
+  size_t gpus_per_user = 16;         // the hook's lanes: 16 GPUs a process
+  size_t unauthenticated_tasks = 0;  // with a key: what sessions without it may hold in all
+};
+// Who owns a new session: "uid:N" for a local user, "addr:A" for a remote address, "" unknown (no
+// per-owner limit applies).
+std::string owner_of(const std::optional<uint32_t>& local_uid, const Endpoint& from);
+// The error reason a registration refusal is answered with (protocol::RefusalReason values).
+uint16_t refusal_reason(Refusal r) noexcept;
 
 class Sessions {
  public:
-  explicit Sessions(uint64_t epoch) : epoch_(epoch) {}
+  explicit Sessions(uint64_t epoch, Quotas quotas = {}) : epoch_(epoch), quotas_(quotas) {}
   uint64_t epoch() const { return epoch_; }
 
+  // Whether this datagram comes from a session not known yet (its owner is needed then).
+  bool is_new(uint64_t session) const { return sessions_.count(session) == 0; }
   // A register: None, with *existing = the task this session registered for that device before
-  // (0: none), or why it must be dropped. A new session is not recorded until bind().
+  // (0: none), or why it must be dropped (the spoofing checks) or refused (a limit of its owner:
+  // `owner` counts for a new session). A new session is not recorded until bind().
   Refusal check_register(const protocol::Header& h, const protocol::DeviceUuid& device, const Endpoint& from,
-                         bool authenticated, uint32_t* existing);
+                         bool authenticated, const std::string& owner, uint32_t* existing);
   // Records that the policy gave `task` to this session and device (idempotent).
   void bind(const protocol::Header& h, const protocol::DeviceUuid& device, const Endpoint& from, bool authenticated,
-            uint32_t task);
+            const std::string& owner, uint32_t task);
   // Any other client message.
   Refusal check(const protocol::Header& h, const Endpoint& from, bool authenticated);
 
@@ -56,11 +82,13 @@ class Sessions {
   void forget(const std::vector<uint32_t>& tasks);
 
   size_t size() const { return sessions_.size(); }
+  size_t tasks_of(const std::string& owner) const;
   const SessionCounters& counters() const { return counters_; }
 
  private:
   struct Session {
     Endpoint from;
+    std::string owner;
     bool authenticated = false;
     protocol::ReplayWindow window;      // the client's sequence numbers
     uint64_t next_seq = 1;              // the daemon's, to this session
@@ -68,7 +96,14 @@ class Sessions {
   };
   Refusal refuse(Refusal r);
 
+  // Accounting for the limits: tasks and (per GPU) tasks of each owner, unauthenticated tasks.
+  void count(const Session& s, const protocol::DeviceUuid& device, int delta);
+
   uint64_t epoch_;
+  Quotas quotas_;
+  std::map<std::string, size_t> tasks_by_owner_;
+  std::map<std::string, std::map<protocol::DeviceUuid, size_t>> gpus_by_owner_;
+  size_t unauthenticated_ = 0;
   std::unordered_map<uint64_t, Session> sessions_;
   std::unordered_map<uint32_t, uint64_t> session_of_;   // task -> session
   SessionCounters counters_;

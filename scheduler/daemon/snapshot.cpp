@@ -56,8 +56,10 @@ std::string counters_json(const policy::Counters& p) {
 
 policy::Counters DaemonSnapshot::totals() const {
   policy::Counters t;
-  for (const auto& d : domains) {
-    const policy::Counters& c = d.counters;
+  std::vector<const policy::Counters*> all{&freed};
+  for (const auto& d : domains) all.push_back(&d.counters);
+  for (const policy::Counters* counters : all) {
+    const policy::Counters& c = *counters;
     t.registrations += c.registrations, t.capped_registrations += c.capped_registrations;
     t.refused_registrations += c.refused_registrations, t.notifications += c.notifications;
     t.wants += c.wants, t.directives += c.directives, t.gaps_predicted += c.gaps_predicted;
@@ -94,11 +96,13 @@ std::string format_text(const DaemonSnapshot& s) {
   out += fmt::format("tasks {} on {} GPU(s); in all: gap fills {} (gaps predicted {}, too short {}), early stops {}, "
                      "directives sent {}\n", s.task_count(), s.domains.size(), p.fills, p.gaps_predicted,
                      p.gaps_too_short, p.early_stops, p.directives);
-  out += fmt::format("notifications {}, wants {}, registrations {} (capped {}, refused {}), lease expiries {}, "
-                     "measure holds ended {}, clamped predictions {}\n",
-                     p.notifications, p.wants, p.registrations, p.capped_registrations, p.refused_registrations,
-                     p.lease_expiries, p.measure_holds_ended, p.clamped_predictions);
   const auto& c = s.sessions;
+  out += fmt::format("notifications {}, wants {}, registrations {} (capped {}, refused: {} at a GPU's task limit, "
+                     "{} at a user's, {} at an address's, {} at the GPU limit of a user, {} for the key's reserve, {} "
+                     "with every GPU slot taken), lease expiries {}, measure holds ended {}, clamped predictions {}\n",
+                     p.notifications, p.wants, p.registrations, p.capped_registrations, p.refused_registrations,
+                     c.user_quota, c.source_quota, c.gpu_quota, c.keyed_slots, s.refused_gpus, p.lease_expiries,
+                     p.measure_holds_ended, p.clamped_predictions);
   out += fmt::format("dropped datagrams {}: malformed {}, bad MAC {}, wrong direction {}, unknown session {}, "
                      "stale epoch {}, wrong address {}, wrong auth {}, replayed {}, wrong task {}\n",
                      s.malformed + s.bad_mac + s.wrong_direction + c.total(), s.malformed, s.bad_mac,
@@ -137,10 +141,13 @@ std::string format_json(const DaemonSnapshot& s) {
   std::string out = fmt::format(
       "{{\"listen\":{},\"uptime_s\":{:.3f},\"epoch\":\"{:016x}\",\"keyed\":{},\"reserved_priorities\":{},\"mps\":{},"
       "\"counters\":{{{},\"malformed\":{},\"bad_mac\":{},\"wrong_direction\":{},\"unknown_session\":{},"
-      "\"stale_epoch\":{},\"wrong_address\":{},\"wrong_auth\":{},\"replayed\":{},\"wrong_task\":{}}},\"devices\":[",
+      "\"stale_epoch\":{},\"wrong_address\":{},\"wrong_auth\":{},\"replayed\":{},\"wrong_task\":{},"
+      "\"refused_user_quota\":{},\"refused_source_quota\":{},\"refused_gpu_quota\":{},\"refused_keyed_reserve\":{},"
+      "\"refused_gpu_slots\":{}}},\"devices\":[",
       json_string(s.listen), s.uptime_ns / 1e9, s.epoch, s.keyed ? "true" : "false", s.reserved_priorities,
       json_string(s.mps), counters_json(s.totals()), s.malformed, s.bad_mac, s.wrong_direction, c.unknown_session, c.stale_epoch,
-      c.wrong_address, c.wrong_auth, c.replayed, c.wrong_task);
+      c.wrong_address, c.wrong_auth, c.replayed, c.wrong_task, c.user_quota, c.source_quota, c.gpu_quota,
+      c.keyed_slots, s.refused_gpus);
   for (size_t i = 0; i < s.domains.size(); ++i) {
     const auto& d = s.domains[i];
     out += fmt::format("{}{{\"device\":{},\"holder\":{},\"tasks\":{},\"counters\":{{{}}}}}", i ? "," : "",

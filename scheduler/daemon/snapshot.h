@@ -28,9 +28,11 @@ struct DaemonSnapshot {
   uint64_t bad_mac = 0;               // a MAC that did not verify (or no key to verify it)
   uint64_t wrong_direction = 0;       // daemon-to-client messages sent to the daemon
   SessionCounters sessions;
+  uint64_t refused_gpus = 0;          // registrations refused: the daemon schedules kMaxDomains GPUs
   std::vector<DomainSnapshot> domains;
+  policy::Counters freed;             // the counters of domains freed since (no tasks left)
 
-  policy::Counters totals() const;    // every domain's counters added up
+  policy::Counters totals() const;    // every domain's counters added up, freed ones' too
   size_t task_count() const;
   // The task with this ID, in whichever domain (nullptr: none).
   const policy::TaskStatus* task(uint32_t id) const;

@@ -280,6 +280,18 @@ const char* to_string(State s) noexcept {
   return "?";
 }
 
+const char* to_string(RefusalReason r) noexcept {
+  switch (r) {
+    case RefusalReason::None: return "it schedules as many tasks as it can";
+    case RefusalReason::TaskLimit: return "it schedules as many tasks on this GPU as it can";
+    case RefusalReason::UserQuota: return "this user's programs hold as many tasks as a user may";
+    case RefusalReason::SourceQuota: return "this address's programs hold as many tasks as an address may";
+    case RefusalReason::GpuLimit: return "this user's programs use as many GPUs as a user may, or it schedules as many GPUs as it can";
+    case RefusalReason::KeyRequired: return "the tasks left are for programs with its key (FIKIT_KEY_FILE)";
+  }
+  return "?";
+}
+
 bool client_to_daemon(Type t) noexcept {
   switch (t) {
     case Type::Register: case Type::Notify: case Type::Idle: case Type::Want: case Type::Heartbeat:

@@ -158,6 +158,7 @@ enum class DecodeError : uint8_t { None, TooShort, TooLong, BadMagic, BadVersion
 const char* to_string(DecodeError e) noexcept;
 const char* to_string(Type t) noexcept;
 const char* to_string(State s) noexcept;
+const char* to_string(RefusalReason r) noexcept;   // what was refused and why, for the client's log
 
 // Whether a message type travels from client to daemon (the rest go the other way).
 bool client_to_daemon(Type t) noexcept;

@@ -16,6 +16,7 @@
 #include <map>
 #include <sstream>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "clock.h"
@@ -47,7 +48,8 @@ class Daemon {
  public:
   explicit Daemon(std::optional<protocol::Key> key = std::nullopt, std::string control = "", int reserved = 0,
                   std::string bell = "", bool metrics = false)
-      : server_(options(key, control, reserved, bell, metrics), profiles_), thread_([this] { server_.run(false); }) {}
+      : Daemon(options(key, control, reserved, bell, metrics)) {}
+  explicit Daemon(const scheduler::ServerOptions& o) : server_(o, profiles_), thread_([this] { server_.run(false); }) {}
   ~Daemon() { stop(); }
   void stop() {
     if (!thread_.joinable()) return;
@@ -106,6 +108,17 @@ class Peer {
   void send(const protocol::Body& body) { send_raw(datagram(body)); }
   void send_raw(const std::vector<uint8_t>& d) { ::send(fd_, d.data(), d.size(), 0); }
 
+  // The next message of any type within timeout.
+  std::optional<protocol::Message> next(int timeout_ms = 1000) {
+    std::vector<uint8_t> buf(protocol::kMaxDatagram + 1);
+    protocol::Message m;
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return std::nullopt;
+    const ssize_t n = recv(fd_, buf.data(), buf.size(), 0);
+    if (n <= 0 || protocol::decode(std::span<const uint8_t>(buf.data(), size_t(n)), m) != protocol::DecodeError::None)
+      return std::nullopt;
+    return m;
+  }
   // The next message of type T within timeout (others are skipped).
   template <class T>
   std::optional<protocol::Message> expect(int timeout_ms = 1000) {
@@ -150,6 +163,21 @@ class Peer {
     return std::nullopt;
   }
 
+  // The local port this peer sends from.
+  uint16_t local_port() const {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    return ntohs(a.sin_port);
+  }
+  // A session of its own from the same socket (what a flood of registrations looks like).
+  void new_session() {
+    session = protocol::random_nonzero_u64();
+    next_seq = 1;
+    task = 0;
+    epoch = 0;
+  }
+
   uint64_t session = 0, epoch = 0, next_seq = 1;
   uint32_t task = 0;
   bool last_mac = false;
@@ -173,6 +201,117 @@ TEST(Daemon, RegistrationBindsASessionAndAnswersWithItsDirective) {
   ASSERT_TRUE(hp.register_as("infer", 0));
   EXPECT_EQ(hp.task, first);
   EXPECT_EQ(d.snapshot().task_count(), 1u);
+}
+
+// A /proc/net folder whose udp table says which user owns which local port (the daemon reads it
+// at each new session, so it may be written after the peers' sockets exist).
+std::string proc_net_dir() {
+  const auto dir = std::filesystem::temp_directory_path() / ("fikit-procnet-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+void write_proc_net(const std::string& dir, const std::vector<std::pair<uint16_t, uint32_t>>& port_uid) {
+  std::ostringstream udp;
+  udp << "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+  int sl = 0;
+  for (auto [port, uid] : port_uid)
+    udp << "  " << sl++ << ": 0100007F:" << std::hex << std::uppercase << port << std::dec
+        << " 0100007F:BAB8 01 00000000:00000000 00:00000000 00000000  " << uid << "        0 1234 2 0 0\n";
+  std::ofstream(dir + "/udp") << udp.str();
+  std::ofstream(dir + "/udp6") << "  sl  local_address\n";
+}
+
+// What a registration got: the task (Registered) or the refusal's reason (Error), or neither.
+struct Answer {
+  bool registered = false;
+  std::optional<protocol::RefusalReason> refused;
+};
+Answer register_new_session(Peer& p, const char* key, const protocol::DeviceUuid& device = {}) {
+  p.new_session();
+  protocol::Register r;
+  r.priority = 3;
+  r.pid = 4242;
+  r.device = device;
+  protocol::set_key(r, key);
+  p.send(r);
+  Answer a;
+  // Directives for the socket's other sessions may come first (their roles change with each task).
+  const auto until = std::chrono::steady_clock::now() + 1s;
+  while (std::chrono::steady_clock::now() < until) {
+    auto m = p.next(1000);
+    if (!m || m->header.session != p.session) continue;
+    if (std::holds_alternative<protocol::Registered>(m->body)) {
+      a.registered = true;
+      p.task = m->header.task;
+      p.epoch = m->header.epoch;
+      return a;
+    }
+    if (const auto* e = std::get_if<protocol::Error>(&m->body)) {
+      a.refused = e->reason;
+      return a;
+    }
+  }
+  return a;
+}
+
+// Attack: one unprivileged socket registers session after session (256 of them took every task
+// before). Its user gets its share (64 tasks) and is refused the rest, with the reason; another
+// user's service and job still register.
+TEST(Daemon, AFloodOfRegistrationsFromOneUserLeavesOthersTheirShare) {
+  const std::string dir = proc_net_dir();
+  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+  o.proc_net = dir;
+  Daemon d(o);
+  Peer attack(d.port()), svc(d.port()), train(d.port());
+  write_proc_net(dir, {{attack.local_port(), 1000}, {svc.local_port(), 1001}, {train.local_port(), 1001}});
+  int registered = 0, refused = 0;
+  for (int i = 0; i < 100; ++i) {
+    const Answer a = register_new_session(attack, "squatter");
+    registered += a.registered;
+    refused += a.refused == protocol::RefusalReason::UserQuota;
+    if (!a.registered && a.refused != protocol::RefusalReason::UserQuota)
+      ADD_FAILURE() << "registration " << i << ": " << (a.refused ? int(*a.refused) : -1);
+  }
+  EXPECT_EQ(registered, 64);
+  EXPECT_EQ(refused, 36);
+  ASSERT_TRUE(svc.register_as("service", 0)) << "another user's service registers";
+  ASSERT_TRUE(train.register_as("job", 5));
+  const auto s = d.snapshot();
+  EXPECT_EQ(s.sessions.user_quota, 36u);
+  EXPECT_EQ(s.task_count(), 66u);
+  std::filesystem::remove_all(dir);
+}
+
+// Attack: registrations naming made-up GPU UUIDs took every scheduling domain, for good. Now a user's
+// tasks name at most 16 GPUs (refused beyond, with the reason), and a domain left without tasks is
+// freed.
+TEST(Daemon, MadeUpGpusAreLimitedAndTheirDomainsFreed) {
+  Daemon d;
+  Peer p(d.port());
+  std::vector<std::pair<uint64_t, uint32_t>> held;   // session, task
+  int registered = 0, refused = 0;
+  for (uint8_t i = 0; i < 20; ++i) {
+    const protocol::DeviceUuid gpu{0xee, i, 0x5a};
+    const Answer a = register_new_session(p, "random-gpu", gpu);
+    if (a.registered) held.emplace_back(p.session, p.task);
+    registered += a.registered;
+    refused += a.refused == protocol::RefusalReason::GpuLimit;
+  }
+  EXPECT_EQ(registered, 16);
+  EXPECT_EQ(refused, 4);
+  EXPECT_EQ(d.snapshot().domains.size(), 16u);
+  EXPECT_EQ(d.snapshot().sessions.gpu_quota, 4u);
+  for (auto [session, task] : held) {
+    p.session = session;
+    p.task = task;
+    p.send(protocol::Goodbye{});
+  }
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  while (d.snapshot().task_count() != 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(d.snapshot().domains.size(), 0u) << "domains without tasks are freed";
+  EXPECT_EQ(d.snapshot().totals().registrations, 16u) << "their counters are kept";
+  Peer real(d.port());
+  EXPECT_TRUE(real.register_as("real-gpu", 0, protocol::TaskMode::Share, 1000, protocol::DeviceUuid{0x01, 0x02}));
 }
 
 TEST(Daemon, TheHoldersActivityIsPushedToTheTasksBelow) {
@@ -561,6 +700,7 @@ class Squatter {
   }
   uint16_t port = 0;
   std::atomic<int> registers{0};
+  std::atomic<bool> mute{false};   // answers nothing from now on
 
  private:
   void loop() {
@@ -576,6 +716,7 @@ class Squatter {
       if (n <= 0 || protocol::decode(std::span<const uint8_t>(buf.data(), size_t(n)), m) != protocol::DecodeError::None)
         continue;
       if (std::holds_alternative<protocol::Register>(m.body)) ++registers;
+      if (mute) continue;
       protocol::Header h;
       h.session = m.header.session;
       h.epoch = 77;
@@ -718,6 +859,53 @@ TEST(ShareClient, WithAKeyASquattersDirectivesAreIgnored) {
   hook::share::Client c;
   EXPECT_FALSE(c.start(o, true));   // nothing it says is authenticated: no registration
   EXPECT_FALSE(c.connected());      // so launches pass through
+}
+
+// Attack: with the daemon down, something on its port answered once "registered, hold, lease one
+// hour" and then nothing: the job ran a kernel a second for 30 minutes. A client trusts at most 10 s
+// of a declared lease: silent for half of that, it runs unscheduled.
+TEST(ShareClient, ADeclaredLeaseOfAnHourIsTrustedForTenSecondsAtMost) {
+  Squatter squatter([] {
+    protocol::Registered r;
+    r.lease_ms = 3'600'000;
+    r.directive = hold_forever();
+    return protocol::Body{r};
+  });
+  hook::share::Client c;
+  ASSERT_TRUE(c.start(options(squatter.port, "victim", 5), true));
+  ASSERT_EQ(c.directive().state(), State::Hold);
+  squatter.mute = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(eventually([&] { return !c.connected(); }, 8000ms)) << "still trusting the squatter";
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 6s);   // 10 s / 2 + the 100 ms timeout, and the poll
+}
+
+// The client's log says what happened: a refusal and why, answers that do not verify, or silence.
+TEST(ShareClient, ItsLogSaysWhyItIsNotRegistered) {
+  char why[320];
+  {
+    Squatter refuses([] {
+      return protocol::Body{protocol::Error{protocol::ErrorCode::TooManyTasks, 1000, protocol::RefusalReason::UserQuota}};
+    });
+    hook::share::Client c;
+    EXPECT_FALSE(c.start(options(refuses.port, "one-too-many", 5), true));
+    c.silence_reason(why, sizeof why);
+    EXPECT_NE(std::string(why).find("refused this task: this user's programs hold as many tasks as a user may"),
+              std::string::npos) << why;
+  }
+  {
+    Squatter other_key([] { return protocol::Body{hold_forever()}; });
+    auto o = options(other_key.port, "victim", 5);
+    o.key = test_key(3);
+    hook::share::Client c;
+    EXPECT_FALSE(c.start(o, true));
+    c.silence_reason(why, sizeof why);
+    EXPECT_NE(std::string(why).find("did not verify with the key file"), std::string::npos) << why;
+  }
+  hook::share::Client c;
+  EXPECT_FALSE(c.start(options(1, "nobody-there", 5), true));
+  c.silence_reason(why, sizeof why);
+  EXPECT_NE(std::string(why).find("no fikit-scheduler answered at 127.0.0.1:1 within 100 ms"), std::string::npos) << why;
 }
 
 TEST(ShareClient, RegistrationsBackOffWhenRefused) {

@@ -29,22 +29,22 @@ protocol::DeviceUuid device(uint8_t n) {
 TEST(Sessions, ANewSessionBindsAtRegistrationAndKeepsItsTaskPerDevice) {
   Sessions s(kEpoch);
   uint32_t existing = 99;
-  EXPECT_EQ(s.check_register(header(1, 1), device(0), kA, false, &existing), Refusal::None);
+  EXPECT_EQ(s.check_register(header(1, 1), device(0), kA, false, "", &existing), Refusal::None);
   EXPECT_EQ(existing, 0u);
-  s.bind(header(1, 1), device(0), kA, false, 7);
-  EXPECT_EQ(s.check_register(header(1, 2), device(0), kA, false, &existing), Refusal::None);
+  s.bind(header(1, 1), device(0), kA, false, "", 7);
+  EXPECT_EQ(s.check_register(header(1, 2), device(0), kA, false, "", &existing), Refusal::None);
   EXPECT_EQ(existing, 7u);
-  EXPECT_EQ(s.check_register(header(1, 3), device(1), kA, false, &existing), Refusal::None);
+  EXPECT_EQ(s.check_register(header(1, 3), device(1), kA, false, "", &existing), Refusal::None);
   EXPECT_EQ(existing, 0u);   // another device: another task
-  s.bind(header(1, 3), device(1), kA, false, 8);
+  s.bind(header(1, 3), device(1), kA, false, "", 8);
   EXPECT_EQ(s.check(header(1, 4, 8), kA, false), Refusal::None);
   EXPECT_EQ(s.size(), 1u);
 }
 
 TEST(Sessions, EveryRuleIsCheckedAndCounted) {
   Sessions s(kEpoch);
-  s.bind(header(1, 1), device(0), kA, false, 7);
-  s.bind(header(2, 1), device(0), kB, true, 8);
+  s.bind(header(1, 1), device(0), kA, false, "", 7);
+  s.bind(header(2, 1), device(0), kB, true, "", 8);
   EXPECT_EQ(s.check(header(3, 5, 7), kA, false), Refusal::UnknownSession);
   EXPECT_EQ(s.check(header(1, 5, 7), kB, false), Refusal::WrongAddress);
   EXPECT_EQ(s.check(header(1, 5, 7), kA, true), Refusal::WrongAuth);
@@ -67,7 +67,7 @@ TEST(Sessions, EveryRuleIsCheckedAndCounted) {
 
 TEST(Sessions, AddressesCarryTheDaemonsIncreasingSequence) {
   Sessions s(kEpoch);
-  s.bind(header(1, 1), device(0), kA, true, 7);
+  s.bind(header(1, 1), device(0), kA, true, "", 7);
   Endpoint to;
   protocol::Header h;
   bool auth = false;
@@ -85,14 +85,78 @@ TEST(Sessions, AddressesCarryTheDaemonsIncreasingSequence) {
 
 TEST(Sessions, ForgettingTheLastTaskEndsTheSession) {
   Sessions s(kEpoch);
-  s.bind(header(1, 1), device(0), kA, false, 7);
-  s.bind(header(1, 2), device(1), kA, false, 8);
+  s.bind(header(1, 1), device(0), kA, false, "", 7);
+  s.bind(header(1, 2), device(1), kA, false, "", 8);
   s.forget({7});
   EXPECT_EQ(s.size(), 1u);
   EXPECT_EQ(s.check(header(1, 3, 7), kA, false), Refusal::WrongTask);
   s.forget({8});
   EXPECT_EQ(s.size(), 0u);
   EXPECT_EQ(s.check(header(1, 4, 8), kA, false), Refusal::UnknownSession);
+}
+
+// Per-owner limits: a user's sessions together, a remote address's, the GPUs they name, and the
+// slots kept for the key's holders. Refusals are counted by limit; a task that leaves frees its count.
+TEST(Sessions, AnOwnerCannotTakeMoreThanItsShare) {
+  Quotas q;
+  q.tasks_per_user = 3;
+  q.gpus_per_user = 2;
+  Sessions s(kEpoch, q);
+  uint32_t existing = 0;
+  const std::string user = owner_of(1000u, kA);
+  EXPECT_EQ(user, "uid:1000");
+  // Three sessions of one user (one socket could open them all): the fourth task is refused.
+  for (uint64_t session = 1; session <= 3; ++session) {
+    ASSERT_EQ(s.check_register(header(session, 1), device(0), kA, false, user, &existing), Refusal::None);
+    s.bind(header(session, 1), device(0), kA, false, user, uint32_t(session));
+  }
+  EXPECT_EQ(s.check_register(header(4, 1), device(0), kA, false, user, &existing), Refusal::UserQuota);
+  EXPECT_EQ(s.tasks_of(user), 3u);
+  // Another user is not affected; a registration again of a task held is not a new task.
+  EXPECT_EQ(s.check_register(header(5, 1), device(0), kB, false, owner_of(1001u, kB), &existing), Refusal::None);
+  EXPECT_EQ(s.check_register(header(1, 2), device(0), kA, false, "", &existing), Refusal::None);
+  EXPECT_EQ(existing, 1u);
+  s.forget({3});
+  EXPECT_EQ(s.check_register(header(4, 2), device(0), kA, false, user, &existing), Refusal::None);
+  EXPECT_EQ(s.counters().user_quota, 1u);
+}
+
+TEST(Sessions, AnOwnersTasksNameAtMostItsShareOfGpus) {
+  Quotas q;
+  q.gpus_per_user = 2;
+  Sessions s(kEpoch, q);
+  uint32_t existing = 0;
+  const std::string user = owner_of(1000u, kA);
+  for (uint8_t gpu = 0; gpu < 2; ++gpu) {
+    ASSERT_EQ(s.check_register(header(1, gpu + 1), device(gpu), kA, false, user, &existing), Refusal::None);
+    s.bind(header(1, gpu + 1), device(gpu), kA, false, user, 10u + gpu);
+  }
+  // A third GPU (a real one, or a UUID made up to take a scheduling domain): refused.
+  EXPECT_EQ(s.check_register(header(1, 3), device(7), kA, false, user, &existing), Refusal::GpuQuota);
+  EXPECT_EQ(s.check_register(header(2, 1), device(7), kA, false, user, &existing), Refusal::GpuQuota);
+  EXPECT_EQ(s.check_register(header(2, 2), device(1), kA, false, user, &existing), Refusal::None);
+  EXPECT_EQ(s.counters().gpu_quota, 2u);
+}
+
+TEST(Sessions, RemoteAddressesHaveTheirOwnShareAndTheKeysHoldersAReserve) {
+  Quotas q;
+  q.tasks_per_source = 1;
+  q.unauthenticated_tasks = 2;
+  Sessions s(kEpoch, q);
+  uint32_t existing = 0;
+  const Endpoint remote(boost::asio::ip::make_address("10.0.0.7"), 40003);
+  const std::string addr = owner_of(std::nullopt, remote);
+  EXPECT_EQ(addr, "addr:10.0.0.7");
+  EXPECT_EQ(owner_of(std::nullopt, kA), "") << "a local sender whose socket is not listed: no owner limit";
+  ASSERT_EQ(s.check_register(header(1, 1), device(0), remote, false, addr, &existing), Refusal::None);
+  s.bind(header(1, 1), device(0), remote, false, addr, 1);
+  EXPECT_EQ(s.check_register(header(2, 1), device(0), remote, false, addr, &existing), Refusal::SourceQuota);
+  s.bind(header(3, 1), device(0), kA, false, "", 2);
+  // Two unauthenticated tasks: the rest is for clients with the key.
+  EXPECT_EQ(s.check_register(header(4, 1), device(0), kB, false, "", &existing), Refusal::KeyedSlots);
+  EXPECT_EQ(s.check_register(header(4, 1), device(0), kB, true, "", &existing), Refusal::None);
+  EXPECT_EQ(refusal_reason(Refusal::KeyedSlots), uint16_t(protocol::RefusalReason::KeyRequired));
+  EXPECT_EQ(refusal_reason(Refusal::WrongAddress), 0u) << "spoofs are dropped, not answered";
 }
 
 }  // namespace
