@@ -41,6 +41,11 @@ class Domains {
     for (const Domain& d : domains_)
       if (d.policy) f(d);
   }
+  template <class F>
+  void each_policy(F&& f) {
+    for (Domain& d : domains_)
+      if (d.policy) f(*d.policy);
+  }
 
   // Across domains.
   uint64_t next_wake() const;

@@ -198,15 +198,21 @@ int main(int argc, char** argv) {
                              adopted ? "already running: left running at exit" : "started by fikit-scheduler");
     spdlog::info("MPS {}: fikit-run makes programs its clients", server.mps);
   }
-  fikit::scheduler::DbProfileSource profiles(opts.db_path);
+  // Profiles are read off the event loop; a read reaches the daemon through it (Server::profile_ready).
+  std::atomic<fikit::scheduler::Server*> ready_to{nullptr};
+  fikit::scheduler::AsyncProfiles profiles(opts.db_path, [&ready_to](const std::string& key, auto profile) {
+    if (auto* s = ready_to.load()) s->profile_ready(key, std::move(profile));
+  });
   try {
     fikit::scheduler::Server daemon(server, profiles);
+    ready_to = &daemon;
     spdlog::info("listening on {}:{} ({}), control socket {}, bell {}, profiles from {}", opts.listen_host,
                  daemon.port(), server.key ? "datagrams authenticated with " + opts.key_file : std::string("no key"),
                  server.control_path, server.bell_path.empty() ? "off" : server.bell_path, opts.db_path);
     if (daemon.metrics_port() != 0)
       spdlog::info("metrics at http://{}:{}/metrics", opts.metrics_host, daemon.metrics_port());
     daemon.run(/*handle_signals=*/true);
+    ready_to = nullptr;
     const auto s = daemon.snapshot();
     spdlog::info("stopped ({} malformed, {} bad MAC, {} refused by session datagrams dropped)", s.malformed,
                  s.bad_mac, s.sessions.total());

@@ -38,7 +38,7 @@ constexpr uint32_t kRefusedRetryMs = 10'000;
 
 struct Server::Impl {
   Impl(const ServerOptions& options, policy::ProfileSource& profiles)
-      : opts(options), socket(io), timer(io), signals(io), domains(options.settings, profiles),
+      : opts(options), socket(io), timer(io), signals(io), domains(settings_of(options), profiles),
         sessions(protocol::random_nonzero_u64(), quotas_of(options)), limiter(5, 10'000'000'000ull),
         started(monotonic_ns()) {
     boost::system::error_code ec;
@@ -66,6 +66,11 @@ struct Server::Impl {
                                                 [this] { return format_prometheus(make_snapshot()); });
   }
 
+  static policy::Settings settings_of(const ServerOptions& o) {
+    policy::Settings s = o.settings;
+    s.keyed = o.key.has_value();
+    return s;
+  }
   // With a key, some task slots are kept for clients that have it (unless set otherwise).
   static Quotas quotas_of(const ServerOptions& o) {
     Quotas q = o.quotas;
@@ -350,6 +355,17 @@ struct Server::Impl {
   uint64_t malformed = 0, bad_mac = 0, wrong_direction = 0, refused_gpus = 0;
   std::atomic<bool> running{false};
 };
+
+void Server::profile_ready(const std::string& key, std::shared_ptr<const policy::Profile> profile) {
+  Impl* impl = impl_.get();
+  boost::asio::post(impl->io, [impl, key, profile] {
+    impl->actions.clear();
+    const uint64_t now = monotonic_ns();
+    impl->domains.each_policy([&](policy::Policy& p) { p.update_profile(now, key, profile, impl->actions); });
+    impl->dispatch(Impl::Reply{});
+    impl->after_event();
+  });
+}
 
 Server::Server(const ServerOptions& options, policy::ProfileSource& profiles)
     : impl_(std::make_unique<Impl>(options, profiles)) {}

@@ -42,6 +42,8 @@ class Server {
   // Runs the event loop until stop() (from any thread) or SIGTERM/SIGINT when handle_signals.
   void run(bool handle_signals);
   void stop();
+  // A task's profile was read (any thread): the policy gets it on the event loop.
+  void profile_ready(const std::string& key, std::shared_ptr<const policy::Profile> profile);
   // The state as `fikit-scheduler status` shows it; thread-safe (runs on the loop, or directly
   // when the loop is not running).
   DaemonSnapshot snapshot();

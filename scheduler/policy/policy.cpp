@@ -75,15 +75,19 @@ bool Policy::measuring_hold(uint64_t now, const Task& t) const {
 }
 
 // Whether `above` keeps the tasks below it from running freely: it is active, or being measured.
-bool Policy::blocks(uint64_t now, const Task& above) const {
-  return above.mode == TaskMode::Share ? above.active : measuring_hold(now, above);
+bool Policy::blocks(uint64_t now, const Task& above, const Task& below) const {
+  if (above.mode == TaskMode::Share) return above.active;
+  // With a key, a task that did not authenticate holds only tasks that did not either: it cannot
+  // stop the key's holders by saying it measures.
+  if (settings_.keyed && !above.authenticated && below.authenticated) return false;
+  return measuring_hold(now, above);
 }
 
 // Fill by the holder's gaps is for tasks that nothing else above keeps back.
 bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   bool holder_blocks = false;
   for (const auto& [id, u] : tasks_) {
-    if (id == t.id || u.priority >= t.priority || !blocks(now, u)) continue;
+    if (id == t.id || u.priority >= t.priority || !blocks(now, u, t)) continue;
     if (id != holder_) return false;
     holder_blocks = true;
   }
@@ -112,7 +116,7 @@ Policy::TightSpan Policy::tight_span(const Task& u) const {
 bool Policy::relaxed_bound(uint64_t now, const Task& t) const {
   for (const auto& [id, u] : tasks_) {
     if (id == t.id || u.priority >= t.priority) continue;
-    if (blocks(now, u)) return false;
+    if (blocks(now, u, t)) return false;
     const TightSpan span = tight_span(u);
     if (now >= span.from && now < span.until) return false;
   }
@@ -123,7 +127,7 @@ uint64_t Policy::return_credit_until(uint64_t now, const Task& t) const {
   uint64_t until = kNever;
   for (const auto& [id, u] : tasks_) {
     if (id == t.id || u.priority >= t.priority) continue;
-    if (blocks(now, u) || predicted_pause(u) == 0) return 0;
+    if (blocks(now, u, t) || predicted_pause(u) == 0) return 0;
     until = std::min(until, tight_span(u).from);
   }
   return until != kNever && until > now ? until : 0;
@@ -134,7 +138,7 @@ uint64_t Policy::predicted_return(uint64_t now, const Task& t) const {
   for (const auto& [id, u] : tasks_) {
     if (id == t.id || u.priority >= t.priority) continue;
     const uint64_t pause = predicted_pause(u);
-    if (blocks(now, u) || pause == 0) return 0;
+    if (blocks(now, u, t) || pause == 0) return 0;
     back = std::min(back, u.inactive_since + pause);
   }
   return back != kNever && back > now ? back : 0;
@@ -150,7 +154,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
     below |= u.priority > t.priority;
     above |= u.priority < t.priority;
     wanted |= u.want && u.want->known;
-    if (u.priority < t.priority && blocks(now, u)) (u.mode == TaskMode::Measure ? hold : fill) = true;
+    if (u.priority < t.priority && blocks(now, u, t)) (u.mode == TaskMode::Measure ? hold : fill) = true;
     busy_above |= u.priority < t.priority && u.busy_pct > settings_.mps_overlap_max_busy_pct;
   }
   // A task being measured runs unscheduled (the measure mode asks nothing); lower ones depend on it.
@@ -294,6 +298,19 @@ void Policy::on_tick(uint64_t now, std::vector<Action>& out) {
     drop(id);
   }
   schedule(now, out);
+}
+
+void Policy::update_profile(uint64_t now, const std::string& key, std::shared_ptr<const Profile> profile,
+                            std::vector<Action>& out) {
+  if (!profile) return;
+  bool any = false;
+  for (auto& [id, t] : tasks_) {
+    if (t.key != key) continue;
+    t.profile = profile;
+    t.busy_pct = busy_percent(*profile);
+    any = true;
+  }
+  if (any) schedule(now, out);
 }
 
 void Policy::drop(uint32_t id) {

@@ -72,8 +72,10 @@ struct Settings {
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
   uint64_t holder_quiet_ns = 20'000'000;       // an active task silent this long counts as idle
   uint64_t measure_hold_max_ns = 120'000'000'000;  // a measuring task holds lower priorities at most this long
-  // With a key configured, tasks that registered without authenticating get at best this priority.
+  // With a key configured, tasks that registered without authenticating get at best this priority,
+  // and hold no authenticated task by measuring.
   int min_unauthenticated_priority = 0;
+  bool keyed = false;
   // Daemon only (not the policy): after a notification, while the holder notifies, poll the socket
   // this long before sleeping. A datagram that wakes a sleeping daemon costs the sender ~8 us on a
   // 2-core VM, ~3 us when the daemon is polling (docs/performance-scheduler.md). 0: always sleep.
@@ -152,6 +154,9 @@ class Policy {
   void on_message(uint64_t now, uint32_t task, const protocol::Body& body, std::vector<Action>& out);
   // Timers: leases, quiet tasks, measurement holds.
   void on_tick(uint64_t now, std::vector<Action>& out);
+  // A task's profile was read (again), after its registration: every task of that key gets it.
+  void update_profile(uint64_t now, const std::string& key, std::shared_ptr<const Profile> profile,
+                      std::vector<Action>& out);
   // The earliest time on_tick has something to do (kNever: nothing).
   uint64_t next_wake() const { return next_wake_; }
   // Tasks dropped since the last call (lease expired, goodbye): the daemon forgets their sessions.
@@ -227,7 +232,7 @@ class Policy {
   // Recomputes the holder, every task's directive, sends the changed ones, sets next_wake_.
   void schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns = 0, uint32_t always_to = 0);
   protocol::Directive directive_for(uint64_t now, const Task& t) const;
-  bool blocks(uint64_t now, const Task& above) const;
+  bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
   // Nothing above `t` is active, and each is outside its tight span: `t` may keep run_bound_idle_ns

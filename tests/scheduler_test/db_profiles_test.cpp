@@ -1,11 +1,17 @@
-// The daemon's profile source: what it reads from profiledb and what it warns about.
+// The daemon's profile source: what it reads from profiledb and what it warns about, and that no read
+// blocks the event loop (AsyncProfiles).
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <sqlite3.h>
+
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <sstream>
+#include <thread>
 
 #include "db_profiles.h"
 #include "profiledb.h"
@@ -39,6 +45,11 @@ class DbProfilesTest : public ::testing::Test {
     db.add_run(key, "prog", {.gpu_ops = 1, .ops_launched = launched, .ops_timed = timed}, {k}, {});
   }
   std::string log() const { return log_.str(); }
+  // DbProfileSource::read, for tests that do not care whether the database was locked.
+  static std::shared_ptr<const policy::Profile> load(DbProfileSource& source, const std::string& key, TaskMode mode) {
+    bool locked = false;
+    return source.read(key, mode, &locked);
+  }
 
   std::filesystem::path dir_;
   std::string path_;
@@ -48,13 +59,13 @@ class DbProfilesTest : public ::testing::Test {
 
 TEST_F(DbProfilesTest, ATaskThatComesToBeMeasuredIsNotWarnedAbout) {
   DbProfileSource source(path_);   // no database at all yet
-  EXPECT_TRUE(source.load("new", TaskMode::Measure)->empty());
+  EXPECT_TRUE(load(source, "new", TaskMode::Measure)->empty());
   EXPECT_EQ(log().find("warning"), std::string::npos) << log();
   EXPECT_NE(log().find("registers to be measured"), std::string::npos) << log();
   store("other", 10, 10);          // a database, without this task
-  EXPECT_TRUE(source.load("new", TaskMode::Measure)->empty());
+  EXPECT_TRUE(load(source, "new", TaskMode::Measure)->empty());
   EXPECT_EQ(log().find("warning"), std::string::npos) << log();
-  EXPECT_TRUE(source.load("new", TaskMode::Share)->empty());
+  EXPECT_TRUE(load(source, "new", TaskMode::Share)->empty());
   EXPECT_NE(log().find("warning"), std::string::npos) << "sharing without a profile is worth a warning";
 }
 
@@ -62,13 +73,51 @@ TEST_F(DbProfilesTest, LowCoverageIsWarnedAboutAndTheProfileStillLoads) {
   store("good", 1000, 995);
   store("poor", 1000, 700);
   DbProfileSource source(path_);
-  auto good = source.load("good", TaskMode::Share);
+  auto good = load(source, "good", TaskMode::Share);
   ASSERT_EQ(good->size(), 1u);
   EXPECT_EQ(good->at(7).gap_count, 1u);
   EXPECT_NE(log().find("99.5 % of its ops timed"), std::string::npos) << log();
   EXPECT_EQ(log().find("warning"), std::string::npos) << log();
-  EXPECT_EQ(source.load("poor", TaskMode::Share)->size(), 1u);
+  EXPECT_EQ(load(source, "poor", TaskMode::Share)->size(), 1u);
   EXPECT_NE(log().find("timed only 70.0 %"), std::string::npos) << log();
+}
+
+// Attack: registrations of unknown keys logged a line each (257 lines for 256). The lines of a kind
+// are rate-limited: 5 in 10 s, then one saying how many were held back.
+TEST_F(DbProfilesTest, WarningsAboutUnknownKeysAreRateLimited) {
+  store("other", 10, 10);
+  DbProfileSource source(path_);
+  for (int i = 0; i < 256; ++i) load(source, "unknown-" + std::to_string(i), TaskMode::Share);
+  size_t lines = 0;
+  for (size_t at = log().find("no profile for task"); at != std::string::npos; at = log().find("no profile for task", at + 1))
+    ++lines;
+  EXPECT_EQ(lines, 5u) << log();
+}
+
+// Attack: another connection held the profile database under an exclusive lock; each registration
+// blocked the daemon's event loop for the busy timeout (status took 3 s). The source answers at once
+// and reads in its own thread, again and again while the lock holds, and hands the profile in once
+// it could read it.
+TEST_F(DbProfilesTest, ALockedDatabaseDelaysTheProfileNeverTheCaller) {
+  store("svc", 10, 10);
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE;", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::promise<std::shared_ptr<const policy::Profile>> ready;
+  auto got = ready.get_future();
+  AsyncProfiles source(path_, [&](const std::string& key, std::shared_ptr<const policy::Profile> p) {
+    if (key == "svc") ready.set_value(p);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(source.load("svc", TaskMode::Share)->empty());   // nothing read yet: at once
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  EXPECT_EQ(got.wait_for(std::chrono::milliseconds(700)), std::future_status::timeout) << "read through a lock?";
+  EXPECT_NE(log().find("holds the database locked"), std::string::npos) << log();
+  ASSERT_EQ(sqlite3_exec(holder, "COMMIT;", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(holder);
+  ASSERT_EQ(got.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(got.get()->size(), 1u);
+  EXPECT_EQ(source.load("svc", TaskMode::Share)->size(), 1u) << "what was read answers the next load at once";
 }
 
 }  // namespace

@@ -593,6 +593,22 @@ TEST_F(PolicyTest, UnauthenticatedTasksAreCappedBelowTheReservedPriorities) {
   (void)outsider, (void)measurer;
 }
 
+// Attack: under a key, an unauthenticated registration at priority 1 in measure mode held every
+// keyed job below it (7 091 -> 1 kernel/s for two minutes, renewable). It holds only tasks that did
+// not authenticate either.
+TEST_F(PolicyTest, WithAKeyAnUnauthenticatedMeasurerHoldsOnlyTheUnauthenticated) {
+  settings.keyed = true;
+  settings.min_unauthenticated_priority = 1;
+  const uint32_t measurer = reg(T0, "squatter", 1, TaskMode::Measure, Backend::TimeSlice, false);
+  const uint32_t keyed_job = reg(T0, "job", 5), outsider = reg(T0, "other", 5, TaskMode::Share, Backend::TimeSlice, false);
+  EXPECT_EQ(state(keyed_job), State::Run);
+  EXPECT_EQ(state(outsider), State::Hold);
+  // An authenticated task being measured still holds everyone below it.
+  const uint32_t keyed_measurer = reg(T0, "new-service", 0, TaskMode::Measure);
+  EXPECT_EQ(state(keyed_job), State::Hold);
+  (void)measurer, (void)keyed_measurer;
+}
+
 TEST_F(PolicyTest, PredictionsOfUnprofiledKernelsAreCapped) {
   settings.max_predicted_ns = us(1000);
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
