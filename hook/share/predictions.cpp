@@ -47,10 +47,24 @@ size_t Predictions::load(const Config& cfg) noexcept { return load(cfg, estimato
 
 size_t Predictions::load(const Config& cfg, const policy::Estimators& estimators) noexcept {
   std::lock_guard guard(load_mutex_);
+  bool locked = false;
+  return read(cfg, estimators, kReadTimeoutMs, &locked);
+}
+
+bool Predictions::load_first(const Config& cfg, int busy_timeout_ms) noexcept {
+  std::lock_guard guard(load_mutex_);
+  bool locked = false;
+  read(cfg, estimators_, busy_timeout_ms, &locked);
+  return !locked;
+}
+
+size_t Predictions::read(const Config& cfg, const policy::Estimators& estimators, int busy_timeout_ms,
+                         bool* locked) noexcept {
   estimators_ = estimators;
+  *locked = false;
   size_t n = 0;
   try {
-    profiledb::Database db(cfg.db_path, profiledb::Database::Open::ReadOnly);
+    profiledb::Database db(cfg.db_path, profiledb::Database::Open::ReadOnly, busy_timeout_ms);
     for (const auto& k : db.kernels(cfg.task_key)) {
       // The daemon's rules (kernel_rules.h), with its estimators: both predict the same.
       const policy::KernelStats stats = policy::stats_of(k);
@@ -63,6 +77,19 @@ size_t Predictions::load(const Config& cfg, const policy::Estimators& estimators
       put(e);
       ++n;
     }
+  } catch (const profiledb::DbError& e) {
+    if (e.kind() == profiledb::DbError::Kind::Locked) {
+      *locked = true;
+      if (!warned_locked_)
+        log(LogLevel::Warn, "share mode: the profiles in %s are locked by another program (%s): running without "
+            "predictions until they can be read", cfg.db_path, e.what());
+      warned_locked_ = true;
+      return n;
+    }
+    if (!warned_missing_)
+      log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps "
+          "until share mode has timed them", cfg.task_key, cfg.db_path, e.what());
+    warned_missing_ = true;
   } catch (const std::exception& e) {
     if (!warned_missing_)
       log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps "

@@ -37,6 +37,10 @@ class Predictions {
   // is logged once and leaves the table as it was. Returns the kernels read.
   size_t load(const Config& cfg) noexcept;
   size_t load(const Config& cfg, const policy::Estimators& estimators) noexcept;
+  // The first read, on the program's first CUDA call: it waits at most `busy_timeout_ms` for a
+  // database another program holds locked; then false, and the caller reads again later (the
+  // program runs on without predictions meanwhile).
+  bool load_first(const Config& cfg, int busy_timeout_ms) noexcept;
   policy::Estimators estimators() noexcept;
   Kernel of(uint64_t kernel_id) const noexcept;
   size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
@@ -47,12 +51,16 @@ class Predictions {
     std::atomic<uint64_t> dur_ns{0}, dur_est_ns{0}, gap_ns{0}, hold_ns{0};
   };
   void put(const Kernel& k) noexcept;   // under load_mutex_
+  // Reads under load_mutex_; *locked: the database stayed locked past the busy timeout.
+  size_t read(const Config& cfg, const policy::Estimators& estimators, int busy_timeout_ms, bool* locked) noexcept;
 
   std::unique_ptr<Entry[]> table_;
   std::atomic<size_t> size_{0};
   std::mutex load_mutex_;               // load() only, never on the launch path
   policy::Estimators estimators_;       // under load_mutex_
-  bool warned_missing_ = false, warned_full_ = false;
+  bool warned_missing_ = false, warned_full_ = false, warned_locked_ = false;
+  // Reads off the launch path (a re-read after re-profiling, new estimators) may wait this long.
+  static constexpr int kReadTimeoutMs = 2000;
 };
 
 }  // namespace fikit::hook::share

@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <thread>
 
 #include "client.h"
 #include "clock.h"
@@ -19,6 +23,8 @@
 
 namespace fikit::hook {
 namespace {
+
+constexpr int kFirstReadTimeoutMs = 20;
 
 using share::Client;
 using share::Lane;
@@ -160,7 +166,34 @@ class ShareMode final : public Mode {
     lane->idle.store(true, std::memory_order_relaxed);   // the next launch starts activity again
   }
 
+  // The profile database was locked at start: read it again every kRetryMs in a thread of its own
+  // (bounded: a minute), then tell the daemon the profile grew (it reads its own copy).
+  void read_predictions_later() noexcept {
+    try {
+      retry_ = std::thread([this] {
+        for (int i = 0; i < kRetries && !stop_retry_.load(); ++i) {
+          std::unique_lock lock(retry_mutex_);
+          retry_wake_.wait_for(lock, std::chrono::milliseconds(kRetryMs), [this] { return stop_retry_.load(); });
+          if (stop_retry_.load()) return;
+          lock.unlock();
+          if (predictions_.load_first(cfg_, kFirstReadTimeoutMs)) {
+            log(LogLevel::Info, "share mode: profiles read (%zu kernels)", predictions_.size());
+            return;
+          }
+        }
+      });
+    } catch (...) {
+      // No thread: the program runs on without predictions, as it would with no profile.
+    }
+  }
+
   void shutdown() noexcept override {
+    {
+      std::lock_guard lock(retry_mutex_);
+      stop_retry_ = true;
+    }
+    retry_wake_.notify_all();
+    if (retry_.joinable() && owner_pid_ == getpid()) retry_.join();
     relearner_.stop();   // stores what it learned
     lanes_.each([this](Lane& l) {
       l.client.stop();
@@ -174,7 +207,13 @@ class ShareMode final : public Mode {
   static constexpr uint64_t kKeepAliveNs = 2'000'000;
   static constexpr uint64_t kSilenceNs = 10'000'000;
 
+  static constexpr int kRetryMs = 500, kRetries = 120;
   const Config& cfg_;
+  std::thread retry_;
+  std::mutex retry_mutex_;
+  std::condition_variable retry_wake_;
+  std::atomic<bool> stop_retry_{false};
+  const int owner_pid_ = int(getpid());
   mutable share::DeviceLanes lanes_;   // lookups from needs_id() may add a lane
   share::Predictions predictions_;
   share::Relearner relearner_;
@@ -185,9 +224,12 @@ class ShareMode final : public Mode {
 Mode* make_share_mode(const Config& cfg) noexcept {
   auto* mode = new (std::nothrow) ShareMode(cfg);
   if (mode == nullptr) return nullptr;
-  const size_t known = mode->predictions().load(cfg);
+  // On the program's first CUDA call: a database another program holds locked may delay it this
+  // much, not the busy timeout's seconds; it is read again in the background until it can be.
+  if (!mode->predictions().load_first(cfg, kFirstReadTimeoutMs)) mode->read_predictions_later();
   mode->relearner().start();
-  log(LogLevel::Info, "share mode: task '%s', %zu kernels with predicted durations", cfg.task_key, known);
+  log(LogLevel::Info, "share mode: task '%s', %zu kernels with predicted durations", cfg.task_key,
+      mode->predictions().size());
   // The current context's GPU registers now (bounded by the daemon timeout); others on first use.
   (void)mode->lanes().current();
   return mode;

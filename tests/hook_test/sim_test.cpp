@@ -1,9 +1,11 @@
 // The hook over the simulated driver: launch_probe (a plain driver-API program) run under
 // LD_PRELOAD, observed through FIKIT_TRACE_IDS and FIKIT_STATS.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -135,6 +137,27 @@ TEST(HookSim, ProgramWithoutCudaRunsUnchanged) {
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_EQ(r.out, "hello\n");
   EXPECT_EQ(r.err, "oops\n");
+}
+
+// Attack: another connection held the profile database under an exclusive lock; the hook in share
+// mode stalled the program's first CUDA call for the database's busy timeout (0.31 -> 5.34 s). It
+// waits 20 ms, runs on without predictions, says so, and reads them again in the background.
+TEST(HookSim, ALockedProfileDatabaseDelaysTheFirstCallAFewMillisecondsAtMost) {
+  const std::string db = temp_path("locked-db");
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "CREATE TABLE t(a); PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);",
+                         nullptr, nullptr, nullptr), SQLITE_OK);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = run("FIKIT_MODE=share FIKIT_TASK_KEY=locked FIKIT_DB=" + db + " FIKIT_SCHEDULER=127.0.0.1:1",
+                       FIKIT_PROBE_PATH);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  sqlite3_exec(holder, "COMMIT;", nullptr, nullptr, nullptr);
+  sqlite3_close(holder);
+  unlink(db.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(took, std::chrono::milliseconds(1500)) << "the busy timeout (5 s) stalled the program";
+  EXPECT_NE(r.err.find("locked by another program"), std::string::npos) << r.err;
 }
 
 }  // namespace
