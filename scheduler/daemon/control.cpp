@@ -33,8 +33,9 @@ std::string parent_of(const std::string& path) {
 // One connection: read one line (bounded in size and time), answer, close.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(local::socket socket, const ControlServer::Handler& handler)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), handler_(handler), in_(kMaxCommand) {}
+  Connection(local::socket socket, const ControlServer::Handler& handler, std::shared_ptr<void> slot)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), handler_(handler), in_(kMaxCommand),
+        slot_(std::move(slot)) {}
 
   void start() {
     auto self = shared_from_this();
@@ -62,6 +63,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const ControlServer::Handler& handler_;
   asio::streambuf in_;
   std::string out_;
+  std::shared_ptr<void> slot_;   // the listener's (AcceptLimiter): freed with the connection
 };
 
 }  // namespace
@@ -74,7 +76,7 @@ std::string default_control_path(uint16_t port) {
 }
 
 ControlServer::ControlServer(asio::io_context& io, const std::string& path, Handler handler)
-    : path_(path), handler_(std::move(handler)), acceptor_(io) {
+    : path_(path), handler_(std::move(handler)), acceptor_(io), limiter_(io.get_executor(), kMaxConnections) {
   if (path_.size() >= sizeof(sockaddr_un{}.sun_path))
     throw std::runtime_error("control socket path too long: " + path_);
   const std::string dir = parent_of(path_);
@@ -92,6 +94,7 @@ ControlServer::ControlServer(asio::io_context& io, const std::string& path, Hand
   umask(old);
   if (!ec) acceptor_.listen(16, ec);
   if (ec) throw std::runtime_error("cannot listen on the control socket " + path_ + ": " + ec.message());
+  limiter_.set_accept([this] { accept(); });
   accept();
 }
 
@@ -103,9 +106,8 @@ ControlServer::~ControlServer() {
 
 void ControlServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, local::socket socket) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) std::make_shared<Connection>(std::move(socket), handler_)->start();
-    accept();
+    auto slot = limiter_.after_accept(ec);
+    if (slot) std::make_shared<Connection>(std::move(socket), handler_, std::move(slot))->start();
   });
 }
 

@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "accept_limiter.h"
+
 namespace fikit::scheduler {
 
 // The default control socket of the daemon serving UDP `port`.
@@ -24,12 +26,14 @@ class ControlServer {
   ControlServer(boost::asio::io_context& io, const std::string& path, Handler handler);
   ~ControlServer();
   const std::string& path() const { return path_; }
+  static constexpr size_t kMaxConnections = 8;   // status requests at once; more wait in the backlog
 
  private:
   void accept();
   std::string path_;
   Handler handler_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  AcceptLimiter limiter_;
 };
 
 // Client side: sends `command`, returns the answer; nullopt with `error` set when no daemon answers.

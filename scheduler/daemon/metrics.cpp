@@ -41,12 +41,12 @@ void per_device(std::string& out, const DaemonSnapshot& s, const char* name, con
 // One HTTP request line and headers (bounded in size and time), then the answer, then close.
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(tcp::socket socket, const MetricsServer::Source& source)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), source_(source), in_(8192) {}
+  Connection(tcp::socket socket, const MetricsServer::Source& source, std::shared_ptr<void> slot)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), source_(source), in_(8192), slot_(std::move(slot)) {}
 
   void start() {
     auto self = shared_from_this();
-    timer_.expires_after(std::chrono::seconds(5));
+    timer_.expires_after(std::chrono::seconds(2));   // a scrape takes milliseconds
     timer_.async_wait([self](boost::system::error_code ec) {
       if (!ec) self->socket_.close();
     });
@@ -86,6 +86,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const MetricsServer::Source& source_;
   asio::streambuf in_;
   std::string out_;
+  std::shared_ptr<void> slot_;   // the listener's (AcceptLimiter): freed with the connection
 };
 
 }  // namespace
@@ -146,7 +147,7 @@ std::string format_prometheus(const DaemonSnapshot& s) {
 }
 
 MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port, Source source)
-    : source_(std::move(source)), acceptor_(io) {
+    : source_(std::move(source)), acceptor_(io), limiter_(io.get_executor(), kMaxConnections) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(host, ec);
   if (ec) throw std::runtime_error("metrics: '" + host + "' is not an IP address");
@@ -157,14 +158,14 @@ MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint
   if (!ec) acceptor_.listen(16, ec);
   if (ec) throw std::runtime_error(fmt::format("metrics: cannot listen on {}:{}: {}", host, port, ec.message()));
   port_ = acceptor_.local_endpoint().port();
+  limiter_.set_accept([this] { accept(); });
   accept();
 }
 
 void MetricsServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
-    if (ec == asio::error::operation_aborted) return;
-    if (!ec) std::make_shared<Connection>(std::move(socket), source_)->start();
-    accept();
+    auto slot = limiter_.after_accept(ec);
+    if (slot) std::make_shared<Connection>(std::move(socket), source_, std::move(slot))->start();
   });
 }
 

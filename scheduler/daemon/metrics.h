@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "accept_limiter.h"
 #include "snapshot.h"
 
 namespace fikit::scheduler {
@@ -21,11 +22,13 @@ class MetricsServer {
   // Listens on host:port (port 0: any; port() tells). Throws std::runtime_error when it cannot.
   MetricsServer(boost::asio::io_context& io, const std::string& host, uint16_t port, Source source);
   uint16_t port() const { return port_; }
+  static constexpr size_t kMaxConnections = 16;   // scrapers at once; more wait in the listen backlog
 
  private:
   void accept();
   Source source_;
   boost::asio::ip::tcp::acceptor acceptor_;
+  AcceptLimiter limiter_;
   uint16_t port_ = 0;
 };
 

@@ -26,6 +26,7 @@
 #include "launch_gate.h"
 #include "log.h"
 #include "server.h"
+#include "accept_limiter.h"
 
 namespace fikit {
 namespace {
@@ -959,3 +960,33 @@ void* real_driver_symbol(const char* name) noexcept {
   return it == fakes.end() ? nullptr : it->second;
 }
 }  // namespace fikit::hook
+
+namespace fikit {
+namespace {
+
+// The listeners' guard on its own: at most `max` connections, the next accept when one closes, and
+// after a failure for lack of descriptors a pause instead of an accept at once (which spun a core).
+TEST(AcceptLimiter, CapsConnectionsAndBacksOffWhenOutOfDescriptors) {
+  boost::asio::io_context io;
+  scheduler::AcceptLimiter limiter(io.get_executor(), 2);
+  int accepts = 0;
+  limiter.set_accept([&] { ++accepts; });
+  auto a = limiter.after_accept({});
+  ASSERT_TRUE(a) << "a connection gets a slot (a null one reads as none, and the connection would be dropped)";
+  EXPECT_EQ(accepts, 1);   // one open, room for another: accept again at once
+  auto b = limiter.after_accept({});
+  EXPECT_EQ(accepts, 1);   // two open: no accept until one closes
+  a.reset();
+  EXPECT_EQ(accepts, 2);
+  EXPECT_EQ(limiter.active(), 1u);
+  // EMFILE: the next accept waits kBackoff.
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(limiter.after_accept(boost::asio::error::no_descriptors), nullptr);
+  EXPECT_EQ(accepts, 2);
+  io.run_one();
+  EXPECT_EQ(accepts, 3);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, scheduler::AcceptLimiter::kBackoff);
+}
+
+}  // namespace
+}  // namespace fikit
