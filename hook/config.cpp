@@ -89,8 +89,12 @@ void read_scheduler(Config& cfg) noexcept {
         cfg.scheduler_port);
     return;
   }
-  std::memcpy(cfg.scheduler_host, value, host_len);
-  cfg.scheduler_host[host_len] = '\0';
+  // An IPv6 literal comes in brackets: [::1]:47800.
+  const bool bracketed = host_len > 2 && value[0] == '[' && value[host_len - 1] == ']';
+  const char* host = bracketed ? value + 1 : value;
+  const size_t len = bracketed ? host_len - 2 : host_len;
+  std::memcpy(cfg.scheduler_host, host, len);
+  cfg.scheduler_host[len] = '\0';
   cfg.scheduler_port = static_cast<uint16_t>(port);
 }
 

@@ -40,16 +40,27 @@ bool Client::start(const ClientOptions& opts, bool wait_registered) noexcept {
   mode_.store(opts.mode);
   owner_pid_ = int(getpid());
   session_ = protocol::random_nonzero_u64();
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(opts.port);
-  if (inet_pton(AF_INET, opts.host, &addr.sin_addr) != 1) {
-    log(LogLevel::Error, "share mode: scheduler address '%s' is not an IPv4 address: passthrough", opts.host);
+  // An IP address (fikit-run resolves names: the hook never waits for DNS inside a program).
+  sockaddr_storage addr{};
+  socklen_t addr_len = 0;
+  auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+  auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+  if (inet_pton(AF_INET, opts.host, &v4->sin_addr) == 1) {
+    v4->sin_family = AF_INET;
+    v4->sin_port = htons(opts.port);
+    addr_len = sizeof *v4;
+  } else if (inet_pton(AF_INET6, opts.host, &v6->sin6_addr) == 1) {
+    v6->sin6_family = AF_INET6;
+    v6->sin6_port = htons(opts.port);
+    addr_len = sizeof *v6;
+  } else {
+    log(LogLevel::Error, "share mode: scheduler address '%s' is not an IP address (fikit-run resolves names): "
+        "running unscheduled", opts.host);
     return false;
   }
   // A connected UDP socket: plain send()/recv(), and only the daemon's address gets through.
-  fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd_ < 0 || connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  fd_ = socket(addr.ss_family, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd_ < 0 || connect(fd_, reinterpret_cast<sockaddr*>(&addr), addr_len) != 0) {
     log(LogLevel::Error, "share mode: cannot open a UDP socket to %s:%u (%s): passthrough", opts.host,
         unsigned(opts.port), std::strerror(errno));
     if (fd_ >= 0) close(fd_);

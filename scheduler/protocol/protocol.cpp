@@ -346,6 +346,8 @@ DecodeError decode(std::span<const uint8_t> in, Message& out) noexcept {
   return decode_body(out.header.type, r, out.body);
 }
 
+bool valid_task_key(std::string_view key) noexcept { return valid_key(key.data(), key.size()); }
+
 void set_key(Register& r, std::string_view key) noexcept {
   r.key_length = static_cast<uint16_t>(key.size() < kMaxKeyLength ? key.size() : kMaxKeyLength);
   std::memcpy(r.key, key.data(), r.key_length);

@@ -173,6 +173,9 @@ size_t encode(Header header, const Body& body, std::span<uint8_t> out) noexcept;
 // be dropped.
 DecodeError decode(std::span<const uint8_t> in, Message& out) noexcept;
 
+// Whether `key` can be a task key on the wire: 1..kMaxKeyLength printable ASCII characters.
+bool valid_task_key(std::string_view key) noexcept;
+
 // Helper for filling key fields (truncating keys longer than kMaxKeyLength).
 void set_key(Register& r, std::string_view key) noexcept;
 

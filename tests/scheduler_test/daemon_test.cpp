@@ -881,6 +881,22 @@ TEST(ShareClient, ADeclaredLeaseOfAnHourIsTrustedForTenSecondsAtMost) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 6s);   // 10 s / 2 + the 100 ms timeout, and the poll
 }
 
+// A daemon listening on IPv6 loopback, and the hook's client reaching it by an IPv6 literal (fikit-run
+// passes [::1]:PORT as ::1); its owner is found in /proc/net/udp6.
+TEST(ShareClient, RegistersOverIpv6) {
+  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+  o.host = "::1";
+  Daemon d(o);
+  auto opts = options(d.port(), "over-v6", 3);
+  std::snprintf(opts.host, sizeof opts.host, "%s", "::1");
+  hook::share::Client c;
+  ASSERT_TRUE(c.start(opts, true));
+  EXPECT_TRUE(c.connected());
+  const auto s = d.snapshot();
+  EXPECT_EQ(s.task_count(), 1u);
+  c.stop();
+}
+
 // The client's log says what happened: a refusal and why, answers that do not verify, or silence.
 TEST(ShareClient, ItsLogSaysWhyItIsNotRegistered) {
   char why[320];

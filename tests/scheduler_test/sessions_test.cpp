@@ -161,3 +161,46 @@ TEST(Sessions, RemoteAddressesHaveTheirOwnShareAndTheKeysHoldersAReserve) {
 
 }  // namespace
 }  // namespace fikit::scheduler
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "peer_uid.h"
+
+namespace fikit::scheduler {
+namespace {
+
+// The local sender's user is the owner of the socket it sends from, over IPv4 and IPv6 loopback; a
+// remote sender has none.
+TEST(PeerUid, TheOwnerOfALoopbackSendersSocket) {
+  const int v4 = socket(AF_INET, SOCK_DGRAM, 0), v6 = socket(AF_INET6, SOCK_DGRAM, 0);
+  sockaddr_in a4{};
+  a4.sin_family = AF_INET;
+  a4.sin_port = htons(9);
+  inet_pton(AF_INET, "127.0.0.1", &a4.sin_addr);
+  ASSERT_EQ(connect(v4, reinterpret_cast<sockaddr*>(&a4), sizeof a4), 0);
+  sockaddr_in6 a6{};
+  a6.sin6_family = AF_INET6;
+  a6.sin6_port = htons(9);
+  inet_pton(AF_INET6, "::1", &a6.sin6_addr);
+  const bool have_v6 = connect(v6, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
+  sockaddr_storage local{};
+  socklen_t len = sizeof local;
+  getsockname(v4, reinterpret_cast<sockaddr*>(&local), &len);
+  const uint16_t port4 = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+  EXPECT_EQ(local_udp_owner(Endpoint(boost::asio::ip::make_address("127.0.0.1"), port4)), getuid());
+  if (have_v6) {
+    len = sizeof local;
+    getsockname(v6, reinterpret_cast<sockaddr*>(&local), &len);
+    const uint16_t port6 = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
+    EXPECT_EQ(local_udp_owner(Endpoint(boost::asio::ip::make_address("::1"), port6)), getuid());
+  }
+  EXPECT_FALSE(local_udp_owner(Endpoint(boost::asio::ip::make_address("10.1.2.3"), port4)));
+  close(v4);
+  close(v6);
+}
+
+}  // namespace
+}  // namespace fikit::scheduler

@@ -136,6 +136,9 @@ TEST_F(FikitRun, BadUsageExitsTwoWithOneLine) {
       {"--backend", "cuda", "/bin/true"},       {"--max-wait-ms", "0", "/bin/true"},
       {"--key-file", "/nonexistent/key", "/bin/true"}, {"--measure-sample", "0", "/bin/true"},
       {"--measure-sample", "1001", "/bin/true"},
+      // What the hook could not use: a key it cannot send, a host it cannot resolve.
+      {"--task-key", "\xc3\xa9-\xd0\xba\xd0\xbb\xd1\x8e\xd1\x87", "/bin/true"},
+      {"--scheduler", "no-such-host.invalid:47800", "/bin/true"},
   };
   for (const auto& args : bad) {
     const Result r = run_with_hook(args);
@@ -191,6 +194,26 @@ TEST_F(FikitRun, FlagsBecomeEnvironment) {
   EXPECT_EQ(vars["FIKIT_MEASURE_RUNS"], "7");
   EXPECT_EQ(vars["FIKIT_RUN_ITERATIONS"], "3");
   EXPECT_EQ(vars["FIKIT_MEASURE_SAMPLE"], "2");
+}
+
+// Attack 9: a task key the hook cannot send, or a scheduler it cannot resolve, were accepted (exit 0)
+// and the program ran unscheduled for its whole life. They are refused; names are resolved here and
+// the hook gets an address (IPv6 literals in brackets).
+TEST_F(FikitRun, TheHookGetsAnAddressAndAKeyItCanSend) {
+  Result r = run_with_hook({"--scheduler", "localhost:47801", "/usr/bin/env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string resolved = parse_env(r.out)["FIKIT_SCHEDULER"];
+  EXPECT_TRUE(resolved == "127.0.0.1:47801" || resolved == "[::1]:47801") << resolved;
+  r = run_with_hook({"--scheduler", "[::1]:47802", "/usr/bin/env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(parse_env(r.out)["FIKIT_SCHEDULER"], "[::1]:47802");
+  // Set in the environment instead of on the command line: checked alike.
+  r = run_with_hook({"/usr/bin/env"}, {"FIKIT_TASK_KEY=caf\xc3\xa9"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("printable ASCII"), std::string::npos) << r.err;
+  r = run_with_hook({"/usr/bin/env"}, {"FIKIT_SCHEDULER=no-such-host.invalid:47800"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot resolve the scheduler's host 'no-such-host.invalid'"), std::string::npos) << r.err;
 }
 
 TEST_F(FikitRun, KeyFileBackendAndMaxWaitBecomeEnvironment) {

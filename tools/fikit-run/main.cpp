@@ -1,6 +1,10 @@
 // fikit-run: puts libfikit_hook.so in front of LD_PRELOAD, passes the settings to the hook through
 // FIKIT_* environment variables, and replaces itself with the program (exec), so the program's
 // exit status, signals and process id are its own.
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -76,6 +80,33 @@ std::string prepend_preload(const std::string& hook, const char* existing) {
 
 void set_env(const char* name, const std::string& value) { setenv(name, value.c_str(), 1); }
 
+// The scheduler's address as the hook needs it: numeric (the hook never resolves names inside a
+// program). Empty with `error` set when the name does not resolve.
+std::string numeric_scheduler(const std::string& text, std::string* error) {
+  std::string host;
+  uint16_t port = 0;
+  if (!fikit::run::split_host_port(text, &host, &port)) {
+    *error = "the scheduler's address must be HOST:PORT, got '" + text + "'";
+    return {};
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    *error = "cannot resolve the scheduler's host '" + host + "': " + gai_strerror(rc);
+    return {};
+  }
+  char numeric[INET6_ADDRSTRLEN] = {};
+  const bool v6 = found->ai_family == AF_INET6;
+  const void* where = v6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(found->ai_addr)->sin6_addr)
+                         : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr);
+  inet_ntop(found->ai_family, where, numeric, sizeof numeric);
+  freeaddrinfo(found);
+  return (v6 ? "[" + std::string(numeric) + "]" : std::string(numeric)) + ":" + std::to_string(port);
+}
+
 // FIKIT_LOG_LEVEL info or debug: say what was chosen (as the hook does at those levels).
 bool log_info() {
   const char* level = std::getenv("FIKIT_LOG_LEVEL");
@@ -111,7 +142,23 @@ int main(int argc, char** argv) {
   set_env("FIKIT_PRIORITY", std::to_string(opts->priority));
   // Settings not given on the command line keep whatever the environment already says.
   if (opts->task_key) set_env("FIKIT_TASK_KEY", *opts->task_key);
-  if (opts->scheduler) set_env("FIKIT_SCHEDULER", *opts->scheduler);
+  // What the hook could not use is refused here, where it can still say so: a key it cannot send,
+  // a scheduler host it cannot reach (it would run the program unscheduled for its whole life).
+  if (const char* key = std::getenv("FIKIT_TASK_KEY"); key != nullptr && !fikit::protocol::valid_task_key(key)) {
+    std::fprintf(stderr, "fikit-run: the task key '%s' (FIKIT_TASK_KEY) is not 1 to 127 printable ASCII characters\n",
+                 key);
+    return kExitUsage;
+  }
+  const char* scheduler_env = std::getenv("FIKIT_SCHEDULER");
+  const std::string scheduler = opts->scheduler ? *opts->scheduler : scheduler_env ? scheduler_env : "";
+  if (!scheduler.empty()) {
+    const std::string numeric = numeric_scheduler(scheduler, &error);
+    if (numeric.empty()) {
+      std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
+      return kExitUsage;
+    }
+    set_env("FIKIT_SCHEDULER", numeric);
+  }
   if (opts->db) set_env("FIKIT_DB", *opts->db);
   if (opts->measure_runs) set_env("FIKIT_MEASURE_RUNS", *opts->measure_runs);
   if (opts->run_iterations) set_env("FIKIT_RUN_ITERATIONS", *opts->run_iterations);

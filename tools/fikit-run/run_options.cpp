@@ -1,5 +1,7 @@
 #include "run_options.h"
 
+#include "protocol.h"
+
 #include <cstdint>
 #include <cstdlib>
 
@@ -22,15 +24,29 @@ bool parse_uint(const std::string& text, uint64_t max, uint64_t* out) {
 }
 
 bool valid_host_port(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon > kMaxSchedulerHost) return false;
-  for (size_t i = 0; i < colon; ++i)
-    if (text[i] == ' ' || text[i] == '\t' || text[i] == ':') return false;
-  uint64_t port = 0;
-  return parse_uint(text.substr(colon + 1), 65535, &port) && port > 0;
+  std::string host;
+  uint16_t port = 0;
+  return split_host_port(text, &host, &port);
 }
 
 }  // namespace
+
+bool split_host_port(const std::string& text, std::string* host, uint16_t* port) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string h = text.substr(0, colon);
+  // An IPv6 literal in brackets: [::1]:47800.
+  const bool bracketed = h.size() > 2 && h.front() == '[' && h.back() == ']';
+  if (bracketed) h = h.substr(1, h.size() - 2);
+  if (h.empty() || h.size() > kMaxSchedulerHost) return false;
+  for (char c : h)
+    if (c == ' ' || c == '\t' || (c == ':' && !bracketed)) return false;
+  uint64_t value = 0;
+  if (!parse_uint(text.substr(colon + 1), 65535, &value) || value == 0) return false;
+  *host = h;
+  *port = uint16_t(value);
+  return true;
+}
 
 std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, std::string* error) {
   RunOptions opts;
@@ -89,13 +105,15 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
       opts.mode = value;
     } else if (name == "--scheduler") {
       if (!valid_host_port(value)) {
-        *error = "--scheduler must be HOST:PORT (port 1-65535), got '" + value + "'";
+        *error = "--scheduler must be HOST:PORT (port 1-65535; an IPv6 address in brackets: [::1]:47800), got '" +
+                 value + "'";
         return std::nullopt;
       }
       opts.scheduler = value;
     } else if (name == "--task-key") {
-      if (value.empty() || value.size() > kMaxTaskKey) {
-        *error = "--task-key must be 1 to " + std::to_string(kMaxTaskKey) + " characters";
+      if (!protocol::valid_task_key(value)) {
+        *error = "--task-key must be 1 to " + std::to_string(kMaxTaskKey) +
+                 " printable ASCII characters (letters, digits, punctuation, spaces), got '" + value + "'";
         return std::nullopt;
       }
       opts.task_key = value;

@@ -1,5 +1,6 @@
 #pragma once
 // fikit-run's command line: what to run and the FIKIT_* settings to hand to the hook.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,5 +20,7 @@ struct RunOptions {
 std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, std::string* error);
 
 std::string usage_text();
+// "HOST:PORT" or "[IPV6]:PORT" -> host (brackets removed), port 1..65535. False when malformed.
+bool split_host_port(const std::string& text, std::string* host, uint16_t* port);
 
 }  // namespace fikit::run
