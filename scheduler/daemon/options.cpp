@@ -198,10 +198,14 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
       error = "metrics: '" + value + "' is not HOST:PORT (or off)";
       return false;
     }
-    if (!is_loopback(opts.metrics_host)) {
-      error = "metrics: refusing " + opts.metrics_host + ": the endpoint is for this machine only (127.0.0.1 or ::1)";
+    return true;   // off loopback only with metrics-remote (check_options: the order of flags does not matter)
+  }
+  if (key == "metrics-remote") {
+    if (value != "on" && value != "off") {
+      error = "metrics-remote: '" + value + "' is not on or off";
       return false;
     }
+    opts.metrics_remote = value == "on";
     return true;
   }
   if (key == "db") { opts.db_path = value; return true; }
@@ -268,6 +272,11 @@ bool check_options(Options& opts, std::string& error) {
   if (!is_loopback(opts.listen_host) && opts.key_file.empty()) {
     error = "listen: refusing " + opts.listen_host +
             " without --key-file: anyone who can reach it could steer the GPU (docs/security.md)";
+    return false;
+  }
+  if (!opts.metrics_host.empty() && !is_loopback(opts.metrics_host) && !opts.metrics_remote) {
+    error = "metrics: refusing " + opts.metrics_host + ": the endpoint shows every task's key and priority to whoever "
+            "connects; --metrics-remote on serves it beyond this machine (docs/security.md)";
     return false;
   }
   if (opts.reserved_priorities > 0 && opts.key_file.empty()) {

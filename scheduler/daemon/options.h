@@ -20,6 +20,7 @@ struct Options {
   int reserved_priorities = -1;     // -1: 1 with a key, 0 without
   std::string metrics_host;         // empty: no metrics endpoint (the default)
   uint16_t metrics_port = 0;
+  bool metrics_remote = false;      // a non-loopback metrics address is allowed (an explicit choice)
   std::string mps_dir;              // empty: no MPS control daemon of its own (--mps off)
   std::string mps_control = "nvidia-cuda-mps-control";   // the program that starts and stops one
   policy::Settings policy;

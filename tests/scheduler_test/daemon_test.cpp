@@ -25,6 +25,7 @@
 #include "inflight_window.h"
 #include "launch_gate.h"
 #include "log.h"
+#include "options.h"
 #include "server.h"
 #include "accept_limiter.h"
 
@@ -979,6 +980,21 @@ void* real_driver_symbol(const char* name) noexcept {
 
 namespace fikit {
 namespace {
+
+// Metrics off loopback are an explicit choice (a cluster's scraper needs one): refused without
+// --metrics-remote on, whatever the order of the flags.
+TEST(Options, MetricsOffLoopbackNeedMetricsRemote) {
+  std::string error;
+  scheduler::Options o;
+  ASSERT_TRUE(scheduler::apply_setting(o, "metrics", "0.0.0.0:9400", error)) << error;
+  EXPECT_FALSE(scheduler::check_options(o, error));
+  EXPECT_NE(error.find("--metrics-remote on"), std::string::npos) << error;
+  scheduler::Options p;
+  ASSERT_TRUE(scheduler::apply_setting(p, "metrics-remote", "on", error));
+  ASSERT_TRUE(scheduler::apply_setting(p, "metrics", "0.0.0.0:9400", error));
+  EXPECT_TRUE(scheduler::check_options(p, error)) << error;
+  EXPECT_FALSE(scheduler::apply_setting(p, "metrics-remote", "yes", error));
+}
 
 // The listeners' guard on its own: at most `max` connections, the next accept when one closes, and
 // after a failure for lack of descriptors a pause instead of an accept at once (which spun a core).
