@@ -19,7 +19,6 @@ namespace {
 
 constexpr int kDriverVersion = 13000;
 constexpr char kDeviceName[] = "FIKIT simulated GPU";
-constexpr size_t kTotalMem = 141ull << 30;
 
 uint64_t env_u64(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);
@@ -48,6 +47,8 @@ CUresult init_once() {
   if (devices < 1 || devices > kMaxDevices) log_error("FIKIT_SIMGPU_DEVICES must be 1..%d: using 1", kMaxDevices);
   config.devices = devices < 1 || devices > kMaxDevices ? 1 : uint32_t(devices);
   config.sharing = env_u64("FIKIT_SIMGPU_MPS", 0) != 0 ? Sharing::Mps : Sharing::TimeSlice;
+  const uint64_t memory_mib = env_u64("FIKIT_SIMGPU_MEMORY_MIB", kDefaultMemory >> 20);
+  config.memory_bytes = (memory_mib == 0 ? kDefaultMemory >> 20 : memory_mib) << 20;
   // Like the real driver: a list of ordinals; it stops at the first entry that is not a device.
   g_settings.visible_count = 0;
   if (const char* v = std::getenv("CUDA_VISIBLE_DEVICES"); v != nullptr) {
@@ -179,7 +180,7 @@ CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  *bytes = kTotalMem;
+  *bytes = g_device != nullptr ? g_device->memory_total : kDefaultMemory;
   return CUDA_SUCCESS;
 }
 

@@ -167,33 +167,6 @@ CUresult instantiate(CUgraphExec* out, CUgraph graph) {
 
 extern "C" {
 
-// ---- memory ----------------------------------------------------------------------------------
-
-CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
-  if (!dptr || bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
-  if (!current_live()) return CUDA_ERROR_INVALID_CONTEXT;
-  void* p = std::aligned_alloc(256, (bytesize + 255) / 256 * 256);
-  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
-  register_allocation(p, bytesize);
-  *dptr = reinterpret_cast<CUdeviceptr>(p);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  if (dptr == 0) return CUDA_SUCCESS;
-  if (!unregister_allocation(dptr)) return CUDA_ERROR_INVALID_VALUE;
-  std::free(reinterpret_cast<void*>(dptr));
-  return CUDA_SUCCESS;
-}
-
-CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total) {
-  if (!free_bytes || !total) return CUDA_ERROR_INVALID_VALUE;
-  CUresult r = cuDeviceTotalMem_v2(total, 0);
-  *free_bytes = *total;
-  return r;
-}
-
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   return copy(reinterpret_cast<void*>(dst), src, n, Dir::HtoD, nullptr, true);
 }

@@ -30,8 +30,8 @@ namespace {
 constexpr uint64_t kWaitCapNs = 100'000;
 
 std::mutex g_alloc_mutex;
-std::map<uintptr_t, size_t>& allocations() {
-  static auto* m = new std::map<uintptr_t, size_t>();  // never destroyed: usable from atexit paths
+std::map<uintptr_t, Allocation>& allocations() {
+  static auto* m = new std::map<uintptr_t, Allocation>();  // never destroyed: usable from atexit paths
   return *m;
 }
 
@@ -220,14 +220,18 @@ uint64_t copy_duration_ns(size_t bytes) {
 
 uint64_t set_duration_ns(size_t bytes) { return 1000 + bytes / 500; }
 
-bool register_allocation(void* base, size_t bytes) {
+bool register_allocation(void* base, const Allocation& a) {
   std::lock_guard guard(g_alloc_mutex);
-  return allocations().emplace(reinterpret_cast<uintptr_t>(base), bytes).second;
+  return allocations().emplace(reinterpret_cast<uintptr_t>(base), a).second;
 }
 
-bool unregister_allocation(CUdeviceptr base) {
+bool unregister_allocation(CUdeviceptr base, Allocation* out) {
   std::lock_guard guard(g_alloc_mutex);
-  return allocations().erase(static_cast<uintptr_t>(base)) == 1;
+  auto it = allocations().find(static_cast<uintptr_t>(base));
+  if (it == allocations().end()) return false;
+  *out = it->second;
+  allocations().erase(it);
+  return true;
 }
 
 bool is_device_range(CUdeviceptr ptr, size_t bytes) {
@@ -237,7 +241,7 @@ bool is_device_range(CUdeviceptr ptr, size_t bytes) {
   if (it == m.begin()) return false;
   --it;
   const uintptr_t offset = static_cast<uintptr_t>(ptr) - it->first;
-  return offset <= it->second && bytes <= it->second - offset;
+  return offset <= it->second.bytes && bytes <= it->second.bytes - offset;
 }
 
 }  // namespace fikit::simgpu::driver

@@ -169,9 +169,17 @@ CUresult query(Context* ctx, uint64_t target);
 uint64_t copy_duration_ns(size_t bytes);
 uint64_t set_duration_ns(size_t bytes);
 
-// Device memory is host memory; these recognise the ranges cuMemAlloc handed out.
-bool register_allocation(void* base, size_t bytes);
-bool unregister_allocation(CUdeviceptr base);
+// Device memory is host memory; these recognise the ranges the allocation calls handed out, and
+// which context's device memory each one is charged to (api_memory.cpp).
+struct Allocation {
+  size_t bytes = 0;
+  int slot = -1;          // CtxSlot charged
+  uint32_t gen = 0;       // its generation then
+  bool mapped = false;    // host storage from mmap (else aligned_alloc)
+};
+bool register_allocation(void* base, const Allocation& a);
+// The allocation at `base` (which is forgotten); false when there is none.
+bool unregister_allocation(CUdeviceptr base, Allocation* out);
 bool is_device_range(CUdeviceptr ptr, size_t bytes);
 
 }  // namespace fikit::simgpu::driver

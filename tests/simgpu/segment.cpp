@@ -49,7 +49,7 @@ bool create_segment(const char* path, const SegmentConfig& config) {
   close(fd);
   if (dev) {
     ok = init_mutex(&dev->mutex);
-    init_state(*dev, config.switch_ns, now_ns(), config.devices, config.sharing);
+    init_state(*dev, config.switch_ns, now_ns(), config.devices, config.sharing, config.memory_bytes);
     munmap(dev, sizeof(DeviceState));
   } else {
     ok = false;

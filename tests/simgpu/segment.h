@@ -15,11 +15,13 @@ void segment_name(char* out, size_t size) noexcept;
 
 enum class OpenResult { Ok, SystemError, LayoutMismatch };
 
-// What a new segment is created with (FIKIT_SIMGPU_SWITCH_NS, _DEVICES, _MPS); fixed for its life.
+// What a new segment is created with (FIKIT_SIMGPU_SWITCH_NS, _DEVICES, _MPS, _MEMORY_MIB); fixed
+// for its life.
 struct SegmentConfig {
   uint64_t switch_ns = 2000;
   uint32_t devices = 1;
   Sharing sharing = Sharing::TimeSlice;
+  uint64_t memory_bytes = kDefaultMemory;
 };
 
 // Maps the segment, creating it race-free (built under a temporary name, then linked into place)

@@ -133,8 +133,10 @@ void advance_device(DeviceState& st, uint32_t device, uint64_t now) {
 
 }  // namespace
 
-void init_state(DeviceState& st, uint64_t switch_ns, uint64_t now_ns, uint32_t device_count, Sharing sharing) {
+void init_state(DeviceState& st, uint64_t switch_ns, uint64_t now_ns, uint32_t device_count, Sharing sharing,
+                uint64_t memory_total) {
   st.version = kLayoutVersion;
+  st.memory_total = memory_total;
   st.slot_size = sizeof(CtxSlot);
   st.switch_ns = switch_ns;
   st.device_count = std::clamp<uint32_t>(device_count, 1, kMaxDevices);
@@ -165,6 +167,7 @@ int claim_slot(DeviceState& st, int32_t pid, uint32_t local_id, uint64_t now_ns,
     s.head = s.tail = 0;
     s.last_end_ns = now_ns;
     s.stats = CtxStats{};
+    s.memory_used = 0;
     for (EventSlot& e : s.events) e = EventSlot{UINT64_MAX, 0};
     s.state = SlotState::Live;
     return i;
@@ -175,9 +178,29 @@ int claim_slot(DeviceState& st, int32_t pid, uint32_t local_id, uint64_t now_ns,
 void release_slot(DeviceState& st, int slot) {
   if (slot < 0 || slot >= kMaxContexts) return;
   CtxSlot& s = st.ctx[slot];
+  if (s.device < kMaxDevices) st.dev[s.device].memory_used -= std::min(s.memory_used, st.dev[s.device].memory_used);
+  s.memory_used = 0;
   s.state = SlotState::Free;
   s.head = s.tail;
   ++s.gen;
+}
+
+bool charge_memory(DeviceState& st, int slot, uint64_t bytes) {
+  if (slot < 0 || slot >= kMaxContexts || !live(st.ctx[slot]) || st.ctx[slot].device >= kMaxDevices) return false;
+  DeviceSim& d = st.dev[st.ctx[slot].device];
+  if (bytes > st.memory_total || d.memory_used > st.memory_total - bytes) return false;
+  d.memory_used += bytes;
+  st.ctx[slot].memory_used += bytes;
+  return true;
+}
+
+void uncharge_memory(DeviceState& st, int slot, uint32_t gen, uint64_t bytes) {
+  if (slot < 0 || slot >= kMaxContexts) return;
+  CtxSlot& s = st.ctx[slot];
+  if (s.gen != gen || !live(s)) return;   // released since: its memory went back then
+  bytes = std::min(bytes, s.memory_used);
+  s.memory_used -= bytes;
+  st.dev[s.device].memory_used -= std::min(bytes, st.dev[s.device].memory_used);
 }
 
 uint64_t submit(DeviceState& st, int slot, const Op& op) {

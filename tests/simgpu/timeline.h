@@ -9,13 +9,14 @@
 namespace fikit::simgpu {
 
 inline constexpr uint64_t kMagic = 0x5550474d49534b46ull;  // "FKSIMGPU"
-inline constexpr uint32_t kLayoutVersion = 2;   // 2: several devices, MPS-like sharing, wait statistics
+inline constexpr uint32_t kLayoutVersion = 3;   // 2: several devices, MPS-like sharing, wait statistics; 3: memory
 inline constexpr int kMaxContexts = 64;
 inline constexpr int kMaxDevices = 8;
 inline constexpr uint32_t kRingOps = 4096;    // pending ops per context, like a bounded pushbuffer
 inline constexpr uint32_t kMaxEvents = 8192;  // event slots per context
 // What an MPS-shared device can hold at once: 132 SMs x 2048 resident threads (an H100/H200).
 inline constexpr uint64_t kDeviceThreads = 132ull * 2048;
+inline constexpr uint64_t kDefaultMemory = 141ull << 30;   // an H200's
 
 enum class OpKind : uint8_t { Kernel = 1, Copy = 2, Set = 3, EventMarker = 4 };
 
@@ -65,6 +66,7 @@ struct CtxSlot {
   uint32_t running;      // 1 while the head op is on the device (may outlive the slot's release)
   uint32_t running_threads;
   uint64_t run_end_ns;
+  uint64_t memory_used;  // device memory its process allocated in it (given back when it is released)
   CtxStats stats;
   Op ring[kRingOps];
   EventSlot events[kMaxEvents];
@@ -77,6 +79,7 @@ struct DeviceSim {
   uint32_t running_count;
   uint64_t free_threads;  // MPS: what the running ops leave
   uint64_t switches, ops_run, busy_ns;
+  uint64_t memory_used;   // by every context on it
 };
 
 struct DeviceState {
@@ -91,13 +94,14 @@ struct DeviceState {
   uint64_t sim_ns;        // the simulation has been advanced up to this time
   uint64_t dropped_contexts;
   uint64_t last_reap_ns;
+  uint64_t memory_total;  // each device's memory, fixed when the segment is created
   DeviceSim dev[kMaxDevices];
   CtxSlot ctx[kMaxContexts];
 };
 
 // Initialises a zeroed state (the caller initialises the mutex).
 void init_state(DeviceState& st, uint64_t switch_ns, uint64_t now_ns, uint32_t device_count = 1,
-                Sharing sharing = Sharing::TimeSlice);
+                Sharing sharing = Sharing::TimeSlice, uint64_t memory_total = kDefaultMemory);
 
 // Runs the simulation of every device forward to `now_ns`: completes ops and event markers and
 // starts what may start, by the device's sharing rule.
@@ -108,6 +112,12 @@ int claim_slot(DeviceState& st, int32_t pid, uint32_t local_id, uint64_t now_ns,
                uint32_t priority = 0);
 // Releases a slot and drops its pending ops (an op already on the device finishes on its own).
 void release_slot(DeviceState& st, int slot);
+
+// Device memory of the context in `slot`: charged when an allocation fits what its device has free
+// (false: it does not, nothing changed), given back by a free of the same slot generation, and all
+// of it when the slot is released (a process that dies frees its memory, as with a real driver).
+bool charge_memory(DeviceState& st, int slot, uint64_t bytes);
+void uncharge_memory(DeviceState& st, int slot, uint32_t gen, uint64_t bytes);
 
 // Appends an op; returns its sequence number, or UINT64_MAX when the ring is full (wait and retry).
 uint64_t submit(DeviceState& st, int slot, const Op& op);

@@ -143,6 +143,53 @@ TEST_F(DriverTest, MemoryRoundTripsThroughCopiesAndMemset) {
   EXPECT_EQ(cuMemFree(b), CUDA_SUCCESS);
 }
 
+// The device's memory is shared and finite: allocations beyond it fail as on a real GPU, and
+// cuMemGetInfo says what is left (FIKIT_SIMGPU_MEMORY_MIB is unset: an H200's 141 GiB).
+TEST_F(DriverTest, DeviceMemoryRunsOutAndEveryAllocationPathCounts) {
+  size_t free0 = 0, total = 0;
+  ASSERT_EQ(cuMemGetInfo(&free0, &total), CUDA_SUCCESS);
+  EXPECT_EQ(total, 141ull << 30);
+  std::vector<CUdeviceptr> chunks;
+  CUdeviceptr p = 0;
+  CUresult r;
+  while ((r = cuMemAlloc(&p, 8ull << 30)) == CUDA_SUCCESS) chunks.push_back(p);
+  EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
+  EXPECT_EQ(chunks.size(), free0 / (8ull << 30));
+  size_t free1 = 0;
+  ASSERT_EQ(cuMemGetInfo(&free1, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free1, free0 - chunks.size() * (8ull << 30));
+  for (CUdeviceptr c : chunks) EXPECT_EQ(cuMemFree(c), CUDA_SUCCESS);
+
+  // Each path takes what it says from the same device.
+  size_t pitch = 0;
+  CUdeviceptr pitched = 0, managed = 0, async = 0;
+  ASSERT_EQ(cuMemAllocPitch(&pitched, &pitch, 1000, 10, 4), CUDA_SUCCESS);
+  EXPECT_EQ(pitch, 1024u);
+  ASSERT_EQ(cuMemAllocManaged(&managed, 4096, CU_MEM_ATTACH_GLOBAL), CUDA_SUCCESS);
+  ASSERT_EQ(cuMemAllocAsync(&async, 8192, stream_), CUDA_SUCCESS);
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev_;
+  CUmemGenericAllocationHandle handle = 0;
+  ASSERT_EQ(cuMemCreate(&handle, 2 << 20, &prop, 0), CUDA_SUCCESS);
+  CUDA_ARRAY3D_DESCRIPTOR d = {};
+  d.Width = 64, d.Height = 32, d.Depth = 2, d.Format = CU_AD_FORMAT_FLOAT, d.NumChannels = 2;
+  CUarray array = nullptr;
+  ASSERT_EQ(cuArray3DCreate(&array, &d), CUDA_SUCCESS);
+  size_t free2 = 0;
+  ASSERT_EQ(cuMemGetInfo(&free2, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free0 - free2, 1024u * 10 + 4096 + 8192 + (2 << 20) + 64 * 32 * 2 * 2 * 4);
+  EXPECT_EQ(cuMemFree(pitched), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFree(managed), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemFreeAsync(async, stream_), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(handle), CUDA_SUCCESS);
+  EXPECT_EQ(cuArrayDestroy(array), CUDA_SUCCESS);
+  EXPECT_EQ(cuMemRelease(handle), CUDA_ERROR_INVALID_VALUE);
+  ASSERT_EQ(cuMemGetInfo(&free2, &total), CUDA_SUCCESS);
+  EXPECT_EQ(free2, free0);
+}
+
 TEST_F(DriverTest, CapturedGraphReplaysItsOps) {
   ASSERT_EQ(cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
   CUstreamCaptureStatus status;

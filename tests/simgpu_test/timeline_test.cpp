@@ -210,5 +210,31 @@ TEST_F(TimelineTest, DevicesOfOneSegmentAreIndependent) {
   EXPECT_EQ(dev_->dev[1].switches + dev_->dev[0].switches, 0u);
 }
 
+
+TEST_F(TimelineTest, DeviceMemoryIsChargedToContextsAndComesBackWithThem) {
+  dev_ = std::make_unique<DeviceState>();
+  init_state(*dev_, kSwitch, 0, 2, Sharing::TimeSlice, 1000);
+  int a = claim_slot(*dev_, 1, 0, 0, 0);
+  int b = claim_slot(*dev_, 2, 0, 0, 0);
+  int other = claim_slot(*dev_, 3, 0, 0, 1);
+  EXPECT_TRUE(charge_memory(*dev_, a, 600));
+  EXPECT_FALSE(charge_memory(*dev_, b, 401));     // the device is shared: 400 left
+  EXPECT_TRUE(charge_memory(*dev_, b, 400));
+  EXPECT_FALSE(charge_memory(*dev_, b, 1));
+  EXPECT_TRUE(charge_memory(*dev_, other, 1000));   // another device has its own
+  EXPECT_EQ(dev_->dev[0].memory_used, 1000u);
+  uncharge_memory(*dev_, a, dev_->ctx[a].gen, 100);
+  EXPECT_EQ(dev_->dev[0].memory_used, 900u);
+  const uint32_t old_gen = dev_->ctx[b].gen;
+  release_slot(*dev_, b);                          // a process that dies gives its 400 back
+  EXPECT_EQ(dev_->dev[0].memory_used, 500u);
+  uncharge_memory(*dev_, b, old_gen, 400);         // a late free of the released context: nothing
+  EXPECT_EQ(dev_->dev[0].memory_used, 500u);
+  int c = claim_slot(*dev_, 4, 0, 0, 0);
+  EXPECT_EQ(dev_->ctx[c].memory_used, 0u);
+  EXPECT_TRUE(charge_memory(*dev_, c, 500));
+  EXPECT_FALSE(charge_memory(*dev_, c, UINT64_MAX));
+}
+
 }  // namespace
 }  // namespace fikit::simgpu
