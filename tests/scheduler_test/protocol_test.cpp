@@ -12,6 +12,7 @@
 #include <random>
 
 #include "auth.h"
+#include "memory_size.h"
 #include "protocol.h"
 
 namespace fikit::protocol {
@@ -326,6 +327,39 @@ TEST(Auth, RandomIdsAreNonZeroAndDiffer) {
   const uint64_t a = random_nonzero_u64(), b = random_nonzero_u64();
   EXPECT_NE(a, 0u);
   EXPECT_NE(a, b);
+}
+
+// Sizes as fikit-run --memory-limit, FIKIT_MEMORY_LIMIT and --reserve-memory take them.
+TEST(MemorySize, UnitsSharesAndWhatIsWrong) {
+  MemorySize m;
+  const std::pair<const char*, uint64_t> sizes[] = {
+      {"1073741824", 1ull << 30}, {"20GiB", 20ull << 30}, {"20G", 20ull << 30}, {"20gi", 20ull << 30},
+      {"512MiB", 512ull << 20},   {"1.5G", 3ull << 29},   {"2GB", 2'000'000'000}, {"4 KiB", 4096},
+      {"1TiB", 1ull << 40},       {"0", 0},               {"7B", 7}};
+  for (const auto& [text, bytes] : sizes) {
+    ASSERT_EQ(parse_memory_size(text, m), nullptr) << text;
+    EXPECT_EQ(m.bytes, bytes) << text;
+    EXPECT_FALSE(m.is_share()) << text;
+  }
+  ASSERT_EQ(parse_memory_size("30%", m), nullptr);
+  EXPECT_EQ(m.ppm, 300'000u);
+  EXPECT_EQ(m.on_device(80ull << 30), 24ull << 30);
+  ASSERT_EQ(parse_memory_size("12.5%", m), nullptr);
+  EXPECT_EQ(m.ppm, 125'000u);
+  const std::pair<const char*, const char*> bad[] = {
+      {"", "no size"},   {"GiB", "not a size"},   {"-5G", "negative"}, {"20XB", "unknown unit"},
+      {"0%", "0 %"},     {"101%", "above 100"},   {"99999999999T", "2^64"},
+      {"18446744073709551616", "2^64"}};
+  for (const auto& [text, why] : bad) {
+    const char* error = parse_memory_size(text, m);
+    ASSERT_NE(error, nullptr) << text;
+    EXPECT_NE(std::string(error).find(why), std::string::npos) << text << ": " << error;
+  }
+  char out[32];
+  format_bytes(20ull << 30, out, sizeof out);
+  EXPECT_STREQ(out, "20.0 GiB");
+  format_bytes(3, out, sizeof out);
+  EXPECT_STREQ(out, "3 B");
 }
 
 }  // namespace
