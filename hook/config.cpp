@@ -71,6 +71,20 @@ void read_backend(Config& cfg) noexcept {
   else log(LogLevel::Error, "FIKIT_BACKEND=%s is not auto|timeslice|mps: using auto", value);
 }
 
+void read_memory_limit(Config& cfg) noexcept {
+  const char* value = std::getenv("FIKIT_MEMORY_LIMIT");
+  if (value == nullptr || *value == '\0') return;
+  protocol::MemorySize size;
+  const char* error = protocol::parse_memory_size(value, size);
+  if (error == nullptr && size.is_zero()) error = "a limit of 0 would refuse every allocation";
+  if (error != nullptr) {
+    log(LogLevel::Error, "FIKIT_MEMORY_LIMIT=%s: %s: no memory limit", value, error);
+    return;
+  }
+  if (copy_setting("FIKIT_MEMORY_LIMIT", value, cfg.memory_limit_text, sizeof cfg.memory_limit_text))
+    cfg.memory_limit = size;
+}
+
 void read_path(const char* var, char* out, size_t size) noexcept {
   const char* value = std::getenv(var);
   if (value != nullptr && *value != '\0') copy_setting(var, value, out, size);
@@ -163,6 +177,7 @@ Config parse() noexcept {
   read_number("FIKIT_DAEMON_TIMEOUT_MS", cfg.daemon_timeout_ms, 1, 60000);
   read_number("FIKIT_MAX_WAIT_MS", cfg.max_wait_ms, 1, 600000);
   read_backend(cfg);
+  read_memory_limit(cfg);
   read_path("FIKIT_KEY_FILE", cfg.key_file, sizeof cfg.key_file);
   read_path("FIKIT_SHARE_STATS", cfg.share_stats_path, sizeof cfg.share_stats_path);
   read_path("FIKIT_BELL", cfg.bell_path, sizeof cfg.bell_path);

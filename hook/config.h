@@ -2,6 +2,8 @@
 // Hook settings, read once from the environment (fikit-run sets them). See docs/user-guide.md.
 #include <cstdint>
 
+#include "memory_size.h"
+
 namespace fikit::hook {
 
 enum class ModeKind : uint8_t { Off, Measure, Share, Auto };
@@ -26,6 +28,10 @@ struct Config {
   uint32_t daemon_timeout_ms = 100;     // FIKIT_DAEMON_TIMEOUT_MS: no answer -> passthrough
   uint32_t max_wait_ms = 1000;          // FIKIT_MAX_WAIT_MS: the longest one launch waits (docs/scheduling.md)
   BackendKind backend = BackendKind::Auto;  // FIKIT_BACKEND=auto|timeslice|mps (auto: ask the driver)
+  // FIKIT_MEMORY_LIMIT=SIZE|N%: the device memory this process may hold on each GPU (memory_size.h;
+  // unset: no limit of its own). docs/memory.md.
+  protocol::MemorySize memory_limit;
+  char memory_limit_text[32] = {};      // as written, for messages
   char key_file[512] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)
   char share_stats_path[512] = {};      // FIKIT_SHARE_STATS=path: share-mode statistics appended at exit
   char bell_path[512] = {};             // FIKIT_BELL=path|off (default /dev/shm/fikit-bell-PORT): the holder's bell

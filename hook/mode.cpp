@@ -9,6 +9,7 @@
 #include "driver.h"
 #include "kernelid.h"
 #include "log.h"
+#include "memory/guard.h"
 #include "mode.h"
 #include "mode_state.h"
 #include "stats.h"
@@ -136,6 +137,7 @@ void reset_in_child() noexcept {
   detail::g_mode.store(reinterpret_cast<Mode*>(detail::kNotStarted), std::memory_order_release);
   stats::reset();
   kernelid::reset_after_fork();
+  memory::reset_after_fork();
 }
 
 // Runs when the hook is loaded: no CUDA here, a program that never uses CUDA runs unchanged.
@@ -143,6 +145,7 @@ void reset_in_child() noexcept {
 // (the driver included) are unloaded.
 __attribute__((constructor)) void on_load() noexcept {
   stats::g_enabled.store(config().stats, std::memory_order_relaxed);
+  memory::start(config());
   std::atexit(shutdown_at_exit);
   pthread_atfork(nullptr, nullptr, reset_in_child);
 }
@@ -184,7 +187,7 @@ __attribute__((weak)) Mode* make_auto_mode(const Config&) noexcept {
   return nullptr;
 }
 
-__attribute__((weak)) void announce_measurement(const Config&) noexcept {
+__attribute__((weak)) void announce_measurement(const Config&, bool) noexcept {
   log(LogLevel::Debug, "share mode is not built: the measurement phase is not announced to a daemon");
 }
 

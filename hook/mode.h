@@ -42,6 +42,11 @@ class Mode {
   virtual void after_launch(const LaunchInfo& op, CUresult result) noexcept = 0;
   // After a synchronising call (stream/context/event synchronize, synchronous memcpy) returned.
   virtual void after_sync(SyncKind kind) noexcept = 0;
+  // The first allocation of this process on the current context's device: a mode that takes part in
+  // scheduling joins the daemon for that device now (bounded by the daemon timeout), so that the
+  // daemon's memory cap holds from the first allocation, not the first launch (JAX allocates most
+  // of the GPU before it launches anything).
+  virtual void before_allocation() noexcept {}
   // Process exit: flush, say goodbye. Bounded (about a second at most).
   virtual void shutdown() noexcept = 0;
 };
@@ -59,7 +64,8 @@ Mode* make_auto_mode(const Config& cfg) noexcept;      // hook/measure/: measure
 
 // hook/share/: tell the daemon, if one answers, that this process is in its measurement phase, so that
 // lower-priority tasks keep off the GPU while it measures (docs/scheduling.md). Returns at once; a no-op when
-// no daemon is running. Called by the measure mode when it starts.
-void announce_measurement(const Config& cfg) noexcept;
+// no daemon is running. Called by the measure mode when it starts; `wait`: wait for the answer (up to the
+// daemon timeout), before a first allocation.
+void announce_measurement(const Config& cfg, bool wait = false) noexcept;
 
 }  // namespace fikit::hook

@@ -4,10 +4,13 @@
 // no system call. Only then does it look at the stream and the operation.
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "driver.h"
 #include "entry_table.h"
 #include "kernelid.h"
 #include "log.h"
+#include "memory/guard.h"
 #include "mode.h"
 #include "mode_state.h"
 #include "stats.h"
@@ -254,6 +257,190 @@ template <Variant V>
 CUresult event_synchronize(CUevent event) noexcept { return synchronizing<V, SyncKind::Event>(event); }
 template <Variant V, class... Args>
 CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::Memcpy>(args...); }
+
+// ---- device memory (hook/memory/guard.h): claim, call, settle; frees give back ----
+
+// The driver allocates `bytes` on `device` (-1: the current context's) and hands back `key`.
+template <class Call>
+CUresult accounted(uint64_t bytes, int device, memory::Kind kind, Call call) noexcept {
+  if (device < 0) device = memory::current_device();
+  if (memory::first_on_device(device)) {   // the daemon's cap, before the first allocation (mode.h)
+    if (Mode* mode = detail::settled_mode(detail::loaded_mode())) mode->before_allocation();
+  }
+  memory::Claim claim;
+  if (memory::claim(bytes, device, claim) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t key = 0, actual = bytes;
+  const CUresult result = call(key, actual);
+  memory::settle(claim, result, kind, key, actual);
+  return result;
+}
+
+template <Variant V>
+CUresult mem_alloc(CUdeviceptr* dptr, size_t bytes) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes);
+  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
+    const CUresult r = real(dptr, bytes);
+    key = *dptr;
+    return r;
+  });
+}
+
+// The pitch is the driver's choice: claimed at the row width, settled at what it chose.
+template <Variant V>
+CUresult mem_alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned element) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || dptr == nullptr || pitch == nullptr) [[likely]]
+    return real(dptr, pitch, width, height, element);
+  return accounted(uint64_t(width) * height, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t& actual) {
+    const CUresult r = real(dptr, pitch, width, height, element);
+    key = *dptr;
+    actual = uint64_t(*pitch) * height;
+    return r;
+  });
+}
+
+// Managed memory may all come to reside on the device: counted like device memory (docs/memory.md).
+template <Variant V>
+CUresult mem_alloc_managed(CUdeviceptr* dptr, size_t bytes, unsigned flags) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, flags);
+  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
+    const CUresult r = real(dptr, bytes, flags);
+    key = *dptr;
+    return r;
+  });
+}
+
+template <Variant V>
+CUresult mem_alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, stream);
+  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
+    const CUresult r = real(dptr, bytes, stream);
+    key = *dptr;
+    return r;
+  });
+}
+
+template <Variant V>
+CUresult mem_alloc_from_pool_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, pool, stream);
+  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
+    const CUresult r = real(dptr, bytes, pool, stream);
+    key = *dptr;
+    return r;
+  });
+}
+
+// Virtual memory management (PyTorch's expandable segments): physical memory on the device the
+// properties name; memory on the host is not the device's.
+template <Variant V>
+CUresult mem_create(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                    unsigned long long flags) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || handle == nullptr || prop == nullptr ||
+      prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) [[likely]]
+    return real(handle, size, prop, flags);
+  return accounted(size, prop->location.id, memory::Kind::Handle, [&](uint64_t& key, uint64_t&) {
+    const CUresult r = real(handle, size, prop, flags);
+    key = *handle;
+    return r;
+  });
+}
+
+// An array's size as its descriptor gives it (the driver's padding is not known to the hook).
+uint64_t array_bytes(size_t width, size_t height, size_t depth, CUarray_format format, unsigned channels) noexcept {
+  uint64_t element = 4;   // block-compressed and video formats: at most this
+  switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: element = 1; break;
+    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: element = 2; break;
+    default: break;
+  }
+  return uint64_t(width) * (height ? height : 1) * (depth ? depth : 1) * (channels ? channels : 1) * element;
+}
+
+template <Variant V>
+CUresult array_create(CUarray* array, const CUDA_ARRAY_DESCRIPTOR* d) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || array == nullptr || d == nullptr) [[likely]] return real(array, d);
+  return accounted(array_bytes(d->Width, d->Height, 1, d->Format, d->NumChannels), -1, memory::Kind::Array,
+                   [&](uint64_t& key, uint64_t&) {
+                     const CUresult r = real(array, d);
+                     key = reinterpret_cast<uintptr_t>(*array);
+                     return r;
+                   });
+}
+
+template <Variant V>
+CUresult array3d_create(CUarray* array, const CUDA_ARRAY3D_DESCRIPTOR* d) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || array == nullptr || d == nullptr) [[likely]] return real(array, d);
+  return accounted(array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels), -1, memory::Kind::Array,
+                   [&](uint64_t& key, uint64_t&) {
+                     const CUresult r = real(array, d);
+                     key = reinterpret_cast<uintptr_t>(*array);
+                     return r;
+                   });
+}
+
+// Every level: each halves the extents of the one before, down to 1.
+template <Variant V>
+CUresult mipmapped_array_create(CUmipmappedArray* array, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned levels) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (!memory::accounting() || array == nullptr || d == nullptr) [[likely]] return real(array, d, levels);
+  uint64_t bytes = 0;
+  size_t w = d->Width, h = d->Height, z = d->Depth;
+  for (unsigned l = 0; l < levels && l < 64; ++l) {
+    bytes += array_bytes(w, h, z, d->Format, d->NumChannels);
+    w = w > 1 ? w / 2 : 1, h = h > 1 ? h / 2 : h, z = z > 1 ? z / 2 : z;
+  }
+  return accounted(bytes, -1, memory::Kind::Array, [&](uint64_t& key, uint64_t&) {
+    const CUresult r = real(array, d, levels);
+    key = reinterpret_cast<uintptr_t>(*array);
+    return r;
+  });
+}
+
+// A free gives its bytes back before the driver call: once the driver has the memory back, another
+// thread's allocation may get the same address, and must find it free in the ledger.
+template <Variant V, memory::Kind Kind, class Handle, class... Rest>
+CUresult freeing(Handle handle, Rest... rest) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  if (memory::accounting()) {
+    if constexpr (std::is_pointer_v<Handle>) memory::release(Kind, reinterpret_cast<uintptr_t>(handle));
+    else memory::release(Kind, uint64_t(handle));
+  }
+  return real(handle, rest...);
+}
+
+template <Variant V>
+CUresult mem_free(CUdeviceptr p) noexcept { return freeing<V, memory::Kind::Linear>(p); }
+template <Variant V>
+CUresult mem_free_async(CUdeviceptr p, CUstream s) noexcept { return freeing<V, memory::Kind::Linear>(p, s); }
+template <Variant V>
+CUresult mem_release(CUmemGenericAllocationHandle h) noexcept { return freeing<V, memory::Kind::Handle>(h); }
+template <Variant V>
+CUresult array_destroy(CUarray a) noexcept { return freeing<V, memory::Kind::Array>(a); }
+template <Variant V>
+CUresult mipmapped_array_destroy(CUmipmappedArray a) noexcept { return freeing<V, memory::Kind::Array>(a); }
+
+template <Variant V>
+CUresult mem_get_info(size_t* free_bytes, size_t* total_bytes) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult r = real(free_bytes, total_bytes);
+  if (r == CUDA_SUCCESS) memory::clamp_info(free_bytes, total_bytes);
+  return r;
+}
+
+template <Variant V>
+CUresult device_total_mem(size_t* bytes, CUdevice device) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult r = real(bytes, device);
+  if (r == CUDA_SUCCESS) memory::clamp_total(device, bytes);
+  return r;
+}
 
 // cuGetProcAddress (v1 and v2): the real lookup, then the wrapper in place of what it found. It
 // runs before cuInit, so it never starts a mode.

@@ -26,10 +26,15 @@ using GetProcFn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverPro
 const char kPtx[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
                     ".visible .entry bench_kernel(.param .u64 p) { ret; }\n";
 
+using AllocFn = CUresult (*)(CUdeviceptr*, size_t);
+using FreeFn = CUresult (*)(CUdeviceptr);
+
 struct Driver {
   void* lib = nullptr;
   LaunchFn real_launch = nullptr;
   LaunchFn hooked_launch = nullptr;
+  AllocFn real_alloc = nullptr, hooked_alloc = nullptr;
+  FreeFn real_free = nullptr, hooked_free = nullptr;
   CUfunction func = nullptr;
   CUstream stream = nullptr;
   bool ok = false;
@@ -42,6 +47,8 @@ Driver& driver() {
   static Driver d = [] {
     Driver d;
     const char* path = std::getenv("FIKIT_BENCH_LIBCUDA");
+    // Allocations are accounted when a limit is set (the mode stays off: launches pass through).
+    setenv("FIKIT_MEMORY_LIMIT", "100GiB", 0);
     d.lib = dlopen(path ? path : FIKIT_SIM_LIBCUDA, RTLD_NOW | RTLD_GLOBAL);
     void* hook = dlopen(FIKIT_HOOK_LIB, RTLD_NOW | RTLD_LOCAL);
     if (d.lib == nullptr || hook == nullptr) {
@@ -52,6 +59,12 @@ Driver& driver() {
     void* wrapper = nullptr;
     sym<GetProcFn>(hook, "cuGetProcAddress_v2")("cuLaunchKernel", &wrapper, 13000, 0, nullptr);
     d.hooked_launch = reinterpret_cast<LaunchFn>(wrapper);
+    d.real_alloc = sym<AllocFn>(d.lib, "cuMemAlloc_v2");
+    d.real_free = sym<FreeFn>(d.lib, "cuMemFree_v2");
+    sym<GetProcFn>(hook, "cuGetProcAddress_v2")("cuMemAlloc", &wrapper, 13000, 0, nullptr);
+    d.hooked_alloc = reinterpret_cast<AllocFn>(wrapper);
+    sym<GetProcFn>(hook, "cuGetProcAddress_v2")("cuMemFree", &wrapper, 13000, 0, nullptr);
+    d.hooked_free = reinterpret_cast<FreeFn>(wrapper);
     if (auto init = sym<CUresult (*)(unsigned)>(d.lib, "cuInit"); init != nullptr && init(0) == CUDA_SUCCESS) {
       CUcontext ctx;
       CUmodule mod;
@@ -76,6 +89,23 @@ void launch_loop(benchmark::State& state, LaunchFn launch) {
   for (auto _ : state) {
     benchmark::DoNotOptimize(launch(d.func, 1, 1, 1, 32, 1, 1, 0, d.stream, params, nullptr));
   }
+}
+
+// One cuMemAlloc and its cuMemFree of range(0) bytes, straight or through the hook's accounting
+// (FIKIT_MEMORY_LIMIT set: claim against the cap, the driver call, the ledger's record and release).
+void alloc_loop(benchmark::State& state, AllocFn alloc, FreeFn free_fn) {
+  Driver& d = driver();
+  if (!d.ok || alloc == nullptr || free_fn == nullptr) return state.SkipWithError("driver or hook not loaded");
+  const size_t bytes = size_t(state.range(0));
+  for (auto _ : state) {
+    CUdeviceptr p = 0;
+    if (alloc(&p, bytes) != CUDA_SUCCESS) return state.SkipWithError("cuMemAlloc failed");
+    benchmark::DoNotOptimize(free_fn(p));
+  }
+}
+void BM_AllocFreeDirect(benchmark::State& state) { alloc_loop(state, driver().real_alloc, driver().real_free); }
+void BM_AllocFreeThroughHookAccounted(benchmark::State& state) {
+  alloc_loop(state, driver().hooked_alloc, driver().hooked_free);
 }
 
 void BM_LaunchDirect(benchmark::State& state) { launch_loop(state, driver().real_launch); }
@@ -183,6 +213,8 @@ void BM_CallSiteCaptureCached(benchmark::State& state) {
 }
 
 // Argument: 0 = LLVM libunwind, 1 = libgcc's _Unwind_Backtrace.
+BENCHMARK(BM_AllocFreeDirect)->Arg(4096)->Arg(1 << 20);
+BENCHMARK(BM_AllocFreeThroughHookAccounted)->Arg(4096)->Arg(1 << 20);
 BENCHMARK(BM_LaunchDirect);
 BENCHMARK(BM_LaunchThroughHookPassthrough);
 BENCHMARK(BM_CallSiteCaptureCached)->Arg(0)->Arg(1)->ArgName("gcc");

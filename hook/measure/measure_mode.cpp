@@ -101,6 +101,8 @@ class MeasureMode final : public Mode {
     ring_->publish(*f.slot, f.seq);
   }
 
+  void before_allocation() noexcept override { announce_measurement(cfg_, /*wait=*/true); }
+
   void after_sync(SyncKind) noexcept override {
     const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (sample_every_ == 1 || retired_.load(std::memory_order_relaxed)) return;

@@ -13,6 +13,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "memory/guard.h"
 
 namespace fikit::hook::share {
 
@@ -135,6 +136,7 @@ void Client::send_register() noexcept {
   r.device = opts_.device;
   r.sm_count = opts_.sm_count;
   r.memory_total = opts_.memory_total;
+  r.memory_limit = memory::own_limit(opts_.device_ordinal);
   if (profile_grew_.load(std::memory_order_acquire)) r.flags = protocol::kRegisterProfileGrew;
   protocol::set_key(r, opts_.task_key);
   uint8_t buf[protocol::kMaxDatagram];
@@ -228,8 +230,15 @@ void Client::silence_reason(char* out, size_t size) const noexcept {
                   opts_.daemon_timeout_ms);
 }
 
+void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
+  // The reserve is kept for priority-0 tasks, which the daemon never caps: whatever answers on its
+  // port cannot make a service's allocations fail.
+  if (opts_.priority > 0) memory::set_scheduler_cap(opts_.device_ordinal, d.memory_cap);
+}
+
 void Client::set_disconnected(const char* why) noexcept {
   const bool was = connected_.exchange(false);
+  memory::set_scheduler_cap(opts_.device_ordinal, 0);   // unscheduled: only the process's own limit
   cell_.wake_all();   // waiting launches pass through now
   if (was)
     log(LogLevel::Warn, "share mode: scheduler %s:%u not answering (%s): running unscheduled until it is back",
@@ -258,6 +267,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     if (estimators_.exchange(estimators, std::memory_order_acq_rel) != estimators)
       if (auto listener = estimators_listener_.load(std::memory_order_acquire)) listener(estimators_context_, estimators);
     cell_.store(r->directive, fresh);
+    apply_memory_cap(r->directive);
     last_heard_ns_.store(now, std::memory_order_release);
     bell_slot_.store(r->bell_slot, std::memory_order_relaxed);
     // The bell of this daemon (a restarted one makes a new board). A board once mapped stays
@@ -301,6 +311,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
   if (const auto* d = std::get_if<protocol::Directive>(&m.body)) {
     const protocol::State before = cell_.state();
     if (!cell_.store(*d, false)) return;
+    apply_memory_cap(*d);
     stats_.directive();
     // The holder came back (unless the bell said so first): how long this task kept launching.
     if (before == protocol::State::Run && d->state != protocol::State::Run && d->cause_ns != 0) {
@@ -325,7 +336,8 @@ void Client::receiver_loop() noexcept {
       // Heartbeats keep the lease; their answers (the current directive) keep us alive.
       if (now - last_heartbeat >= lease / 4) {
         last_heartbeat = now;
-        send(protocol::Type::Heartbeat, protocol::Heartbeat{});
+        send(protocol::Type::Heartbeat, protocol::Heartbeat{memory::used(opts_.device_ordinal),
+                                                            memory::refusals(opts_.device_ordinal)});
       }
       // New kernels in the profile: registering again makes the daemon read it (repeated until answered).
       if (profile_grew_.load(std::memory_order_acquire) && now >= next_grew_ns_) {

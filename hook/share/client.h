@@ -29,6 +29,7 @@ struct ClientOptions {
   protocol::DeviceUuid device{};
   uint16_t sm_count = 0;              // the device's SMs (0: not known)
   uint64_t memory_total = 0;          // the device's memory in bytes (0: not known)
+  int device_ordinal = -1;            // its CUdevice in this process (memory accounting; -1: not known)
   uint32_t daemon_timeout_ms = 100;   // no answer for this long (beyond half a lease): passthrough
   uint32_t notify_spin_us = 200;      // the notification sender's spin before it sleeps (0: never)
   std::optional<protocol::Key> key;   // authenticate datagrams both ways
@@ -116,6 +117,8 @@ class Client {
   void send(protocol::Type type, const protocol::Body& body) noexcept;
   void send_register() noexcept;
   void set_disconnected(const char* why) noexcept;
+  // The daemon's memory cap for this task's GPU (hook/memory/guard.h).
+  void apply_memory_cap(const protocol::Directive& d) noexcept;
   bool wait_registered_for(uint32_t timeout_ms) noexcept;
   void schedule_register(uint64_t now, uint64_t at_least_ns) noexcept;   // receiver thread
   bool owner() const noexcept;

@@ -61,6 +61,7 @@ void device_size(ClientOptions& o) noexcept {
   if (attribute && attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS && sms > 0)
     o.sm_count = uint16_t(std::min(sms, 0xffff));
   if (total_mem && total_mem(&bytes, dev) == CUDA_SUCCESS) o.memory_total = bytes;
+  o.device_ordinal = dev;
 }
 
 }  // namespace

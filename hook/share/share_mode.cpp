@@ -154,6 +154,8 @@ class ShareMode final : public Mode {
     return t_launch.kernel.id == id && id != 0 ? t_launch.kernel : predictions_.of(id);
   }
 
+  void before_allocation() noexcept override { (void)lanes_.current(); }
+
   void after_sync(SyncKind) noexcept override {
     relearner_.synchronized();
     // This thread's work drained on the current context's GPU: the daemon decides from the last
@@ -235,11 +237,10 @@ Mode* make_share_mode(const Config& cfg) noexcept {
   return mode;
 }
 
-void announce_measurement(const Config& cfg) noexcept {
+void announce_measurement(const Config& cfg, bool wait) noexcept {
   bool answered = false;
-  // Returns at once: the receiver thread registers (and retries) in the background.
-  if (share::client_for(cfg, protocol::TaskMode::Measure, share::current_device(), /*wait_registered=*/false,
-                        answered) == nullptr)
+  // Unless waiting, returns at once: the receiver thread registers (and retries) in the background.
+  if (share::client_for(cfg, protocol::TaskMode::Measure, share::current_device(), wait, answered) == nullptr)
     return;
   static std::atomic<bool> exit_registered{false};
   if (!exit_registered.exchange(true)) {

@@ -25,6 +25,23 @@ FAKE(cuLaunchKernel_ptsz, CUfunction, unsigned, unsigned, unsigned, unsigned, un
 FAKE(cuCtxSynchronize, void)
 FAKE(fake_pre_4000_launch, void)   // stands in for an older ABI of cuLaunchKernel
 
+// Allocations that cost nothing, for the benchmark of the hook's memory accounting
+// (bench/hook/bench_hook.cpp): addresses counting up, one device of 80 GiB.
+__attribute__((visibility("default"))) CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) {
+  static CUdeviceptr next = 1 << 20;
+  *p = next += (bytes + 255) / 256 * 256;
+  return CUDA_SUCCESS;
+}
+__attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr) { return CUDA_SUCCESS; }
+__attribute__((visibility("default"))) CUresult cuCtxGetDevice(CUdevice* d) {
+  *d = 0;
+  return CUDA_SUCCESS;
+}
+__attribute__((visibility("default"))) CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice) {
+  *bytes = size_t(80) << 30;
+  return CUDA_SUCCESS;
+}
+
 __attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
                                                                      cuuint64_t flags,
                                                                      CUdriverProcAddressQueryResult* status);
@@ -43,6 +60,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
       {"cuLaunchKernel", 4000, reinterpret_cast<void*>(&cuLaunchKernel), reinterpret_cast<void*>(&cuLaunchKernel_ptsz)},
       {"cuLaunchKernel", 1000, reinterpret_cast<void*>(&fake_pre_4000_launch), nullptr},
       {"cuCtxSynchronize", 2000, reinterpret_cast<void*>(&cuCtxSynchronize), nullptr},
+      {"cuMemAlloc", 3020, reinterpret_cast<void*>(&cuMemAlloc_v2), nullptr},
+      {"cuMemFree", 3020, reinterpret_cast<void*>(&cuMemFree_v2), nullptr},
       {"cuGetProcAddress", 11030, reinterpret_cast<void*>(&cuGetProcAddress), nullptr},
       {"cuGetProcAddress", 12000, reinterpret_cast<void*>(&cuGetProcAddress_v2), nullptr},
   };

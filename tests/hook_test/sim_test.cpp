@@ -160,4 +160,104 @@ TEST(HookSim, ALockedProfileDatabaseDelaysTheFirstCallAFewMillisecondsAtMost) {
   EXPECT_NE(r.err.find("locked by another program"), std::string::npos) << r.err;
 }
 
+
+// ---- device memory (hook/memory/): memory_probe under FIKIT_MEMORY_LIMIT ----
+
+// "name v1 v2 ..." lines of the probe's output, by name (the last of each).
+std::map<std::string, std::vector<std::string>> probe_lines(const std::string& out) {
+  std::map<std::string, std::vector<std::string>> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::vector<std::string> f;
+    for (std::string x; fields >> x;) f.push_back(x);
+    if (f.size() < 2) continue;
+    const std::string name = f[0] == "path" ? "path " + f[1] : f[0];
+    f.erase(f.begin(), f.begin() + (f[0] == "path" ? 2 : 1));
+    lines[name] = f;
+  }
+  return lines;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// Every way a program gets device memory is claimed against the limit: past it, the driver's own
+// out-of-memory error (2); within it, the allocation, counted at what the driver gave (a pitch).
+TEST(HookSim, EveryAllocationPathIsCountedAndRefusedPastTheLimit) {
+  const Result r = run("FIKIT_MEMORY_LIMIT=64MiB", std::string(FIKIT_MEMORY_PROBE_PATH) + " paths " +
+                                                       std::to_string(128 * kMiB));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = probe_lines(r.out);
+  for (const char* path : {"alloc", "pitch", "managed", "async", "pool", "create", "array", "array3d", "mipmap"}) {
+    const auto it = lines.find(std::string("path ") + path);
+    ASSERT_NE(it, lines.end()) << path << "\n" << r.out;
+    EXPECT_EQ(it->second[0], "2") << path << ": past the limit";
+    EXPECT_EQ(it->second[1], "0") << path << ": within it";
+    EXPECT_EQ(it->second[2], it->second[3]) << path << ": counted as held (total - free) vs what it took";
+  }
+  EXPECT_EQ(lines.at("info")[0], std::to_string(64 * kMiB)) << "cuMemGetInfo's total is the limit";
+  EXPECT_EQ(lines.at("info")[1], std::to_string(64 * kMiB)) << "everything was freed";
+  EXPECT_EQ(count_of(r.err, "refused an allocation"), 1u) << "one line per process: " << r.err;
+}
+
+TEST(HookSim, OutOfMemoryAtTheLimitAndAFreeMakesRoom) {
+  const Result r = run("FIKIT_MEMORY_LIMIT=64MiB", std::string(FIKIT_MEMORY_PROBE_PATH) + " fill 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = probe_lines(r.out);
+  EXPECT_EQ(lines.at("fill"), (std::vector<std::string>{"8", "2"})) << r.out;
+  EXPECT_EQ(lines.at("info")[1], "0") << "free within the limit: " << r.out;
+  EXPECT_EQ(lines.at("again")[0], "0");
+  EXPECT_NE(r.err.find("64.0 MiB of the 64.0 MiB it may hold"), std::string::npos) << r.err;
+}
+
+// Random allocations and frees on four threads through every path, against the program's own
+// count of what it holds: equal, with and without refusals, and nothing left once all is freed.
+TEST(HookSim, RandomAllocationsOnSeveralThreadsAreCountedExactly) {
+  for (const char* limit : {"1GiB", "48MiB"}) {
+    for (int seed : {1, 2, 3}) {
+      const Result r = run(std::string("FIKIT_MEMORY_LIMIT=") + limit,
+                           std::string(FIKIT_MEMORY_PROBE_PATH) + " random " + std::to_string(seed) + " 300 4");
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const auto lines = probe_lines(r.out);
+      ASSERT_EQ(lines.count("random"), 1u) << r.out;
+      const auto& f = lines.at("random");
+      EXPECT_EQ(f[0], f[1]) << "reference vs accounted, limit " << limit << " seed " << seed;
+      EXPECT_LE(std::stoull(f[1]), std::string(limit) == "1GiB" ? 1024 * kMiB : 48 * kMiB);
+      if (std::string(limit) == "48MiB") EXPECT_GT(std::stoi(f[2]), 0) << "the small limit refuses some";
+      EXPECT_EQ(lines.at("after")[0], "0");
+    }
+  }
+}
+
+TEST(HookSim, AForkedChildStartsFromItsOwnUsage) {
+  const Result r = run("FIKIT_MEMORY_LIMIT=64MiB", std::string(FIKIT_MEMORY_PROBE_PATH) + " fork 48");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = probe_lines(r.out);
+  EXPECT_EQ(lines.at("child"), (std::vector<std::string>{std::to_string(64 * kMiB), "0"})) << r.out;
+  EXPECT_EQ(lines.at("parent")[0], std::to_string(16 * kMiB)) << r.out;
+}
+
+TEST(HookSim, WithoutALimitTheDeviceIsAsTheDriverSaysAndBadLimitsAreNamed) {
+  const std::string info = std::string(FIKIT_MEMORY_PROBE_PATH) + " info";
+  const Result plain = run("", info);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::string device = probe_lines(plain.out).at("info")[0];
+  EXPECT_EQ(device, std::to_string(141ull << 30));
+  EXPECT_EQ(plain.err, "");
+  const Result share = run("FIKIT_MEMORY_LIMIT=10%", info);
+  EXPECT_EQ(probe_lines(share.out).at("info")[0], std::to_string((141ull << 30) / 10));
+  for (const char* bad : {"200GiB", "12XB", "0", "-5G"}) {
+    const Result r = run(std::string("FIKIT_MEMORY_LIMIT=") + bad, info);
+    EXPECT_EQ(r.exit_code, 0) << bad;
+    EXPECT_EQ(probe_lines(r.out).at("info")[0], device) << bad << ": no limit";
+    EXPECT_NE(r.err.find(std::string("FIKIT_MEMORY_LIMIT=") + bad), std::string::npos) << r.err;
+  }
+}
+
 }  // namespace

@@ -1,0 +1,168 @@
+#include "guard.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "driver.h"
+#include "log.h"
+
+namespace fikit::hook::memory {
+namespace {
+
+constexpr int kMax = Ledger::kMaxDevices;
+
+Ledger g_ledger;
+std::atomic<bool> g_accounting{false};
+std::atomic<uint64_t> g_scheduler_cap[kMax] = {};
+std::atomic<uint32_t> g_refusals[kMax] = {};
+// FIKIT_MEMORY_LIMIT resolved on each device (a share needs the device's size): kUnknown until then.
+constexpr uint64_t kUnknown = UINT64_MAX;
+std::atomic<uint64_t> g_own_limit[kMax];
+std::atomic<bool> g_refusal_logged{false};
+std::atomic<bool> g_joined[kMax] = {};
+std::atomic<bool> g_may_be_capped{false};
+
+bool valid(int device) noexcept { return device >= 0 && device < kMax; }
+
+uint64_t device_total(int device) noexcept {
+  using TotalMemFn = CUresult (*)(size_t*, CUdevice);
+  static auto total_mem = real_driver<TotalMemFn>("cuDeviceTotalMem_v2");
+  size_t bytes = 0;
+  return total_mem != nullptr && total_mem(&bytes, device) == CUDA_SUCCESS ? bytes : 0;
+}
+
+uint64_t effective_cap(int device) noexcept {
+  const uint64_t own = own_limit(device);
+  const uint64_t scheduler = g_scheduler_cap[device].load(std::memory_order_relaxed);
+  if (own == 0) return scheduler;
+  return scheduler == 0 ? own : std::min(own, scheduler);
+}
+
+void log_refusal(int device, uint64_t bytes) noexcept {
+  if (g_refusal_logged.exchange(true, std::memory_order_relaxed)) return;
+  char want[32], held[32], cap[32];
+  const uint64_t own = own_limit(device), limit = effective_cap(device);
+  protocol::format_bytes(bytes, want, sizeof want);
+  protocol::format_bytes(g_ledger.used(device), held, sizeof held);
+  protocol::format_bytes(limit, cap, sizeof cap);
+  const bool own_binds = own != 0 && own == limit;
+  log(LogLevel::Warn,
+      "refused an allocation of %s on GPU %d: this process holds %s of the %s it may hold there (%s); the "
+      "program gets CUDA_ERROR_OUT_OF_MEMORY, as from the driver. Later refusals are counted in "
+      "'fikit-scheduler status', not logged",
+      want, device, held, cap,
+      own_binds ? "its memory limit, fikit-run --memory-limit" : "what fikit-scheduler --reserve-memory leaves to jobs");
+}
+
+}  // namespace
+
+bool accounting() noexcept { return g_accounting.load(std::memory_order_relaxed); }
+
+void start(const Config& cfg) noexcept {
+  for (auto& limit : g_own_limit) limit.store(kUnknown, std::memory_order_relaxed);
+  g_accounting.store(cfg.mode != ModeKind::Off || !cfg.memory_limit.is_zero(), std::memory_order_relaxed);
+  g_may_be_capped.store(cfg.mode != ModeKind::Off && cfg.priority > 0, std::memory_order_relaxed);
+}
+
+bool first_on_device(int device) noexcept {
+  return g_may_be_capped.load(std::memory_order_relaxed) && valid(device) &&
+         !g_joined[device].load(std::memory_order_relaxed) && !g_joined[device].exchange(true);
+}
+
+int current_device() noexcept {
+  using GetDeviceFn = CUresult (*)(CUdevice*);
+  static auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
+  CUdevice device = 0;
+  if (get_device == nullptr || get_device(&device) != CUDA_SUCCESS || !valid(device)) return -1;
+  return device;
+}
+
+uint64_t own_limit(int device) noexcept {
+  if (!valid(device)) return 0;
+  uint64_t limit = g_own_limit[device].load(std::memory_order_relaxed);
+  if (limit != kUnknown) return limit;
+  const Config& cfg = config();
+  limit = 0;
+  if (!cfg.memory_limit.is_zero()) {
+    const uint64_t total = device_total(device);
+    limit = cfg.memory_limit.on_device(total);
+    if (total != 0 && limit > total) {
+      char size[32];
+      protocol::format_bytes(total, size, sizeof size);
+      log(LogLevel::Error, "FIKIT_MEMORY_LIMIT=%s is more than GPU %d has (%s): no limit of its own there",
+          cfg.memory_limit_text, device, size);
+      limit = 0;
+    } else if (limit == 0) {
+      limit = 1;   // a share of a device whose size is unknown, or rounded to nothing: refuse, do not ignore
+    }
+  }
+  g_own_limit[device].store(limit, std::memory_order_relaxed);
+  return limit;
+}
+
+CUresult claim(uint64_t bytes, int device, Claim& out) noexcept {
+  out = Claim{};
+  if (!accounting()) return CUDA_SUCCESS;
+  if (device < 0) device = current_device();
+  if (!valid(device)) return CUDA_SUCCESS;   // the driver will say what is wrong
+  if (!g_ledger.claim(device, bytes, effective_cap(device))) {
+    g_refusals[device].fetch_add(1, std::memory_order_relaxed);
+    log_refusal(device, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  out.device = device;
+  out.bytes = bytes;
+  return CUDA_SUCCESS;
+}
+
+void settle(const Claim& claim, CUresult result, Kind kind, uint64_t key, uint64_t actual) noexcept {
+  if (claim.device < 0) return;
+  if (result != CUDA_SUCCESS) {
+    g_ledger.unclaim(claim.device, claim.bytes);
+    return;
+  }
+  if (actual > claim.bytes) g_ledger.add(claim.device, actual - claim.bytes);
+  else actual = claim.bytes;
+  g_ledger.record(kind, key, claim.device, actual);
+}
+
+void release(Kind kind, uint64_t key) noexcept {
+  if (accounting()) g_ledger.release(kind, key);
+}
+
+void clamp_info(size_t* free_bytes, size_t* total_bytes) noexcept {
+  if (!accounting() || free_bytes == nullptr || total_bytes == nullptr) return;
+  const int device = current_device();
+  if (!valid(device)) return;
+  const uint64_t cap = effective_cap(device);
+  if (cap == 0) return;
+  const uint64_t held = g_ledger.used(device);
+  *total_bytes = std::min<uint64_t>(*total_bytes, cap);
+  *free_bytes = std::min<uint64_t>(*free_bytes, cap > held ? cap - held : 0);
+}
+
+void clamp_total(int device, size_t* total_bytes) noexcept {
+  if (!accounting() || total_bytes == nullptr || !valid(device)) return;
+  const uint64_t cap = effective_cap(device);
+  if (cap != 0) *total_bytes = std::min<uint64_t>(*total_bytes, cap);
+}
+
+void set_scheduler_cap(int device, uint64_t cap) noexcept {
+  if (valid(device)) g_scheduler_cap[device].store(cap, std::memory_order_relaxed);
+}
+
+uint64_t used(int device) noexcept { return g_ledger.used(device); }
+
+uint32_t refusals(int device) noexcept {
+  return valid(device) ? g_refusals[device].load(std::memory_order_relaxed) : 0;
+}
+
+void reset_after_fork() noexcept {
+  g_ledger.reset_after_fork();
+  for (auto& r : g_refusals) r.store(0, std::memory_order_relaxed);
+  for (auto& c : g_scheduler_cap) c.store(0, std::memory_order_relaxed);
+  for (auto& j : g_joined) j.store(false, std::memory_order_relaxed);
+  g_refusal_logged.store(false, std::memory_order_relaxed);
+}
+
+}  // namespace fikit::hook::memory
