@@ -1,5 +1,6 @@
 #include "mps.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -8,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -137,6 +140,35 @@ Found find_daemon(const char* env_pipe_dir) {
 std::optional<std::string> client_priority(int priority, const char* existing) {
   if (existing != nullptr && *existing != '\0') return std::nullopt;
   return priority == 0 ? "0" : "1";
+}
+
+std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* existing, const char* visible,
+                                               const std::string& dev_dir) {
+  if (existing != nullptr && *existing != '\0') return std::nullopt;
+  size_t gpus = 0;
+  if (visible != nullptr) {
+    // A list of indices or UUIDs; an empty one hides every GPU.
+    std::string_view v(visible);
+    while (!v.empty()) {
+      const size_t comma = v.find(',');
+      if (!v.substr(0, comma).empty()) ++gpus;
+      if (comma == std::string_view::npos) break;
+      v.remove_prefix(comma + 1);
+    }
+  } else if (DIR* d = opendir(dev_dir.c_str())) {
+    while (const dirent* e = readdir(d)) {
+      const std::string_view name(e->d_name);
+      if (name.size() > 6 && name.substr(0, 6) == "nvidia" &&
+          name.find_first_not_of("0123456789", 6) == std::string_view::npos)
+        ++gpus;
+    }
+    closedir(d);
+  }
+  if (gpus == 0) return std::nullopt;
+  const uint64_t mib = std::max<uint64_t>(bytes >> 20, 1);
+  std::string out;
+  for (size_t i = 0; i < gpus; ++i) out += (i ? "," : "") + std::to_string(i) + "=" + std::to_string(mib) + "M";
+  return out;
 }
 
 bool OwnedDaemon::start(const std::string& dir, const std::string& control, bool* adopted, std::string& error) {

@@ -3,6 +3,7 @@
 // a program's clients, which client priority a FIKIT priority maps to, and a control daemon that
 // fikit-scheduler owns (started with its own pipe and log folders, always stopped with it), so one
 // service gives a user the recommended setup.
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -33,6 +34,13 @@ Found find_daemon(const char* env_pipe_dir);
 // CUDA_MPS_CLIENT_PRIORITY for a FIKIT priority: 0 (normal) for priority 0, 1 (below normal) for
 // 1-9. nullopt when the user already set it (theirs is kept).
 std::optional<std::string> client_priority(int priority, const char* existing);
+
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for a limit of `bytes` on each GPU the program may see: "0=20480M,1=20480M"
+// (MiB, rounded down, at least 1). The GPUs: as many as CUDA_VISIBLE_DEVICES lists (`visible`,
+// nullptr when unset), else the /dev/nvidiaN nodes in `dev_dir`. nullopt when the user already set
+// it (`existing`), or no GPU is found.
+std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* existing, const char* visible,
+                                               const std::string& dev_dir = "/dev");
 
 // An MPS control daemon fikit-scheduler starts and always stops. Not copyable; stop() runs from the
 // destructor too.

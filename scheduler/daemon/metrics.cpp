@@ -126,6 +126,24 @@ std::string format_prometheus(const DaemonSnapshot& s) {
       {"wrong_auth", c.wrong_auth},         {"replayed", c.replayed},         {"wrong_task", c.wrong_task}};
   for (const auto& [reason, n] : drops) out += fmt::format("fikit_dropped_datagrams_total{{reason=\"{}\"}} {}\n", reason, n);
 
+  // Device memory per task (docs/memory.md).
+  auto per_task = [&](const char* name, const char* type, const char* help, auto get) {
+    family(out, name, type, help);
+    for (const auto& d : s.domains)
+      for (const auto& t : d.tasks)
+        out += fmt::format("{}{{device=\"{}\",task=\"{}\",key=\"{}\",priority=\"{}\"}} {}\n", name,
+                           label_value(d.device), t.id, label_value(t.key), t.priority, get(t));
+  };
+  using T = policy::TaskStatus;
+  per_task("fikit_task_memory_bytes", "gauge", "Device memory the task's allocations hold (its last heartbeat).",
+           [](const T& t) { return t.memory_used; });
+  per_task("fikit_task_memory_cap_bytes", "gauge",
+           "Device memory the task may hold: its own limit or what --reserve-memory leaves it (0: no cap).",
+           [](const T& t) { return memory_cap(t); });
+  per_task("fikit_task_memory_refusals_total", "counter",
+           "Allocations the task's hook refused with CUDA_ERROR_OUT_OF_MEMORY over its cap.",
+           [](const T& t) { return t.memory_refusals; });
+
   family(out, "fikit_task_wait_seconds", "histogram",
          "How long a task waited for the daemon to let a launch go (its wants, from the first to the grant).");
   for (const auto& d : s.domains) {

@@ -157,6 +157,19 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     opts.policy.*field = pct;
     return true;
   }
+  if (key == "reserve-memory") {
+    protocol::MemorySize size;
+    if (const char* why = protocol::parse_memory_size(value, size); why != nullptr) {
+      error = "reserve-memory: '" + value + "': " + why;
+      return false;
+    }
+    if (size.ppm == 1'000'000) {
+      error = "reserve-memory: 100% leaves nothing for the tasks below priority 0 (0 reserves nothing)";
+      return false;
+    }
+    opts.policy.reserve_memory = size;
+    return true;
+  }
   if (key == "mps") {
     if (value.empty()) {
       error = "mps: give on, off or a folder";
@@ -303,6 +316,8 @@ std::string settings_help() {
   s += "  --partition PERCENT\n      under MPS, the share of the GPU's SMs on which a lower task runs what may not run at full\n"
        "      width beside a service, instead of waiting (0: no partitions, such launches wait) (default " +
        std::to_string(defaults.partition_pct) + ")\n";
+  s += "  --reserve-memory SIZE\n      device memory kept for priority-0 tasks on each GPU: tasks below them cannot allocate into\n"
+       "      it, whatever their own limits (e.g. 20GiB, 25%; 0: none) (default 0)\n";
   s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"
        "      return go whatever the bound (default on)\n";
   return s;

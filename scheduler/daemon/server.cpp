@@ -31,7 +31,7 @@ uint64_t monotonic_ns() {
 
 namespace {
 // Kinds of rate-limited log lines.
-enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota };
+enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota, kLogReserve };
 // A refused registration is tried again no sooner than this (the client's backoff keeps to it).
 constexpr uint32_t kRefusedRetryMs = 10'000;
 }  // namespace
@@ -191,6 +191,8 @@ struct Server::Impl {
     r.backend = reg.backend;
     r.pid = reg.pid;
     r.profile_grew = (reg.flags & protocol::kRegisterProfileGrew) != 0;
+    r.memory_total = reg.memory_total;
+    r.memory_limit = reg.memory_limit;
     r.key = std::string(reg.key_view());
     r.authenticated = authenticated;
     const uint32_t task = policy->on_register(now, existing, r, actions);
@@ -201,6 +203,14 @@ struct Server::Impl {
       return;
     }
     sessions.bind(h, reg.device, reply_to.to, authenticated, owner, task);
+    const protocol::MemorySize& reserve = opts.settings.reserve_memory;
+    if (!reserve.is_share() && reserve.bytes != 0 && reg.memory_total != 0 && reserve.bytes >= reg.memory_total) {
+      char size[32];
+      protocol::format_bytes(reg.memory_total, size, sizeof size);
+      log_limited(kLogReserve, spdlog::level::err, "--reserve-memory is not less than the {} of {}: tasks below "
+                  "priority 0 can allocate nothing there (give less, or a share such as 25%)", size,
+                  device_name(reg.device));
+    }
     const auto& reply = std::get<protocol::Registered>(actions.front().body);
     log_limited(kLogRegistered, spdlog::level::info,
                 "task {} {}: key '{}', priority {}{}, pid {}, {}, {}, {}, {}", task,

@@ -2,7 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace fikit::scheduler {
+
+uint64_t memory_cap(const policy::TaskStatus& t) {
+  const uint64_t own = t.memory_limit, daemon = t.directive.memory_cap;
+  return own == 0 ? daemon : daemon == 0 ? own : std::min(own, daemon);
+}
+
 namespace {
 
 std::string role_text(uint8_t role) {
@@ -30,6 +38,19 @@ std::string partition_text(const protocol::Directive& d) {
   if (d.confine & protocol::kConfineActive) s += "active,";
   if (d.confine & protocol::kConfineLong) s += "long,";
   s.pop_back();
+  return s;
+}
+
+// Device memory in GiB for the status table: "1.5G"; "-" when nothing is accounted.
+std::string gib_text(uint64_t bytes) { return fmt::format("{:.1f}G", bytes / double(1ull << 30)); }
+
+// What the task holds, and of how much ("3.1G/20.0G"; the lower of its own limit and the daemon's
+// cap), with the allocations it refused over it ("!7").
+std::string memory_text(const policy::TaskStatus& t) {
+  const uint64_t cap = memory_cap(t);
+  std::string s = t.memory_used == 0 && cap == 0 ? std::string("-") : gib_text(t.memory_used);
+  if (cap != 0) s += "/" + gib_text(cap);
+  if (t.memory_refusals != 0) s += " !" + std::to_string(t.memory_refusals);
   return s;
 }
 
@@ -112,9 +133,9 @@ std::string format_text(const DaemonSnapshot& s) {
     out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
                        d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
                        d.counters.early_stops);
-    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13}  {}\n",
+    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<16}  {}\n",
                        "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
-                       "notifies", "wants", "kernels", "busy", "pause", "partition", "key");
+                       "notifies", "wants", "kernels", "busy", "pause", "partition", "memory", "key");
     for (const auto& t : d.tasks) {
       const std::string prio =
           t.priority == t.requested_priority ? std::to_string(t.priority)
@@ -125,12 +146,12 @@ std::string format_text(const DaemonSnapshot& s) {
       const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
       // How busy its profile says it keeps the GPU while active ("-": nothing measured).
       const std::string busy = t.kernels != 0 ? std::to_string(t.busy_pct) + "%" : std::string("-");
-      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13}  {}\n",
+      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<16}  {}\n",
                          t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                          t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                          t.active ? "yes" : "no", protocol::to_string(t.directive.state),
                          bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
-                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), t.key);
+                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), memory_text(t), t.key);
     }
   }
   return out;
@@ -161,14 +182,15 @@ std::string format_json(const DaemonSnapshot& s) {
           "{}{{\"id\":{},\"device\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
           "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
           "\"bound_ns\":{},\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"busy_percent\":{},"
-          "\"waits\":{},\"predicted_pause_ns\":{},\"short_hold_ns\":{},\"partition_pct\":{},\"confine\":{}}}",
+          "\"waits\":{},\"predicted_pause_ns\":{},\"short_hold_ns\":{},\"partition_pct\":{},\"confine\":{},"
+          "\"memory_used\":{},\"memory_limit\":{},\"memory_cap\":{},\"memory_total\":{},\"memory_refusals\":{}}}",
           first ? "" : ",", t.id, json_string(d.device), t.pid, json_string(t.key), t.priority, t.requested_priority,
           t.mode == protocol::TaskMode::Measure ? "measure" : "share",
           t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
           t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
           t.directive.role, t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.busy_pct,
           t.waits.count, t.predicted_pause_ns, t.directive.short_hold_ns, t.directive.partition_pct,
-          t.directive.confine);
+          t.directive.confine, t.memory_used, t.memory_limit, t.directive.memory_cap, t.memory_total, t.memory_refusals);
       first = false;
     }
   }

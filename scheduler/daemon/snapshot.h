@@ -38,6 +38,9 @@ struct DaemonSnapshot {
   const policy::TaskStatus* task(uint32_t id) const;
 };
 
+// The device memory a task may hold: the lower of its own limit and the daemon's cap (0: no cap).
+uint64_t memory_cap(const policy::TaskStatus& t);
+
 std::string format_text(const DaemonSnapshot& s);
 std::string format_json(const DaemonSnapshot& s);
 

@@ -144,9 +144,38 @@ uint64_t Policy::predicted_return(uint64_t now, const Task& t) const {
   return back != kNever && back > now ? back : 0;
 }
 
+uint64_t Policy::memory_cap_for(const Task& t) const {
+  if (settings_.reserve_memory.is_zero() || t.priority == 0) return 0;
+  // The GPU's size: as the priority-0 tasks report it (with a key, only key holders are priority 0),
+  // else the smallest any task reports: one that claims a larger GPU cannot enlarge what the others
+  // may take, and one that sees less (an MPS client under a pinned-memory limit) only shrinks it.
+  uint64_t top_total = 0, low_total = 0, top_used = 0, low_used = 0, low = 0;
+  for (const auto& [id, u] : tasks_) {
+    if (u.priority == 0) {
+      top_total = std::max(top_total, u.memory_total);
+      top_used += u.memory_used;
+    } else {
+      if (u.memory_total != 0) low_total = low_total == 0 ? u.memory_total : std::min(low_total, u.memory_total);
+      low_used += u.memory_used, ++low;
+    }
+  }
+  const uint64_t total = top_total != 0 ? top_total : low_total;
+  if (total == 0) return 0;   // no client said how large the GPU is
+  // What the tasks below priority 0 may hold together: the GPU less the reserve, or less what the
+  // priority-0 tasks hold when that is more. Splitting what is free of it equally means that they
+  // cannot together eat into the reserve between two heartbeats, however fast each grows.
+  const uint64_t kept = std::max(settings_.reserve_memory.on_device(total), top_used);
+  const uint64_t budget = total > kept ? total - kept : 0;
+  const uint64_t free = budget > low_used ? budget - low_used : 0;
+  const uint64_t step = std::max<uint64_t>(settings_.memory_step_bytes, 1);
+  const uint64_t cap = (t.memory_used + free / low) / step * step;   // steps: fewer directives as usage moves
+  return std::max<uint64_t>({cap, t.memory_used, 1});                // 0 would mean "no cap"
+}
+
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
+  d.memory_cap = memory_cap_for(t);
   if (t.id == holder_) d.role |= protocol::kRoleHolder;
   bool below = false, above = false, hold = false, fill = false, wanted = false, busy_above = false;
   for (const auto& [id, u] : tasks_) {
@@ -241,6 +270,8 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
   }
   task->mode = reg.mode;
   task->backend = reg.backend;
+  task->memory_total = reg.memory_total;
+  task->memory_limit = reg.memory_limit;
   task->last_heard = now;
   std::vector<Action> changes;
   schedule(now, changes);
@@ -278,7 +309,9 @@ void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, s
     handle_idle(now, *t, i->last_kernel_id);
   } else if (const auto* w = std::get_if<protocol::Want>(&body)) {
     handle_want(now, *t, *w);
-  } else if (std::holds_alternative<protocol::Heartbeat>(body)) {
+  } else if (const auto* h = std::get_if<protocol::Heartbeat>(&body)) {
+    t->memory_used = h->memory_used;
+    t->memory_refusals = h->memory_refusals;
     answer = id;   // the current directive answers it: the client's sign of life, and a repair of lost pushes
   } else if (std::holds_alternative<protocol::Goodbye>(body)) {
     drop(id);
@@ -521,6 +554,10 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.waits = t.waits;
     s.predicted_pause_ns = predicted_pause(t);
     s.busy_pct = t.busy_pct;
+    s.memory_used = t.memory_used;
+    s.memory_limit = t.memory_limit;
+    s.memory_total = t.memory_total;
+    s.memory_refusals = t.memory_refusals;
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernel_rules.h"
+#include "memory_size.h"
 #include "protocol.h"
 
 namespace fikit::policy {
@@ -76,6 +77,11 @@ struct Settings {
   // and hold no authenticated task by measuring.
   int min_unauthenticated_priority = 0;
   bool keyed = false;
+  // Device memory kept for priority-0 tasks (0: none): the tasks below share what it leaves of the
+  // GPU's memory, beside what priority-0 tasks hold beyond it. Each may hold what it holds plus an
+  // equal part of what is still free of that, in steps of memory_step_bytes (docs/memory.md).
+  protocol::MemorySize reserve_memory;
+  uint64_t memory_step_bytes = 64ull << 20;
   // Daemon only (not the policy): after a notification, while the holder notifies, poll the socket
   // this long before sleeping. A datagram that wakes a sleeping daemon costs the sender ~8 us on a
   // 2-core VM, ~3 us when the daemon is polling (docs/performance-scheduler.md). 0: always sleep.
@@ -90,6 +96,8 @@ struct Registration {
   std::string key;
   bool authenticated = false;
   bool profile_grew = false;   // the client stored new kernels: read the profile again
+  uint64_t memory_total = 0;   // the GPU's memory as the client sees it (0: not known)
+  uint64_t memory_limit = 0;   // the process's own limit there (0: none)
 };
 
 // One message for one task (task_id names the receiver; 0: whoever sent the event).
@@ -132,6 +140,10 @@ struct TaskStatus {
   WaitHistogram waits;
   uint64_t predicted_pause_ns = 0;   // the shortest of its last 16 pauses, when its return is predicted (0: not)
   uint32_t busy_pct = 0;             // busy_percent of its profile
+  // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
+  // allocations it refused over its cap, and the GPU's size as it reported it.
+  uint64_t memory_used = 0, memory_limit = 0, memory_total = 0;
+  uint32_t memory_refusals = 0;
 };
 
 class Policy {
@@ -212,6 +224,8 @@ class Policy {
     uint32_t activity_generation = 0;   // its last activity start rung on the bell
     uint64_t fills = 0, notifications = 0, wants = 0;
     WaitHistogram waits;
+    uint64_t memory_total = 0, memory_limit = 0, memory_used = 0;
+    uint32_t memory_refusals = 0;
   };
   // The holder's predicted idle gap, handed to one filler as credit.
   struct Gap {
@@ -232,6 +246,8 @@ class Policy {
   // Recomputes the holder, every task's directive, sends the changed ones, sets next_wake_.
   void schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns = 0, uint32_t always_to = 0);
   protocol::Directive directive_for(uint64_t now, const Task& t) const;
+  // The device memory `t` may hold (Settings::reserve_memory); 0: no cap.
+  uint64_t memory_cap_for(const Task& t) const;
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;

@@ -41,6 +41,11 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  as busy, an eager one (50 x 5 us kernels with 20 us of host work before each) does not,
                  and below the busy one an MPS job gets no short holds beside it and its long holds on
                  the partition.
+  memory_reserve a simulated GPU of 8 GiB; a job (priority 5) allocates until refused, then holds what it got
+                 while a service (priority 0) keeps allocating. Without FIKIT's memory limits the job
+                 takes the whole device and the service's allocations fail; under fikit-scheduler
+                 --reserve-memory 3GiB the job is refused at 5 GiB (the driver's out-of-memory error),
+                 the service gets every allocation, and status shows what each holds and the refusals.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
 """
@@ -93,6 +98,8 @@ class Env:
             self.env["FIKIT_SIMGPU_MPS"] = "1"
         if args.case == "two_gpus":
             self.env["FIKIT_SIMGPU_DEVICES"] = "2"
+        if args.case == "memory_reserve":
+            self.env["FIKIT_SIMGPU_MEMORY_MIB"] = "8192"
 
     def path(self, name):
         self.counter += 1
@@ -468,6 +475,51 @@ def busy_rule(env):
     return ok
 
 
+def memory_reserve(env):
+    ok = True
+    probe = env.a.memory_probe
+    chunks_in = lambda gib: gib * 1024 // 64
+
+    def pair_run(job_cmd):
+        # The job fills first and holds for 3 s; the service grows by 256 MiB every 100 ms meanwhile.
+        job = subprocess.Popen(job_cmd + [probe, "fill", "64", "3000"], env=env.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        first = job.stdout.readline()   # "fill N RESULT": the job holds what it got from here on
+        svc = subprocess.run(env.fikit("share", "svc", 0) + [probe, "grow", "256", "12", "100"], env=env.env,
+                             capture_output=True, text=True, timeout=60)
+        return first, job, svc
+
+    # Unprotected: the job takes the device; the service's allocations fail.
+    first, job, svc = pair_run(env.fikit("off", "job", 5))
+    job.communicate(timeout=60)
+    m = re.match(r"fill (\d+) (\d+)", first)
+    ok &= check(m is not None and int(m[1]) == chunks_in(8) and m[2] == "2",
+                f"without limits the job takes the whole 8 GiB: {first.strip()}")
+    g = re.search(r"grow (\d+) (\d+)", svc.stdout)
+    ok &= check(g is not None and int(g[2]) > 0, f"and the service's allocations fail: {svc.stdout.strip()}")
+
+    env.start_daemon("--reserve-memory", "3GiB")
+    first, job, svc = pair_run(env.fikit("share", "job", 5))
+    time.sleep(0.4)   # a heartbeat (a quarter of the 1 s lease) brings the job's refusals
+    status = env.status()
+    job_out, job_err = job.communicate(timeout=60)
+    m = re.match(r"fill (\d+) (\d+)", first)
+    ok &= check(m is not None and int(m[1]) == chunks_in(5) and m[2] == "2",
+                f"with --reserve-memory 3GiB the job is refused at 5 GiB with CUDA's out-of-memory: {first.strip()}")
+    g = re.search(r"grow (\d+) (\d+)", svc.stdout)
+    ok &= check(g is not None and g[1] == "12" and g[2] == "0",
+                f"and the service gets every allocation: {svc.stdout.strip()} {svc.stderr.strip()[-300:]}")
+    ok &= check("refused an allocation of 64.0 MiB" in job_err and "--reserve-memory" in job_err,
+                f"the job says once why: {job_err.strip()[-400:]}")
+    tasks = {t["key"]: t for t in status["tasks"]} if status else {}
+    jt = tasks.get("job", {})
+    ok &= check(jt.get("memory_used") == 5 << 30 and jt.get("memory_cap") == 5 << 30 and jt.get("memory_refusals", 0) >= 1,
+                f"status: the job holds 5 GiB of its 5 GiB cap, refusals counted: "
+                f"{ {k: jt.get(k) for k in ('memory_used', 'memory_cap', 'memory_refusals')} }")
+    env.stop_daemon()
+    return ok
+
+
 def fork_case(env):
     ok = True
     # Measure mode: before the fix the child's exit(0) drained its parent's measurement (1.7 s).
@@ -499,8 +551,8 @@ def fork_case(env):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule"])
-    for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe"):
+    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule", "memory_reserve"])
+    for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args()
@@ -518,6 +570,8 @@ def main():
                 ok = two_gpus(env)
             elif args.case == "busy_rule":
                 ok = busy_rule(env)
+            elif args.case == "memory_reserve":
+                ok = memory_reserve(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

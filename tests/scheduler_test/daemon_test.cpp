@@ -25,7 +25,9 @@
 #include "inflight_window.h"
 #include "launch_gate.h"
 #include "log.h"
+#include "metrics.h"
 #include "options.h"
+#include "snapshot.h"
 #include "server.h"
 #include "accept_limiter.h"
 
@@ -555,7 +557,11 @@ TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
     EXPECT_NE(json->find("\"key\":\"visible-task\""), std::string::npos) << *json;
     // Nothing above it: the loose bound (run-bound-idle, 1 ms); no pauses seen, so none predicted.
     EXPECT_NE(json->find("\"bound_ns\":1000000,"), std::string::npos) << *json;
-    EXPECT_NE(json->find("\"predicted_pause_ns\":0,\"short_hold_ns\":0,\"partition_pct\":0,\"confine\":0}"), std::string::npos) << *json;
+    EXPECT_NE(json->find("\"predicted_pause_ns\":0,\"short_hold_ns\":0,\"partition_pct\":0,\"confine\":0,"), std::string::npos) << *json;
+    // Its hook accounts no memory (the peer sends none) and nobody caps it.
+    EXPECT_NE(json->find("\"memory_used\":0,\"memory_limit\":0,\"memory_cap\":0,\"memory_total\":0,\"memory_refusals\":0}"),
+              std::string::npos) << *json;
+    EXPECT_NE(text->find("memory"), std::string::npos) << *text;
     auto bad = scheduler::control_request(path, "frobnicate", 1000, error);
     ASSERT_TRUE(bad);
     EXPECT_NE(bad->find("unknown command"), std::string::npos);
@@ -994,6 +1000,52 @@ TEST(Options, MetricsOffLoopbackNeedMetricsRemote) {
   ASSERT_TRUE(scheduler::apply_setting(p, "metrics", "0.0.0.0:9400", error));
   EXPECT_TRUE(scheduler::check_options(p, error)) << error;
   EXPECT_FALSE(scheduler::apply_setting(p, "metrics-remote", "yes", error));
+}
+
+// What status and the metrics say of a task's device memory: held, its cap (the lower of its own
+// limit and the daemon's), refusals.
+TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
+  scheduler::DaemonSnapshot s;
+  scheduler::DomainSnapshot d;
+  d.device = "GPU-x";
+  policy::TaskStatus t;
+  t.id = 7;
+  t.key = "job";
+  t.priority = 5;
+  t.memory_used = 5ull << 30;
+  t.memory_limit = 6ull << 30;
+  t.directive.memory_cap = 5ull << 30;
+  t.memory_refusals = 3;
+  d.tasks.push_back(t);
+  policy::TaskStatus svc;
+  svc.id = 8;
+  svc.key = "svc";
+  d.tasks.push_back(svc);
+  s.domains.push_back(d);
+  const std::string text = scheduler::format_text(s);
+  EXPECT_NE(text.find("5.0G/5.0G !3"), std::string::npos) << text;
+  const std::string metrics = scheduler::format_prometheus(s);
+  EXPECT_NE(metrics.find("fikit_task_memory_bytes{device=\"GPU-x\",task=\"7\",key=\"job\",priority=\"5\"} 5368709120"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",task=\"7\",key=\"job\",priority=\"5\"} 5368709120"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fikit_task_memory_refusals_total{device=\"GPU-x\",task=\"7\",key=\"job\",priority=\"5\"} 3"),
+            std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",task=\"8\",key=\"svc\",priority=\"0\"} 0"),
+            std::string::npos) << metrics;
+}
+
+TEST(Options, ReserveMemoryTakesASizeOrAShareButNotEverything) {
+  std::string error;
+  scheduler::Options o;
+  ASSERT_TRUE(scheduler::apply_setting(o, "reserve-memory", "20GiB", error)) << error;
+  EXPECT_EQ(o.policy.reserve_memory.bytes, 20ull << 30);
+  ASSERT_TRUE(scheduler::apply_setting(o, "reserve-memory", "25%", error)) << error;
+  EXPECT_EQ(o.policy.reserve_memory.ppm, 250'000u);
+  EXPECT_FALSE(scheduler::apply_setting(o, "reserve-memory", "100%", error));
+  EXPECT_NE(error.find("leaves nothing"), std::string::npos) << error;
+  EXPECT_FALSE(scheduler::apply_setting(o, "reserve-memory", "20 parsecs", error));
+  EXPECT_NE(error.find("unknown unit"), std::string::npos) << error;
 }
 
 // The listeners' guard on its own: at most `max` connections, the next accept when one closes, and

@@ -4,6 +4,7 @@
 // clamped predictions).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -74,8 +75,9 @@ class PolicyTest : public ::testing::Test {
   }
 
   uint32_t reg(uint64_t now, const std::string& key, int prio, TaskMode mode = TaskMode::Share,
-               Backend backend = Backend::TimeSlice, bool authenticated = true) {
+               Backend backend = Backend::TimeSlice, bool authenticated = true, uint64_t memory_total = 0) {
     Registration r;
+    r.memory_total = memory_total;
     r.priority = uint8_t(prio);
     r.mode = mode;
     r.backend = backend;
@@ -670,6 +672,68 @@ TEST_F(PolicyTest, MessagesOfUnknownTasksAreToldToRegister) {
   policy().on_message(T0, 4242, protocol::Heartbeat{}, out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(std::get<protocol::Error>(out[0].body).code, protocol::ErrorCode::UnknownTask);
+}
+
+
+// --reserve-memory: what priority-0 tasks keep of the GPU's memory, and how the tasks below share
+// the rest (docs/memory.md).
+constexpr uint64_t GiB = 1ull << 30;
+
+TEST_F(PolicyTest, TasksBelowPriorityZeroShareWhatTheReserveLeaves) {
+  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  const uint32_t svc = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  EXPECT_EQ(last.at(svc).memory_cap, 0u) << "priority 0 is never capped";
+  EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
+  // The service holds more than its reserve: the job gets what it leaves.
+  send(T0 + us(10), svc, protocol::Heartbeat{30 * GiB, 0});
+  EXPECT_EQ(last.at(job).memory_cap, 50 * GiB);
+  // A second job: what is free (50 - 10 held) is split in two, so that both growing at once between
+  // two heartbeats still cannot pass 50 together.
+  send(T0 + us(20), job, protocol::Heartbeat{10 * GiB, 0});
+  const uint32_t job2 = reg(T0 + us(30), "lp7", 7, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  EXPECT_EQ(last.at(job).memory_cap, 30 * GiB);
+  EXPECT_EQ(last.at(job2).memory_cap, 20 * GiB);
+  // One that claims a larger GPU does not enlarge what the others may take: the service's size counts.
+  const uint32_t liar = reg(T0 + us(40), "a", 6, TaskMode::Share, Backend::Mps, false, 1024 * GiB);
+  EXPECT_LE(last.at(job).memory_cap + last.at(job2).memory_cap + last.at(liar).memory_cap, 50 * GiB);
+  const auto status = policy().status(T0 + us(50));
+  const auto it = std::find_if(status.begin(), status.end(), [&](const TaskStatus& t) { return t.id == job; });
+  ASSERT_NE(it, status.end());
+  EXPECT_EQ(it->memory_used, 10 * GiB);
+  EXPECT_EQ(it->memory_total, 80 * GiB);
+}
+
+TEST_F(PolicyTest, WithoutAServiceTheSmallestGpuAnyTaskReportsCounts) {
+  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
+  reg(T0 + us(10), "a", 6, TaskMode::Share, Backend::Mps, false, 1024 * GiB);
+  EXPECT_EQ(last.at(job).memory_cap, 30 * GiB) << "60 free, split in two";
+  reg(T0 + us(20), "b", 7, TaskMode::Share, Backend::Mps, false, 40 * GiB);
+  EXPECT_EQ(last.at(job).memory_cap, 6784ull << 20) << "20 free of 40, split in three, in steps of 64 MiB";
+}
+
+TEST_F(PolicyTest, AMeasuredTaskIsCappedTooAndNoReserveMeansNoCap) {
+  settings.reserve_memory = protocol::MemorySize{0, 250'000};   // 25 %
+  reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  const uint32_t measured = reg(T0, "lp", 5, TaskMode::Measure, Backend::Mps, true, 80 * GiB);
+  EXPECT_EQ(last.at(measured).memory_cap, 60 * GiB);
+  p.reset();
+  last.clear();
+  settings.reserve_memory = protocol::MemorySize{};
+  reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  EXPECT_EQ(last.at(job).memory_cap, 0u);
+}
+
+TEST_F(PolicyTest, AJobOverItsShareMayKeepWhatItHoldsButGetsNoMore) {
+  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  const uint32_t svc = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  send(T0 + us(10), job, protocol::Heartbeat{55 * GiB, 0});
+  send(T0 + us(20), svc, protocol::Heartbeat{40 * GiB, 0});   // the service grew past its reserve
+  EXPECT_EQ(last.at(job).memory_cap, 55 * GiB) << "what it holds, nothing more";
 }
 
 }  // namespace

@@ -272,6 +272,40 @@ TEST_F(FikitRun, UnderMpsTheClientPriorityFollowsTheFikitPriority) {
   EXPECT_EQ(prio("5", {"CUDA_MPS_CLIENT_PRIORITY=0"}), "0");   // the user's choice is kept
 }
 
+// --memory-limit: the hook's FIKIT_MEMORY_LIMIT, checked by the same rules the hook reads it with;
+// under MPS, for a size, MPS's own cap for each GPU the program can see (the user's is kept).
+TEST_F(FikitRun, AMemoryLimitIsCheckedAndBecomesEnvironment) {
+  Result r = run_with_hook({"--memory-limit", "20GiB", "/usr/bin/env"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(parse_env(r.out)["FIKIT_MEMORY_LIMIT"], "20GiB");
+  EXPECT_EQ(parse_env(r.out).count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u) << "no MPS here";
+  r = run_with_hook({"--memory-limit=30%", "/usr/bin/env"});
+  EXPECT_EQ(parse_env(r.out)["FIKIT_MEMORY_LIMIT"], "30%");
+  const std::pair<const char*, const char*> bad[] = {
+      {"20XB", "unknown unit"}, {"0", "refuse every allocation"}, {"150%", "above 100 %"}, {"-1G", "negative"}};
+  for (const auto& [size, why] : bad) {
+    r = run_with_hook({"--memory-limit", size, "/bin/true"});
+    EXPECT_EQ(r.exit_code, 2) << size;
+    EXPECT_EQ(line_count(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+  }
+  r = run_with_hook({"/bin/true"}, {"FIKIT_MEMORY_LIMIT=lots"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("FIKIT_MEMORY_LIMIT='lots'"), std::string::npos) << r.err;
+
+  const fs::path pipe = dir_ / "mps";
+  FakeMpsControl control(pipe);
+  const std::string mps = "CUDA_MPS_PIPE_DIRECTORY=" + pipe.string();
+  r = run_with_hook({"--memory-limit", "20GiB", "/usr/bin/env"}, {mps, "CUDA_VISIBLE_DEVICES=2,3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(parse_env(r.out)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=20480M,1=20480M");
+  r = run_with_hook({"--memory-limit", "20GiB", "/usr/bin/env"},
+                    {mps, "CUDA_VISIBLE_DEVICES=0", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=1G"});
+  EXPECT_EQ(parse_env(r.out)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"], "0=1G");
+  r = run_with_hook({"--memory-limit", "25%", "/usr/bin/env"}, {mps, "CUDA_VISIBLE_DEVICES=0"});
+  EXPECT_EQ(parse_env(r.out).count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u) << "a share needs the GPU's size";
+}
+
 TEST_F(FikitRun, AControlPipeWithItsDaemonReadingCountsToo) {
   const fs::path pipe = dir_ / "mps";
   fs::create_directories(pipe);

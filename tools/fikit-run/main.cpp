@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "auth.h"
+#include "memory_size.h"
 #include "mps.h"
 #include "run_options.h"
 
@@ -165,6 +166,14 @@ int main(int argc, char** argv) {
   if (opts->measure_sample) set_env("FIKIT_MEASURE_SAMPLE", *opts->measure_sample);
   if (opts->backend) set_env("FIKIT_BACKEND", *opts->backend);
   if (opts->max_wait_ms) set_env("FIKIT_MAX_WAIT_MS", *opts->max_wait_ms);
+  if (opts->memory_limit) set_env("FIKIT_MEMORY_LIMIT", *opts->memory_limit);
+  const char* memory_limit = std::getenv("FIKIT_MEMORY_LIMIT");
+  if (memory_limit != nullptr && *memory_limit != '\0') {
+    if (const char* why = fikit::run::memory_limit_error(memory_limit)) {
+      std::fprintf(stderr, "fikit-run: FIKIT_MEMORY_LIMIT='%s': %s\n", memory_limit, why);
+      return kExitUsage;
+    }
+  }
   if (opts->key_file) {
     // Checked here, where a bad key can still stop the start with a clear message; the hook,
     // inside the program, could only run it unscheduled.
@@ -187,6 +196,14 @@ int main(int argc, char** argv) {
     }
     if (auto prio = fikit::mps::client_priority(opts->priority, std::getenv("CUDA_MPS_CLIENT_PRIORITY")))
       set_env("CUDA_MPS_CLIENT_PRIORITY", *prio);
+    // MPS's own cap as well, where a size is given (a share needs the GPU's size, which only the hook
+    // learns): the driver then enforces it whatever path the program allocates by.
+    fikit::protocol::MemorySize limit;
+    if (memory_limit != nullptr && *memory_limit != '\0' &&
+        fikit::protocol::parse_memory_size(memory_limit, limit) == nullptr && !limit.is_share())
+      if (auto pinned = fikit::mps::pinned_memory_limit(limit.bytes, std::getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
+                                                        std::getenv("CUDA_VISIBLE_DEVICES")))
+        set_env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", *pinned);
     if (verbose)
       std::fprintf(stderr, "fikit-run: backend MPS (control daemon at %s), client priority %s\n", mps.pipe_dir.c_str(),
                    std::getenv("CUDA_MPS_CLIENT_PRIORITY"));

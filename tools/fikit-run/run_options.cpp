@@ -1,5 +1,6 @@
 #include "run_options.h"
 
+#include "memory_size.h"
 #include "protocol.h"
 
 #include <cstdint>
@@ -75,7 +76,8 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
     }
     static const char* const kValued[] = {"--priority", "--task-key", "--mode", "--scheduler", "--db",
                                           "--measure-runs", "--run-iterations", "--hook", "--key-file",
-                                          "--backend", "--max-wait-ms", "--measure-sample"};
+                                          "--backend", "--max-wait-ms", "--measure-sample",
+                                          "--memory-limit"};
     bool known = false;
     for (const char* k : kValued) known = known || name == k;
     if (!known) {
@@ -159,6 +161,12 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
         return std::nullopt;
       }
       opts.max_wait_ms = value;
+    } else if (name == "--memory-limit") {
+      if (const char* why = memory_limit_error(value)) {
+        *error = std::string("--memory-limit '") + value + "': " + why;
+        return std::nullopt;
+      }
+      opts.memory_limit = value;
     } else {   // --hook
       if (value.empty()) {
         *error = "--hook needs a path";
@@ -173,6 +181,13 @@ std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, s
     return std::nullopt;
   }
   return opts;
+}
+
+const char* memory_limit_error(const std::string& text) {
+  protocol::MemorySize size;
+  if (const char* why = protocol::parse_memory_size(text, size)) return why;
+  if (size.is_zero()) return "a limit of 0 would refuse every allocation (leave it out for no limit)";
+  return nullptr;
 }
 
 std::string usage_text() {
@@ -196,6 +211,11 @@ Options:
                       the driver says whether this process is an MPS client)
   --max-wait-ms N     the longest one launch may wait for the scheduler; sets FIKIT_MAX_WAIT_MS
                       (default 1000)
+  --memory-limit SIZE the device memory PROGRAM may hold on each GPU, e.g. 20GiB, 512MiB, 30%;
+                      sets FIKIT_MEMORY_LIMIT. An allocation over it fails with CUDA's own
+                      out-of-memory error, and the program's cuMemGetInfo answers within it
+                      (docs/memory.md). Under MPS a size (not a share) also sets
+                      CUDA_MPS_PINNED_DEVICE_MEM_LIMIT for each GPU, unless it is set
   --hook PATH         the hook library (default: $FIKIT_HOOK, else ../lib/libfikit_hook.so next to
                       fikit-run, else the build tree's hook/libfikit_hook.so)
   --help              show this help and exit
