@@ -86,14 +86,18 @@ uint64_t own_limit(int device) noexcept {
   if (!cfg.memory_limit.is_zero()) {
     const uint64_t total = device_total(device);
     limit = cfg.memory_limit.on_device(total);
-    if (total != 0 && limit > total) {
+    if (total == 0 && cfg.memory_limit.is_share()) {
+      log(LogLevel::Error, "FIKIT_MEMORY_LIMIT=%s: the driver does not say how large GPU %d is: no limit of its own there",
+          cfg.memory_limit_text, device);
+      limit = 0;
+    } else if (total != 0 && limit > total) {
       char size[32];
       protocol::format_bytes(total, size, sizeof size);
       log(LogLevel::Error, "FIKIT_MEMORY_LIMIT=%s is more than GPU %d has (%s): no limit of its own there",
           cfg.memory_limit_text, device, size);
       limit = 0;
     } else if (limit == 0) {
-      limit = 1;   // a share of a device whose size is unknown, or rounded to nothing: refuse, do not ignore
+      limit = 1;   // a share that rounds to nothing: refuse, do not ignore
     }
   }
   g_own_limit[device].store(limit, std::memory_order_relaxed);
