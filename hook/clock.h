@@ -1,18 +1,9 @@
 #pragma once
-// The hook's one clock: CLOCK_MONOTONIC, the clock the daemon and the other processes of the host
-// use too (launch times and credit ends travel between them in it). A vDSO call, no system call.
-#include <time.h>
-
-#include <cstdint>
+// The hook's clock is the protocol's (scheduler/protocol/monotonic.h): launch times and credit ends
+// travel between the hook and the daemon in it.
+#include "monotonic.h"
 
 namespace fikit::hook {
-
-inline uint64_t monotonic_ns() noexcept {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
-
-inline uint64_t monotonic_ms() noexcept { return monotonic_ns() / 1'000'000; }
-
+using protocol::monotonic_ms;
+using protocol::monotonic_ns;
 }  // namespace fikit::hook

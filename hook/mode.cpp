@@ -167,28 +167,6 @@ Mode* detail::start_mode(Mode* seen) noexcept {
   return settled_mode(g_mode.load(std::memory_order_acquire));
 }
 
-Mode* current_mode() noexcept { return detail::settled_mode(detail::loaded_mode()); }
-
 void set_mode(Mode* mode) noexcept { detail::g_mode.store(mode, std::memory_order_release); }
-
-// Weak defaults: the strong definitions in hook/measure/ and hook/share/ replace them when built.
-__attribute__((weak)) Mode* make_measure_mode(const Config&) noexcept {
-  log(LogLevel::Error, "mode measure is not built into this libfikit_hook.so");
-  return nullptr;
-}
-
-__attribute__((weak)) Mode* make_share_mode(const Config&) noexcept {
-  log(LogLevel::Error, "mode share is not built into this libfikit_hook.so");
-  return nullptr;
-}
-
-__attribute__((weak)) Mode* make_auto_mode(const Config&) noexcept {
-  log(LogLevel::Error, "mode auto is not built into this libfikit_hook.so");
-  return nullptr;
-}
-
-__attribute__((weak)) void announce_measurement(const Config&, bool) noexcept {
-  log(LogLevel::Debug, "share mode is not built: the measurement phase is not announced to a daemon");
-}
 
 }  // namespace fikit::hook

@@ -51,8 +51,6 @@ class Mode {
   virtual void shutdown() noexcept = 0;
 };
 
-// The active mode; nullptr means passthrough. One relaxed atomic load on every launch.
-Mode* current_mode() noexcept;
 // Replace the active mode (auto: measure -> share once enough runs are recorded). The old mode
 // object is never deleted: another thread may still be inside it.
 void set_mode(Mode* mode) noexcept;

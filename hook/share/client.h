@@ -101,7 +101,6 @@ class Client {
   void launch_went(uint64_t now) noexcept { last_go_ns_.store(now, std::memory_order_relaxed); }
   void holder_returned(uint32_t generation, uint64_t at_ns) noexcept;
 
-  uint64_t notifications_dropped() const noexcept { return queue_.dropped(); }
   // Why this client is not registered, for its log: the daemon refused it (and why), its answers
   // did not verify with the key, or nothing answered.
   void silence_reason(char* out, size_t size) const noexcept;

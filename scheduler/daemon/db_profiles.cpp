@@ -5,15 +5,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "monotonic.h"
 #include "profiledb.h"
 
 namespace fikit::scheduler {
 namespace {
 
-uint64_t now_ns() {
-  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                      std::chrono::steady_clock::now().time_since_epoch()).count());
-}
+uint64_t now_ns() { return protocol::monotonic_ns(); }
 enum LogKind { kNoProfileYet = 1, kNoProfile, kLoaded, kLowCoverage, kLocked };
 // A locked database is read again this often, until it can be.
 constexpr auto kLockedRetry = std::chrono::milliseconds(500);

@@ -5,7 +5,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "auth.h"
 #include "bell.h"
@@ -80,8 +82,9 @@ int status_command(int argc, char** argv) {
     std::string arg = argv[i];
     if (arg == "-h" || arg == "--help") {
       std::printf("Usage: fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
-                  "Prints the running daemon's tasks (priority, state, role), gap fills, early stops and\n"
-                  "dropped datagrams, read from its control socket (the daemon's user only).\n"
+                  "Prints the running daemon's tasks (priority, state, role, memory), gap fills, early stops and\n"
+                  "dropped datagrams, read from its control socket (the daemon's user only): by default\n"
+                  "this user's daemon of that port, else the systemd unit's (" FIKIT_SYSTEM_CONTROL_PATH ").\n"
                   "Exit 0, or 1 when no daemon answers, 2 on bad usage.\n");
       return kOk;
     }
@@ -97,11 +100,19 @@ int status_command(int argc, char** argv) {
     std::fprintf(stderr, "fikit-scheduler status: unexpected argument '%s' (try --help)\n", arg.c_str());
     return kUsage;
   }
-  if (control.empty()) control = fikit::scheduler::default_control_path(port);
-  std::string error;
-  auto reply = fikit::scheduler::control_request(control, json ? "status-json" : "status", 2000, error);
+  // Without --control: this user's daemon of that port, else the one the shipped systemd unit runs.
+  std::vector<std::string> paths{control};
+  if (control.empty()) paths = {fikit::scheduler::default_control_path(port), FIKIT_SYSTEM_CONTROL_PATH};
+  std::string error, tried;
+  std::optional<std::string> reply;
+  for (const std::string& path : paths) {
+    reply = fikit::scheduler::control_request(path, json ? "status-json" : "status", 2000, error);
+    if (reply) break;
+    tried += (tried.empty() ? "" : "; ") + error;
+  }
   if (!reply) {
-    std::fprintf(stderr, "fikit-scheduler status: %s\n", error.c_str());
+    std::fprintf(stderr, "fikit-scheduler status: %s%s\n", tried.c_str(),
+                 control.empty() ? " (is fikit-scheduler running? --control PATH names its socket)" : "");
     return kNoDaemon;
   }
   std::fputs(reply->c_str(), stdout);
@@ -112,7 +123,8 @@ int keygen_command(int argc, char** argv) {
   if (argc != 3 || argv[2][0] == '-') {
     std::fprintf(argc == 3 ? stdout : stderr,
                  "Usage: fikit-scheduler keygen PATH\n"
-                 "Writes 32 random bytes as 64 hex digits to a new file PATH (mode 600; never overwrites).\n"
+                 "Writes 32 random bytes as 64 hex digits to a new file PATH (mode 600; never overwrites), making\n"
+                 "the folders above it that are missing (mode 700).\n"
                  "Give it to the daemon (--key-file) and the programs (fikit-run --key-file).\n");
     return std::strcmp(argv[argc - 1], "--help") == 0 || std::strcmp(argv[argc - 1], "-h") == 0 ? kOk : kUsage;
   }

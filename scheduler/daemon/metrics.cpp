@@ -108,6 +108,14 @@ std::string format_prometheus(const DaemonSnapshot& s) {
              [](const D& d) { return d.counters.fills; });
   per_device(out, s, "fikit_gaps_predicted_total", "counter", "Idle gaps of the holder predicted from its profile.",
              [](const D& d) { return d.counters.gaps_predicted; });
+  family(out, "fikit_gaps_unfilled_total", "counter", "Predicted gaps of the holder that ended with no filler, by why.");
+  for (const auto& d : s.domains) {
+    const auto& c = d.counters;
+    const std::pair<const char*, uint64_t> reasons[] = {{"no_want", c.unfilled_no_want}, {"unprofiled", c.unfilled_unprofiled},
+                                                        {"too_long", c.unfilled_too_long}, {"late", c.unfilled_late}};
+    for (const auto& [reason, n] : reasons)
+      out += fmt::format("fikit_gaps_unfilled_total{{device=\"{}\",reason=\"{}\"}} {}\n", label_value(d.device), reason, n);
+  }
   per_device(out, s, "fikit_early_stops_total", "counter",
              "Fills ended early because the holder launched again before the predicted gap ended.",
              [](const D& d) { return d.counters.early_stops; });

@@ -23,12 +23,6 @@ namespace fikit::scheduler {
 namespace asio = boost::asio;
 using asio::ip::udp;
 
-uint64_t monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1'000'000'000ull + uint64_t(ts.tv_nsec);
-}
-
 namespace {
 // Kinds of rate-limited log lines.
 enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota, kLogReserve };

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "auth.h"
+#include "monotonic.h"
 #include "policy.h"
 #include "sessions.h"
 #include "snapshot.h"
@@ -53,7 +54,7 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// CLOCK_MONOTONIC in ns: the clock directives' credit ends are written in (clients share the host).
-uint64_t monotonic_ns();
+// The clock directives' credit ends are written in (clients share the host).
+using protocol::monotonic_ns;
 
 }  // namespace fikit::scheduler

@@ -54,6 +54,16 @@ std::string memory_text(const policy::TaskStatus& t) {
   return s;
 }
 
+// The roles as JSON: ["holder","activity"] ([] for none).
+std::string role_json(uint8_t role) {
+  std::string s = "[";
+  if (role & protocol::kRoleHolder) s += "\"holder\",";
+  if (role & protocol::kRoleActivity) s += "\"activity\",";
+  if (role & protocol::kRoleGaps) s += "\"gaps\",";
+  if (s.size() > 1) s.pop_back();
+  return s + "]";
+}
+
 std::string json_string(const std::string& v) {
   std::string out = "\"";
   for (char c : v) {
@@ -67,10 +77,11 @@ std::string counters_json(const policy::Counters& p) {
   return fmt::format(
       "\"fills\":{},\"gaps_predicted\":{},\"gaps_too_short\":{},\"early_stops\":{},\"directives\":{},"
       "\"notifications\":{},\"wants\":{},\"registrations\":{},\"capped_registrations\":{},\"refused_registrations\":{},"
-      "\"lease_expiries\":{},\"measure_holds_ended\":{},\"clamped_predictions\":{}",
+      "\"lease_expiries\":{},\"measure_holds_ended\":{},\"clamped_predictions\":{},\"unfilled_no_want\":{},"
+      "\"unfilled_unprofiled\":{},\"unfilled_too_long\":{},\"unfilled_late\":{}",
       p.fills, p.gaps_predicted, p.gaps_too_short, p.early_stops, p.directives, p.notifications, p.wants,
       p.registrations, p.capped_registrations, p.refused_registrations, p.lease_expiries, p.measure_holds_ended,
-      p.clamped_predictions);
+      p.clamped_predictions, p.unfilled_no_want, p.unfilled_unprofiled, p.unfilled_too_long, p.unfilled_late);
 }
 
 }  // namespace
@@ -87,6 +98,8 @@ policy::Counters DaemonSnapshot::totals() const {
     t.gaps_too_short += c.gaps_too_short, t.fills += c.fills, t.early_stops += c.early_stops;
     t.lease_expiries += c.lease_expiries, t.measure_holds_ended += c.measure_holds_ended;
     t.clamped_predictions += c.clamped_predictions;
+    t.unfilled_no_want += c.unfilled_no_want, t.unfilled_unprofiled += c.unfilled_unprofiled;
+    t.unfilled_too_long += c.unfilled_too_long, t.unfilled_late += c.unfilled_late;
   }
   return t;
 }
@@ -117,6 +130,9 @@ std::string format_text(const DaemonSnapshot& s) {
   out += fmt::format("tasks {} on {} GPU(s); in all: gap fills {} (gaps predicted {}, too short {}), early stops {}, "
                      "directives sent {}\n", s.task_count(), s.domains.size(), p.fills, p.gaps_predicted,
                      p.gaps_too_short, p.early_stops, p.directives);
+  out += fmt::format("gaps not filled: {} with nobody waiting, {} with only kernels not in their profile waiting, "
+                     "{} with every waiting kernel too long, {} ended before a grant could arrive\n",
+                     p.unfilled_no_want, p.unfilled_unprofiled, p.unfilled_too_long, p.unfilled_late);
   const auto& c = s.sessions;
   out += fmt::format("notifications {}, wants {}, registrations {} (capped {}, refused: {} at a GPU's task limit, "
                      "{} at a user's, {} at an address's, {} at the GPU limit of a user, {} for the key's reserve, {} "
@@ -188,7 +204,7 @@ std::string format_json(const DaemonSnapshot& s) {
           t.mode == protocol::TaskMode::Measure ? "measure" : "share",
           t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
           t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
-          t.directive.role, t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.busy_pct,
+          role_json(t.directive.role), t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.busy_pct,
           t.waits.count, t.predicted_pause_ns, t.directive.short_hold_ns, t.directive.partition_pct,
           t.directive.confine, t.memory_used, t.memory_limit, t.directive.memory_cap, t.memory_total, t.memory_refusals);
       first = false;

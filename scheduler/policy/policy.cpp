@@ -350,7 +350,7 @@ void Policy::drop(uint32_t id) {
   if (holder_ == id) holder_ = 0;
   if (auto it = tasks_.find(id); it != tasks_.end() && it->second.bell_slot < bell_slot_used_.size())
     bell_slot_used_[it->second.bell_slot] = false;
-  if (gap_.open && (gap_.filler == id || holder_ == 0)) gap_ = Gap{};
+  if (gap_.open && (gap_.filler == id || holder_ == 0)) close_gap();
   tasks_.erase(id);
   dropped_.push_back(id);
 }
@@ -374,7 +374,7 @@ void Policy::handle_notify(uint64_t now, Task& t, const protocol::Notify& n) {
   if (gap_.open) {
     // Early stop: the holder is back, the rest of its predicted gap is gone.
     if (gap_.filler != 0 && gap_.credit_until_ns > now) ++counters_.early_stops;
-    gap_ = Gap{};
+    close_gap();
   }
   open_gap(now, t, n.kernel_id, launched);
 }
@@ -402,17 +402,22 @@ void Policy::open_gap(uint64_t now, const Task& holder, uint64_t kernel, uint64_
 void Policy::fill_gap(uint64_t now) {
   if (!gap_.open || gap_.filler != 0) return;
   if (gap_.end <= now) {
-    gap_ = Gap{};
+    close_gap();
     return;
   }
   const uint64_t begin = std::max(gap_.start, now + settings_.grant_latency_ns);
   Task* best = nullptr;
   uint64_t best_usable = 0;
+  bool waiting = false, profiled = false, in_time = false;   // how far the candidates got, for the miss
   for (auto& [id, t] : tasks_) {
-    if (!t.want || !t.want->known || t.mode != TaskMode::Share || !only_holder_blocks(now, t)) continue;
+    if (!t.want || t.mode != TaskMode::Share || !only_holder_blocks(now, t)) continue;
+    waiting = true;
+    if (!t.want->known) continue;
+    profiled = true;
     // Time-sliced, a fill costs the GPU a switch to the filler's context and one back.
     const uint64_t sw = t.backend == Backend::TimeSlice ? settings_.switch_cost_ns : 0;
     if (gap_.end <= begin + 2 * sw) continue;
+    in_time = true;
     const uint64_t usable = gap_.end - begin - 2 * sw;
     if (t.want->duration_ns > usable) continue;
     if (best == nullptr || t.priority < best->priority ||
@@ -421,7 +426,10 @@ void Policy::fill_gap(uint64_t now) {
       best_usable = usable;
     }
   }
-  if (best == nullptr) return;   // nothing fits now; a want arriving during the gap may
+  if (best == nullptr) {   // nothing fits now; a want arriving during the gap may
+    gap_.miss = !waiting ? Miss::NoWant : !profiled ? Miss::Unprofiled : !in_time ? Miss::Late : Miss::TooLong;
+    return;
+  }
   const uint64_t sw = best->backend == Backend::TimeSlice ? settings_.switch_cost_ns : 0;
   gap_.filler = best->id;
   gap_.credit_ns = best_usable;
@@ -431,9 +439,21 @@ void Policy::fill_gap(uint64_t now) {
   ++counters_.fills;
 }
 
+void Policy::close_gap() {
+  if (gap_.open && gap_.filler == 0) {
+    switch (gap_.miss) {
+      case Miss::NoWant: ++counters_.unfilled_no_want; break;
+      case Miss::Unprofiled: ++counters_.unfilled_unprofiled; break;
+      case Miss::TooLong: ++counters_.unfilled_too_long; break;
+      case Miss::Late: ++counters_.unfilled_late; break;
+    }
+  }
+  gap_ = Gap{};
+}
+
 void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
   if (t.id == holder_) {
-    gap_ = Gap{};   // its GPU work drained: nothing is predicted any more
+    close_gap();   // its GPU work drained: nothing is predicted any more
     // A sync in the middle of an iteration is followed by the last kernel's usual gap: the holder
     // stays active that long (lower tasks must not run into it) unless it launches meanwhile.
     auto it = t.profile->find(last_kernel);
@@ -507,9 +527,9 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
   for (const auto& [id, t] : tasks_)
     if (t.priority == top) { ++at_top; holder = id; }
   if (at_top != 1 || tasks_[holder].mode != TaskMode::Share) holder = 0;
-  if (holder != holder_ || holder == 0 || !tasks_[holder].active) gap_ = Gap{};
+  if (holder != holder_ || holder == 0 || !tasks_[holder].active) close_gap();
   holder_ = holder;
-  if (gap_.open && gap_.filler != 0 && gap_.credit_until_ns <= now) gap_ = Gap{};   // spent or too late
+  if (gap_.open && gap_.filler != 0 && gap_.credit_until_ns <= now) close_gap();   // spent or too late
 
   for (auto& [id, t] : tasks_) {
     Directive d = directive_for(now, t);

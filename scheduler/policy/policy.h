@@ -111,6 +111,10 @@ struct Counters {
   uint64_t notifications = 0, wants = 0, directives = 0;
   uint64_t gaps_predicted = 0, gaps_too_short = 0, fills = 0, early_stops = 0;
   uint64_t lease_expiries = 0, measure_holds_ended = 0, clamped_predictions = 0;
+  // Predicted gaps that ended with no filler, by why: no task below was waiting for one; the kernels
+  // waiting are not in their task's profile (unknown kernels never fill); every kernel waiting was
+  // longer than the gap; or the gap ended before a grant could reach a filler.
+  uint64_t unfilled_no_want = 0, unfilled_unprofiled = 0, unfilled_too_long = 0, unfilled_late = 0;
 };
 
 // How long tasks waited on a want until the daemon let the launch go (a fill or Run), in the
@@ -228,8 +232,10 @@ class Policy {
     uint32_t memory_refusals = 0;
   };
   // The holder's predicted idle gap, handed to one filler as credit.
+  enum class Miss : uint8_t { Late, NoWant, Unprofiled, TooLong };
   struct Gap {
     bool open = false;
+    Miss miss = Miss::Late;          // why the last try found no filler
     uint64_t start = 0, end = 0;
     uint32_t filler = 0;             // 0: not handed out yet
     uint64_t credit_ns = 0, credit_until_ns = 0;
@@ -243,6 +249,8 @@ class Policy {
   // Opens the holder's gap after `kernel` launched at `launched` and hands it to the best filler.
   void open_gap(uint64_t now, const Task& holder, uint64_t kernel, uint64_t launched);
   void fill_gap(uint64_t now);
+  // Ends the holder's gap; one that got no filler is counted by why (Counters::unfilled_*).
+  void close_gap();
   // Recomputes the holder, every task's directive, sends the changed ones, sets next_wake_.
   void schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns = 0, uint32_t always_to = 0);
   protocol::Directive directive_for(uint64_t now, const Task& t) const;

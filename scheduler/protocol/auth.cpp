@@ -1,5 +1,7 @@
 #include "auth.h"
 
+#include "monotonic.h"
+
 #include <fcntl.h>
 #include <sodium/crypto_auth_hmacsha256.h>
 #include <sodium/utils.h>
@@ -62,7 +64,25 @@ bool load_key_file(const std::string& path, Key& key, std::string& error) {
   return true;
 }
 
+namespace {
+
+// Makes the folders above `path` that are missing, each private (mode 700): the key's folder, like
+// ~/.config/fikit, often does not exist yet. Folders that exist are left as they are.
+bool make_parent_folders(const std::string& path, std::string& error) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+    const std::string folder = path.substr(0, slash);
+    if (mkdir(folder.c_str(), 0700) != 0 && errno != EEXIST) {
+      error = "cannot create the folder " + folder + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool create_key_file(const std::string& path, std::string& error) {
+  if (!make_parent_folders(path, error)) return false;
   Key key;
   if (getrandom(key.bytes, sizeof key.bytes, 0) != ssize_t(sizeof key.bytes)) {
     error = std::string("no random bytes: ") + std::strerror(errno);
@@ -121,9 +141,8 @@ uint64_t random_nonzero_u64() noexcept {
   while (v == 0) {
     if (getrandom(&v, sizeof v, 0) != ssize_t(sizeof v)) {
       // No entropy source: still unique enough per process and boot for a session ID (not a secret).
-      timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      v = (uint64_t(getpid()) << 40) ^ uint64_t(ts.tv_nsec) ^ (uint64_t(ts.tv_sec) << 20);
+      const uint64_t now = monotonic_ns();
+      v = (uint64_t(getpid()) << 40) ^ now ^ (now << 20);
     }
   }
   return v;

@@ -19,7 +19,8 @@ struct Key {
 // file that group or others may read or write (the key would not be secret) and anything malformed;
 // `error` then says why, naming the path.
 bool load_key_file(const std::string& path, Key& key, std::string& error);
-// Writes a new random key file (mode 0600, created exclusively: never overwrites).
+// Writes a new random key file (mode 0600, created exclusively: never overwrites), making the folders
+// above it that are missing (mode 0700).
 bool create_key_file(const std::string& path, std::string& error);
 
 // Appends the MAC to the encoded datagram data[0..size) (setting kFlagMac in its header) and returns

@@ -404,7 +404,7 @@ def two_gpus(env):
     ok &= check(len(devices) == 1 and list(devices)[0].endswith("1"),
                 f"the daemon keeps a domain per GPU in use: {sorted(devices)}")
     lp_task = [t for t in status["tasks"] if t["key"] == "lp"]
-    ok &= check(len(lp_task) == 1 and lp_task[0]["state"] == "run" and lp_task[0]["role"] & 1,
+    ok &= check(len(lp_task) == 1 and lp_task[0]["state"] == "run" and "holder" in lp_task[0]["role"],
                 f"the LP holds device 1 and runs: {lp_task}")
     s = apart.share[-1] if apart.share else {}
     ok &= check(s.get("waits", -1) == 0 and s.get("reaction_us", {}).get("n", -1) == 0,

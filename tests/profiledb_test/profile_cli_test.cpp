@@ -285,6 +285,8 @@ TEST_F(ProfileCli, CompareCountsKernelsThatAgreeAndExitsSevenOtherwise) {
                       "2 of 2"), std::string::npos)
       << out_;
   EXPECT_NE(out_.find("+4.0%"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("A = full\nB = sampled\n"), std::string::npos) << "which column is which: " << out_;
+  EXPECT_NE(out_.find("DUR A      DUR B"), std::string::npos) << out_;
   EXPECT_EQ(cli(db_arg() + "--dur-tolerance 0.03 compare full sampled"), 7) << out_;
   // Kernel 1 (4 us in all) agrees, kernel 2 (40 us) does not.
   EXPECT_NE(out_.find("within 3 %: 1 of 2 kernels (9.1 % of their GPU time)"), std::string::npos) << out_;

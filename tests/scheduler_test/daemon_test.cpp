@@ -557,6 +557,7 @@ TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
     EXPECT_NE(json->find("\"key\":\"visible-task\""), std::string::npos) << *json;
     // Nothing above it: the loose bound (run-bound-idle, 1 ms); no pauses seen, so none predicted.
     EXPECT_NE(json->find("\"bound_ns\":1000000,"), std::string::npos) << *json;
+    EXPECT_NE(json->find("\"role\":[\"holder\"],"), std::string::npos) << "roles by name: " << *json;
     EXPECT_NE(json->find("\"predicted_pause_ns\":0,\"short_hold_ns\":0,\"partition_pct\":0,\"confine\":0,"), std::string::npos) << *json;
     // Its hook accounts no memory (the peer sends none) and nobody caps it.
     EXPECT_NE(json->find("\"memory_used\":0,\"memory_limit\":0,\"memory_cap\":0,\"memory_total\":0,\"memory_refusals\":0}"),

@@ -242,6 +242,35 @@ TEST_F(PolicyTest, GapsUnderTheMinimumAndUnknownKernelsAreNotFilled) {
   EXPECT_EQ(last[lp].credit_ns, 0u);
 }
 
+// Why predicted gaps went unfilled, as status and the metrics count it.
+TEST_F(PolicyTest, EachUnfilledGapIsCountedByWhy) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  notify(T0, hp, kEnd, true);
+  notify(T0 + us(10), hp, k1);                  // a 100 us gap, nobody waiting
+  notify(T0 + us(200), hp, k1);                 // (closes it) and opens another
+  EXPECT_EQ(policy().counters().unfilled_no_want, 1u);
+  want(T0 + us(210), lp, kUnknown, us(1));      // a kernel lp's profile lacks
+  notify(T0 + us(400), hp, k1);
+  EXPECT_EQ(policy().counters().unfilled_unprofiled, 1u);
+  want(T0 + us(410), lp, 120);                  // 120 us: longer than the gap
+  notify(T0 + us(600), hp, k1);
+  EXPECT_EQ(policy().counters().unfilled_too_long, 1u);
+  want(T0 + us(610), lp, 50);                   // fits: filled, not counted as unfilled
+  notify(T0 + us(800), hp, k1);
+  EXPECT_EQ(policy().counters().fills, 1u);
+  const Counters& c = policy().counters();
+  EXPECT_EQ(c.unfilled_no_want + c.unfilled_unprofiled + c.unfilled_too_long + c.unfilled_late, 3u);
+  // (This want fills the gap opened at 800.) Then a gap whose end passed before a grant could reach
+  // a filler: its launch reported 150 us late.
+  want(T0 + us(810), lp, 10);
+  EXPECT_EQ(policy().counters().fills, 2u);
+  want(T0 + us(900), lp, 10);
+  const uint64_t now = T0 + us(1000);
+  send(now, hp, protocol::Notify{k1, now - us(150), 0});
+  EXPECT_EQ(policy().counters().unfilled_late, 1u);
+  EXPECT_EQ(policy().counters().fills, 2u);
+}
+
 TEST_F(PolicyTest, AWantArrivingDuringAnOpenGapIsServedAtOnce) {
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   notify(T0, hp, kEnd, true);

@@ -221,9 +221,10 @@ void write_comparison(std::ostream& out, const std::string& key_a, const std::st
                       double gap_tolerance) {
   std::unordered_map<uint64_t, const KernelProfile*> in_b;
   for (const auto& k : b) in_b.emplace(k.kernel_id, &k);
-  fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}\n", "KERNEL ID", "NAME",
-             fmt::format("DUR {}", shorten(key_a, 5)), fmt::format("DUR {}", shorten(key_b, 5)), "DIFF",
-             fmt::format("GAP {}", shorten(key_a, 5)), fmt::format("GAP {}", shorten(key_b, 5)), "DIFF");
+  // Keys are long and often share a prefix: the columns say A and B, and a line says which is which.
+  fmt::print(out, "A = {}\nB = {}\n", key_a, key_b);
+  fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}\n", "KERNEL ID", "NAME", "DUR A",
+             "DUR B", "B-A", "GAP P50 A", "GAP P50 B", "B-A");
   const auto diff = [](double x, double y) { return y > 0 ? fmt::format("{:+.1f}%", 100 * (x - y) / y) : std::string("-"); };
   for (const auto& ka : a) {
     const auto it = in_b.find(ka.kernel_id);
