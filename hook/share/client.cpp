@@ -196,8 +196,9 @@ bool Client::bell_pending(uint16_t slot, uint32_t known, uint64_t now, uint32_t*
     ignored_ring_.store(g, std::memory_order_relaxed);
     if (unconfirmed_rings_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxUnconfirmedRings) {
       bell_.store(nullptr, std::memory_order_release);
-      log(LogLevel::Warn, "share mode: %u rings of the holder's bell were never confirmed by the scheduler: "
-          "no longer listening to the bell", kMaxUnconfirmedRings);
+      log(LogLevel::Warn, "share mode: the scheduler never confirmed %u returns of the task above that its hook "
+          "signalled (its notifications are lost or late: is fikit-scheduler overloaded?); this process now "
+          "stops for that task on the scheduler's word alone, which comes later", kMaxUnconfirmedRings);
     }
     return false;
   }

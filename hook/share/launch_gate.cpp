@@ -12,6 +12,17 @@ constexpr uint64_t kLookAgainNs = 10'000'000;     // a waiting launch re-checks 
 constexpr uint64_t kWantAgainNs = 100'000'000;    // a want may have been lost: said again this often
 constexpr uint64_t kForcedLogEveryNs = 10'000'000'000;
 std::atomic<uint64_t> g_last_forced_log{0};
+
+// Why a launch waited its longest, from what it waited for.
+const char* forced_reason(protocol::State state, bool waited_for_own_work) {
+  if (state == protocol::State::Hold)
+    return "a task above is being measured, and holds lower tasks until it is done (at most the daemon's "
+           "measure-hold-max, 120 s by default; fikit-scheduler status shows which)";
+  if (waited_for_own_work)
+    return "this task's own work in flight did not drain below its bound (its kernels are long for the bound: "
+           "the daemon's run-bound)";
+  return "the task above kept the GPU busy without a gap this long (fikit-scheduler status shows it active)";
+}
 }  // namespace
 
 LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
@@ -90,10 +101,9 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
       stats.forced();
       uint64_t last = g_last_forced_log.load(std::memory_order_relaxed);
       if (now - last >= kForcedLogEveryNs && g_last_forced_log.compare_exchange_strong(last, now))
-        log(LogLevel::Warn, "share mode: a launch waited %llu ms (FIKIT_MAX_WAIT_MS) and goes ahead anyway "
-            "(%llu so far): the task above is busy without pause, or the scheduler misbehaves",
-            static_cast<unsigned long long>(max_wait_ns_ / 1'000'000),
-            static_cast<unsigned long long>(stats.forced_count()));
+        log(LogLevel::Warn, "share mode: a launch waited %llu ms (FIKIT_MAX_WAIT_MS) and goes ahead anyway (%llu so "
+            "far): %s", static_cast<unsigned long long>(max_wait_ns_ / 1'000'000),
+            static_cast<unsigned long long>(stats.forced_count()), forced_reason(v.state, wait_gpu));
       break;
     }
     if (wait_gpu) {

@@ -12,6 +12,8 @@
 #include <cctype>
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <cstdarg>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -30,6 +32,16 @@
 #include "snapshot.h"
 #include "server.h"
 #include "accept_limiter.h"
+
+// What the share client logged (the hook's logger, replaced below).
+std::mutex g_hook_log_mutex;
+std::vector<std::string> g_hook_log;
+std::string hook_log_text() {
+  std::lock_guard guard(g_hook_log_mutex);
+  std::string all;
+  for (const auto& l : g_hook_log) all += l + "\n";
+  return all;
+}
 
 namespace fikit {
 namespace {
@@ -772,6 +784,8 @@ TEST(ShareClient, AWaitingLaunchIsBoundedEvenIfTheDaemonSaysHoldForever) {
   EXPECT_GE(waited, 400ms);    // it did wait: a Hold is obeyed...
   EXPECT_LT(waited, 5000ms);   // ...up to FIKIT_MAX_WAIT_MS per launch (200 ms here), no longer
   EXPECT_EQ(c.stats().forced_count(), 2u);
+  EXPECT_NE(hook_log_text().find("goes ahead anyway (1 so far): a task above is being measured"), std::string::npos)
+      << "the forced launch says why it waited: " << hook_log_text();
 }
 
 // A GPU that never finishes anything (fake event functions below) until fake_gpu_done is set: work
@@ -949,8 +963,17 @@ TEST(ShareClient, RegistrationsBackOffWhenRefused) {
 // The share client logs through the hook's logger and reaches the driver through it; here neither
 // is there (the event functions are fakes).
 namespace fikit::hook {
-bool log_enabled(LogLevel) noexcept { return false; }
-void log(LogLevel, const char*, ...) noexcept {}
+bool log_enabled(LogLevel) noexcept { return true; }
+// Kept, so that tests can check what the share client would tell the user.
+void log(LogLevel, const char* fmt, ...) noexcept {
+  char line[1024];
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(line, sizeof line, fmt, args);
+  va_end(args);
+  std::lock_guard guard(g_hook_log_mutex);
+  g_hook_log.push_back(line);
+}
 // Event functions of a GPU that completes nothing (or everything, once fake_gpu_done is set); no
 // other driver function.
 namespace {
