@@ -5,6 +5,7 @@
 // its own start.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <new>
 
 #include "../driver.h"
@@ -30,19 +31,26 @@ class EventTimer final : public Timer {
 
   const char* name() const noexcept override { return "events"; }
 
-  void before(OpSlot& slot, uint64_t, const LaunchInfo& op) noexcept override {
+  void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept override {
     const CUstream stream = op.stream;
     slot.timed = false;
-    // Created on first use of the slot, on the launching thread (whose context the op runs in);
-    // the ring reuses them afterwards, so steady state creates nothing.
-    if (!slot.start_event && create_(&slot.start_event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-      slot.start_event = nullptr;
+    // Op `seq` uses pair seq % kPairs, free once the op kPairs before it is done with: at most kPairs
+    // timed ops are in flight (drivers limit events: the simulated GPU has 8192 a context), and an op
+    // that finds its pair still in use goes untimed, as one that finds the ring full.
+    if (!pairs_ || (seq >= kPairs && seq - kPairs >= ring_.released_below())) return;
+    Pair& pair = pairs_[seq % kPairs];
+    // Created on first use of the pair, on the launching thread (whose context the op runs in);
+    // reused afterwards, so steady state creates nothing.
+    if (!pair.start && create_(&pair.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+      pair.start = nullptr;
       return;
     }
-    if (!slot.end_event && create_(&slot.end_event, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
-      slot.end_event = nullptr;
+    if (!pair.end && create_(&pair.end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+      pair.end = nullptr;
       return;
     }
+    slot.start_event = pair.start;
+    slot.end_event = pair.end;
     slot.timed = record_(slot.start_event, stream) == CUDA_SUCCESS;
   }
 
@@ -81,7 +89,12 @@ class EventTimer final : public Timer {
   }
 
  private:
+  static constexpr uint64_t kPairs = 3072;
+  struct Pair {
+    CUevent start = nullptr, end = nullptr;
+  };
   OpRing& ring_;
+  std::unique_ptr<Pair[]> pairs_{new (std::nothrow) Pair[kPairs]};
   EventCreateFn create_;
   EventRecordFn record_;
   EventQueryFn query_;

@@ -254,8 +254,13 @@ class MeasureMode final : public Mode {
           e.what());
       return true;
     }
-    log(LogLevel::Debug, "measure: stored run %" PRIu64 " of task %s (%" PRIu64 " ops)", runs, cfg_.task_key,
-        run.summary.gpu_ops);
+    // Info: what measuring did (FIKIT_LOG_LEVEL=info); the ops not timed say why in their own lines.
+    if (share_after_runs_ != 0)
+      log(LogLevel::Info, "measure: run %" PRIu64 " of %u of task %s stored: %" PRIu64 " of %" PRIu64 " ops timed",
+          runs, share_after_runs_, cfg_.task_key, timed_in_run_, run.summary.ops_launched);
+    else
+      log(LogLevel::Info, "measure: run %" PRIu64 " of task %s stored: %" PRIu64 " of %" PRIu64 " ops timed", runs,
+          cfg_.task_key, timed_in_run_, run.summary.ops_launched);
     // The op that closed the run belongs to the next one: its timing is counted there next time.
     timer_->run_stored(runs, run.summary.gpu_ops, timed_in_run_);
     timed_in_run_ = 0;

@@ -23,7 +23,7 @@ struct OpSlot {
   bool launched = false;          // the real launch succeeded
   bool timed = false;             // the timer armed itself for this op
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
-  // Events timing: created lazily on a launching thread, reused when the slot comes round again.
+  // Events timing: the pair of the event timer's pool this op was recorded with (event_timer.cpp).
   CUevent start_event = nullptr, end_event = nullptr;
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
@@ -64,6 +64,8 @@ class OpRing {
   OpSlot& at(uint64_t seq) noexcept { return slots_[seq % kCapacity]; }
   // Consumer: slots of ops below `seq` may be reused.
   void release_below(uint64_t seq) noexcept { free_below_.store(seq, std::memory_order_release); }
+  // Launching threads: ops below this are done with (their slots, and what they used, may be reused).
+  uint64_t released_below() const noexcept { return free_below_.load(std::memory_order_acquire); }
   uint64_t claimed() const noexcept { return next_.load(std::memory_order_acquire); }
 
  private:

@@ -156,7 +156,8 @@ int run(const Args& a) {
     if (!report::write_coverage(std::cout, db.runs(task.key)))
       std::fprintf(stderr,
                    "fikit-profile: warning: task \"%s\" timed under 99 %% of its ops: kernels missing from the "
-                   "profile never fill gaps; measure it again\n", task.key.c_str());
+                   "profile fill no gaps until share mode has timed them in place (FIKIT_RELEARN_SAMPLE); the "
+                   "measured program's log says why ops went untimed (FIKIT_LOG_LEVEL=info)\n", task.key.c_str());
   } else if (cmd == "export") {
     const auto& key = key_of(a);
     if (!a.format || (*a.format != "csv" && *a.format != "json")) throw UsageError{"export needs --format csv|json"};
