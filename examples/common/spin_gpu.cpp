@@ -1,38 +1,120 @@
 #include "spin_gpu.h"
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "cuda_check.h"
 #include "spin_kernel.h"
 
 namespace fikit::examples {
+namespace {
+
+// The driver, opened at run time as libcudart opens it (so `--help` works on a machine without
+// one, and FIKIT's hook sees the examples through its dlsym path, as it sees PyTorch).
+struct Driver {
+  CUresult (*init)(unsigned);
+  CUresult (*device_get)(CUdevice*, int);
+  CUresult (*primary_retain)(CUcontext*, CUdevice);
+  CUresult (*primary_release)(CUdevice);
+  CUresult (*ctx_set_current)(CUcontext);
+  CUresult (*module_load_data)(CUmodule*, const void*);
+  CUresult (*module_get_function)(CUfunction*, CUmodule, const char*);
+  CUresult (*module_unload)(CUmodule);
+  CUresult (*stream_create)(CUstream*, unsigned);
+  CUresult (*stream_destroy)(CUstream);
+  CUresult (*stream_synchronize)(CUstream);
+  CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                            CUstream, void**, void**);
+};
+
+// Where the simulated driver is, for the message of a machine without a GPU: installed next to
+// this program (PREFIX/lib/fikit/sim), else in the build tree.
+std::string simulated_driver_dir() {
+  char exe[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n > 0) {
+    std::string dir(exe, size_t(n));
+    dir = dir.substr(0, dir.rfind('/'));           // PREFIX/bin
+    dir = dir.substr(0, dir.rfind('/')) + "/lib/fikit/sim";
+    if (access((dir + "/libcuda.so.1").c_str(), R_OK) == 0) return dir;
+  }
+  return FIKIT_BUILD_TREE_SIM;
+}
+
+template <class Fn>
+void resolve(void* lib, const char* symbol, Fn& out) {
+  out = reinterpret_cast<Fn>(dlsym(lib, symbol));
+  if (out == nullptr) {
+    std::fprintf(stderr, "%s: the CUDA driver lacks %s\n", program_name(), symbol);
+    std::exit(kExitCuda);
+  }
+}
+
+const Driver& driver() {
+  static const Driver d = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (lib == nullptr) {
+      std::fprintf(stderr,
+                   "%s: no CUDA driver (%s). Without a GPU, run it on FIKIT's simulated GPU:\n"
+                   "  LD_LIBRARY_PATH=%s %s ...\n",
+                   program_name(), dlerror(), simulated_driver_dir().c_str(), program_name());
+      std::exit(kExitCuda);
+    }
+    Driver r{};
+    resolve(lib, "cuInit", r.init);
+    resolve(lib, "cuDeviceGet", r.device_get);
+    resolve(lib, "cuDevicePrimaryCtxRetain", r.primary_retain);
+    resolve(lib, "cuDevicePrimaryCtxRelease_v2", r.primary_release);
+    resolve(lib, "cuCtxSetCurrent", r.ctx_set_current);
+    resolve(lib, "cuModuleLoadData", r.module_load_data);
+    resolve(lib, "cuModuleGetFunction", r.module_get_function);
+    resolve(lib, "cuModuleUnload", r.module_unload);
+    resolve(lib, "cuStreamCreate", r.stream_create);
+    resolve(lib, "cuStreamDestroy_v2", r.stream_destroy);
+    resolve(lib, "cuStreamSynchronize", r.stream_synchronize);
+    resolve(lib, "cuLaunchKernel", r.launch_kernel);
+    return r;
+  }();
+  return d;
+}
+
+}  // namespace
 
 SpinGpu::SpinGpu(LaunchShape shape) : shape_(shape) {
-  FIKIT_CU(cuInit(0));
-  FIKIT_CU(cuDeviceGet(&device_, 0));
+  const Driver& cu = driver();
+  FIKIT_CU(cu.init(0));
+  FIKIT_CU(cu.device_get(&device_, 0));
   // The primary context is the one PyTorch and the CUDA runtime use, so the examples behave like
   // real framework processes as far as the driver (and FIKIT's hook) can tell.
-  FIKIT_CU(cuDevicePrimaryCtxRetain(&context_, device_));
-  FIKIT_CU(cuCtxSetCurrent(context_));
-  FIKIT_CU(cuModuleLoadData(&module_, kSpinKernelPtx));
-  FIKIT_CU(cuModuleGetFunction(&spin_, module_, kSpinKernelName));
-  FIKIT_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING));
+  FIKIT_CU(cu.primary_retain(&context_, device_));
+  FIKIT_CU(cu.ctx_set_current(context_));
+  FIKIT_CU(cu.module_load_data(&module_, kSpinKernelPtx));
+  FIKIT_CU(cu.module_get_function(&spin_, module_, kSpinKernelName));
+  FIKIT_CU(cu.stream_create(&stream_, CU_STREAM_NON_BLOCKING));
 }
 
 SpinGpu::~SpinGpu() {
+  const Driver& cu = driver();
   // Teardown errors are not worth failing an example that already produced its result.
   if (stream_ != nullptr) {
-    cuStreamSynchronize(stream_);
-    cuStreamDestroy(stream_);
+    cu.stream_synchronize(stream_);
+    cu.stream_destroy(stream_);
   }
-  if (module_ != nullptr) cuModuleUnload(module_);
-  if (context_ != nullptr) cuDevicePrimaryCtxRelease(device_);
+  if (module_ != nullptr) cu.module_unload(module_);
+  if (context_ != nullptr) cu.primary_release(device_);
 }
 
 void SpinGpu::launch(uint64_t duration_ns) {
   uint64_t out = 0;   // no device buffer: the examples time requests on the host
   void* params[] = {&duration_ns, &out};
-  FIKIT_CU(cuLaunchKernel(spin_, shape_.blocks, 1, 1, shape_.threads, 1, 1, 0, stream_, params, nullptr));
+  FIKIT_CU(driver().launch_kernel(spin_, shape_.blocks, 1, 1, shape_.threads, 1, 1, 0, stream_, params, nullptr));
 }
 
-void SpinGpu::synchronize() { FIKIT_CU(cuStreamSynchronize(stream_)); }
+void SpinGpu::synchronize() { FIKIT_CU(driver().stream_synchronize(stream_)); }
 
 }  // namespace fikit::examples
