@@ -1,10 +1,42 @@
 #!/usr/bin/env bash
 # Configures and builds FIKIT into build/ (or $FIKIT_BUILD_DIR) and installs it into .dist/ (or
-# $FIKIT_PREFIX).
-# Extra arguments go to cmake's configure step, e.g. scripts/build.sh -DFIKIT_SANITIZE=ON
+# $FIKIT_PREFIX). One line a step; the compiler's output (warnings included) goes to
+# BUILD/fikit-build.log, and its tail is shown when the build fails.
+#   scripts/build.sh [--programs] [CMAKE CONFIGURE ARGS...]
+# --programs builds only what is installed (the tools, the hook, the examples and the simulated
+# driver): what scripts/demo.sh runs. Without it everything is built, tests and benchmarks too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${FIKIT_BUILD_DIR:-build}
-cmake -S . -B "$build" -G Ninja "$@" >/dev/null
-cmake --build "$build" -j"$(nproc)"
-cmake --install "$build" --prefix "${FIKIT_PREFIX:-.dist}" >/dev/null
+prefix=${FIKIT_PREFIX:-.dist}
+targets=()
+if [ "${1:-}" = "--programs" ]; then
+  shift
+  targets=(fikit-run fikit-scheduler fikit-profile fikit_hook fikit-example-infer fikit-example-train
+           fikit_simcuda fikit-simgpu)
+fi
+mkdir -p "$build"
+log="$build/fikit-build.log"
+start=$(date +%s)
+echo "build: configuring $build (compiler output: $log)"
+if ! cmake -S . -B "$build" -G Ninja "$@" >"$log" 2>&1; then
+  echo "build: error: cmake failed; the end of $log:" >&2; tail -n 30 "$log" >&2; exit 1
+fi
+if [ ${#targets[@]} -gt 0 ]; then what="the programs"; else what="everything (tests and benchmarks too)"; fi
+# Ninja says how much is left to do before it starts: the first build is minutes on 2 cores, a
+# rebuild after a small change seconds.
+steps=$(ninja -C "$build" -n "${targets[@]}" 2>/dev/null | grep -c '^\[' || true)
+echo "build: compiling $what: $steps steps on $(nproc) cores"
+target_args=()
+[ ${#targets[@]} -gt 0 ] && target_args=(--target "${targets[@]}")
+if ! cmake --build "$build" -j"$(nproc)" "${target_args[@]}" >>"$log" 2>&1; then
+  echo "build: error: the build failed; its errors:" >&2
+  grep -E 'error|FAILED' "$log" | head -n 20 >&2 || tail -n 30 "$log" >&2
+  exit 1
+fi
+warnings=$(grep -c 'warning:' "$log" || true)
+if ! cmake --install "$build" --prefix "$prefix" >>"$log" 2>&1; then
+  echo "build: error: installing into $prefix failed; the end of $log:" >&2; tail -n 20 "$log" >&2; exit 1
+fi
+[ "$warnings" = 0 ] && note="" || note=" ($warnings compiler warnings: $log)"
+echo "build: installed into $prefix in $(( $(date +%s) - start )) s$note"

@@ -65,7 +65,7 @@ case "$build" in /*) ;; *) build="$root/$build" ;; esac
 
 if [ -z "$prefix" ]; then
   "$root/scripts/setup.sh"
-  FIKIT_BUILD_DIR="$build" "$root/scripts/build.sh"
+  FIKIT_BUILD_DIR="$build" "$root/scripts/build.sh" --programs
   prefix="$root/.dist"          # build.sh installs there
 fi
 prefix=$(cd "$prefix" && pwd) || { echo "demo: no such prefix: $prefix" >&2; exit 2; }

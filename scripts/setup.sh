@@ -37,3 +37,4 @@ if [ ! -f "$cuda_root/include/cuda.h" ] || [ ! -f "$cuda_root/include/cupti.h" ]
   echo "       Install the CUDA toolkit (no GPU needed to build) or set CUDAToolkit_ROOT." >&2
   exit 1
 fi
+echo "setup: dependencies present (${#packages[@]} packages; CUDA headers in $cuda_root)"

@@ -22,15 +22,15 @@ Flags::Flags(std::string usage_line, std::string summary)
     : usage_line_(std::move(usage_line)), summary_(std::move(summary)) {}
 
 void Flags::add(std::string name, uint64_t* value, std::string help) {
-  flags_.push_back({std::move(name), Kind::Count, value, std::move(help), std::to_string(*value)});
+  flags_.push_back({std::move(name), Kind::Count, value, std::move(help), std::to_string(*value), {}});
 }
 
 void Flags::add(std::string name, double* value, std::string help) {
-  flags_.push_back({std::move(name), Kind::Number, value, std::move(help), format_number(*value)});
+  flags_.push_back({std::move(name), Kind::Number, value, std::move(help), format_number(*value), {}});
 }
 
 void Flags::add_switch(std::string name, bool* value, std::string help) {
-  flags_.push_back({std::move(name), Kind::Switch, value, std::move(help), *value ? "on" : "off"});
+  flags_.push_back({std::move(name), Kind::Switch, value, std::move(help), *value ? "on" : "off", {}});
 }
 
 void Flags::add_choice(std::string name, std::string* value, std::vector<std::string> choices, std::string help) {

@@ -89,11 +89,12 @@ int main(int argc, char** argv) {
   // The median, not the mean: one warm-up request delayed by the host (a preempted thread, the
   // first launch's set-up) would otherwise set the rate. No warm-up time only when a signal stopped
   // the warm-up: no request follows, any rate will do.
-  if (poisson && rate == 0) {
+  double warmup_median_us = 0;
+  if (!warm_us.empty()) {
     std::sort(warm_us.begin(), warm_us.end());
-    const double median_us = warm_us.empty() ? 0 : warm_us[warm_us.size() / 2];
-    rate = median_us > 0 ? load * 1e6 / median_us : 1.0;
+    warmup_median_us = warm_us[warm_us.size() / 2];
   }
+  if (poisson && rate == 0) rate = warmup_median_us > 0 ? load * 1e6 / warmup_median_us : 1.0;
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> gap_s(poisson ? rate : 1.0);
 
@@ -147,6 +148,8 @@ int main(int argc, char** argv) {
       .add("service_us", summary_json(service_us))
       .add("arrival", arrival);
   if (poisson) result.add("rate", rate, 3);
+  // What --load sized the rate from, so a reader can tell a slow warm-up from a wrong rule.
+  if (warmup_median_us > 0) result.add("warmup_p50_us", warmup_median_us, 1);
   ex::print_json_line(result.add("kernels", static_cast<uint64_t>(jct_us.size()) * kernels).add("wall_s", wall_s, 6));
   return 0;
 }
