@@ -32,7 +32,7 @@ add_library(fikit_unwind INTERFACE)
 target_include_directories(fikit_unwind SYSTEM INTERFACE ${FIKIT_UNWIND_INCLUDE_DIR})
 target_link_libraries(fikit_unwind INTERFACE ${FIKIT_UNWIND_STATIC})
 
-# libsodium for the datagrams' HMAC (scheduler/protocol/auth.cpp), linked statically so the hook and
+# libsodium for the datagrams' HMAC (protocol/auth.cpp), linked statically so the hook and
 # the daemon carry it: the GPU machine need not have it. Only HMAC-SHA256 is used; it is
 # position-independent in Debian's archive (its random-number objects are not, and are not pulled in).
 find_path(FIKIT_SODIUM_INCLUDE_DIR sodium.h)

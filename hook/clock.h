@@ -1,5 +1,5 @@
 #pragma once
-// The hook's clock is the protocol's (scheduler/protocol/monotonic.h): launch times and credit ends
+// The hook's clock is the protocol's (protocol/monotonic.h): launch times and credit ends
 // travel between the hook and the daemon in it.
 #include "monotonic.h"
 
