@@ -9,7 +9,9 @@
 #include <cstring>
 #include <string_view>
 
+#include "address.h"
 #include "hash.h"
+#include "hook_settings.h"
 #include "log.h"
 
 namespace fikit::hook {
@@ -26,61 +28,41 @@ bool copy_setting(const char* var, const char* value, char* out, size_t out_size
   return true;
 }
 
-template <class T>
-void read_number(const char* var, T& out, unsigned long min, unsigned long max) noexcept {
-  const char* value = std::getenv(var);
-  if (value == nullptr || *value == '\0') return;
-  char* end = nullptr;
-  const unsigned long n = std::strtoul(value, &end, 10);
-  if (*end != '\0' || value[0] == '-' || n < min || n > max) {
-    log(LogLevel::Error, "%s=%s is not a number in %lu..%lu: using %lu", var, value, min, max,
-        static_cast<unsigned long>(out));
-    return;
+// The value of `env` when it is set and valid by the settings table (hook_settings.h, which
+// fikit-run checks against too); a bad one is logged, saying what stays in use.
+const char* checked(const char* env, uint32_t* value, const char* instead) noexcept {
+  const char* text = std::getenv(env);
+  if (text == nullptr || *text == '\0') return nullptr;
+  const settings::Setting* setting = settings::find(env);
+  char why[192];
+  if (setting == nullptr || !settings::check(*setting, text, value, why, sizeof why)) {
+    log(LogLevel::Error, "%s: %s; %s", env, setting ? why : "has no entry in the settings table", instead);
+    return nullptr;
   }
-  out = static_cast<T>(n);
+  return text;
 }
 
-void read_mode(Config& cfg) noexcept {
-  const char* value = std::getenv("FIKIT_MODE");
-  if (value == nullptr || *value == '\0') return;
-  const std::string_view v(value);
-  if (v == "off") cfg.mode = ModeKind::Off;
-  else if (v == "measure") cfg.mode = ModeKind::Measure;
-  else if (v == "share") cfg.mode = ModeKind::Share;
-  else if (v == "auto") cfg.mode = ModeKind::Auto;
-  else log(LogLevel::Error, "FIKIT_MODE=%s is not off|measure|share|auto: running as off", value);
+template <class T>
+void read_number(const char* env, T& out) noexcept {
+  char instead[48];
+  std::snprintf(instead, sizeof instead, "using %lu", static_cast<unsigned long>(out));
+  uint32_t value = 0;
+  if (checked(env, &value, instead) != nullptr) out = static_cast<T>(value);
 }
 
-void read_timing(Config& cfg) noexcept {
-  const char* value = std::getenv("FIKIT_TIMING");
-  if (value == nullptr || *value == '\0') return;
-  const std::string_view v(value);
-  if (v == "auto") cfg.timing = TimingKind::Auto;
-  else if (v == "cupti") cfg.timing = TimingKind::Cupti;
-  else if (v == "events") cfg.timing = TimingKind::Events;
-  else log(LogLevel::Error, "FIKIT_TIMING=%s is not auto|cupti|events: using auto", value);
-}
-
-void read_backend(Config& cfg) noexcept {
-  const char* value = std::getenv("FIKIT_BACKEND");
-  if (value == nullptr || *value == '\0') return;
-  const std::string_view v(value);
-  if (v == "auto") cfg.backend = BackendKind::Auto;
-  else if (v == "timeslice") cfg.backend = BackendKind::TimeSlice;
-  else if (v == "mps") cfg.backend = BackendKind::Mps;
-  else log(LogLevel::Error, "FIKIT_BACKEND=%s is not auto|timeslice|mps: using auto", value);
+// A Choice's index is its enum value: the table lists the choices in the enum's order.
+template <class Enum>
+void read_choice(const char* env, Enum& out, const char* instead) noexcept {
+  uint32_t index = 0;
+  if (checked(env, &index, instead) != nullptr) out = static_cast<Enum>(index);
 }
 
 void read_memory_limit(Config& cfg) noexcept {
-  const char* value = std::getenv("FIKIT_MEMORY_LIMIT");
-  if (value == nullptr || *value == '\0') return;
+  uint32_t unused = 0;
+  const char* value = checked("FIKIT_MEMORY_LIMIT", &unused, "no memory limit");
+  if (value == nullptr) return;
   protocol::MemorySize size;
-  const char* error = protocol::parse_memory_size(value, size);
-  if (error == nullptr && size.is_zero()) error = "a limit of 0 would refuse every allocation";
-  if (error != nullptr) {
-    log(LogLevel::Error, "FIKIT_MEMORY_LIMIT=%s: %s: no memory limit", value, error);
-    return;
-  }
+  protocol::parse_memory_size(value, size);
   if (copy_setting("FIKIT_MEMORY_LIMIT", value, cfg.memory_limit_text, sizeof cfg.memory_limit_text))
     cfg.memory_limit = size;
 }
@@ -91,25 +73,16 @@ void read_path(const char* var, char* out, size_t size) noexcept {
 }
 
 void read_scheduler(Config& cfg) noexcept {
-  const char* value = std::getenv("FIKIT_SCHEDULER");
-  if (value == nullptr || *value == '\0') return;
-  const char* colon = std::strrchr(value, ':');
-  char* end = nullptr;
-  const unsigned long port = colon ? std::strtoul(colon + 1, &end, 10) : 0;
-  const size_t host_len = colon ? static_cast<size_t>(colon - value) : 0;
-  if (colon == nullptr || *end != '\0' || port == 0 || port > 65535 || host_len == 0 ||
-      host_len >= sizeof cfg.scheduler_host) {
-    log(LogLevel::Error, "FIKIT_SCHEDULER=%s is not HOST:PORT: using %s:%u", value, cfg.scheduler_host,
-        cfg.scheduler_port);
-    return;
-  }
-  // An IPv6 literal comes in brackets: [::1]:47800.
-  const bool bracketed = host_len > 2 && value[0] == '[' && value[host_len - 1] == ']';
-  const char* host = bracketed ? value + 1 : value;
-  const size_t len = bracketed ? host_len - 2 : host_len;
-  std::memcpy(cfg.scheduler_host, host, len);
-  cfg.scheduler_host[len] = '\0';
-  cfg.scheduler_port = static_cast<uint16_t>(port);
+  char instead[96];
+  std::snprintf(instead, sizeof instead, "using %s:%u", cfg.scheduler_host, cfg.scheduler_port);
+  uint32_t unused = 0;
+  const char* value = checked("FIKIT_SCHEDULER", &unused, instead);
+  std::string_view host;
+  uint16_t port = 0;
+  if (value == nullptr || !protocol::split_host_port(value, &host, &port)) return;
+  std::memcpy(cfg.scheduler_host, host.data(), host.size());   // the table bounds the host's length
+  cfg.scheduler_host[host.size()] = '\0';
+  cfg.scheduler_port = port;
 }
 
 // Whole small file into buf; returns the byte count (0 on failure).
@@ -127,8 +100,9 @@ size_t read_file(const char* path, char* buf, size_t size) noexcept {
 }
 
 void read_db_path(Config& cfg) noexcept {
-  const char* value = std::getenv("FIKIT_DB");
-  if (value != nullptr && *value != '\0' && copy_setting("FIKIT_DB", value, cfg.db_path, sizeof cfg.db_path)) return;
+  uint32_t unused = 0;
+  const char* value = checked("FIKIT_DB", &unused, "using the default database");
+  if (value != nullptr && copy_setting("FIKIT_DB", value, cfg.db_path, sizeof cfg.db_path)) return;
   const char* xdg = std::getenv("XDG_DATA_HOME");
   const char* home = std::getenv("HOME");
   int n;
@@ -149,8 +123,9 @@ void read_identity(Config& cfg) noexcept {
   while (n > 0 && cfg.command_line[n - 1] == ' ') --n;
   cfg.command_line[n] = '\0';
 
-  const char* key = std::getenv("FIKIT_TASK_KEY");
-  if (key != nullptr && *key != '\0' && copy_setting("FIKIT_TASK_KEY", key, cfg.task_key, sizeof cfg.task_key)) {
+  uint32_t unused = 0;
+  const char* key = checked("FIKIT_TASK_KEY", &unused, "using the key derived from the command line");
+  if (key != nullptr && copy_setting("FIKIT_TASK_KEY", key, cfg.task_key, sizeof cfg.task_key)) {
     return;
   }
   char exe[4096];
@@ -161,24 +136,25 @@ void read_identity(Config& cfg) noexcept {
 
 Config parse() noexcept {
   Config cfg;
-  read_mode(cfg);
+  read_choice("FIKIT_MODE", cfg.mode, "running as off");
   read_identity(cfg);
   read_db_path(cfg);
-  read_number("FIKIT_PRIORITY", cfg.priority, 0, 9);
+  read_number("FIKIT_PRIORITY", cfg.priority);
   read_scheduler(cfg);
-  read_number("FIKIT_MEASURE_RUNS", cfg.measure_runs, 1, 1000000);
-  read_number("FIKIT_RUN_ITERATIONS", cfg.run_iterations, 0, 1000000000);
-  read_number("FIKIT_MEASURE_SAMPLE", cfg.measure_sample, 1, 1000);
-  read_number("FIKIT_MEASURE_BURST", cfg.measure_burst, 1, 1000);
-  read_number("FIKIT_RELEARN_SAMPLE", cfg.relearn_sample, 0, 1000000);
-  read_number("FIKIT_RELEARN_FLUSH_MS", cfg.relearn_flush_ms, 10, 3600000);
-  read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth, 0, 16);
-  read_timing(cfg);
-  read_number("FIKIT_DAEMON_TIMEOUT_MS", cfg.daemon_timeout_ms, 1, 60000);
-  read_number("FIKIT_MAX_WAIT_MS", cfg.max_wait_ms, 1, 600000);
-  read_backend(cfg);
+  read_number("FIKIT_MEASURE_RUNS", cfg.measure_runs);
+  read_number("FIKIT_RUN_ITERATIONS", cfg.run_iterations);
+  read_number("FIKIT_MEASURE_SAMPLE", cfg.measure_sample);
+  read_number("FIKIT_MEASURE_BURST", cfg.measure_burst);
+  read_number("FIKIT_RELEARN_SAMPLE", cfg.relearn_sample);
+  read_number("FIKIT_RELEARN_FLUSH_MS", cfg.relearn_flush_ms);
+  read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth);
+  read_choice("FIKIT_TIMING", cfg.timing, "using auto");
+  read_number("FIKIT_DAEMON_TIMEOUT_MS", cfg.daemon_timeout_ms);
+  read_number("FIKIT_MAX_WAIT_MS", cfg.max_wait_ms);
+  read_choice("FIKIT_BACKEND", cfg.backend, "using auto");
   read_memory_limit(cfg);
-  read_path("FIKIT_KEY_FILE", cfg.key_file, sizeof cfg.key_file);
+  if (uint32_t unused = 0; const char* key_file = checked("FIKIT_KEY_FILE", &unused, "no key"))
+    copy_setting("FIKIT_KEY_FILE", key_file, cfg.key_file, sizeof cfg.key_file);
   read_path("FIKIT_SHARE_STATS", cfg.share_stats_path, sizeof cfg.share_stats_path);
   read_path("FIKIT_BELL", cfg.bell_path, sizeof cfg.bell_path);
   if (cfg.bell_path[0] == '\0')

@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev
           libunwind-14-dev libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3
+          libcli11-dev nlohmann-json3-dev   # command lines and JSON of the tools
           clang-14 libclang-rt-14-dev   # clang: the libFuzzer target on the protocol decoder
           yamllint python3-yaml systemd)  # the deployment files' checks (tests/deploy_test)
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "cli.h"
 #include "cuda_check.h"
 
 namespace fikit::examples {
@@ -72,43 +73,32 @@ bool Flags::assign(const Flag& flag, const std::string& text, std::string* error
 }
 
 Flags::Outcome Flags::try_parse(int argc, const char* const* argv, std::string* error) {
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") return Outcome::Help;
-    if (arg.rfind("--", 0) != 0) {
-      *error = "unexpected argument '" + arg + "' (see --help)";
+  // The conventions of every FIKIT tool (cli/cli.h); the values are checked here, by kind.
+  auto app = cli::make_app(program_name(), help_text());
+  std::vector<std::string> texts(flags_.size());
+  std::vector<bool> switches(flags_.size());
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    if (flags_[i].kind == Kind::Switch) {
+      app->add_flag_function("--" + flags_[i].name, [&switches, i](int64_t) { switches[i] = true; })
+          ->disable_flag_override();
+    } else {
+      app->add_option("--" + flags_[i].name, texts[i]);
+    }
+  }
+  switch (cli::try_parse(*app, argc, argv, nullptr, error)) {
+    case cli::Outcome::Help:
+      return Outcome::Help;
+    case cli::Outcome::Version:
+      return Outcome::Version;
+    case cli::Outcome::Error:
       return Outcome::Error;
-    }
-    std::string name = arg.substr(2);
-    std::string inline_value;
-    const bool has_inline = name.find('=') != std::string::npos;
-    if (has_inline) {
-      inline_value = name.substr(name.find('=') + 1);
-      name.resize(name.find('='));
-    }
-    const Flag* flag = nullptr;
-    for (const Flag& f : flags_)
-      if (f.name == name) flag = &f;
-    if (flag == nullptr) {
-      *error = "unknown flag '--" + name + "' (see --help)";
-      return Outcome::Error;
-    }
-    if (flag->kind == Kind::Switch) {
-      if (has_inline) {
-        *error = "--" + name + " takes no value";
-        return Outcome::Error;
-      }
-      *static_cast<bool*>(flag->value) = true;
-      continue;
-    }
-    if (!has_inline) {
-      if (i + 1 >= argc) {
-        *error = "--" + name + " needs a value";
-        return Outcome::Error;
-      }
-      inline_value = argv[++i];
-    }
-    if (!assign(*flag, inline_value, error)) return Outcome::Error;
+    case cli::Outcome::Run:
+      break;
+  }
+  for (size_t i = 0; i < flags_.size(); ++i) {
+    if (app->count("--" + flags_[i].name) == 0) continue;
+    if (flags_[i].kind == Kind::Switch) *static_cast<bool*>(flags_[i].value) = switches[i];
+    else if (!assign(flags_[i], texts[i], error)) return Outcome::Error;
   }
   return Outcome::Ok;
 }
@@ -122,15 +112,15 @@ void Flags::parse(int argc, char** argv) {
     case Outcome::Help:
       std::fputs(help_text().c_str(), stdout);
       std::exit(0);
+    case Outcome::Version:
+      std::puts(cli::version_line(program_name()).c_str());
+      std::exit(0);
     case Outcome::Error:
       fail(error);
   }
 }
 
-void Flags::fail(const std::string& reason) {
-  std::fprintf(stderr, "%s: %s\n", program_name(), reason.c_str());
-  std::exit(kExitUsage);
-}
+void Flags::fail(const std::string& reason) { std::exit(cli::usage_error(program_name(), reason)); }
 
 std::string Flags::help_text() const {
   std::string text = "Usage: " + usage_line_ + "\n" + summary_ + "\n\nOptions:\n";
@@ -146,6 +136,7 @@ std::string Flags::help_text() const {
     text += left + " " + f.help + " (default " + f.default_text + ")\n";
   }
   text += "  --help                 show this help and exit\n";
+  text += "  --version              show the version and exit\n";
   return text;
 }
 

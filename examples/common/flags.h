@@ -1,6 +1,6 @@
 #pragma once
-// Minimal "--name value" / "--name=value" / "--switch" parsing for the example programs, with a
-// --help text generated from the registered flags and their defaults.
+// "--name value" / "--name=value" / "--switch" flags for the example programs, on the tools' CLI11
+// conventions (cli/cli.h), with a --help text generated from the registered flags and their defaults.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,11 +18,12 @@ class Flags {
   // A word from `choices` (e.g. --arrival closed|poisson); anything else is an error.
   void add_choice(std::string name, std::string* value, std::vector<std::string> choices, std::string help);
 
-  enum class Outcome { Ok, Help, Error };
-  // Parses argv[1..]. Error leaves a one-line reason in *error; Help means --help was given.
+  enum class Outcome { Ok, Help, Version, Error };
+  // Parses argv[1..] as every FIKIT tool does (cli/cli.h). Error leaves a one-line reason in
+  // *error; Help and Version mean --help or --version was given.
   Outcome try_parse(int argc, const char* const* argv, std::string* error);
-  // try_parse plus the usual handling: --help prints help_text() and exits 0; an error prints
-  // "<program>: <reason>" and exits kExitUsage.
+  // try_parse plus the usual handling: --help prints help_text() and --version the version, exit 0;
+  // an error prints "<program>: error: <reason> (see <program> --help)" and exits kExitUsage.
   void parse(int argc, char** argv);
 
   std::string help_text() const;

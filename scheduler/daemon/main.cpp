@@ -11,6 +11,7 @@
 
 #include "auth.h"
 #include "bell.h"
+#include "cli.h"
 #include "control.h"
 #include "db_profiles.h"
 #include "mps.h"
@@ -27,8 +28,8 @@ constexpr int kUsage = 2;        // bad command line, config or key file
 constexpr int kCannotListen = 3;
 constexpr int kNoMps = 4;        // --mps: no MPS control daemon could be started
 
-void usage(FILE* to) {
-  std::fprintf(to,
+std::string usage_text() {
+  const char* format =
                "Usage: fikit-scheduler [OPTIONS]                run the daemon\n"
                "       fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
                "       fikit-scheduler keygen PATH              write a new key file (mode 600)\n"
@@ -66,40 +67,36 @@ void usage(FILE* to) {
                "  --config FILE        'key = value' settings (keys as the flags, without --)\n"
                "  --log-level LEVEL    error|warn|info|debug|trace (default info)\n"
                "  -h, --help           this help\n"
+               "  --version            the version\n"
                "Scheduling settings (durations take ns, us, ms or s; plain numbers are us):\n%s"
                "\n"
                "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage, config or key error,\n"
-               "3 cannot listen, 4 --mps: no MPS control daemon could be started.\n",
-               fikit::profiledb::Database::default_path().c_str(), fikit::mps::default_directory().c_str(),
-               fikit::scheduler::settings_help().c_str());
+               "3 cannot listen, 4 --mps: no MPS control daemon could be started.\n";
+  const std::string db = fikit::profiledb::Database::default_path(), mps = fikit::mps::default_directory(),
+                    settings = fikit::scheduler::settings_help();
+  std::string text(std::strlen(format) + db.size() + mps.size() + settings.size(), '\0');
+  text.resize(std::snprintf(text.data(), text.size() + 1, format, db.c_str(), mps.c_str(), settings.c_str()));
+  return text;
 }
 
 int status_command(int argc, char** argv) {
-  std::string host = "127.0.0.1", control;
-  uint16_t port = 47800;
+  auto app = fikit::cli::make_app(
+      "fikit-scheduler status",
+      "Usage: fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
+      "Prints the running daemon's tasks (priority, state, role, memory), gap fills, early stops and\n"
+      "dropped datagrams, read from its control socket (the daemon's user only): by default\n"
+      "this user's daemon of that port, else the systemd unit's (" FIKIT_SYSTEM_CONTROL_PATH ").\n"
+      "Exit 0, or 1 when no daemon answers, 2 on bad usage.\n");
+  std::string scheduler, control;
   bool json = false;
-  for (int i = 2; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::printf("Usage: fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
-                  "Prints the running daemon's tasks (priority, state, role, memory), gap fills, early stops and\n"
-                  "dropped datagrams, read from its control socket (the daemon's user only): by default\n"
-                  "this user's daemon of that port, else the systemd unit's (" FIKIT_SYSTEM_CONTROL_PATH ").\n"
-                  "Exit 0, or 1 when no daemon answers, 2 on bad usage.\n");
-      return kOk;
-    }
-    if (arg == "--json") { json = true; continue; }
-    if (arg == "--scheduler" && i + 1 < argc) {
-      if (!fikit::scheduler::parse_host_port(argv[++i], host, port)) {
-        std::fprintf(stderr, "fikit-scheduler status: --scheduler: '%s' is not HOST:PORT\n", argv[i]);
-        return kUsage;
-      }
-      continue;
-    }
-    if (arg == "--control" && i + 1 < argc) { control = argv[++i]; continue; }
-    std::fprintf(stderr, "fikit-scheduler status: unexpected argument '%s' (try --help)\n", arg.c_str());
-    return kUsage;
-  }
+  app->add_option("--scheduler", scheduler);
+  app->add_option("--control", control);
+  app->add_flag("--json", json);
+  if (const int rc = fikit::cli::parse(*app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
+  std::string host = "127.0.0.1";
+  uint16_t port = 47800;
+  if (app->count("--scheduler") > 0 && !fikit::scheduler::parse_host_port(scheduler, host, port))
+    return fikit::cli::usage_error(app->get_name(), "--scheduler: '" + scheduler + "' is not HOST:PORT");
   // Without --control: this user's daemon of that port, else the one the shipped systemd unit runs.
   std::vector<std::string> paths{control};
   if (control.empty()) paths = {fikit::scheduler::default_control_path(port), FIKIT_SYSTEM_CONTROL_PATH};
@@ -111,7 +108,7 @@ int status_command(int argc, char** argv) {
     tried += (tried.empty() ? "" : "; ") + error;
   }
   if (!reply) {
-    std::fprintf(stderr, "fikit-scheduler status: %s%s\n", tried.c_str(),
+    std::fprintf(stderr, "fikit-scheduler status: error: %s%s\n", tried.c_str(),
                  control.empty() ? " (is fikit-scheduler running? --control PATH names its socket)" : "");
     return kNoDaemon;
   }
@@ -120,17 +117,19 @@ int status_command(int argc, char** argv) {
 }
 
 int keygen_command(int argc, char** argv) {
-  if (argc != 3 || argv[2][0] == '-') {
-    std::fprintf(argc == 3 ? stdout : stderr,
-                 "Usage: fikit-scheduler keygen PATH\n"
-                 "Writes 32 random bytes as 64 hex digits to a new file PATH (mode 600; never overwrites), making\n"
-                 "the folders above it that are missing (mode 700).\n"
-                 "Give it to the daemon (--key-file) and the programs (fikit-run --key-file).\n");
-    return std::strcmp(argv[argc - 1], "--help") == 0 || std::strcmp(argv[argc - 1], "-h") == 0 ? kOk : kUsage;
-  }
+  auto app = fikit::cli::make_app(
+      "fikit-scheduler keygen",
+      "Usage: fikit-scheduler keygen PATH\n"
+      "Writes 32 random bytes as 64 hex digits to a new file PATH (mode 600; never overwrites), making\n"
+      "the folders above it that are missing (mode 700).\n"
+      "Give it to the daemon (--key-file) and the programs (fikit-run --key-file).\n");
+  std::string path;
+  app->add_option("path", path);
+  if (const int rc = fikit::cli::parse(*app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
+  if (path.empty()) return fikit::cli::usage_error(app->get_name(), "give the PATH of the new key file");
   std::string error;
-  if (!fikit::protocol::create_key_file(argv[2], error)) {
-    std::fprintf(stderr, "fikit-scheduler keygen: %s\n", error.c_str());
+  if (!fikit::protocol::create_key_file(path, error)) {
+    std::fprintf(stderr, "fikit-scheduler keygen: error: %s\n", error.c_str());
     return kUsage;
   }
   return kOk;
@@ -142,39 +141,23 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return status_command(argc, argv);
   if (argc >= 2 && std::strcmp(argv[1], "keygen") == 0) return keygen_command(argc, argv);
 
+  auto app = fikit::cli::make_app("fikit-scheduler", usage_text());
+  const std::vector<std::string> names = fikit::scheduler::setting_names();
+  std::vector<std::string> values(names.size());
+  for (size_t i = 0; i < names.size(); ++i) app->add_option("--" + names[i], values[i]);
+  std::string config;
+  app->add_option("--config", config);
+  if (const int rc = fikit::cli::parse(*app, argc, argv); rc != fikit::cli::kGoOn) return rc;
   fikit::scheduler::Options opts;
   // Settings apply in order: defaults, --config, then the other flags, whatever their position.
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") { usage(stdout); return kOk; }
-    if (arg == "--config") {
-      if (i + 1 >= argc) { std::fprintf(stderr, "fikit-scheduler: --config needs a FILE\n"); return kUsage; }
-      std::string error;
-      if (!fikit::scheduler::load_config_file(opts, argv[i + 1], error)) {
-        std::fprintf(stderr, "fikit-scheduler: %s\n", error.c_str());
-        return kUsage;
-      }
-    }
-  }
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg.rfind("--", 0) != 0 || i + 1 >= argc) {
-      std::fprintf(stderr, "fikit-scheduler: unexpected argument '%s' (try --help)\n", arg.c_str());
-      return kUsage;
-    }
-    std::string value = argv[++i];
-    if (arg == "--config") continue;
-    std::string error;
-    if (!fikit::scheduler::apply_setting(opts, arg.substr(2), value, error)) {
-      std::fprintf(stderr, "fikit-scheduler: %s\n", error.c_str());
-      return kUsage;
-    }
-  }
+  std::string why;
+  if (app->count("--config") > 0 && !fikit::scheduler::load_config_file(opts, config, why))
+    return fikit::cli::usage_error("fikit-scheduler", why);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (app->count("--" + names[i]) > 0 && !fikit::scheduler::apply_setting(opts, names[i], values[i], why))
+      return fikit::cli::usage_error("fikit-scheduler", why);
   std::string error;
-  if (!fikit::scheduler::check_options(opts, error)) {
-    std::fprintf(stderr, "fikit-scheduler: %s\n", error.c_str());
-    return kUsage;
-  }
+  if (!fikit::scheduler::check_options(opts, error)) return fikit::cli::usage_error("fikit-scheduler", error);
   fikit::scheduler::ServerOptions server;
   server.host = opts.listen_host;
   server.port = opts.listen_port;
@@ -188,7 +171,7 @@ int main(int argc, char** argv) {
   if (!opts.key_file.empty()) {
     fikit::protocol::Key key;
     if (!fikit::protocol::load_key_file(opts.key_file, key, error)) {
-      std::fprintf(stderr, "fikit-scheduler: %s\n", error.c_str());
+      std::fprintf(stderr, "fikit-scheduler: error: %s\n", error.c_str());
       return kUsage;
     }
     server.key = key;

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string_view>
 
+#include "address.h"
+#include "cli.h"
 #include "mps.h"
 #include "protocol.h"
 
@@ -19,6 +21,7 @@ bool parse_duration_ns(const std::string& text, uint64_t& out) {
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || ptr == text.data()) return false;
   std::string unit(ptr, text.data() + text.size());
+  if (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);   // "20 us", as --help and messages write them
   uint64_t scale = 0;
   if (unit.empty() || unit == "us") scale = kUs;
   else if (unit == "ns") scale = 1;
@@ -90,17 +93,26 @@ constexpr DurationSetting kDurations[] = {
      "after a notification, poll this long before sleeping (0: never poll)"},
 };
 
+// Every other key apply_setting() knows, for the command line (the flags are these, with --).
+constexpr const char* kOtherSettings[] = {
+    "gap-estimator", "duration-estimator", "return-credit", "mps-overlap-busy", "partition", "reserve-memory",
+    "mps", "mps-control", "reserved-priorities", "listen", "metrics", "metrics-remote", "db", "key-file",
+    "control", "bell", "log-level"};
+
 }  // namespace
 
 bool parse_host_port(const std::string& text, std::string& host, uint16_t& port) {
-  size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) return false;
-  unsigned value = 0;
-  if (!parse_uint(std::string_view(text).substr(colon + 1), 65535, value)) return false;
-  host = text.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  port = uint16_t(value);
+  std::string_view h;
+  if (!protocol::split_host_port(text, &h, &port, /*allow_port_zero=*/true)) return false;
+  host = std::string(h);
   return true;
+}
+
+std::vector<std::string> setting_names() {
+  std::vector<std::string> names;
+  for (const auto& d : kDurations) names.emplace_back(d.name);
+  for (const char* name : kOtherSettings) names.emplace_back(name);
+  return names;
 }
 
 bool is_loopback(const std::string& host) {
@@ -118,7 +130,8 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
       return false;
     }
     if (ns < d.min_ns || ns > d.max_ns) {
-      error = key + ": " + format_ns(ns) + " is out of range (" + format_ns(d.min_ns) + " to " + format_ns(d.max_ns) + ")";
+      error = key + ": " + cli::format_duration_ns(ns) + " is out of range (" + cli::format_duration_ns(d.min_ns) + " to " +
+              cli::format_duration_ns(d.max_ns) + ")";
       return false;
     }
     opts.policy.*d.field = ns;
@@ -247,7 +260,8 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     opts.log_level = value;
     return true;
   }
-  error = "unknown setting '" + key + "'";
+  const std::string near = cli::nearest(key, setting_names());
+  error = "unknown setting '" + key + "'" + (near.empty() ? "" : "; did you mean " + near + "?");
   return false;
 }
 
@@ -306,7 +320,7 @@ std::string settings_help() {
   std::string s;
   for (const auto& d : kDurations)
     s += "  --" + std::string(d.name) + " DURATION\n      " + d.meaning + " (default " + format_ns(defaults.*d.field) +
-         ", " + format_ns(d.min_ns) + " to " + format_ns(d.max_ns) + ")\n";
+         "; " + cli::format_duration_ns(d.min_ns) + " to " + cli::format_duration_ns(d.max_ns) + ")\n";
   s += "  --gap-estimator mean|p50|p10\n      statistic of a kernel's following gap used as the prediction (default mean)\n";
   s += "  --duration-estimator mean|p50|p90\n      statistic of a kernel's duration used as its predicted length (default p90)\n";
   s += "  --mps-overlap-busy PERCENT\n      a service whose requests keep the GPU busy more than this share of their time is busy:\n"

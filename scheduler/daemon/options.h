@@ -4,6 +4,7 @@
 // limits (a lease is sent in milliseconds, the in-flight bound in 32-bit nanoseconds, ...).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "policy.h"
 
@@ -28,6 +29,9 @@ struct Options {
 
 // "HOST:PORT" -> host, port. False on a malformed address.
 bool parse_host_port(const std::string& text, std::string& host, uint16_t& port);
+
+// The names apply_setting() knows: the config file's keys, and the flags without "--".
+std::vector<std::string> setting_names();
 
 // Applies one setting by name (config-file key or flag name without "--"). On failure returns false
 // and sets `error` to a message naming the key and the accepted values.

@@ -79,6 +79,11 @@ TEST_F(FlagsTest, RejectsBadInput) {
   EXPECT_EQ(parse({"--time-us", "nan"}), ex::Flags::Outcome::Error);
   EXPECT_EQ(parse({"--count"}), ex::Flags::Outcome::Error);
   EXPECT_EQ(parse({"--fast=1"}), ex::Flags::Outcome::Error);
+  EXPECT_EQ(error_, "--fast takes no value");
+  EXPECT_EQ(parse({"--count"}), ex::Flags::Outcome::Error);
+  EXPECT_EQ(error_, "--count needs a value");
+  EXPECT_EQ(parse({"--cuont", "1"}), ex::Flags::Outcome::Error);
+  EXPECT_EQ(error_, "unknown option '--cuont'; did you mean --count?");
   EXPECT_EQ(parse({"--unknown", "1"}), ex::Flags::Outcome::Error);
   EXPECT_NE(error_.find("--unknown"), std::string::npos);
   EXPECT_EQ(parse({"stray"}), ex::Flags::Outcome::Error);

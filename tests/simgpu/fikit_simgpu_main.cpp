@@ -4,6 +4,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include <string>
+
+#include "cli.h"
 #include "segment.h"
 
 using namespace fikit::simgpu;
@@ -12,25 +15,25 @@ namespace {
 
 enum Exit { kOk = 0, kUsage = 2, kNoDevice = 3, kFailed = 4 };
 
-void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: fikit-simgpu status|reset\n"
-               "  status  contexts, pending ops, simulated time and switches of the simulated GPU\n"
-               "  reset   remove the simulated GPU's shared-memory segment (the next process creates a\n"
-               "          fresh one; processes still running keep the old one privately)\n"
-               "The device is /dev/shm/$FIKIT_SIMGPU_NAME (default fikit-simgpu-<uid>).\n"
-               "Exit codes: 0 ok, 2 usage, 3 no simulated device, 4 failed.\n");
-}
+constexpr const char* kUsageText =
+    "usage: fikit-simgpu status|reset\n"
+    "  status     contexts, pending ops, simulated time and switches of the simulated GPU\n"
+    "  reset      remove the simulated GPU's shared-memory segment (the next process creates a\n"
+    "             fresh one; processes still running keep the old one privately)\n"
+    "  --help     this help\n"
+    "  --version  the version\n"
+    "The device is /dev/shm/$FIKIT_SIMGPU_NAME (default fikit-simgpu-<uid>).\n"
+    "Exit codes: 0 ok, 2 usage, 3 no simulated device, 4 failed.\n";
 
 int status(const char* name) {
   DeviceState* dev = attach_segment(name);
   if (!dev) {
-    std::fprintf(stderr, "fikit-simgpu: no simulated device /dev/shm/%s (or not this version)\n", name);
+    std::fprintf(stderr, "fikit-simgpu: error: no simulated device /dev/shm/%s (or not this version)\n", name);
     return kNoDevice;
   }
   DeviceLock lock(*dev);
   if (!lock.ok()) {
-    std::fprintf(stderr, "fikit-simgpu: cannot lock /dev/shm/%s\n", name);
+    std::fprintf(stderr, "fikit-simgpu: error: cannot lock /dev/shm/%s\n", name);
     return kFailed;
   }
   const double ms = 1e-6;
@@ -61,23 +64,20 @@ int status(const char* name) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    usage(stderr);
-    return kUsage;
-  }
-  if (!std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage(stdout);
-    return kOk;
-  }
+  auto app = fikit::cli::make_app("fikit-simgpu", kUsageText);
+  std::string command;
+  app->add_option("command", command);
+  if (const int rc = fikit::cli::parse(*app, argc, argv); rc != fikit::cli::kGoOn) return rc;
   char name[200];
   segment_name(name, sizeof name);
-  if (!std::strcmp(argv[1], "status")) return status(name);
-  if (!std::strcmp(argv[1], "reset")) {
+  if (command == "status") return status(name);
+  if (command == "reset") {
     if (remove_segment(name)) return kOk;
-    std::fprintf(stderr, "fikit-simgpu: cannot remove /dev/shm/%s: %s\n", name, std::strerror(errno));
+    std::fprintf(stderr, "fikit-simgpu: error: cannot remove /dev/shm/%s: %s\n", name, std::strerror(errno));
     return kNoDevice;
   }
-  std::fprintf(stderr, "fikit-simgpu: unknown command '%s'\n", argv[1]);
-  usage(stderr);
-  return kUsage;
+  if (command.empty()) return fikit::cli::usage_error("fikit-simgpu", "give a command: status or reset");
+  const std::string near = fikit::cli::nearest(command, {"status", "reset"});
+  return fikit::cli::usage_error("fikit-simgpu", "unknown command '" + command + "'" +
+                                                     (near.empty() ? "" : "; did you mean " + near + "?"));
 }

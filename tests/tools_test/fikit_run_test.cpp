@@ -291,7 +291,7 @@ TEST_F(FikitRun, AMemoryLimitIsCheckedAndBecomesEnvironment) {
   }
   r = run_with_hook({"/bin/true"}, {"FIKIT_MEMORY_LIMIT=lots"});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("FIKIT_MEMORY_LIMIT='lots'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("FIKIT_MEMORY_LIMIT (from the environment): 'lots'"), std::string::npos) << r.err;
 
   const fs::path pipe = dir_ / "mps";
   FakeMpsControl control(pipe);

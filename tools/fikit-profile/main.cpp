@@ -1,5 +1,6 @@
 // fikit-profile: look at what measure mode recorded. Argument parsing, dispatch and exit codes;
 // the renderings live in report.cpp.
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "profiledb.h"
 #include "report.h"
 
@@ -47,6 +49,7 @@ options:
   --dur-tolerance F, --gap-tolerance F
                 compare: the relative differences that still agree (default 0.05 and 0.10)
   -h, --help    this text (also after a command)
+  --version     the version
 
 show warns on stderr when the task's runs timed under 99 % of the ops they launched.
 
@@ -67,49 +70,45 @@ struct Args {
   double dur_tolerance = 0.05, gap_tolerance = 0.10;
 };
 
-double fraction(const std::string& opt, const std::string& v) {
-  char* end = nullptr;
-  const double f = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end || !(f >= 0 && f <= 10)) throw UsageError{opt + " needs a fraction such as 0.05, got " + v};
-  return f;
-}
+constexpr const char* kCommands[] = {"list", "show", "export", "trace", "gaps", "compare", "delete"};
 
+// Parses the command line (cli.h's conventions); throws UsageError, or exits after --help/--version.
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&](const char* opt) {
-      if (i + 1 >= argc) throw UsageError{std::string(opt) + " needs a value"};
-      return std::string(argv[++i]);
-    };
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsageText, stdout);
-      std::exit(kOk);
-    } else if (arg == "--db") {
-      a.db = value("--db");
-    } else if (arg == "--wait-ms") {
-      const std::string v = value("--wait-ms");
-      char* end = nullptr;
-      const long ms = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end || ms < 0 || ms > 3600000) throw UsageError{"--wait-ms needs milliseconds, got " + v};
-      a.wait_ms = static_cast<int>(ms);
-    } else if (arg == "--dur-tolerance") {
-      a.dur_tolerance = fraction(arg, value("--dur-tolerance"));
-    } else if (arg == "--gap-tolerance") {
-      a.gap_tolerance = fraction(arg, value("--gap-tolerance"));
-    } else if (arg == "--format") {
-      a.format = value("--format");
-    } else if (arg == "-o" || arg == "--output") {
-      a.output = value("-o");
-    } else if (arg.size() > 1 && arg[0] == '-') {
-      throw UsageError{"unknown option " + arg};
-    } else if (a.command.empty()) {
-      a.command = arg;
-    } else {
-      a.positional.push_back(arg);
-    }
-  }
+  auto app = fikit::cli::make_app("fikit-profile", kUsageText);
+  std::string wait_ms, dur_tolerance, gap_tolerance, format, output;
+  app->add_option("--db", a.db);
+  app->add_option("--wait-ms", wait_ms);
+  app->add_option("--dur-tolerance", dur_tolerance);
+  app->add_option("--gap-tolerance", gap_tolerance);
+  app->add_option("--format", format);
+  app->add_option("-o,--output", output);
+  app->add_option("command", a.command);
+  app->add_option("arguments", a.positional);
+  if (const int rc = fikit::cli::parse(*app, argc, argv); rc != fikit::cli::kGoOn) std::exit(rc);
   if (a.command.empty()) throw UsageError{"no command given"};
+  if (std::find(std::begin(kCommands), std::end(kCommands), a.command) == std::end(kCommands)) {
+    const std::string near = fikit::cli::nearest(a.command, {std::begin(kCommands), std::end(kCommands)});
+    throw UsageError{"unknown command '" + a.command + "'" + (near.empty() ? "" : "; did you mean " + near + "?")};
+  }
+  if (app->count("--wait-ms") > 0) {
+    char* end = nullptr;
+    const long ms = std::strtol(wait_ms.c_str(), &end, 10);
+    if (wait_ms.empty() || *end || ms < 0 || ms > 3600000)
+      throw UsageError{"--wait-ms: '" + wait_ms + "' is not a number of milliseconds from 0 to 3600000"};
+    a.wait_ms = static_cast<int>(ms);
+  }
+  const auto fraction = [](const char* opt, const std::string& v) {
+    char* end = nullptr;
+    const double f = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end || !(f >= 0 && f <= 10))
+      throw UsageError{std::string(opt) + ": '" + v + "' is not a fraction from 0 to 10 (0.05 is 5 %)"};
+    return f;
+  };
+  if (app->count("--dur-tolerance") > 0) a.dur_tolerance = fraction("--dur-tolerance", dur_tolerance);
+  if (app->count("--gap-tolerance") > 0) a.gap_tolerance = fraction("--gap-tolerance", gap_tolerance);
+  if (app->count("--format") > 0) a.format = format;
+  if (app->count("--output") > 0) a.output = output;
   if (a.db.empty()) {
     const char* env = std::getenv("FIKIT_DB");
     a.db = env && *env ? env : Database::default_path();
@@ -197,8 +196,6 @@ int run(const Args& a) {
     const auto& key = key_of(a);
     Database db(a.db, Database::Open::ReadWrite, a.wait_ms);
     if (!db.delete_task(key)) throw DbError(DbError::Kind::NotFound, "no task with key \"" + key + "\"");
-  } else {
-    throw UsageError{"unknown command \"" + cmd + "\""};
   }
   return kOk;
 }
@@ -209,10 +206,9 @@ int main(int argc, char** argv) {
   try {
     return run(parse(argc, argv));
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "fikit-profile: %s (see --help)\n", e.message.c_str());
-    return kUsage;
+    return fikit::cli::usage_error("fikit-profile", e.message);
   } catch (const DbError& e) {
-    std::fprintf(stderr, "fikit-profile: %s\n", e.what());
+    std::fprintf(stderr, "fikit-profile: error: %s\n", e.what());
     switch (e.kind()) {
       case DbError::Kind::NotFound: return kUnknownKey;
       case DbError::Kind::Missing: return kMissing;
@@ -222,7 +218,7 @@ int main(int argc, char** argv) {
     }
     return kOther;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "fikit-profile: %s\n", e.what());
+    std::fprintf(stderr, "fikit-profile: error: %s\n", e.what());
     return kOther;
   }
 }

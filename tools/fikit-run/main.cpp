@@ -15,14 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "address.h"
 #include "auth.h"
+#include "cli.h"
 #include "memory_size.h"
 #include "mps.h"
 #include "run_options.h"
 
 namespace {
 
-constexpr int kExitUsage = 2;
 constexpr int kExitNoHook = 3;
 constexpr int kExitNotExecutable = 126;
 constexpr int kExitNotFound = 127;
@@ -84,12 +85,13 @@ void set_env(const char* name, const std::string& value) { setenv(name, value.c_
 // The scheduler's address as the hook needs it: numeric (the hook never resolves names inside a
 // program). Empty with `error` set when the name does not resolve.
 std::string numeric_scheduler(const std::string& text, std::string* error) {
-  std::string host;
+  std::string_view host_view;
   uint16_t port = 0;
-  if (!fikit::run::split_host_port(text, &host, &port)) {
+  if (!fikit::protocol::split_host_port(text, &host_view, &port)) {
     *error = "the scheduler's address must be HOST:PORT, got '" + text + "'";
     return {};
   }
+  const std::string host(host_view);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
@@ -117,73 +119,41 @@ bool log_info() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fikit::run::RunOptions opts;
+  if (const int rc = fikit::run::parse_run_options(argc, argv, &opts); rc != fikit::cli::kGoOn) return rc;
   std::string error;
-  const auto opts = fikit::run::parse_run_options(argc, argv, &error);
-  if (!opts) {
-    std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
-    return kExitUsage;
-  }
-  if (opts->help) {
-    std::fputs(fikit::run::usage_text().c_str(), stdout);
-    return 0;
-  }
-  if (opts->version) {
-    std::printf("fikit-run (FIKIT) %s\n", FIKIT_VERSION);
-    return 0;
-  }
-
-  const std::string hook = find_hook(opts->hook, &error);
+  const std::string hook = find_hook(opts.hook, &error);
   if (hook.empty()) {
-    std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
+    std::fprintf(stderr, "fikit-run: error: %s\n", error.c_str());
     return kExitNoHook;
   }
 
   set_env("LD_PRELOAD", prepend_preload(hook, std::getenv("LD_PRELOAD")));
-  set_env("FIKIT_MODE", opts->mode);
-  set_env("FIKIT_PRIORITY", std::to_string(opts->priority));
-  // Settings not given on the command line keep whatever the environment already says.
-  if (opts->task_key) set_env("FIKIT_TASK_KEY", *opts->task_key);
-  // What the hook could not use is refused here, where it can still say so: a key it cannot send,
-  // a scheduler host it cannot reach (it would run the program unscheduled for its whole life).
-  if (const char* key = std::getenv("FIKIT_TASK_KEY"); key != nullptr && !fikit::protocol::valid_task_key(key)) {
-    std::fprintf(stderr, "fikit-run: the task key '%s' (FIKIT_TASK_KEY) is not 1 to 127 printable ASCII characters\n",
-                 key);
-    return kExitUsage;
-  }
-  const char* scheduler_env = std::getenv("FIKIT_SCHEDULER");
-  const std::string scheduler = opts->scheduler ? *opts->scheduler : scheduler_env ? scheduler_env : "";
-  if (!scheduler.empty()) {
+  // fikit-run's own defaults; other settings not given on the command line keep whatever the
+  // environment already says.
+  set_env("FIKIT_MODE", "auto");
+  set_env("FIKIT_PRIORITY", "5");
+  for (const auto& [setting, value] : opts.settings) set_env(setting->env, value);
+  // What the hook could not use is refused here, where it can still say so, by the hook's own
+  // rules: it would log it and carry on with a default inside the program.
+  if (const std::string bad = fikit::run::check_environment(); !bad.empty())
+    return fikit::cli::usage_error("fikit-run", bad);
+  // A scheduler host it cannot reach: the hook never resolves names inside a program, and would run
+  // it unscheduled for its whole life.
+  if (const char* scheduler = std::getenv("FIKIT_SCHEDULER"); scheduler != nullptr && *scheduler != '\0') {
     const std::string numeric = numeric_scheduler(scheduler, &error);
-    if (numeric.empty()) {
-      std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
-      return kExitUsage;
-    }
+    if (numeric.empty()) return fikit::cli::usage_error("fikit-run", error);
     set_env("FIKIT_SCHEDULER", numeric);
   }
-  if (opts->db) set_env("FIKIT_DB", *opts->db);
-  if (opts->measure_runs) set_env("FIKIT_MEASURE_RUNS", *opts->measure_runs);
-  if (opts->run_iterations) set_env("FIKIT_RUN_ITERATIONS", *opts->run_iterations);
-  if (opts->measure_sample) set_env("FIKIT_MEASURE_SAMPLE", *opts->measure_sample);
-  if (opts->backend) set_env("FIKIT_BACKEND", *opts->backend);
-  if (opts->max_wait_ms) set_env("FIKIT_MAX_WAIT_MS", *opts->max_wait_ms);
-  if (opts->memory_limit) set_env("FIKIT_MEMORY_LIMIT", *opts->memory_limit);
   const char* memory_limit = std::getenv("FIKIT_MEMORY_LIMIT");
-  if (memory_limit != nullptr && *memory_limit != '\0') {
-    if (const char* why = fikit::run::memory_limit_error(memory_limit)) {
-      std::fprintf(stderr, "fikit-run: FIKIT_MEMORY_LIMIT='%s': %s\n", memory_limit, why);
-      return kExitUsage;
-    }
-  }
-  if (opts->key_file) {
+  if (const std::string* key_file = fikit::run::given(opts, "FIKIT_KEY_FILE")) {
     // Checked here, where a bad key can still stop the start with a clear message; the hook,
     // inside the program, could only run it unscheduled.
     fikit::protocol::Key key;
-    if (!fikit::protocol::load_key_file(*opts->key_file, key, error)) {
-      std::fprintf(stderr, "fikit-run: %s\n", error.c_str());
-      return kExitUsage;
-    }
-    set_env("FIKIT_KEY_FILE", *opts->key_file);
+    if (!fikit::protocol::load_key_file(*key_file, key, error)) return fikit::cli::usage_error("fikit-run", error);
   }
+  const int priority = std::atoi(std::getenv("FIKIT_PRIORITY"));
+  const std::string* backend = fikit::run::given(opts, "FIKIT_BACKEND");
   // The backend: MPS when a control daemon runs for this program (fikit-scheduler --mps on starts
   // one in a folder of its own, whose variables the program then needs), else time-sliced. An MPS
   // client's priority comes from its environment at start: make it FIKIT's.
@@ -194,7 +164,7 @@ int main(int argc, char** argv) {
       set_env("CUDA_MPS_PIPE_DIRECTORY", mps.pipe_dir);
       set_env("CUDA_MPS_LOG_DIRECTORY", fikit::mps::log_dir_of(fikit::mps::default_directory()));
     }
-    if (auto prio = fikit::mps::client_priority(opts->priority, std::getenv("CUDA_MPS_CLIENT_PRIORITY")))
+    if (auto prio = fikit::mps::client_priority(priority, std::getenv("CUDA_MPS_CLIENT_PRIORITY")))
       set_env("CUDA_MPS_CLIENT_PRIORITY", *prio);
     // MPS's own cap as well, where a size is given (a share needs the GPU's size, which only the hook
     // learns): the driver then enforces it whatever path the program allocates by.
@@ -207,7 +177,7 @@ int main(int argc, char** argv) {
     if (verbose)
       std::fprintf(stderr, "fikit-run: backend MPS (control daemon at %s), client priority %s\n", mps.pipe_dir.c_str(),
                    std::getenv("CUDA_MPS_CLIENT_PRIORITY"));
-  } else if (opts->backend && *opts->backend == "mps") {
+  } else if (backend != nullptr && *backend == "mps") {
     std::fprintf(stderr, "fikit-run: warning: --backend mps, but no MPS control daemon runs at %s: the program will "
                  "not be an MPS client (start fikit-scheduler --mps on)\n", mps.pipe_dir.c_str());
   } else if (verbose) {
@@ -216,18 +186,18 @@ int main(int argc, char** argv) {
   }
 
   std::vector<char*> args;
-  for (const std::string& a : opts->command) args.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : opts.command) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   execvp(args[0], args.data());
 
   // Only reached when exec failed; same codes as a POSIX shell.
   const int exec_errno = errno;
-  const std::string& program = opts->command[0];
+  const std::string& program = opts.command[0];
   if (exec_errno == ENOENT) {
-    std::fprintf(stderr, "fikit-run: %s: %s\n", program.c_str(),
+    std::fprintf(stderr, "fikit-run: error: %s: %s\n", program.c_str(),
                  program.find('/') == std::string::npos ? "command not found" : "no such file");
     return kExitNotFound;
   }
-  std::fprintf(stderr, "fikit-run: cannot run %s: %s\n", program.c_str(), std::strerror(exec_errno));
+  std::fprintf(stderr, "fikit-run: error: cannot run %s: %s\n", program.c_str(), std::strerror(exec_errno));
   return kExitNotExecutable;
 }

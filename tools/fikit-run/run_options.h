@@ -1,28 +1,33 @@
 #pragma once
-// fikit-run's command line: what to run and the FIKIT_* settings to hand to the hook.
-#include <cstdint>
+// fikit-run's command line: what to run and the FIKIT_* settings to hand to the hook. The settings'
+// flags and their checks come from the hook's own table (settings/hook_settings.h).
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "hook_settings.h"
 
 namespace fikit::run {
 
 struct RunOptions {
-  std::string mode = "auto";       // FIKIT_MODE
-  int priority = 5;                // FIKIT_PRIORITY
-  std::optional<std::string> task_key, scheduler, db, measure_runs, run_iterations, hook, key_file, backend,
-      max_wait_ms, measure_sample, memory_limit;
+  // The settings given as flags, each checked by the table's rule, in the order of the table.
+  std::vector<std::pair<const settings::Setting*, std::string>> settings;
+  std::optional<std::string> hook;
   std::vector<std::string> command;   // program and its arguments
-  bool help = false, version = false;
 };
 
-// Parses argv[1..]. On bad usage returns nullopt with a one-line reason in *error.
-std::optional<RunOptions> parse_run_options(int argc, const char* const* argv, std::string* error);
+// Parses argv the way every FIKIT tool does (cli.h). Returns cli::kGoOn with *out filled, or the
+// exit code to leave with (0 after --help/--version, 2 after a usage error, said on stderr).
+int parse_run_options(int argc, const char* const* argv, RunOptions* out);
+
+// The value given for `env`'s flag, or nullptr.
+const std::string* given(const RunOptions& opts, const char* env);
+
+// Checks every table setting in the environment fikit-run hands on (flags already applied): an
+// error line naming the first bad one, or "" when all are good.
+std::string check_environment();
 
 std::string usage_text();
-// What is wrong with a device memory limit (memory_size.h's rules, and not 0); nullptr: nothing.
-const char* memory_limit_error(const std::string& text);
-// "HOST:PORT" or "[IPV6]:PORT" -> host (brackets removed), port 1..65535. False when malformed.
-bool split_host_port(const std::string& text, std::string* host, uint16_t* port);
 
 }  // namespace fikit::run

@@ -1,0 +1,137 @@
+#include "cli.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace fikit::cli {
+namespace {
+
+// The name the tool prints in messages, kept on the app (CLI11 has a name field for it).
+const std::string& tool_name(const CLI::App& app) { return app.get_name(); }
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::vector<std::string> long_option_names(const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const CLI::Option* option : app.get_options())
+    for (const std::string& name : option->get_lnames()) names.push_back("--" + name);
+  return names;
+}
+
+std::string unknown_option(const CLI::App& app, const std::string& arg) {
+  const std::string flag = arg.substr(0, arg.find('='));
+  const std::string near = nearest(flag, long_option_names(app));
+  return "unknown option '" + flag + "'" + (near.empty() ? "" : "; did you mean " + near + "?");
+}
+
+}  // namespace
+
+std::unique_ptr<CLI::App> make_app(const std::string& name, std::string help) {
+  auto app = std::make_unique<CLI::App>(std::move(help), name);
+  app->set_help_flag();   // ours below prints the tool's own text
+  app->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app->allow_extras();    // reported by parse() with a suggestion, not CLI11's wording
+  app->add_flag("-h,--help")->description("show this help and exit");
+  app->add_flag("--version")->description("show the version and exit");
+  return app;
+}
+
+Outcome try_parse(CLI::App& app, int argc, const char* const* argv, std::vector<std::string>* command,
+                  std::string* error) {
+  if (command != nullptr) app.prefix_command();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ArgumentMismatch& e) {
+    // CLI11 says "--db: 1 required TEXT missing" (the option's name before the colon), or of a
+    // switch given a value, "fast was given a disallowed flag override".
+    const std::string what = e.what();
+    const size_t override_at = what.find(" was given a disallowed flag override");
+    *error = override_at != std::string::npos ? "--" + what.substr(0, override_at) + " takes no value"
+                                              : what.substr(0, what.find(':')) + " needs a value";
+    return Outcome::Error;
+  } catch (const CLI::ParseError& e) {
+    *error = e.what();
+    return Outcome::Error;
+  }
+  if (app.count("--help") > 0) return Outcome::Help;
+  if (app.count("--version") > 0) return Outcome::Version;
+  std::vector<std::string> rest = app.remaining();
+  if (command != nullptr) {
+    if (!rest.empty() && rest.front() == "--") {
+      rest.erase(rest.begin());
+    } else if (!rest.empty() && rest.front().size() > 1 && rest.front()[0] == '-') {
+      *error = unknown_option(app, rest.front());
+      return Outcome::Error;
+    }
+    *command = std::move(rest);
+    return Outcome::Run;
+  }
+  if (rest.empty()) return Outcome::Run;
+  const std::string& arg = rest.front();
+  *error = arg.size() > 1 && arg[0] == '-' ? unknown_option(app, arg) : "unexpected argument '" + arg + "'";
+  return Outcome::Error;
+}
+
+int parse(CLI::App& app, int argc, const char* const* argv, std::vector<std::string>* command) {
+  std::string error;
+  switch (try_parse(app, argc, argv, command, &error)) {
+    case Outcome::Run:
+      return kGoOn;
+    case Outcome::Help:
+      std::fputs(app.get_description().c_str(), stdout);
+      return 0;
+    case Outcome::Version:
+      std::puts(version_line(tool_name(app)).c_str());
+      return 0;
+    case Outcome::Error:
+      break;
+  }
+  return usage_error(tool_name(app), error);
+}
+
+std::string version_line(const std::string& name) { return name + " (FIKIT) " FIKIT_VERSION; }
+
+int usage_error(const std::string& name, const std::string& what) {
+  std::fprintf(stderr, "%s: error: %s (see %s --help)\n", name.c_str(), what.c_str(), name.c_str());
+  return kUsage;
+}
+
+std::string nearest(const std::string& given, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = SIZE_MAX;
+  for (const std::string& c : candidates) {
+    const size_t d = edit_distance(given, c);
+    if (d < best_distance) best_distance = d, best = c;
+  }
+  // A typo is a few edits, and fewer than half the word: "--lisen" is "--listen", "--x" is nothing.
+  return best_distance <= 3 && best_distance * 2 < std::max<size_t>(given.size(), 1) ? best : std::string();
+}
+
+std::string format_duration_ns(uint64_t ns) {
+  if (ns == 0) return "0";
+  static constexpr struct { uint64_t scale; const char* unit; } kUnits[] = {
+      {1'000'000'000, "s"}, {1'000'000, "ms"}, {1'000, "us"}, {1, "ns"}};
+  for (const auto& u : kUnits) {
+    if (ns < u.scale) continue;
+    char text[32];
+    const double value = double(ns) / double(u.scale);
+    std::snprintf(text, sizeof text, value < 1000 ? "%.3g %s" : "%.0f %s", value, u.unit);
+    return text;
+  }
+  return std::to_string(ns) + " ns";
+}
+
+}  // namespace fikit::cli

@@ -1,0 +1,47 @@
+#pragma once
+// The command-line conventions every FIKIT tool shares, on CLI11: `--x value` and `--x=value`, the
+// last of a repeated option wins, `--help` and `--version` answer on stdout with exit 0, and a usage
+// error is one line on stderr, "TOOL: error: WHAT (see TOOL --help)", with exit 2 and, for a
+// mistyped option, the nearest one ("did you mean --listen?").
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fikit::cli {
+
+constexpr int kUsage = 2;   // every tool's exit code for bad usage
+constexpr int kGoOn = -1;   // parse(): the command line is good, run
+
+// An app with the conventions above. `name` is the program name in messages ("fikit-run",
+// "fikit-scheduler status"); `help` the text --help prints (the tools write their own, richer than
+// a generated one).
+std::unique_ptr<CLI::App> make_app(const std::string& name, std::string help);
+
+// Parses argv. Returns kGoOn, or the exit code to leave with (0 after --help or --version, having
+// printed them; kUsage after a usage error, having said why). With `command` (a prefix command such
+// as fikit-run's PROGRAM ARGS), everything from the first positional argument, or after `--`, lands
+// there; an unknown option before it is an error, not the program.
+int parse(CLI::App& app, int argc, const char* const* argv, std::vector<std::string>* command = nullptr);
+
+// parse() without printing: what the command line asks for, and on Error the reason in *error.
+enum class Outcome { Run, Help, Version, Error };
+Outcome try_parse(CLI::App& app, int argc, const char* const* argv, std::vector<std::string>* command,
+                  std::string* error);
+
+// "NAME (FIKIT) VERSION", what --version prints.
+std::string version_line(const std::string& name);
+
+// Says what is wrong the tools' way; returns kUsage.
+int usage_error(const std::string& name, const std::string& what);
+
+// The candidate nearest to `given` by edit distance when it is close enough to be a typo, else "".
+std::string nearest(const std::string& given, const std::vector<std::string>& candidates);
+
+// A duration for people: "0", "500 ns", "20 us", "1.5 ms", "4.29 s", "3600 s" (three significant
+// digits below 1000 of the unit).
+std::string format_duration_ns(uint64_t ns);
+
+}  // namespace fikit::cli

@@ -1,0 +1,76 @@
+#include "hook_settings.h"
+
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "address.h"
+#include "memory_size.h"
+#include "protocol.h"
+
+namespace fikit::settings {
+
+const Setting* find(const char* env) noexcept {
+  for (const Setting& s : kHookSettings)
+    if (std::strcmp(s.env, env) == 0) return &s;
+  return nullptr;
+}
+
+bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_t why_size) noexcept {
+  const std::string_view v(text);
+  auto fail = [&](const char* format, auto... args) {
+    if (why_size > 0) std::snprintf(why, why_size, format, args...);
+    return false;
+  };
+  switch (s.kind) {
+    case Kind::Number: {
+      uint64_t n = 0;
+      bool digits = !v.empty() && v.size() <= 10;
+      for (char c : v) {
+        digits = digits && c >= '0' && c <= '9';
+        if (digits) n = n * 10 + uint64_t(c - '0');
+      }
+      const char* space = s.unit[0] != '\0' ? " " : "";
+      if (!digits) return fail("'%s' is not a whole number from %u to %u%s%s", text, s.min, s.max, space, s.unit);
+      if (n < s.min || n > s.max) return fail("%s is out of range %u to %u%s%s", text, s.min, s.max, space, s.unit);
+      *value = uint32_t(n);
+      return true;
+    }
+    case Kind::Choice: {
+      uint32_t index = 0;
+      for (std::string_view rest(s.choices);; ++index) {
+        const size_t bar = rest.find('|');
+        if (rest.substr(0, bar) == v) {
+          *value = index;
+          return true;
+        }
+        if (bar == std::string_view::npos) break;
+        rest.remove_prefix(bar + 1);
+      }
+      return fail("'%s' is not one of %s", text, s.choices);
+    }
+    case Kind::TaskKey:
+      if (!protocol::valid_task_key(v))
+        return fail("'%s' is not 1 to %u printable ASCII characters (letters, digits, punctuation, spaces)", text, s.max);
+      return true;
+    case Kind::Path:
+      if (v.empty() || v.size() > s.max) return fail("must be a path of 1 to %u characters", s.max);
+      return true;
+    case Kind::Address: {
+      std::string_view host;
+      uint16_t port = 0;
+      if (!protocol::split_host_port(v, &host, &port) || host.size() > s.max)
+        return fail("'%s' is not HOST:PORT (port 1 to 65535; an IPv6 address in brackets: [::1]:47800)", text);
+      return true;
+    }
+    case Kind::MemorySize: {
+      protocol::MemorySize size;
+      if (const char* error = protocol::parse_memory_size(v, size)) return fail("'%s': %s", text, error);
+      if (size.is_zero()) return fail("'%s': a limit of 0 would refuse every allocation (leave it out for no limit)", text);
+      return true;
+    }
+  }
+  return fail("'%s' is not valid", text);
+}
+
+}  // namespace fikit::settings

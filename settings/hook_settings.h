@@ -1,0 +1,69 @@
+#pragma once
+// The hook's settings: one table of the FIKIT_* environment variables it reads, with the values each
+// accepts. The hook (hook/config.cpp) reads its configuration through it, and fikit-run checks its
+// flags and the environment it hands on through it, so the two cannot disagree on what is valid.
+// Allocation-free and noexcept: the hook parses inside other people's processes.
+#include <cstddef>
+#include <cstdint>
+
+namespace fikit::settings {
+
+enum class Kind : uint8_t {
+  Number,       // a whole number in [min, max]
+  Choice,       // one of `choices` ("a|b|c"); parsed to its index
+  TaskKey,      // protocol::valid_task_key
+  Path,         // 1 to max characters
+  Address,      // HOST:PORT or [IPV6]:PORT (protocol/address.h), host up to max characters
+  MemorySize,   // protocol/memory_size.h, not 0
+};
+
+struct Setting {
+  const char* env;       // FIKIT_...
+  const char* flag;      // fikit-run's flag, nullptr: set through the environment only
+  Kind kind;
+  uint32_t min, max;     // Number: the range; TaskKey, Path, Address: the longest value
+  const char* choices;   // Choice: "auto|measure|share|off", in the order of the hook's enum
+  const char* unit;      // Number: what it counts, for messages ("ms", "runs")
+  const char* meaning;   // one line for --help and the docs
+};
+
+// Every setting the hook checks; see docs/user-guide.md for what each does.
+inline constexpr Setting kHookSettings[] = {
+    {"FIKIT_MODE", "--mode", Kind::Choice, 0, 0, "off|measure|share|auto", "", "what the hook does"},
+    {"FIKIT_TASK_KEY", "--task-key", Kind::TaskKey, 1, 127, nullptr, "", "the profile key"},
+    {"FIKIT_DB", "--db", Kind::Path, 1, 511, nullptr, "", "the profile database"},
+    {"FIKIT_PRIORITY", "--priority", Kind::Number, 0, 9, nullptr, "", "0 (highest) .. 9 (lowest)"},
+    {"FIKIT_SCHEDULER", "--scheduler", Kind::Address, 1, 63, nullptr, "", "fikit-scheduler's UDP address"},
+    {"FIKIT_MEASURE_RUNS", "--measure-runs", Kind::Number, 1, 1000000, nullptr, "runs",
+     "runs measured before auto mode shares"},
+    {"FIKIT_RUN_ITERATIONS", "--run-iterations", Kind::Number, 0, 1000000000, nullptr, "synchronisations",
+     "synchronisations that make one run (0: the process's lifetime)"},
+    {"FIKIT_MEASURE_SAMPLE", "--measure-sample", Kind::Number, 1, 1000, nullptr, "",
+     "measure one iteration in N"},
+    {"FIKIT_MEASURE_BURST", nullptr, Kind::Number, 1, 1000, nullptr, "iterations",
+     "measured iterations come this many in a row"},
+    {"FIKIT_RELEARN_SAMPLE", nullptr, Kind::Number, 0, 1000000, nullptr, "",
+     "share mode times 1 in N launches of unknown kernels (0: off)"},
+    {"FIKIT_RELEARN_FLUSH_MS", nullptr, Kind::Number, 10, 3600000, nullptr, "ms",
+     "how often what share mode learned is stored"},
+    {"FIKIT_BACKTRACE_DEPTH", nullptr, Kind::Number, 0, 16, nullptr, "frames", "caller frames in the kernel ID"},
+    {"FIKIT_TIMING", nullptr, Kind::Choice, 0, 0, "auto|cupti|events", "", "how measure mode times kernels"},
+    {"FIKIT_DAEMON_TIMEOUT_MS", nullptr, Kind::Number, 1, 60000, nullptr, "ms",
+     "no answer from the daemon this long: run unscheduled"},
+    {"FIKIT_MAX_WAIT_MS", "--max-wait-ms", Kind::Number, 1, 600000, nullptr, "ms",
+     "the longest one launch waits for the scheduler"},
+    {"FIKIT_BACKEND", "--backend", Kind::Choice, 0, 0, "auto|timeslice|mps", "", "how the GPU is shared"},
+    {"FIKIT_MEMORY_LIMIT", "--memory-limit", Kind::MemorySize, 0, 0, nullptr, "",
+     "the device memory the program may hold on each GPU"},
+    {"FIKIT_KEY_FILE", "--key-file", Kind::Path, 1, 511, nullptr, "", "the daemon's key"},
+};
+
+// The entry of `env`, nullptr when the table has none.
+const Setting* find(const char* env) noexcept;
+
+// Checks `text` against `s`. True when valid, with a Number's value or a Choice's index in *value;
+// else false with the reason, in words a user can act on ("0 is out of range 1 to 1000000 runs"),
+// in `why` (always terminated, cut to why_size).
+bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_t why_size) noexcept;
+
+}  // namespace fikit::settings
