@@ -18,6 +18,7 @@
 #include "options.h"
 #include "profiledb.h"
 #include "server.h"
+#include "service_notify.h"
 
 namespace {
 
@@ -208,7 +209,10 @@ int main(int argc, char** argv) {
                  server.control_path, server.bell_path.empty() ? "off" : server.bell_path, opts.db_path);
     if (daemon.metrics_port() != 0)
       spdlog::info("metrics at http://{}:{}/metrics", opts.metrics_host, daemon.metrics_port());
+    // Every socket is bound: programs can reach it now (systemd's Type=notify waits for this).
+    if (!fikit::scheduler::notify_service_manager("READY=1", error)) spdlog::warn("{}", error);
     daemon.run(/*handle_signals=*/true);
+    fikit::scheduler::notify_service_manager("STOPPING=1", error);
     ready_to = nullptr;
     const auto s = daemon.snapshot();
     spdlog::info("stopped ({} malformed, {} bad MAC, {} refused by session datagrams dropped)", s.malformed,
