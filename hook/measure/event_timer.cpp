@@ -8,8 +8,11 @@
 #include <memory>
 #include <new>
 
+#include <sched.h>
+
 #include "../driver.h"
 #include "../log.h"
+#include "monotonic.h"
 #include "timer.h"
 
 namespace fikit::hook::measure {
@@ -35,9 +38,8 @@ class EventTimer final : public Timer {
     const CUstream stream = op.stream;
     slot.timed = false;
     // Op `seq` uses pair seq % kPairs, free once the op kPairs before it is done with: at most kPairs
-    // timed ops are in flight (drivers limit events: the simulated GPU has 8192 a context), and an op
-    // that finds its pair still in use goes untimed, as one that finds the ring full.
-    if (!pairs_ || (seq >= kPairs && seq - kPairs >= ring_.released_below())) return;
+    // timed ops are in flight (drivers limit events: the simulated GPU has 8192 a context).
+    if (!pairs_ || (seq >= kPairs && !wait_for_pair(seq))) return;
     Pair& pair = pairs_[seq % kPairs];
     // Created on first use of the pair, on the launching thread (whose context the op runs in);
     // reused afterwards, so steady state creates nothing.
@@ -84,12 +86,28 @@ class EventTimer final : public Timer {
     return Poll::Ready;
   }
 
+  // A launcher kPairs ops ahead of the measurement thread waits for it to catch up, at most
+  // kPairWaitNs, rather than leave the op untimed: under load that thread can be off the CPU for
+  // milliseconds, and the run would be stored with ops missing (a loaded 2-core host timed 3710 of
+  // 6000). Only while measuring, and only that far ahead: a real driver's own launch queue blocks a
+  // launcher about a thousand ops ahead of the GPU anyway. Past the bound the op goes untimed.
+  bool wait_for_pair(uint64_t seq) const noexcept {
+    if (seq - kPairs < ring_.released_below()) return true;
+    const uint64_t deadline = protocol::monotonic_ns() + kPairWaitNs;
+    do {
+      sched_yield();
+      if (seq - kPairs < ring_.released_below()) return true;
+    } while (protocol::monotonic_ns() < deadline);
+    return false;
+  }
+
   uint64_t oldest_needed(uint64_t next) const noexcept override {
     return has_anchor_ && anchor_seq_ < next ? anchor_seq_ : next;
   }
 
  private:
   static constexpr uint64_t kPairs = 3072;
+  static constexpr uint64_t kPairWaitNs = 100'000'000;
   struct Pair {
     CUevent start = nullptr, end = nullptr;
   };
