@@ -20,6 +20,7 @@ find_package(SQLite3 REQUIRED)
 find_package(Boost 1.74 REQUIRED)            # Asio is header-only
 find_package(spdlog REQUIRED)                # used header-only: the GPU machine has another soname
 find_package(fmt REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)   # the tools' JSON output (header-only)
 
 # LLVM's libunwind (libunwind-14-dev) ships a position-independent static archive, so the hook can
 # carry it inside libfikit_hook.so; the nongnu libunwind-dev archive is not PIC and cannot.

@@ -26,44 +26,28 @@ Summary summarize(const std::vector<double>& values) {
   return s;
 }
 
-void JsonObject::key(std::string_view k) {
-  if (!body_.empty()) body_ += ',';
-  body_ += '"';
-  body_ += k;   // keys are identifiers chosen by the examples: nothing to escape
-  body_ += "\":";
-}
-
 JsonObject& JsonObject::add(std::string_view k, double value, int decimals) {
-  key(k);
-  if (!std::isfinite(value)) value = 0;   // JSON has no NaN/inf
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", decimals, value);
-  body_ += buf;
+  const double scale = std::pow(10.0, decimals);
+  value_[std::string(k)] = std::isfinite(value) ? std::round(value * scale) / scale : 0.0;   // JSON has no NaN/inf
   return *this;
 }
 
 JsonObject& JsonObject::add(std::string_view k, uint64_t value) {
-  key(k);
-  body_ += std::to_string(value);
+  value_[std::string(k)] = value;
   return *this;
 }
 
 JsonObject& JsonObject::add(std::string_view k, std::string_view value) {
-  key(k);
-  body_ += '"';
-  for (char c : value) {
-    if (c == '"' || c == '\\') body_ += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) body_ += c;
-  }
-  body_ += '"';
+  value_[std::string(k)] = std::string(value);
   return *this;
 }
 
 JsonObject& JsonObject::add(std::string_view k, const JsonObject& value) {
-  key(k);
-  body_ += value.str();
+  value_[std::string(k)] = value.value_;
   return *this;
 }
+
+std::string JsonObject::str() const { return value_.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
 void print_json_line(const JsonObject& object) {
   std::printf("%s\n", object.str().c_str());

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace fikit::examples {
 
 // Percentile q in [0, 100] with linear interpolation between closest ranks (numpy's default),
@@ -17,18 +19,18 @@ struct Summary {
 };
 Summary summarize(const std::vector<double>& values);
 
-// Builds one flat-or-nested JSON object; keys are emitted in insertion order.
+// Builds one flat-or-nested JSON object (nlohmann-json); keys are emitted in insertion order, numbers
+// rounded to `decimals`.
 class JsonObject {
  public:
   JsonObject& add(std::string_view key, double value, int decimals = 3);
   JsonObject& add(std::string_view key, uint64_t value);
   JsonObject& add(std::string_view key, std::string_view value);
   JsonObject& add(std::string_view key, const JsonObject& value);
-  std::string str() const { return "{" + body_ + "}"; }
+  std::string str() const;
 
  private:
-  void key(std::string_view k);
-  std::string body_;
+  nlohmann::ordered_json value_ = nlohmann::ordered_json::object();
 };
 
 // Writes the object and a newline to stdout and flushes, so a reader sees it even if the process

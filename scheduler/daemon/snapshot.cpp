@@ -1,5 +1,8 @@
 #include "snapshot.h"
 
+#include <cmath>
+#include <nlohmann/json.hpp>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -55,33 +58,22 @@ std::string memory_text(const policy::TaskStatus& t) {
 }
 
 // The roles as JSON: ["holder","activity"] ([] for none).
-std::string role_json(uint8_t role) {
-  std::string s = "[";
-  if (role & protocol::kRoleHolder) s += "\"holder\",";
-  if (role & protocol::kRoleActivity) s += "\"activity\",";
-  if (role & protocol::kRoleGaps) s += "\"gaps\",";
-  if (s.size() > 1) s.pop_back();
-  return s + "]";
+nlohmann::ordered_json role_json(uint8_t role) {
+  auto roles = nlohmann::ordered_json::array();
+  if (role & protocol::kRoleHolder) roles.push_back("holder");
+  if (role & protocol::kRoleActivity) roles.push_back("activity");
+  if (role & protocol::kRoleGaps) roles.push_back("gaps");
+  return roles;
 }
 
-std::string json_string(const std::string& v) {
-  std::string out = "\"";
-  for (char c : v) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;   // keys are printable ASCII (the protocol refuses anything else)
-  }
-  return out + "\"";
-}
-
-std::string counters_json(const policy::Counters& p) {
-  return fmt::format(
-      "\"fills\":{},\"gaps_predicted\":{},\"gaps_too_short\":{},\"early_stops\":{},\"directives\":{},"
-      "\"notifications\":{},\"wants\":{},\"registrations\":{},\"capped_registrations\":{},\"refused_registrations\":{},"
-      "\"lease_expiries\":{},\"measure_holds_ended\":{},\"clamped_predictions\":{},\"unfilled_no_want\":{},"
-      "\"unfilled_unprofiled\":{},\"unfilled_too_long\":{},\"unfilled_late\":{}",
-      p.fills, p.gaps_predicted, p.gaps_too_short, p.early_stops, p.directives, p.notifications, p.wants,
-      p.registrations, p.capped_registrations, p.refused_registrations, p.lease_expiries, p.measure_holds_ended,
-      p.clamped_predictions, p.unfilled_no_want, p.unfilled_unprofiled, p.unfilled_too_long, p.unfilled_late);
+nlohmann::ordered_json counters_json(const policy::Counters& p) {
+  return {{"fills", p.fills}, {"gaps_predicted", p.gaps_predicted}, {"gaps_too_short", p.gaps_too_short},
+          {"early_stops", p.early_stops}, {"directives", p.directives}, {"notifications", p.notifications},
+          {"wants", p.wants}, {"registrations", p.registrations}, {"capped_registrations", p.capped_registrations},
+          {"refused_registrations", p.refused_registrations}, {"lease_expiries", p.lease_expiries},
+          {"measure_holds_ended", p.measure_holds_ended}, {"clamped_predictions", p.clamped_predictions},
+          {"unfilled_no_want", p.unfilled_no_want}, {"unfilled_unprofiled", p.unfilled_unprofiled},
+          {"unfilled_too_long", p.unfilled_too_long}, {"unfilled_late", p.unfilled_late}};
 }
 
 }  // namespace
@@ -175,42 +167,46 @@ std::string format_text(const DaemonSnapshot& s) {
 
 std::string format_json(const DaemonSnapshot& s) {
   const auto& c = s.sessions;
-  std::string out = fmt::format(
-      "{{\"listen\":{},\"uptime_s\":{:.3f},\"epoch\":\"{:016x}\",\"keyed\":{},\"reserved_priorities\":{},\"mps\":{},"
-      "\"counters\":{{{},\"malformed\":{},\"bad_mac\":{},\"wrong_direction\":{},\"unknown_session\":{},"
-      "\"stale_epoch\":{},\"wrong_address\":{},\"wrong_auth\":{},\"replayed\":{},\"wrong_task\":{},"
-      "\"refused_user_quota\":{},\"refused_source_quota\":{},\"refused_gpu_quota\":{},\"refused_keyed_reserve\":{},"
-      "\"refused_gpu_slots\":{}}},\"devices\":[",
-      json_string(s.listen), s.uptime_ns / 1e9, s.epoch, s.keyed ? "true" : "false", s.reserved_priorities,
-      json_string(s.mps), counters_json(s.totals()), s.malformed, s.bad_mac, s.wrong_direction, c.unknown_session, c.stale_epoch,
-      c.wrong_address, c.wrong_auth, c.replayed, c.wrong_task, c.user_quota, c.source_quota, c.gpu_quota,
-      c.keyed_slots, s.refused_gpus);
-  for (size_t i = 0; i < s.domains.size(); ++i) {
-    const auto& d = s.domains[i];
-    out += fmt::format("{}{{\"device\":{},\"holder\":{},\"tasks\":{},\"counters\":{{{}}}}}", i ? "," : "",
-                       json_string(d.device), d.holder, d.tasks.size(), counters_json(d.counters));
-  }
-  out += "],\"tasks\":[";
-  bool first = true;
+  nlohmann::ordered_json counters = counters_json(s.totals());
+  for (const auto& [name, value] :
+       {std::pair<const char*, uint64_t>{"malformed", s.malformed}, {"bad_mac", s.bad_mac},
+        {"wrong_direction", s.wrong_direction}, {"unknown_session", c.unknown_session}, {"stale_epoch", c.stale_epoch},
+        {"wrong_address", c.wrong_address}, {"wrong_auth", c.wrong_auth}, {"replayed", c.replayed},
+        {"wrong_task", c.wrong_task}, {"refused_user_quota", c.user_quota}, {"refused_source_quota", c.source_quota},
+        {"refused_gpu_quota", c.gpu_quota}, {"refused_keyed_reserve", c.keyed_slots},
+        {"refused_gpu_slots", s.refused_gpus}})
+    counters[name] = value;
+  auto devices = nlohmann::ordered_json::array(), tasks = nlohmann::ordered_json::array();
   for (const auto& d : s.domains) {
-    for (const auto& t : d.tasks) {
-      out += fmt::format(
-          "{}{{\"id\":{},\"device\":{},\"pid\":{},\"key\":{},\"priority\":{},\"requested_priority\":{},\"mode\":\"{}\","
-          "\"backend\":\"{}\",\"authenticated\":{},\"active\":{},\"waiting\":{},\"state\":\"{}\",\"role\":{},"
-          "\"bound_ns\":{},\"fills\":{},\"notifications\":{},\"wants\":{},\"kernels\":{},\"busy_percent\":{},"
-          "\"waits\":{},\"predicted_pause_ns\":{},\"short_hold_ns\":{},\"partition_pct\":{},\"confine\":{},"
-          "\"memory_used\":{},\"memory_limit\":{},\"memory_cap\":{},\"memory_total\":{},\"memory_refusals\":{}}}",
-          first ? "" : ",", t.id, json_string(d.device), t.pid, json_string(t.key), t.priority, t.requested_priority,
-          t.mode == protocol::TaskMode::Measure ? "measure" : "share",
-          t.backend == protocol::Backend::Mps ? "mps" : "timeslice", t.authenticated ? "true" : "false",
-          t.active ? "true" : "false", t.waiting ? "true" : "false", protocol::to_string(t.directive.state),
-          role_json(t.directive.role), t.directive.bound_ns, t.fills, t.notifications, t.wants, t.kernels, t.busy_pct,
-          t.waits.count, t.predicted_pause_ns, t.directive.short_hold_ns, t.directive.partition_pct,
-          t.directive.confine, t.memory_used, t.memory_limit, t.directive.memory_cap, t.memory_total, t.memory_refusals);
-      first = false;
-    }
+    devices.push_back({{"device", d.device}, {"holder", d.holder}, {"tasks", d.tasks.size()},
+                       {"counters", counters_json(d.counters)}});
+    for (const auto& t : d.tasks)
+      tasks.push_back({{"id", t.id}, {"device", d.device}, {"pid", t.pid}, {"key", t.key}, {"priority", t.priority},
+                       {"requested_priority", t.requested_priority},
+                       {"mode", t.mode == protocol::TaskMode::Measure ? "measure" : "share"},
+                       {"backend", t.backend == protocol::Backend::Mps ? "mps" : "timeslice"},
+                       {"authenticated", t.authenticated}, {"active", t.active}, {"waiting", t.waiting},
+                       {"state", protocol::to_string(t.directive.state)}, {"role", role_json(t.directive.role)},
+                       {"bound_ns", t.directive.bound_ns}, {"fills", t.fills}, {"notifications", t.notifications},
+                       {"wants", t.wants}, {"kernels", t.kernels}, {"busy_percent", t.busy_pct},
+                       {"waits", t.waits.count}, {"predicted_pause_ns", t.predicted_pause_ns},
+                       {"short_hold_ns", t.directive.short_hold_ns}, {"partition_pct", t.directive.partition_pct},
+                       {"confine", t.directive.confine}, {"memory_used", t.memory_used},
+                       {"memory_limit", t.memory_limit}, {"memory_cap", t.directive.memory_cap},
+                       {"memory_total", t.memory_total}, {"memory_refusals", t.memory_refusals}});
   }
-  return out + "]}\n";
+  const nlohmann::ordered_json out{{"listen", s.listen},
+                                   {"uptime_s", std::round(s.uptime_ns / 1e6) / 1e3},
+                                   {"epoch", fmt::format("{:016x}", s.epoch)},
+                                   {"keyed", s.keyed},
+                                   {"reserved_priorities", s.reserved_priorities},
+                                   {"mps", s.mps},
+                                   {"counters", std::move(counters)},
+                                   {"devices", std::move(devices)},
+                                   {"tasks", std::move(tasks)}};
+  // Keys and device names are printable ASCII (the protocol refuses anything else); replace, never
+  // throw, should that ever change.
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace fikit::scheduler

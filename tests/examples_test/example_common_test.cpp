@@ -40,7 +40,7 @@ TEST(JsonObject, NestedObjectsAndEscapedStrings) {
                                .add("n", uint64_t{3})
                                .add("jct_us", ex::JsonObject().add("p50", 1.26, 1).add("p99", 2.0, 2))
                                .str();
-  EXPECT_EQ(text, R"({"example":"in\"fer","n":3,"jct_us":{"p50":1.3,"p99":2.00}})");
+  EXPECT_EQ(text, R"({"example":"in\"fer","n":3,"jct_us":{"p50":1.3,"p99":2.0}})");
 }
 
 class FlagsTest : public ::testing::Test {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -25,23 +26,6 @@ uint64_t waves(const KernelProfile& k) {
 uint64_t sm_hold(const KernelProfile& k) { return policy::sm_hold_ns(k.dur_p50, waves(k)); }
 
 double us(double ns) { return ns / 1000.0; }
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size() + 2);
-  for (const unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-        else out.push_back(static_cast<char>(c));
-    }
-  }
-  return out;
-}
 
 // RFC 4180: quote every text field, double the quotes inside.
 std::string csv_quote(const std::string& s) {
@@ -111,22 +95,33 @@ void write_kernels_csv(std::ostream& out, const std::vector<KernelProfile>& kern
                k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k));
 }
 
+// JSON through nlohmann-json: strings escaped and bytes that are not UTF-8 (a mangled name cut short)
+// replaced rather than written raw. One object a line for kernels and trace events, so diffs and
+// grep stay usable.
+void dump(std::ostream& out, const nlohmann::ordered_json& value) {
+  out << value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+double rounded(double value) { return std::round(value * 1000.0) / 1000.0; }
+
 void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, const std::vector<KernelProfile>& kernels) {
-  fmt::print(out, "{{\"task\": \"{}\", \"command_line\": \"{}\", \"runs_measured\": {}, \"kernels\": [",
-             json_escape(task.key), json_escape(task.command_line), task.runs_measured);
+  out << "{\"task\": ";
+  dump(out, task.key);
+  out << ", \"command_line\": ";
+  dump(out, task.command_line);
+  out << ", \"runs_measured\": " << task.runs_measured << ", \"kernels\": [";
   for (size_t i = 0; i < kernels.size(); ++i) {
     const auto& k = kernels[i];
-    fmt::print(out,
-               "{}\n  {{\"kernel_id\": \"{}\", \"name\": \"{}\", \"call_site\": \"{}\", \"grid\": [{}, {}, {}], "
-               "\"block\": [{}, {}, {}], \"shared_mem\": {}, \"count\": {}, \"dur_mean_ns\": {:.3f}, "
-               "\"dur_stddev_ns\": {:.3f}, \"dur_min_ns\": {}, \"dur_p50_ns\": {}, \"dur_p90_ns\": {}, "
-               "\"dur_max_ns\": {}, \"gap_count\": {}, \"gap_mean_ns\": {:.3f}, \"gap_p10_ns\": {}, "
-               "\"gap_p50_ns\": {}, \"gap_p90_ns\": {}, \"boundary_count\": {}, \"blocks_per_sm\": {}, "
-               "\"sm_count\": {}, \"waves\": {}, \"sm_hold_p50_ns\": {}}}",
-               i ? "," : "", hex_id(k.kernel_id), json_escape(k.name), json_escape(k.call_site), k.grid[0], k.grid[1],
-               k.grid[2], k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev,
-               k.dur_min, k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
-               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k));
+    out << (i ? "," : "") << "\n  ";
+    dump(out, nlohmann::ordered_json{
+                  {"kernel_id", hex_id(k.kernel_id)}, {"name", k.name}, {"call_site", k.call_site},
+                  {"grid", {k.grid[0], k.grid[1], k.grid[2]}}, {"block", {k.block[0], k.block[1], k.block[2]}},
+                  {"shared_mem", k.shared_mem}, {"count", k.count}, {"dur_mean_ns", rounded(k.dur_mean)},
+                  {"dur_stddev_ns", rounded(k.dur_stddev)}, {"dur_min_ns", k.dur_min}, {"dur_p50_ns", k.dur_p50},
+                  {"dur_p90_ns", k.dur_p90}, {"dur_max_ns", k.dur_max}, {"gap_count", k.gap_count},
+                  {"gap_mean_ns", rounded(k.gap_mean)}, {"gap_p10_ns", k.gap_p10}, {"gap_p50_ns", k.gap_p50},
+                  {"gap_p90_ns", k.gap_p90}, {"boundary_count", k.boundary_count}, {"blocks_per_sm", k.blocks_per_sm},
+                  {"sm_count", k.sm_count}, {"waves", waves(k)}, {"sm_hold_p50_ns", sm_hold(k)}});
   }
   out << "\n]}\n";
 }
@@ -144,20 +139,22 @@ void write_trace_json(std::ostream& out, const std::string& task_key, const std:
   int next = 1;
   for (auto& [stream, tid] : track) tid = next++;
 
-  fmt::print(out, "{{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n");
-  fmt::print(out, "{{\"ph\": \"M\", \"pid\": 1, \"name\": \"process_name\", \"args\": {{\"name\": \"{}\"}}}}",
-             json_escape(task_key));
-  for (const auto& [stream, tid] : track)
-    fmt::print(out, ",\n{{\"ph\": \"M\", \"pid\": 1, \"tid\": {}, \"name\": \"thread_name\", "
-               "\"args\": {{\"name\": \"stream 0x{:x}\"}}}}", tid, stream);
+  out << "{\"displayTimeUnit\": \"ns\", \"traceEvents\": [\n";
+  dump(out, {{"ph", "M"}, {"pid", 1}, {"name", "process_name"}, {"args", {{"name", task_key}}}});
+  for (const auto& [stream, tid] : track) {
+    out << ",\n";
+    dump(out, {{"ph", "M"}, {"pid", 1}, {"tid", tid}, {"name", "thread_name"},
+               {"args", {{"name", fmt::format("stream 0x{:x}", stream)}}}});
+  }
   for (const auto& op : ops) {
     const auto it = by_id.find(op.kernel_id);
     const std::string name = it != by_id.end() && !it->second->name.empty() ? it->second->name : hex_id(op.kernel_id);
     const uint64_t end = std::max(op.end_ns, op.start_ns);
-    fmt::print(out, ",\n{{\"ph\": \"X\", \"pid\": 1, \"tid\": {}, \"name\": \"{}\", \"ts\": {:.3f}, \"dur\": {:.3f}, "
-               "\"args\": {{\"kernel_id\": \"{}\"}}}}",
-               track[op.stream], json_escape(name), us(static_cast<double>(op.start_ns - t0)),
-               us(static_cast<double>(end - op.start_ns)), hex_id(op.kernel_id));
+    out << ",\n";
+    dump(out, {{"ph", "X"}, {"pid", 1}, {"tid", track[op.stream]}, {"name", name},
+               {"ts", rounded(us(static_cast<double>(op.start_ns - t0)))},
+               {"dur", rounded(us(static_cast<double>(end - op.start_ns)))},
+               {"args", {{"kernel_id", hex_id(op.kernel_id)}}}});
   }
   out << "\n]}\n";
 }
