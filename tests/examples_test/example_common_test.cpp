@@ -43,6 +43,12 @@ TEST(JsonObject, NestedObjectsAndEscapedStrings) {
   EXPECT_EQ(text, R"({"example":"in\"fer","n":3,"jct_us":{"p50":1.3,"p99":2.0}})");
 }
 
+// Control characters are escaped and a byte that is not UTF-8 becomes U+FFFD: the line stays JSON.
+TEST(JsonObject, ControlCharactersAndBadBytesStayValidJson) {
+  const std::string text = ex::JsonObject().add("name", std::string_view("a\nb\x01\xff", 5)).str();
+  EXPECT_EQ(text, "{\"name\":\"a\\nb\\u0001\xef\xbf\xbd\"}");
+}
+
 class FlagsTest : public ::testing::Test {
  protected:
   FlagsTest() : flags_("prog [options]", "summary") {
