@@ -47,6 +47,9 @@ class Mode {
   // daemon's memory cap holds from the first allocation, not the first launch (JAX allocates most
   // of the GPU before it launches anything).
   virtual void before_allocation() noexcept {}
+  // Before the program releases, resets or destroys a context: what still needs it (measure mode:
+  // the events of ops not read yet) is done with it first. Bounded.
+  virtual void before_context_teardown() noexcept {}
   // Process exit: flush, say goodbye. Bounded (about a second at most).
   virtual void shutdown() noexcept = 0;
 };

@@ -258,6 +258,16 @@ CUresult event_synchronize(CUevent event) noexcept { return synchronizing<V, Syn
 template <Variant V, class... Args>
 CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::Memcpy>(args...); }
 
+// A context released or destroyed takes the events of the ops measured in it along: the mode reads
+// them first (a program that releases its primary context at the end of main stored no run).
+template <Variant V, class... Args>
+CUresult context_teardown(Args... args) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  Mode* mode = detail::settled_mode(detail::loaded_mode());
+  if (mode != nullptr) mode->before_context_teardown();
+  return real(args...);
+}
+
 // ---- device memory (hook/memory/guard.h): claim, call, settle; frees give back ----
 
 // The driver allocates `bytes` on `device` (-1: the current context's) and hands back `key`.

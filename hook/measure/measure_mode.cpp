@@ -112,6 +112,16 @@ class MeasureMode final : public Mode {
     if (sampled(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
   }
 
+  void before_context_teardown() noexcept override {
+    if (getpid() != owner_pid_ || thread_state_.load(std::memory_order_acquire) != kRunning) return;
+    // Every op launched so far is read (or given up) before its events go with the context.
+    const uint64_t claimed = ring_->claimed();
+    const uint64_t deadline = now_ms() + kDrainMs;
+    while (consumed_.load(std::memory_order_acquire) < claimed && !finished_.load(std::memory_order_acquire) &&
+           now_ms() < deadline)
+      sleep_us(200);
+  }
+
   void shutdown() noexcept override {
     // A forked child inherits the exit handlers but not the measurement thread: nothing to drain.
     if (getpid() != owner_pid_) return;
@@ -216,6 +226,7 @@ class MeasureMode final : public Mode {
           run = builder_.add_untimed(slot->sync_epoch);
         }
         ++next_;
+        consumed_.store(next_, std::memory_order_release);
         ring_->release_below(timer_->oldest_needed(next_));
         progressed = true;
         if (run && !store(*run)) return;   // handed over to share mode
@@ -231,7 +242,12 @@ class MeasureMode final : public Mode {
       }
       if (!progressed) sleep_us(200);
     }
-    if (auto run = builder_.finish()) store(*run);
+    if (auto run = builder_.finish()) {
+      store(*run);
+    } else if (launched_in_run_ > 0) {
+      log(LogLevel::Warn, "measure: none of the %" PRIu64 " ops of the last run of task %s could be timed: nothing "
+          "stored (the program ended before the GPU finished them)", launched_in_run_, cfg_.task_key);
+    }
     timer_->finished();
   }
 
@@ -300,6 +316,7 @@ class MeasureMode final : public Mode {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> finished_{false};
   std::atomic<int> thread_state_{kIdle};
+  std::atomic<uint64_t> consumed_{0};        // next_, for launching threads (before_context_teardown)
 
   // Measurement thread only.
   uint64_t next_ = 0;
