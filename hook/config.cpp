@@ -131,7 +131,7 @@ void read_identity(Config& cfg) noexcept {
   char exe[4096];
   const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
   exe[len > 0 ? len : 0] = '\0';
-  derive_task_key(exe, cmdline, size, cfg.task_key, sizeof cfg.task_key);
+  settings::derive_task_key(exe, cmdline, size, cfg.task_key, sizeof cfg.task_key);
 }
 
 Config parse() noexcept {
@@ -169,16 +169,6 @@ Config parse() noexcept {
 
 }  // namespace
 
-void derive_task_key(const char* executable_path, const char* cmdline, unsigned long cmdline_size, char* out,
-                     unsigned long out_size) noexcept {
-  const char* slash = std::strrchr(executable_path, '/');
-  const char* base = slash ? slash + 1 : executable_path;
-  if (*base == '\0') base = "unknown";
-  const uint64_t h = kernelid::fnv1a(std::string_view(cmdline, cmdline_size));
-  // The hash part always fits: a long executable name is cut instead.
-  const int base_len = static_cast<int>(out_size) - 10 < 0 ? 0 : static_cast<int>(out_size) - 10;
-  std::snprintf(out, out_size, "%.*s-%08" PRIx32, base_len, base, static_cast<uint32_t>(h >> 32));
-}
 
 const Config& config() noexcept {
   static const Config cfg = parse();

@@ -1,7 +1,9 @@
 #pragma once
-// Hook settings, read once from the environment (fikit-run sets them). See docs/user-guide.md.
+// Hook settings, read once from the environment (fikit-run sets them) by the rules and defaults of
+// settings/hook_settings.h. See docs/user-guide.md.
 #include <cstdint>
 
+#include "hook_settings.h"
 #include "memory_size.h"
 
 namespace fikit::hook {
@@ -10,24 +12,25 @@ enum class ModeKind : uint8_t { Off, Measure, Share, Auto };
 enum class TimingKind : uint8_t { Auto, Cupti, Events };
 enum class BackendKind : uint8_t { Auto, TimeSlice, Mps };
 
+// Defaults are the table's; the comments name the variable each field comes from.
 struct Config {
-  ModeKind mode = ModeKind::Off;        // FIKIT_MODE=off|measure|share|auto (unset: off)
+  ModeKind mode = ModeKind(settings::fallback_of("FIKIT_MODE"));  // FIKIT_MODE=off|measure|share|auto
   char task_key[128] = {};              // FIKIT_TASK_KEY, else derived from executable + arguments
   char db_path[512] = {};               // FIKIT_DB, else $XDG_DATA_HOME/fikit/profiles.db (~/.local/share/...)
-  int priority = 5;                     // FIKIT_PRIORITY, 0 (highest) .. 9
+  int priority = int(settings::fallback_of("FIKIT_PRIORITY"));  // FIKIT_PRIORITY, 0 (highest) .. 9
   char scheduler_host[64] = "127.0.0.1";// FIKIT_SCHEDULER=HOST:PORT
   uint16_t scheduler_port = 47800;
-  uint32_t measure_runs = 10;           // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
-  uint32_t run_iterations = 0;          // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
-  uint32_t measure_sample = 8;          // FIKIT_MEASURE_SAMPLE: measure one iteration in this many (1: all)
-  uint32_t measure_burst = 1;           // FIKIT_MEASURE_BURST: measured iterations come this many in a row
-  uint32_t relearn_sample = 8;          // FIKIT_RELEARN_SAMPLE: share mode times 1 in N launches of unknown kernels (0: off)
-  uint32_t relearn_flush_ms = 2000;     // FIKIT_RELEARN_FLUSH_MS: how often what it learned is stored
-  uint32_t backtrace_depth = 4;         // FIKIT_BACKTRACE_DEPTH: caller frames kept in the kernel ID
-  TimingKind timing = TimingKind::Auto; // FIKIT_TIMING=auto|cupti|events
-  uint32_t daemon_timeout_ms = 100;     // FIKIT_DAEMON_TIMEOUT_MS: no answer -> passthrough
-  uint32_t max_wait_ms = 1000;          // FIKIT_MAX_WAIT_MS: the longest one launch waits (docs/scheduling.md)
-  BackendKind backend = BackendKind::Auto;  // FIKIT_BACKEND=auto|timeslice|mps (auto: ask the driver)
+  uint32_t measure_runs = settings::fallback_of("FIKIT_MEASURE_RUNS");  // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
+  uint32_t run_iterations = settings::fallback_of("FIKIT_RUN_ITERATIONS");  // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
+  uint32_t measure_sample = settings::fallback_of("FIKIT_MEASURE_SAMPLE");  // FIKIT_MEASURE_SAMPLE: measure one iteration in this many (1: all)
+  uint32_t measure_burst = settings::fallback_of("FIKIT_MEASURE_BURST");  // FIKIT_MEASURE_BURST: measured iterations come this many in a row
+  uint32_t relearn_sample = settings::fallback_of("FIKIT_RELEARN_SAMPLE");  // FIKIT_RELEARN_SAMPLE: share mode times 1 in N launches of unknown kernels (0: off)
+  uint32_t relearn_flush_ms = settings::fallback_of("FIKIT_RELEARN_FLUSH_MS");  // FIKIT_RELEARN_FLUSH_MS: how often what it learned is stored
+  uint32_t backtrace_depth = settings::fallback_of("FIKIT_BACKTRACE_DEPTH");  // FIKIT_BACKTRACE_DEPTH: caller frames kept in the kernel ID
+  TimingKind timing = TimingKind(settings::fallback_of("FIKIT_TIMING"));  // FIKIT_TIMING=auto|cupti|events
+  uint32_t daemon_timeout_ms = settings::fallback_of("FIKIT_DAEMON_TIMEOUT_MS");  // FIKIT_DAEMON_TIMEOUT_MS: no answer -> passthrough
+  uint32_t max_wait_ms = settings::fallback_of("FIKIT_MAX_WAIT_MS");  // FIKIT_MAX_WAIT_MS: the longest one launch waits (docs/scheduling.md)
+  BackendKind backend = BackendKind(settings::fallback_of("FIKIT_BACKEND"));  // FIKIT_BACKEND=auto|timeslice|mps (auto: ask the driver)
   // FIKIT_MEMORY_LIMIT=SIZE|N%: the device memory this process may hold on each GPU (memory_size.h;
   // unset: no limit of its own). docs/memory.md.
   protocol::MemorySize memory_limit;
@@ -39,12 +42,6 @@ struct Config {
   bool stats = false;                   // FIKIT_STATS=1: per-entry-point call counts on stderr at exit
   char trace_ids_path[512] = {};        // FIKIT_TRACE_IDS=path: one line per new kernel ID (debugging, tests)
 };
-
-// The task key used when FIKIT_TASK_KEY is unset: basename of the executable, '-', and the top 32 bits
-// of the 64-bit FNV-1a hash of the whole /proc/self/cmdline (NUL-separated arguments) as 8 lowercase hex
-// digits, e.g. "python3.11-3f9a0c12". The same command line gives the same key in every run.
-void derive_task_key(const char* executable_path, const char* cmdline, unsigned long cmdline_size,
-                     char* out, unsigned long out_size) noexcept;
 
 // Parsed on first use; never fails (bad values are logged and replaced by defaults).
 const Config& config() noexcept;

@@ -1,14 +1,27 @@
 #include "hook_settings.h"
 
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <string_view>
 
 #include "address.h"
+#include "hash.h"
 #include "memory_size.h"
 #include "protocol.h"
 
 namespace fikit::settings {
+
+void derive_task_key(const char* executable_path, const char* cmdline, unsigned long cmdline_size, char* out,
+                     unsigned long out_size) noexcept {
+  const char* slash = std::strrchr(executable_path, '/');
+  const char* base = slash ? slash + 1 : executable_path;
+  if (*base == '\0') base = "unknown";
+  const uint64_t h = kernelid::fnv1a(std::string_view(cmdline, cmdline_size));
+  // The hash part always fits: a long executable name is cut instead.
+  const int base_len = static_cast<int>(out_size) - 10 < 0 ? 0 : static_cast<int>(out_size) - 10;
+  std::snprintf(out, out_size, "%.*s-%08" PRIx32, base_len, base, static_cast<uint32_t>(h >> 32));
+}
 
 const Setting* find(const char* env) noexcept {
   for (const Setting& s : kHookSettings)

@@ -5,6 +5,8 @@
 // Allocation-free and noexcept: the hook parses inside other people's processes.
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
+#include <string_view>
 
 namespace fikit::settings {
 
@@ -22,6 +24,7 @@ struct Setting {
   const char* flag;      // fikit-run's flag, nullptr: set through the environment only
   Kind kind;
   uint32_t min, max;     // Number: the range; TaskKey, Path, Address: the longest value
+  uint32_t fallback;     // Number: the value when unset or refused; Choice: its index
   const char* choices;   // Choice: "auto|measure|share|off", in the order of the hook's enum
   const char* unit;      // Number: what it counts, for messages ("ms", "runs")
   const char* meaning;   // one line for --help and the docs
@@ -29,34 +32,49 @@ struct Setting {
 
 // Every setting the hook checks; see docs/user-guide.md for what each does.
 inline constexpr Setting kHookSettings[] = {
-    {"FIKIT_MODE", "--mode", Kind::Choice, 0, 0, "off|measure|share|auto", "", "what the hook does"},
-    {"FIKIT_TASK_KEY", "--task-key", Kind::TaskKey, 1, 127, nullptr, "", "the profile key"},
-    {"FIKIT_DB", "--db", Kind::Path, 1, 511, nullptr, "", "the profile database"},
-    {"FIKIT_PRIORITY", "--priority", Kind::Number, 0, 9, nullptr, "", "0 (highest) .. 9 (lowest)"},
-    {"FIKIT_SCHEDULER", "--scheduler", Kind::Address, 1, 63, nullptr, "", "fikit-scheduler's UDP address"},
-    {"FIKIT_MEASURE_RUNS", "--measure-runs", Kind::Number, 1, 1000000, nullptr, "runs",
+    {"FIKIT_MODE", "--mode", Kind::Choice, 0, 0, 0, "off|measure|share|auto", "", "what the hook does"},
+    {"FIKIT_TASK_KEY", "--task-key", Kind::TaskKey, 1, 127, 0, nullptr, "", "the profile key"},
+    {"FIKIT_DB", "--db", Kind::Path, 1, 511, 0, nullptr, "", "the profile database"},
+    {"FIKIT_PRIORITY", "--priority", Kind::Number, 0, 9, 5, nullptr, "", "0 (highest) .. 9 (lowest)"},
+    {"FIKIT_SCHEDULER", "--scheduler", Kind::Address, 1, 63, 0, nullptr, "", "fikit-scheduler's UDP address"},
+    {"FIKIT_MEASURE_RUNS", "--measure-runs", Kind::Number, 1, 1000000, 10, nullptr, "runs",
      "runs measured before auto mode shares"},
-    {"FIKIT_RUN_ITERATIONS", "--run-iterations", Kind::Number, 0, 1000000000, nullptr, "synchronisations",
+    {"FIKIT_RUN_ITERATIONS", "--run-iterations", Kind::Number, 0, 1000000000, 0, nullptr, "synchronisations",
      "synchronisations that make one run (0: the process's lifetime)"},
-    {"FIKIT_MEASURE_SAMPLE", "--measure-sample", Kind::Number, 1, 1000, nullptr, "",
+    {"FIKIT_MEASURE_SAMPLE", "--measure-sample", Kind::Number, 1, 1000, 8, nullptr, "",
      "measure one iteration in N"},
-    {"FIKIT_MEASURE_BURST", nullptr, Kind::Number, 1, 1000, nullptr, "iterations",
+    {"FIKIT_MEASURE_BURST", nullptr, Kind::Number, 1, 1000, 1, nullptr, "iterations",
      "measured iterations come this many in a row"},
-    {"FIKIT_RELEARN_SAMPLE", nullptr, Kind::Number, 0, 1000000, nullptr, "",
+    {"FIKIT_RELEARN_SAMPLE", nullptr, Kind::Number, 0, 1000000, 8, nullptr, "",
      "share mode times 1 in N launches of unknown kernels (0: off)"},
-    {"FIKIT_RELEARN_FLUSH_MS", nullptr, Kind::Number, 10, 3600000, nullptr, "ms",
+    {"FIKIT_RELEARN_FLUSH_MS", nullptr, Kind::Number, 10, 3600000, 2000, nullptr, "ms",
      "how often what share mode learned is stored"},
-    {"FIKIT_BACKTRACE_DEPTH", nullptr, Kind::Number, 0, 16, nullptr, "frames", "caller frames in the kernel ID"},
-    {"FIKIT_TIMING", nullptr, Kind::Choice, 0, 0, "auto|cupti|events", "", "how measure mode times kernels"},
-    {"FIKIT_DAEMON_TIMEOUT_MS", nullptr, Kind::Number, 1, 60000, nullptr, "ms",
+    {"FIKIT_BACKTRACE_DEPTH", nullptr, Kind::Number, 0, 16, 4, nullptr, "frames", "caller frames in the kernel ID"},
+    {"FIKIT_TIMING", nullptr, Kind::Choice, 0, 0, 0, "auto|cupti|events", "", "how measure mode times kernels"},
+    {"FIKIT_DAEMON_TIMEOUT_MS", nullptr, Kind::Number, 1, 60000, 100, nullptr, "ms",
      "no answer from the daemon this long: run unscheduled"},
-    {"FIKIT_MAX_WAIT_MS", "--max-wait-ms", Kind::Number, 1, 600000, nullptr, "ms",
+    {"FIKIT_MAX_WAIT_MS", "--max-wait-ms", Kind::Number, 1, 600000, 1000, nullptr, "ms",
      "the longest one launch waits for the scheduler"},
-    {"FIKIT_BACKEND", "--backend", Kind::Choice, 0, 0, "auto|timeslice|mps", "", "how the GPU is shared"},
-    {"FIKIT_MEMORY_LIMIT", "--memory-limit", Kind::MemorySize, 0, 0, nullptr, "",
+    {"FIKIT_BACKEND", "--backend", Kind::Choice, 0, 0, 0, "auto|timeslice|mps", "", "how the GPU is shared"},
+    {"FIKIT_MEMORY_LIMIT", "--memory-limit", Kind::MemorySize, 0, 0, 0, nullptr, "",
      "the device memory the program may hold on each GPU"},
-    {"FIKIT_KEY_FILE", "--key-file", Kind::Path, 1, 511, nullptr, "", "the daemon's key"},
+    {"FIKIT_KEY_FILE", "--key-file", Kind::Path, 1, 511, 0, nullptr, "", "the daemon's key"},
 };
+
+// The value of a Number, or the index of a Choice, when it is unset: the hook's defaults
+// (hook/config.h's Config takes them from here).
+consteval uint32_t fallback_of(std::string_view env) {
+  for (const Setting& s : kHookSettings)
+    if (std::string_view(s.env) == env) return s.fallback;
+  return kHookSettings[std::size(kHookSettings)].fallback;   // no such setting: does not compile
+}
+
+// The task key used when FIKIT_TASK_KEY is unset: basename of the executable, '-', and the top 32 bits
+// of the 64-bit FNV-1a hash of the whole command line (NUL-separated arguments, as /proc/self/cmdline)
+// as 8 lowercase hex digits, e.g. "python3.11-3f9a0c12". The same command line gives the same key in
+// every run. The hook derives it inside the program; fikit-run to say how far measuring has come.
+void derive_task_key(const char* executable_path, const char* cmdline, unsigned long cmdline_size, char* out,
+                     unsigned long out_size) noexcept;
 
 // The entry of `env`, nullptr when the table has none.
 const Setting* find(const char* env) noexcept;

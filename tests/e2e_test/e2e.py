@@ -520,6 +520,30 @@ def memory_reserve(env):
     return ok
 
 
+def auto_progress(env):
+    """fikit-run says how far auto mode's measuring has come, under the key the hook stores (derived
+    from the command line: no --task-key), and says nothing once the task shares."""
+    cmd = [env.a.bin_run, "--hook", env.a.hook, "--db", env.db, "--scheduler", env.addr, "--measure-runs", "2",
+           "--", env.a.train, "--iterations", "3", "--sync-every", "5"]
+    penv = dict(env.env, FIKIT_DAEMON_TIMEOUT_MS="20")
+    ok, keys = True, set()
+    for stored in (0, 1, 2):
+        r = subprocess.run(cmd, env=penv, capture_output=True, text=True, timeout=60)
+        ok &= check(r.returncode == 0, f"run {stored + 1} exits 0 ({r.stderr[-300:]})")
+        lines = [l for l in r.stderr.splitlines() if "is being measured" in l]
+        if stored < 2:
+            m = re.search(r"task '([^']+)' is being measured: (\d+) of 2 runs stored", "\n".join(lines))
+            ok &= check(m is not None and int(m.group(2)) == stored, f"run {stored + 1} says {stored} of 2 stored: {lines}")
+            if m:
+                keys.add(m.group(1))
+        else:
+            ok &= check(not lines, f"run 3 shares and says nothing of measuring: {lines}")
+    with sqlite3.connect(env.db) as db:
+        stored_keys = {row[0] for row in db.execute("SELECT key FROM tasks")}
+    ok &= check(len(keys) == 1 and keys == stored_keys, f"the key said {keys} is the key stored {stored_keys}")
+    return ok
+
+
 def fork_case(env):
     ok = True
     # Measure mode: before the fix the child's exit(0) drained its parent's measurement (1.7 s).
@@ -551,7 +575,8 @@ def fork_case(env):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule", "memory_reserve"])
+    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule", "memory_reserve",
+                                                 "auto_progress"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -572,6 +597,8 @@ def main():
                 ok = busy_rule(env)
             elif args.case == "memory_reserve":
                 ok = memory_reserve(env)
+            elif args.case == "auto_progress":
+                ok = auto_progress(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

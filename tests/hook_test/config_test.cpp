@@ -1,17 +1,17 @@
-// The derived task key (hook/config.h): documented format, equal for equal command lines.
+// The derived task key (settings/hook_settings.h): documented format, equal for equal command lines.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <regex>
 #include <string>
 
-#include "config.h"
+#include "hook_settings.h"
 
 namespace {
 
 std::string key(const char* exe, const std::string& cmdline, size_t size = 128) {
   char out[128];
-  fikit::hook::derive_task_key(exe, cmdline.data(), cmdline.size(), out, size);
+  fikit::settings::derive_task_key(exe, cmdline.data(), cmdline.size(), out, size);
   return out;
 }
 

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "memory_size.h"
 #include "mps.h"
+#include "measure_progress.h"
 #include "run_options.h"
 
 namespace {
@@ -184,6 +185,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fikit-run: backend time-sliced (no MPS control daemon at %s; fikit-scheduler --mps on "
                  "gives the recommended setup)\n", mps.pipe_dir.c_str());
   }
+
+  if (const std::string line = fikit::run::measure_progress_line(opts.command); !line.empty())
+    std::fprintf(stderr, "%s\n", line.c_str());
 
   std::vector<char*> args;
   for (const std::string& a : opts.command) args.push_back(const_cast<char*>(a.c_str()));

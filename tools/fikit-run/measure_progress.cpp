@@ -1,0 +1,90 @@
+#include "measure_progress.h"
+
+#include <limits.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "hook_settings.h"
+#include "profiledb.h"
+
+namespace fikit::run {
+namespace {
+
+// The executable execvp would run: a path as given, else the first match on $PATH.
+std::string resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    const size_t end = dirs.find(':', start);
+    std::string dir = dirs.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return {};
+}
+
+bool is_elf(const std::string& path) {
+  char magic[4] = {};
+  std::ifstream in(path, std::ios::binary);
+  return in.read(magic, 4) && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
+}
+
+uint32_t setting_or_fallback(const char* env, uint32_t fallback) {
+  const char* text = std::getenv(env);
+  uint32_t value = fallback;
+  char why[192];
+  if (text != nullptr && *text != '\0' && !settings::check(*settings::find(env), text, &value, why, sizeof why))
+    return fallback;
+  return value;
+}
+
+}  // namespace
+
+std::optional<std::string> expected_task_key(const std::vector<std::string>& command) {
+  if (const char* key = std::getenv("FIKIT_TASK_KEY"); key != nullptr && *key != '\0') return std::string(key);
+  if (command.empty()) return std::nullopt;
+  const std::string program = resolve_program(command[0]);
+  char resolved[PATH_MAX];
+  if (program.empty() || realpath(program.c_str(), resolved) == nullptr || !is_elf(resolved)) return std::nullopt;
+  std::string cmdline;   // as /proc/self/cmdline: each argument followed by a NUL
+  for (const std::string& arg : command) cmdline.append(arg).push_back('\0');
+  char key[128];
+  settings::derive_task_key(resolved, cmdline.data(), cmdline.size(), key, sizeof key);
+  return std::string(key);
+}
+
+std::string measure_progress_line(const std::vector<std::string>& command) {
+  const char* mode = std::getenv("FIKIT_MODE");
+  const bool automatic = mode != nullptr && std::strcmp(mode, "auto") == 0;
+  if (!automatic && (mode == nullptr || std::strcmp(mode, "measure") != 0)) return {};
+  const auto key = expected_task_key(command);
+  if (!key) return {};
+  const char* db_env = std::getenv("FIKIT_DB");
+  const std::string db_path = db_env != nullptr && *db_env != '\0' ? db_env : profiledb::Database::default_path();
+  uint64_t stored = 0;
+  if (access(db_path.c_str(), F_OK) == 0) {
+    try {
+      profiledb::Database db(db_path, profiledb::Database::Open::ReadOnly, /*busy_timeout_ms=*/20);
+      if (const auto task = db.task(*key)) stored = task->runs_measured;
+    } catch (const std::exception&) {
+      return {};   // locked, corrupt or unreadable: the hook says what it finds when it stores the run
+    }
+  }
+  const uint32_t wanted = setting_or_fallback("FIKIT_MEASURE_RUNS", settings::fallback_of("FIKIT_MEASURE_RUNS"));
+  if (!automatic)
+    return "fikit-run: task '" + *key + "' is measured (--mode measure; " + std::to_string(stored) +
+           " runs stored)";
+  if (stored >= wanted) return {};
+  return "fikit-run: task '" + *key + "' is being measured: " + std::to_string(stored) + " of " +
+         std::to_string(wanted) + " runs stored; it shares once " + std::to_string(wanted) +
+         " are (--measure-runs; fikit-profile show " + *key + ")";
+}
+
+}  // namespace fikit::run
