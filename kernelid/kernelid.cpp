@@ -29,7 +29,7 @@ std::atomic<Unwinder> g_unwinder{Unwinder::Gcc};
 FixedMap<8192> g_name_by_func;   // CUfunction -> hash of its (mangled) name
 FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
 
-// Walking the launching thread's stack (~1 us, docs/performance.md) dominates an ID's cost, so the
+// Walking the launching thread's stack (~1 us, docs/performance-hook.md) dominates an ID's cost, so the
 // walk is skipped where its answer can be predicted:
 // - a launch shape (function, grid, block, shared memory) seen from one call site only reuses it;
 // - a shape seen from several sites is looked up by (shape, stack pointer at the hook): one call

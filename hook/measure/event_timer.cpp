@@ -141,7 +141,7 @@ Timer* make_event_timer(OpRing& ring) noexcept {
 
 Timer* make_timer(TimingKind kind, OpRing& ring) noexcept {
   // CUPTI: exact GPU timestamps at ~0.2 us of hook work per launch (the driver adds ~1.7 us of its
-  // own); events cost two records per op (~3.3 us). Verified on an H200: docs/performance.md.
+  // own); events cost two records per op (~3.3 us). Verified on an H200: docs/history.md.
   if (kind != TimingKind::Events) {
     char why[256] = "";
     if (Timer* t = make_cupti_timer(ring, why, sizeof why)) return t;

@@ -184,7 +184,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-// Values of an H200 (the GPU of the first measurements, docs/results.md); attributes not listed read 0.
+// Values of an H200 (the GPU of the first measurements, docs/history.md); attributes not listed read 0.
 CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice dev) {
   if (!value || attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
