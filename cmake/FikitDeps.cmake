@@ -22,17 +22,6 @@ find_package(spdlog REQUIRED)                # used header-only: the GPU machine
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)   # the tools' JSON output (header-only)
 
-# LLVM's libunwind (libunwind-14-dev) ships a position-independent static archive, so the hook can
-# carry it inside libfikit_hook.so; the nongnu libunwind-dev archive is not PIC and cannot.
-find_path(FIKIT_UNWIND_INCLUDE_DIR libunwind.h PATHS /usr/include/libunwind /usr/lib/llvm-14/include NO_DEFAULT_PATH)
-find_library(FIKIT_UNWIND_STATIC NAMES libunwind.a PATHS /usr/lib/llvm-14/lib NO_DEFAULT_PATH)
-if(NOT FIKIT_UNWIND_INCLUDE_DIR OR NOT FIKIT_UNWIND_STATIC)
-  message(FATAL_ERROR "LLVM libunwind not found: install libunwind-14-dev (scripts/setup.sh does)")
-endif()
-add_library(fikit_unwind INTERFACE)
-target_include_directories(fikit_unwind SYSTEM INTERFACE ${FIKIT_UNWIND_INCLUDE_DIR})
-target_link_libraries(fikit_unwind INTERFACE ${FIKIT_UNWIND_STATIC})
-
 # libsodium for the datagrams' HMAC (protocol/auth.cpp), linked statically so the hook and
 # the daemon carry it: the GPU machine need not have it. Only HMAC-SHA256 is used; it is
 # position-independent in Debian's archive (its random-number objects are not, and are not pulled in).

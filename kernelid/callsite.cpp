@@ -2,7 +2,6 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
-#include <libunwind.h>
 #include <link.h>
 #include <unistd.h>
 
@@ -72,34 +71,10 @@ struct FrameFilter {
   }
 };
 
-// ---- the two unwinders ----
+// ---- the unwinder ----
 
-// LLVM libunwind's static archive and libgcc_eh both define the _Unwind_* ABI, so they cannot both
-// be linked into the hook (which carries libgcc_eh for its static libstdc++). LLVM's walker is
-// referenced weakly: present where fikit_unwind is linked (the benchmark compares the two), absent
-// from the hook, which uses libgcc's (faster: docs/performance-hook.md).
-#pragma weak unw_getcontext
-#pragma weak unw_init_local
-#pragma weak unw_get_reg
-#pragma weak unw_step
-
-bool llvm_unwinder_linked() noexcept { return &unw_getcontext != nullptr; }
-
-void walk_gcc(FrameFilter& filter) noexcept;
-
-
-void walk_llvm(FrameFilter& filter) noexcept {
-  if (!llvm_unwinder_linked()) return walk_gcc(filter);
-  unw_context_t context;
-  unw_cursor_t cursor;
-  if (unw_getcontext(&context) != 0 || unw_init_local(&cursor, &context) != 0) return;
-  do {
-    unw_word_t ip = 0;
-    if (unw_get_reg(&cursor, UNW_REG_IP, &ip) != 0 || !filter.visit(ip)) return;
-  } while (unw_step(&cursor) > 0);
-}
-
-// libgcc's ABI, declared here because its <unwind.h> clashes with LLVM's of the same name.
+// libgcc's _Unwind_Backtrace, found in libgcc_s.so.1 at run time (the hook carries libgcc_eh for its
+// static libstdc++, but walks with the shared one every program already has loaded).
 using GccTraceFn = int (*)(void* context, void* arg);
 using GccBacktraceFn = int (*)(GccTraceFn trace, void* arg);
 using GccGetIpFn = uintptr_t (*)(void* context);
@@ -180,15 +155,11 @@ bool load_gcc_unwinder() noexcept {
   return true;
 }
 
-void capture(RawStack& out, uintptr_t first_pc, unsigned depth, Unwinder unwinder) noexcept {
+void capture(RawStack& out, uintptr_t first_pc, unsigned depth) noexcept {
   out.size = 0;
   FrameFilter filter{out, first_pc, depth < kMaxDepth ? depth : kMaxDepth};
   if (filter.depth == 0) return;
-  if (unwinder == Unwinder::Gcc) {
-    walk_gcc(filter);
-  } else {
-    walk_llvm(filter);
-  }
+  walk_gcc(filter);
 }
 
 uint64_t stable_hash(const RawStack& stack) noexcept {

@@ -19,7 +19,7 @@ struct RawStack {
 
 // Walks the calling thread's stack. Frames up to (excluding) the one whose return address is
 // `first_pc` are the caller's own (kernelid internals) and dropped; so are frames in skipped modules.
-void capture(RawStack& out, uintptr_t first_pc, unsigned depth, Unwinder unwinder) noexcept;
+void capture(RawStack& out, uintptr_t first_pc, unsigned depth) noexcept;
 
 // Stable hash of a captured stack: symbol names and offsets, never absolute addresses. Cached by the
 // raw addresses; a miss symbolizes under slow_path_mutex().

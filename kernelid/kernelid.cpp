@@ -24,7 +24,6 @@ std::atomic<unsigned> g_depth{4};
 std::atomic<FuncGetNameFn> g_func_get_name{nullptr};
 std::atomic<OccupancyFn> g_occupancy{nullptr};
 std::atomic<int> g_trace_fd{-1};
-std::atomic<Unwinder> g_unwinder{Unwinder::Gcc};
 
 FixedMap<8192> g_name_by_func;   // CUfunction -> hash of its (mangled) name
 FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
@@ -136,8 +135,7 @@ void remember(uint64_t id, uint64_t site, const char* name, bool demangle, const
 uint64_t site_hash(uintptr_t caller_pc, uint64_t* walk_ns = nullptr) noexcept {
   detail::RawStack stack;
   const auto start = std::chrono::steady_clock::now();
-  detail::capture(stack, caller_pc, g_depth.load(std::memory_order_relaxed),
-                  g_unwinder.load(std::memory_order_relaxed));
+  detail::capture(stack, caller_pc, g_depth.load(std::memory_order_relaxed));
   if (walk_ns != nullptr)
     *walk_ns = uint64_t(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
@@ -219,9 +217,7 @@ void configure(const Settings& settings) noexcept {
   g_func_get_name.store(settings.func_get_name, std::memory_order_relaxed);
   g_occupancy.store(settings.occupancy, std::memory_order_relaxed);
   g_trace_fd.store(settings.trace_fd, std::memory_order_relaxed);
-  Unwinder unwinder = settings.unwinder;
-  if (!detail::load_gcc_unwinder()) unwinder = Unwinder::Llvm;
-  g_unwinder.store(unwinder, std::memory_order_relaxed);
+  detail::load_gcc_unwinder();   // none (no libgcc_s.so.1): call sites stay empty, IDs still work
   // Before the first ID (see kernelid.h), so nothing in the tables predates the depth; a test
   // that configures again also starts every thread's memo afresh.
   g_shared.epoch.fetch_add(1, std::memory_order_release);

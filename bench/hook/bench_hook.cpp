@@ -116,10 +116,9 @@ CUresult fake_func_name(const char** name, CUfunction) {
   return CUDA_SUCCESS;
 }
 
-void configure_ids(kernelid::Unwinder unwinder) {
+void configure_ids() {
   kernelid::Settings s;
   s.func_get_name = fake_func_name;
-  s.unwinder = unwinder;
   kernelid::configure(s);
 }
 
@@ -142,7 +141,7 @@ __attribute__((noinline)) uint64_t site_at_depth(int depth) {
 }
 
 void BM_KernelIdCached(benchmark::State& state) {
-  configure_ids(static_cast<kernelid::Unwinder>(state.range(0)));
+  configure_ids();
   static int function;   // one CUfunction for every run, as a program's kernel keeps its handle
   const auto f = reinterpret_cast<CUfunction>(&function);
   for (auto _ : state) benchmark::DoNotOptimize(id_at_depth(6, f));
@@ -208,17 +207,16 @@ void BM_KernelIdColdCaches(benchmark::State& state) {
 }
 
 void BM_CallSiteCaptureCached(benchmark::State& state) {
-  configure_ids(static_cast<kernelid::Unwinder>(state.range(0)));
+  configure_ids();
   for (auto _ : state) benchmark::DoNotOptimize(site_at_depth(6));
 }
 
-// Argument: 0 = LLVM libunwind, 1 = libgcc's _Unwind_Backtrace.
 BENCHMARK(BM_AllocFreeDirect)->Arg(4096)->Arg(1 << 20);
 BENCHMARK(BM_AllocFreeThroughHookAccounted)->Arg(4096)->Arg(1 << 20);
 BENCHMARK(BM_LaunchDirect);
 BENCHMARK(BM_LaunchThroughHookPassthrough);
-BENCHMARK(BM_CallSiteCaptureCached)->Arg(0)->Arg(1)->ArgName("gcc");
-BENCHMARK(BM_KernelIdCached)->Arg(0)->Arg(1)->ArgName("gcc");
+BENCHMARK(BM_CallSiteCaptureCached);
+BENCHMARK(BM_KernelIdCached);
 BENCHMARK(BM_KernelIdColdCaches)->ArgsProduct({{0, 1}, {2, 48}})->ArgNames({"id", "evict_mib"})->UseManualTime()->Iterations(2000);
 
 }  // namespace
