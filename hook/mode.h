@@ -20,21 +20,28 @@ struct LaunchInfo {
   CUfunction func;                                 // Kernel only
   uint32_t grid[3], block[3], shared_mem;          // Kernel only (zero otherwise)
   uint64_t bytes;                                  // memcpy / memset
-  uint64_t id;                                     // kernel ID (kernelid/), when the mode needs_id(); else 0
+  uint64_t id;                                     // kernel ID (kernelid/), when begin_launch() asked; else 0
   // A plain kernel launch the mode may send to another stream (not cooperative: its blocks must all
   // be resident at once, which fewer SMs may not allow).
   bool reroutable;
   // Set by before_launch to the stream the launch goes on instead of `stream` (nullptr: `stream`);
   // after_launch then orders `stream`'s later work after it.
   CUstream rerouted_to;
+  // The mode's own context for this launch, set by begin_launch and read by before_launch and
+  // after_launch (share mode: the device lane the launch goes through).
+  void* mode_context;
 };
 
 class Mode {
  public:
   virtual ~Mode() = default;
-  // Whether this op needs its kernel ID (op.id): computing it costs up to a stack walk per launch,
-  // which a holder with nobody waiting for its gaps has no use for (op.id is then 0).
-  virtual bool needs_id() const noexcept { return true; }
+  // The first step of a launch, on the launching thread: sets what the mode needs to know of it
+  // (op.mode_context) and says whether it needs the op's kernel ID (op.id), which costs up to a stack
+  // walk per launch and which, for one, a holder with nobody waiting for its gaps has no use for.
+  virtual bool begin_launch(LaunchInfo& op) noexcept {
+    (void)op;
+    return true;
+  }
   // Launching thread, before the real driver call. May wait (share mode: for a grant), but bounded.
   // May set op.rerouted_to when op.reroutable.
   virtual void before_launch(LaunchInfo& op) noexcept = 0;

@@ -83,31 +83,17 @@ stats::Event eager_event(OpKind kind) noexcept {
   }
 }
 
-// observed_op with FIKIT_STATS=1 and a mode on: the same steps, each timed (stats::Phase).
-template <Variant V, class Call>
-CUresult timed_observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
-  uint64_t t0 = stats::now_ns();
-  const bool captured = capturing(op.stream);
-  uint64_t t1 = stats::now_ns();
-  stats::add_time(stats::Phase::Capture, t1 - t0);
-  if (captured) {
-    stats::count(V, stats::Event::Captured);
-    return call(op.stream);
+// With FIKIT_STATS=1 and a mode on, the time of each step of an op (stats::Phase); else nothing.
+struct StepClock {
+  bool on;
+  uint64_t last;
+  void lap(stats::Phase phase) noexcept {
+    if (!on) [[likely]] return;
+    const uint64_t now = stats::now_ns();
+    stats::add_time(phase, now - last);
+    last = now;
   }
-  stats::count(V, eager_event(op.kind));
-  op.id = mode->needs_id() ? op_identity(op) : 0;
-  t0 = stats::now_ns();
-  stats::add_time(stats::Phase::Id, t0 - t1);
-  mode->before_launch(op);
-  t1 = stats::now_ns();
-  stats::add_time(stats::Phase::Before, t1 - t0);
-  const CUresult result = call(op.rerouted_to != nullptr ? op.rerouted_to : op.stream);
-  t0 = stats::now_ns();
-  stats::add_time(stats::Phase::Real, t0 - t1);
-  mode->after_launch(op, result);
-  stats::add_time(stats::Phase::After, stats::now_ns() - t0);
-  return result;
-}
+};
 
 // A GPU operation with the mode (or the counters) on: skip it during capture, else identify it and
 // let the mode act before and after the real call. `call(stream)` makes the real call on `stream`:
@@ -116,17 +102,23 @@ template <Variant V, class Call>
 CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   mode = detail::settled_mode(mode);
   const bool counting = stats::enabled();
-  if (counting && mode != nullptr) return timed_observed_op<V>(mode, op, call);
-  if (capturing(op.stream)) {
+  StepClock clock{counting && mode != nullptr, counting && mode != nullptr ? stats::now_ns() : 0};
+  const bool captured = capturing(op.stream);
+  clock.lap(stats::Phase::Capture);
+  if (captured) {
     if (counting) stats::count(V, stats::Event::Captured);
     return call(op.stream);
   }
   if (counting) stats::count(V, eager_event(op.kind));
   if (mode == nullptr) return call(op.stream);
-  op.id = mode->needs_id() ? op_identity(op) : 0;
+  op.id = mode->begin_launch(op) ? op_identity(op) : 0;
+  clock.lap(stats::Phase::Id);
   mode->before_launch(op);
+  clock.lap(stats::Phase::Before);
   const CUresult result = call(op.rerouted_to != nullptr ? op.rerouted_to : op.stream);
+  clock.lap(stats::Phase::Real);
   mode->after_launch(op, result);
+  clock.lap(stats::Phase::After);
   return result;
 }
 

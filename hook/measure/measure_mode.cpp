@@ -64,7 +64,7 @@ class MeasureMode final : public Mode {
         builder_(cfg.run_iterations) {}
 
   // Only the measured iterations need kernel IDs (up to a stack walk each).
-  bool needs_id() const noexcept override {
+  bool begin_launch(LaunchInfo&) noexcept override {
     return !retired_.load(std::memory_order_relaxed) && sampled(sync_epoch_.load(std::memory_order_relaxed));
   }
 

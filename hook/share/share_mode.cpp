@@ -29,15 +29,16 @@ constexpr int kFirstReadTimeoutMs = 20;
 using share::Client;
 using share::Lane;
 
-// This thread's launch between before_launch and after_launch: its lane, the relearner's sample,
-// and the launch's prediction (looked up once: in a framework's process each lookup of the
-// prediction table is a cache miss, docs/performance-hook.md).
+// This thread's launch between before_launch and after_launch: the relearner's sample, and the
+// launch's prediction (looked up once: in a framework's process each lookup of the prediction table
+// is a cache miss, docs/performance-hook.md). (Its lane travels in the op: op.mode_context.)
 struct InLaunch {
-  Lane* lane;
   uint32_t relearn_ticket;
   share::Predictions::Kernel kernel;   // id 0: none looked up for this launch
 };
-constinit thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {nullptr, 0, {}};
+constinit thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {0, {}};
+
+Lane* lane_of(const LaunchInfo& op) noexcept { return static_cast<Lane*>(op.mode_context); }
 
 class ShareMode final : public Mode {
  public:
@@ -70,9 +71,9 @@ class ShareMode final : public Mode {
 
   // Asked right before before_launch, on the same thread (wrappers.cpp): the lane is found here.
   // The holder uses kernel IDs only to report gaps someone waits to fill.
-  bool needs_id() const noexcept override {
+  bool begin_launch(LaunchInfo& op) noexcept override {
     Lane* lane = lanes_.current();
-    t_launch.lane = lane;
+    op.mode_context = lane;
     if (lane == nullptr) return false;
     const uint8_t role = lane->client.directive().role();
     return !(role & protocol::kRoleHolder) || (role & protocol::kRoleGaps);
@@ -81,7 +82,7 @@ class ShareMode final : public Mode {
   void before_launch(LaunchInfo& op) noexcept override {
     t_launch.relearn_ticket = 0;
     t_launch.kernel.id = 0;
-    Lane* lane = t_launch.lane;
+    Lane* lane = lane_of(op);
     if (lane == nullptr || !lane->client.connected()) return;   // passthrough
     Client& client = lane->client;
     const uint8_t role = client.directive().role();
@@ -120,7 +121,7 @@ class ShareMode final : public Mode {
       t_launch.relearn_ticket = 0;
       relearner_.after(ticket, op, result);
     }
-    Lane* lane = t_launch.lane;
+    Lane* lane = lane_of(op);
     // A launch sent to the partition: the stream's next work waits for it, whatever else happens.
     if (lane != nullptr && op.rerouted_to != nullptr) lane->partition.leave(op.stream, op.rerouted_to);
     if (lane == nullptr || result != CUDA_SUCCESS || !lane->client.connected()) return;
@@ -216,7 +217,7 @@ class ShareMode final : public Mode {
   std::condition_variable retry_wake_;
   std::atomic<bool> stop_retry_{false};
   const int owner_pid_ = int(getpid());
-  mutable share::DeviceLanes lanes_;   // lookups from needs_id() may add a lane
+  share::DeviceLanes lanes_;   // lookups from begin_launch() may add a lane
   share::Predictions predictions_;
   share::Relearner relearner_;
 };
