@@ -92,7 +92,7 @@ class CuptiTimer final : public Timer {
       return;
     }
     slot.via_events = false;
-    slot.gpu_state.store(0, std::memory_order_relaxed);
+    slot.gpu_state.store(GpuState::Pending, std::memory_order_relaxed);
     slot.timed = stream_ids(op.stream, slot.cupti_context, slot.cupti_stream);
     for (int i = 0; i < 3; ++i) {
       slot.grid[i] = op.grid[i];
@@ -113,9 +113,9 @@ class CuptiTimer final : public Timer {
     polled_.store(seq, std::memory_order_release);   // ops below are decided
     if (slot.via_events) return events_.load(std::memory_order_acquire)->poll(slot, seq, start_ns, end_ns);
     if (!slot.timed || fallen_back_) return Poll::Lost;
-    uint8_t state = slot.gpu_state.load(std::memory_order_acquire);
+    GpuState state = slot.gpu_state.load(std::memory_order_acquire);
     // Pending: see what the matcher has. Now and then anyway, so that slots are given back.
-    if (state == 0 || seq % 256 == 0) {
+    if (state == GpuState::Pending || seq % 256 == 0) {
       {
         std::lock_guard guard(mutex_);
         ingest();
@@ -123,13 +123,13 @@ class CuptiTimer final : public Timer {
       }
       state = slot.gpu_state.load(std::memory_order_acquire);
     }
-    if (state == 1) {
+    if (state == GpuState::Timed) {
       start_ns = slot.gpu_start.load(std::memory_order_relaxed);
       end_ns = std::max(slot.gpu_end.load(std::memory_order_relaxed), start_ns);
       ever_timed_ = true;
       return Poll::Ready;
     }
-    if (state == 2) return Poll::Lost;
+    if (state == GpuState::Lost) return Poll::Lost;
     if (!ever_timed_ && first_flush_ms_ && now_ms() - first_flush_ms_ >= kFallbackAfterMs) {
       fall_back();
       if (fallen_back_) return Poll::Lost;
@@ -392,7 +392,7 @@ class CuptiTimer final : public Timer {
       if (slot.published.load(std::memory_order_acquire) != r.seq + 1) continue;
       slot.gpu_start.store(r.start, std::memory_order_relaxed);
       slot.gpu_end.store(r.end, std::memory_order_relaxed);
-      slot.gpu_state.store(r.timed ? 1 : 2, std::memory_order_release);
+      slot.gpu_state.store(r.timed ? GpuState::Timed : GpuState::Lost, std::memory_order_release);
     }
     results_.clear();
   }

@@ -13,6 +13,9 @@
 
 namespace fikit::hook::measure {
 
+// What the CUPTI record matcher found for an op.
+enum class GpuState : uint8_t { Pending, Timed, Lost };
+
 struct OpSlot {
   // seq + 1 once the launching thread has filled the slot for op `seq` (0: never used).
   std::atomic<uint64_t> published{0};
@@ -27,12 +30,12 @@ struct OpSlot {
   CUevent start_event = nullptr, end_event = nullptr;
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
-  // back in gpu_start/gpu_end, published by gpu_state (0 pending, 1 timed, 2 lost).
+  // back in gpu_start/gpu_end, published by gpu_state.
   bool via_events = false;        // CUPTI fell back to events: this op was armed by the event timer
   uint32_t cupti_context = 0, cupti_stream = 0;
   uint32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
   uint64_t bytes = 0;
-  std::atomic<uint8_t> gpu_state{0};
+  std::atomic<GpuState> gpu_state{GpuState::Pending};
   std::atomic<uint64_t> gpu_start{0}, gpu_end{0};
 };
 
