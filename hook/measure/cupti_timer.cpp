@@ -9,7 +9,6 @@
 // If no op has been matched 2 s after the first flush, CUPTI timing is abandoned for the rest of
 // the process and the ops from then on are timed with events (one warning).
 #include <cupti.h>
-#include <dlfcn.h>
 #include <time.h>
 
 #include <algorithm>
@@ -21,15 +20,14 @@
 #include <iterator>
 #include <mutex>
 #include <new>
-#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "../clock.h"
 #include "../driver.h"
 #include "../log.h"
-#include "../real_dlsym.h"
 #include "kernelid.h"
+#include "cupti_api.h"
 #include "record_matcher.h"
 #include "timer.h"
 
@@ -47,17 +45,6 @@ using hook::monotonic_ms;
 using hook::monotonic_ns;
 inline uint64_t now_ms() { return monotonic_ms(); }
 
-struct CuptiApi {
-  decltype(&cuptiActivityEnable) enable;
-  decltype(&cuptiActivityDisable) disable;
-  decltype(&cuptiActivityRegisterCallbacks) register_callbacks;
-  decltype(&cuptiActivityGetNextRecord) next_record;
-  decltype(&cuptiActivityFlushAll) flush_all;
-  decltype(&cuptiGetResultString) result_string;
-  decltype(&cuptiGetContextId) context_id;
-  decltype(&cuptiGetStreamIdEx) stream_id_ex;   // optional: cuptiGetStreamId then
-  decltype(&cuptiGetStreamId) stream_id;
-};
 
 using CtxGetCurrentFn = CUresult (*)(CUcontext*);
 using StreamGetCtxFn = CUresult (*)(CUstream, CUcontext*);
@@ -529,46 +516,11 @@ class CuptiTimer final : public Timer {
   uint64_t first_flush_ms_ = 0;
 };
 
-void* open_cupti(char* why, size_t why_len) {
-  const char* candidates[] = {std::getenv("FIKIT_CUPTI_PATH"), "libcupti.so.13", "libcupti.so",
-                              "/usr/local/cuda/lib64/libcupti.so.13", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"};
-  for (const char* path : candidates) {
-    if (!path || !*path) continue;
-    if (void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL)) return h;
-  }
-  const char* err = dlerror();
-  std::snprintf(why, why_len, "cannot load libcupti.so.13 or libcupti.so (%s)", err ? err : "not found");
-  return nullptr;
-}
-
 }  // namespace
 
 Timer* make_cupti_timer(OpRing& ring, char* why, size_t why_len) noexcept {
-  void* lib = open_cupti(why, why_len);
-  if (!lib) return nullptr;
-  // The C library's dlsym: the hook's own (resolve.cpp) looks at every name starting with "cu".
-  const DlsymFn find = real_dlsym();
   CuptiApi api{};
-  bool ok = true;
-  const auto sym = [&](auto& fn, const char* name, bool required = true) {
-    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(find(lib, name));
-    if (!fn && required && ok) std::snprintf(why, why_len, "libcupti lacks %s", name);
-    ok = ok && (fn || !required);
-  };
-  sym(api.enable, "cuptiActivityEnable");
-  sym(api.disable, "cuptiActivityDisable");
-  sym(api.register_callbacks, "cuptiActivityRegisterCallbacks");
-  sym(api.next_record, "cuptiActivityGetNextRecord");
-  sym(api.flush_all, "cuptiActivityFlushAll");
-  sym(api.result_string, "cuptiGetResultString");
-  sym(api.context_id, "cuptiGetContextId");
-  sym(api.stream_id_ex, "cuptiGetStreamIdEx", false);
-  sym(api.stream_id, "cuptiGetStreamId", false);
-  if (ok && !api.stream_id_ex && !api.stream_id) {
-    std::snprintf(why, why_len, "libcupti lacks cuptiGetStreamIdEx and cuptiGetStreamId");
-    ok = false;
-  }
-  if (!ok) return nullptr;   // the library stays loaded: unloading CUPTI is not supported
+  if (!load_cupti(api, why, why_len)) return nullptr;
   auto ctx_current = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
   auto stream_ctx = real_driver<StreamGetCtxFn>("cuStreamGetCtx");
   if (!ctx_current) {   // cuStreamGetCtx is optional (the current context stands in)
