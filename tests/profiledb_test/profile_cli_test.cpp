@@ -194,6 +194,29 @@ TEST_F(ProfileCli, CsvExportReadsBackAsStored) {
   }
 }
 
+// Every column the export writes is documented in the user guide's table of them, and nothing else is.
+TEST_F(ProfileCli, EveryExportColumnIsDocumented) {
+  fill();
+  ASSERT_EQ(cli(db_arg() + "export svc --format csv"), 0) << err_;
+  const std::vector<std::string> header = parse_csv(out_).at(0);
+  std::ifstream guide(FIKIT_USER_GUIDE);
+  ASSERT_TRUE(guide) << FIKIT_USER_GUIDE;
+  std::set<std::string> documented;
+  bool in_table = false;
+  for (std::string line; std::getline(guide, line);) {
+    if (line == "| `kernel_id` | the kernel ID, 16 hex digits (name, call site and launch shape, hashed) |") in_table = true;
+    if (!in_table) continue;
+    if (line.empty() || line[0] != '|') break;
+    const std::string first_cell = line.substr(0, line.find('|', 1));
+    for (size_t at = first_cell.find('`'); at != std::string::npos; at = first_cell.find('`', at)) {
+      const size_t end = first_cell.find('`', at + 1);
+      documented.insert(first_cell.substr(at + 1, end - at - 1));
+      at = end + 1;
+    }
+  }
+  EXPECT_EQ(documented, std::set<std::string>(header.begin(), header.end()));
+}
+
 TEST_F(ProfileCli, TraceHasOneTrackPerStreamAndEveryOp) {
   fill();
   ASSERT_EQ(cli(db_arg() + "trace svc -o " + (dir_ / "t.json").string()), 0) << err_;
