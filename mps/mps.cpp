@@ -167,7 +167,10 @@ std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* exist
   if (gpus == 0) return std::nullopt;
   const uint64_t mib = std::max<uint64_t>(bytes >> 20, 1);
   std::string out;
-  for (size_t i = 0; i < gpus; ++i) out += (i ? "," : "") + std::to_string(i) + "=" + std::to_string(mib) + "M";
+  for (size_t i = 0; i < gpus; ++i) {   // appended piece by piece: GCC 12 warns falsely (-Wrestrict) of "," + string
+    if (i) out += ',';
+    out.append(std::to_string(i)).append("=").append(std::to_string(mib)).append("M");
+  }
   return out;
 }
 
