@@ -7,7 +7,8 @@ packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog
           libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3
           libcli11-dev nlohmann-json3-dev   # command lines and JSON of the tools
           clang-14 libclang-rt-14-dev   # clang: the libFuzzer target on the protocol decoder
-          yamllint python3-yaml systemd python3-venv)  # the deployment files' checks (tests/deploy_test)
+          yamllint python3-yaml systemd python3-venv   # the deployment files' checks (tests/deploy_test)
+          python3-prometheus-client)   # the metrics' format check (tests/scheduler_test)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -4,7 +4,9 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <stdexcept>
 
@@ -93,6 +95,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 std::string format_prometheus(const DaemonSnapshot& s) {
   std::string out;
+  family(out, "fikit_build_info", "gauge", "The daemon's version (always 1).");
+  out += fmt::format("fikit_build_info{{version=\"{}\"}} 1\n", FIKIT_VERSION);
   family(out, "fikit_uptime_seconds", "gauge", "Seconds since the daemon started.");
   out += fmt::format("fikit_uptime_seconds {:.3f}\n", s.uptime_ns / 1e9);
   using D = DomainSnapshot;
@@ -134,40 +138,74 @@ std::string format_prometheus(const DaemonSnapshot& s) {
       {"wrong_auth", c.wrong_auth},         {"replayed", c.replayed},         {"wrong_task", c.wrong_task}};
   for (const auto& [reason, n] : drops) out += fmt::format("fikit_dropped_datagrams_total{{reason=\"{}\"}} {}\n", reason, n);
 
-  // Device memory per task (docs/memory.md).
-  auto per_task = [&](const char* name, const char* type, const char* help, auto get) {
-    family(out, name, type, help);
-    for (const auto& d : s.domains)
-      for (const auto& t : d.tasks)
-        out += fmt::format("{}{{device=\"{}\",task=\"{}\",key=\"{}\",priority=\"{}\"}} {}\n", name,
-                           label_value(d.device), t.id, label_value(t.key), t.priority, get(t));
+  // Per task key, not per task ID: a key names the same program across its restarts, so a scrape
+  // series outlives a process instead of every run making new ones. Processes of one key on one GPU
+  // add up (priority: the highest of them).
+  struct KeyTotals {
+    std::string device, key;
+    int priority = INT32_MAX;
+    uint32_t busy_pct = 0;
+    uint64_t memory_used = 0, memory_cap = 0, memory_refusals = 0, processes = 0;
+    policy::WaitHistogram waits;
+    std::map<std::string, uint64_t> states;
   };
-  using T = policy::TaskStatus;
-  per_task("fikit_task_memory_bytes", "gauge", "Device memory the task's allocations hold (its last heartbeat).",
-           [](const T& t) { return t.memory_used; });
-  per_task("fikit_task_memory_cap_bytes", "gauge",
-           "Device memory the task may hold: its own limit or what --reserve-memory leaves it (0: no cap).",
-           [](const T& t) { return memory_cap(t); });
-  per_task("fikit_task_memory_refusals_total", "counter",
-           "Allocations the task's hook refused with CUDA_ERROR_OUT_OF_MEMORY over its cap.",
-           [](const T& t) { return t.memory_refusals; });
-
-  family(out, "fikit_task_wait_seconds", "histogram",
-         "How long a task waited for the daemon to let a launch go (its wants, from the first to the grant).");
+  std::map<std::pair<std::string, std::string>, KeyTotals> by_key;
   for (const auto& d : s.domains) {
     for (const auto& t : d.tasks) {
-      const std::string labels = fmt::format("device=\"{}\",task=\"{}\",key=\"{}\",priority=\"{}\"", label_value(d.device),
-                                             t.id, label_value(t.key), t.priority);
-      uint64_t cumulative = 0;
-      for (size_t b = 0; b < policy::WaitHistogram::kBoundsNs.size(); ++b) {
-        cumulative += t.waits.counts[b];
-        out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"{}\"}} {}\n", labels,
-                           policy::WaitHistogram::kBoundsNs[b] / 1e9, cumulative);
-      }
-      out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"+Inf\"}} {}\n", labels, t.waits.count);
-      out += fmt::format("fikit_task_wait_seconds_sum{{{}}} {:.9f}\n", labels, t.waits.sum_ns / 1e9);
-      out += fmt::format("fikit_task_wait_seconds_count{{{}}} {}\n", labels, t.waits.count);
+      KeyTotals& k = by_key[{d.device, t.key}];
+      k.device = d.device, k.key = t.key;
+      k.priority = std::min(k.priority, t.priority);
+      k.busy_pct = std::max(k.busy_pct, t.busy_pct);
+      k.memory_used += t.memory_used, k.memory_cap += memory_cap(t), k.memory_refusals += t.memory_refusals;
+      ++k.processes;
+      for (size_t b = 0; b < policy::WaitHistogram::kBoundsNs.size(); ++b) k.waits.counts[b] += t.waits.counts[b];
+      k.waits.count += t.waits.count, k.waits.sum_ns += t.waits.sum_ns;
+      ++k.states[protocol::to_string(t.directive.state)];
     }
+  }
+  const auto labels_of = [](const KeyTotals& k) {
+    return fmt::format("device=\"{}\",key=\"{}\",priority=\"{}\"", label_value(k.device), label_value(k.key),
+                       k.priority);
+  };
+  auto per_key = [&](const char* name, const char* type, const char* help, auto get) {
+    family(out, name, type, help);
+    for (const auto& [_, k] : by_key) out += fmt::format("{}{{{}}} {}\n", name, labels_of(k), get(k));
+  };
+  per_key("fikit_task_processes", "gauge", "Processes registered under the task key.",
+          [](const KeyTotals& k) { return k.processes; });
+  // Device memory (docs/memory.md).
+  per_key("fikit_task_memory_bytes", "gauge", "Device memory the task's allocations hold (their last heartbeats).",
+          [](const KeyTotals& k) { return k.memory_used; });
+  per_key("fikit_task_memory_cap_bytes", "gauge",
+          "Device memory the task may hold: its own limit or what --reserve-memory leaves it (0: no cap).",
+          [](const KeyTotals& k) { return k.memory_cap; });
+  per_key("fikit_task_memory_refusals_total", "counter",
+          "Allocations the task's hook refused with CUDA_ERROR_OUT_OF_MEMORY over its cap.",
+          [](const KeyTotals& k) { return k.memory_refusals; });
+  per_key("fikit_task_busy_ratio", "gauge",
+          "Share of its requests' time the task keeps the GPU busy, from its profile (docs/scheduling.md).",
+          [](const KeyTotals& k) { return k.busy_pct / 100.0; });
+  // The state the daemon holds each task in: one series per state, 1 for the current one (processes
+  // of one key may differ: each counts).
+  family(out, "fikit_task_state", "gauge", "Processes of the task key in each scheduling state (run, fill, hold, ...).");
+  for (const auto& [_, k] : by_key)
+    for (const protocol::State state : {protocol::State::Run, protocol::State::Fill, protocol::State::Hold})
+      out += fmt::format("fikit_task_state{{{},state=\"{}\"}} {}\n", labels_of(k), protocol::to_string(state),
+                         k.states.count(protocol::to_string(state)) ? k.states.at(protocol::to_string(state)) : 0);
+
+  family(out, "fikit_task_wait_seconds", "histogram",
+         "How long a task waited for the daemon to let a launch go (its wants, from the first to the grant): the time it was held.");
+  for (const auto& [_, k] : by_key) {
+    const std::string labels = labels_of(k);
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b < policy::WaitHistogram::kBoundsNs.size(); ++b) {
+      cumulative += k.waits.counts[b];
+      out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"{}\"}} {}\n", labels,
+                         policy::WaitHistogram::kBoundsNs[b] / 1e9, cumulative);
+    }
+    out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"+Inf\"}} {}\n", labels, k.waits.count);
+    out += fmt::format("fikit_task_wait_seconds_sum{{{}}} {:.9f}\n", labels, k.waits.sum_ns / 1e9);
+    out += fmt::format("fikit_task_wait_seconds_count{{{}}} {}\n", labels, k.waits.count);
   }
   return out;
 }

@@ -461,7 +461,13 @@ TEST(Daemon, MetricsAreScrapedPerGpuWithWaitHistograms) {
   const std::string dev = "device=\"GPU-c0de0000-0000-0000-0000-000000000000\"";
   EXPECT_EQ(samples["fikit_tasks{" + dev + "}"], "2") << body;
   EXPECT_EQ(samples["fikit_grants_total{" + dev + "}"], "1") << body;
-  const std::string lp_labels = dev + ",task=\"" + std::to_string(lp.task) + "\",key=\"lp \\\"quoted\\\"\",priority=\"5\"";
+  // Per task key (a series outlives the process), not per task ID.
+  const std::string lp_labels = dev + ",key=\"lp \\\"quoted\\\"\",priority=\"5\"";
+  EXPECT_EQ(body.find("task=\""), std::string::npos) << body;
+  EXPECT_EQ(samples["fikit_build_info{version=\"" FIKIT_TEST_VERSION "\"}"], "1") << body;
+  EXPECT_EQ(samples["fikit_task_processes{" + lp_labels + "}"], "1") << body;
+  EXPECT_EQ(samples["fikit_task_state{" + lp_labels + ",state=\"run\"}"], "1") << body;
+  EXPECT_EQ(samples["fikit_task_state{" + lp_labels + ",state=\"hold\"}"], "0") << body;
   EXPECT_EQ(samples["fikit_task_wait_seconds_count{" + lp_labels + "}"], "1") << body;
   EXPECT_EQ(samples["fikit_task_wait_seconds_bucket{" + lp_labels + ",le=\"+Inf\"}"], "1") << body;
   EXPECT_GE(std::stod(samples["fikit_task_wait_seconds_sum{" + lp_labels + "}"]), 0.002) << "it waited 2 ms at least";
@@ -1049,13 +1055,13 @@ TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
   const std::string text = scheduler::format_text(s);
   EXPECT_NE(text.find("5.0G/5.0G !3"), std::string::npos) << text;
   const std::string metrics = scheduler::format_prometheus(s);
-  EXPECT_NE(metrics.find("fikit_task_memory_bytes{device=\"GPU-x\",task=\"7\",key=\"job\",priority=\"5\"} 5368709120"),
+  EXPECT_NE(metrics.find("fikit_task_memory_bytes{device=\"GPU-x\",key=\"job\",priority=\"5\"} 5368709120"),
             std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",task=\"7\",key=\"job\",priority=\"5\"} 5368709120"),
+  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",key=\"job\",priority=\"5\"} 5368709120"),
             std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("fikit_task_memory_refusals_total{device=\"GPU-x\",task=\"7\",key=\"job\",priority=\"5\"} 3"),
+  EXPECT_NE(metrics.find("fikit_task_memory_refusals_total{device=\"GPU-x\",key=\"job\",priority=\"5\"} 3"),
             std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",task=\"8\",key=\"svc\",priority=\"0\"} 0"),
+  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",key=\"svc\",priority=\"0\"} 0"),
             std::string::npos) << metrics;
 }
 
