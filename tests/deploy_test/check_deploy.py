@@ -43,7 +43,8 @@ MAX_EXPOSURE = 3.5
 CRD_KINDS = {"ServiceMonitor"}          # no schema in kubernetes-validate: checked below instead
 # scripts/setup.sh's packages that only tests, fuzzing and these checks use: the image needs the rest.
 SETUP_NOT_IN_IMAGE = {"libgtest-dev", "libgmock-dev", "libbenchmark-dev", "sqlite3", "python3", "clang-14",
-                      "libclang-rt-14-dev", "yamllint", "python3-yaml", "systemd", "python3-venv"}
+                      "libclang-rt-14-dev", "yamllint", "python3-yaml", "systemd", "python3-venv",
+                      "python3-prometheus-client"}
 # The recipe's own: fetching NVIDIA's repository key.
 IMAGE_NOT_IN_SETUP = {"ca-certificates", "wget", "libsqlite3-0"}
 problems = []
@@ -548,8 +549,9 @@ def check_container(root):
     # setup.sh expects installed): a dependency added or dropped in one and not the other fails here.
     with open(os.path.join(root, "scripts", "setup.sh")) as f:
         setup = f.read()
-    m = re.search(r"^packages=\((.*?)\)", setup, re.S | re.M)
-    setup_pkgs = set(re.findall(r"[a-z0-9][a-z0-9.+-]+", re.sub(r"#[^\n]*", "", m.group(1)))) if m else set()
+    # Comments first: one may hold a ")" that would end the list early.
+    m = re.search(r"^packages=\((.*?)\)", re.sub(r"#[^\n]*", "", setup), re.S | re.M)
+    setup_pkgs = set(re.findall(r"[a-z0-9][a-z0-9.+-]+", m.group(1))) if m else set()
     image_pkgs = {p for p in installed if not p.startswith("cuda-")}
     for pkg in sorted(setup_pkgs - SETUP_NOT_IN_IMAGE - image_pkgs):
         problem(f"Containerfile: scripts/setup.sh installs {pkg} for the build, the image does not "
