@@ -16,6 +16,8 @@
 
 #include <gtest/gtest.h>
 
+#include "hook_settings.h"
+
 extern char** environ;
 
 namespace fs = std::filesystem;
@@ -122,6 +124,16 @@ TEST_F(FikitRun, HelpAndVersionExitZero) {
   const Result version = run({FIKIT_RUN_PATH, "--version"});
   EXPECT_EQ(version.exit_code, 0);
   EXPECT_NE(version.out.find("fikit-run"), std::string::npos);
+}
+
+// The flags come from the hook's settings table: --help names each, with the same range.
+TEST_F(FikitRun, HelpNamesEveryFlagOfTheSettingsTable) {
+  const Result help = run({FIKIT_RUN_PATH, "--help"});
+  for (const auto& s : fikit::settings::kHookSettings) {
+    if (s.flag == nullptr) continue;
+    EXPECT_NE(help.out.find(std::string("  ") + s.flag + " "), std::string::npos) << s.flag;
+    EXPECT_NE(help.out.find(s.env), std::string::npos) << s.env;
+  }
 }
 
 TEST_F(FikitRun, BadUsageExitsTwoWithOneLine) {
