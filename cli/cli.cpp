@@ -51,6 +51,24 @@ std::unique_ptr<CLI::App> make_app(const std::string& name, std::string help) {
 
 Outcome try_parse(CLI::App& app, int argc, const char* const* argv, std::vector<std::string>* command,
                   std::string* error) {
+  // CLI11 takes an empty `--x=` as `--x` and the next word as its value: `--task-key="$KEY"` with KEY
+  // unset would make the program the key. Refused before parsing, up to the program (if any).
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') {
+      if (command != nullptr) break;   // the program: what follows is its own
+      continue;
+    }
+    const size_t eq = arg.find('=');
+    const CLI::Option* option = app.get_option_no_throw(arg.substr(0, eq));
+    if (option == nullptr || option->get_expected_min() == 0) continue;   // unknown (said later) or a switch
+    if (eq == arg.size() - 1) {
+      *error = arg.substr(0, eq) + " needs a value";
+      return Outcome::Error;
+    }
+    if (eq == std::string::npos) ++i;   // its value is the next word
+  }
   if (command != nullptr) app.prefix_command();
   try {
     app.parse(argc, argv);
