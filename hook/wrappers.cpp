@@ -255,8 +255,9 @@ CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::
 template <Variant V, class... Args>
 CUresult context_teardown(Args... args) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  Mode* mode = detail::settled_mode(detail::loaded_mode());
-  if (mode != nullptr) mode->before_context_teardown();
+  // Only a mode already running has anything to read: this call does not start one.
+  Mode* mode = detail::loaded_mode();
+  if (reinterpret_cast<uintptr_t>(mode) > detail::kStarting) mode->before_context_teardown();
   return real(args...);
 }
 

@@ -187,7 +187,10 @@ class CuptiTimer final : public Timer {
     toggle_max_ns_ = std::max(toggle_max_ns_, took);
   }
 
+  bool times_with_events() const noexcept override { return events_.load(std::memory_order_acquire) != nullptr; }
+
   void stop() noexcept override {
+    if (Timer* ev = events_.load(std::memory_order_acquire)) ev->stop();
     {
       std::lock_guard guard(collecting_mutex_);
       stopped_ = true;
@@ -214,6 +217,7 @@ class CuptiTimer final : public Timer {
   }
 
   void finished() noexcept override {
+    if (Timer* ev = events_.load(std::memory_order_acquire)) ev->finished();
     MatchCounters c;
     {
       std::lock_guard guard(mutex_);

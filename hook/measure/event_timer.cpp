@@ -4,6 +4,7 @@
 // start (microseconds apart, where float is exact to well under a nanosecond), and its end from
 // its own start.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <new>
@@ -33,6 +34,7 @@ class EventTimer final : public Timer {
       : ring_(ring), create_(create), record_(record), query_(query), elapsed_(elapsed) {}
 
   const char* name() const noexcept override { return "events"; }
+  bool times_with_events() const noexcept override { return true; }
 
   void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept override {
     const CUstream stream = op.stream;
@@ -64,7 +66,12 @@ class EventTimer final : public Timer {
     if (!slot.timed) return Poll::Lost;
     const CUresult q = query_(slot.end_event);
     if (q == CUDA_ERROR_NOT_READY) return Poll::Pending;
-    if (q != CUDA_SUCCESS) return Poll::Lost;
+    if (q != CUDA_SUCCESS) {
+      // Its event is gone (the context with it?): the chain restarts at the next op timed, so the
+      // anchor does not keep the pool's pairs in use for good.
+      restart_chain();
+      return Poll::Lost;
+    }
     int64_t start = 0;
     float ms = 0;
     if (!has_anchor_) {
@@ -72,9 +79,7 @@ class EventTimer final : public Timer {
     } else if (elapsed_(&ms, ring_.at(anchor_seq_).start_event, slot.start_event) == CUDA_SUCCESS) {
       start = anchor_start_ + std::llround(static_cast<double>(ms) * 1e6);
     } else {
-      // Not comparable with the anchor (another context?): restart the chain after a visible jump.
-      has_anchor_ = false;
-      next_origin_ = static_cast<uint64_t>(anchor_start_) + 1000000000;
+      restart_chain();   // not comparable with the anchor (another context?)
       return Poll::Lost;
     }
     if (elapsed_(&ms, slot.start_event, slot.end_event) != CUDA_SUCCESS) return Poll::Lost;
@@ -91,14 +96,28 @@ class EventTimer final : public Timer {
   // milliseconds, and the run would be stored with ops missing (a loaded 2-core host timed 3710 of
   // 6000). Only while measuring, and only that far ahead: a real driver's own launch queue blocks a
   // launcher about a thousand ops ahead of the GPU anyway. Past the bound the op goes untimed.
-  bool wait_for_pair(uint64_t seq) const noexcept {
-    if (seq - kPairs < ring_.released_below()) return true;
+  // A wait that ran out is not repeated until the measurement thread has moved on since: a thread
+  // that is stuck or gone costs one wait, not one a launch.
+  bool wait_for_pair(uint64_t seq) noexcept {
+    const uint64_t released = ring_.released_below();
+    if (seq - kPairs < released) return true;
+    if (done_.load(std::memory_order_relaxed) || released == gave_up_at_.load(std::memory_order_relaxed)) return false;
     const uint64_t deadline = protocol::monotonic_ns() + kPairWaitNs;
     do {
       sched_yield();
       if (seq - kPairs < ring_.released_below()) return true;
-    } while (protocol::monotonic_ns() < deadline);
+    } while (protocol::monotonic_ns() < deadline && !done_.load(std::memory_order_relaxed));
+    gave_up_at_.store(ring_.released_below(), std::memory_order_relaxed);
     return false;
+  }
+
+  void finished() noexcept override { done_.store(true, std::memory_order_relaxed); }
+  void stop() noexcept override { done_.store(true, std::memory_order_relaxed); }
+
+  // After a visible jump, so that times of the new chain never overlap the old one's.
+  void restart_chain() noexcept {
+    if (has_anchor_) next_origin_ = static_cast<uint64_t>(anchor_start_) + 1000000000;
+    has_anchor_ = false;
   }
 
   uint64_t oldest_needed(uint64_t next) const noexcept override {
@@ -117,6 +136,8 @@ class EventTimer final : public Timer {
   EventRecordFn record_;
   EventQueryFn query_;
   EventElapsedFn elapsed_;
+  std::atomic<bool> done_{false};              // the measurement thread is gone: nobody will release
+  std::atomic<uint64_t> gave_up_at_{UINT64_MAX};  // released_below() when a wait last ran out
   // Measurement thread only.
   bool has_anchor_ = false;
   uint64_t anchor_seq_ = 0;

@@ -113,7 +113,9 @@ class MeasureMode final : public Mode {
   }
 
   void before_context_teardown() noexcept override {
-    if (getpid() != owner_pid_ || thread_state_.load(std::memory_order_acquire) != kRunning) return;
+    if (getpid() != owner_pid_ || thread_state_.load(std::memory_order_acquire) != kRunning ||
+        !timer_->times_with_events())
+      return;
     // Every op launched so far is read (or given up) before its events go with the context.
     const uint64_t claimed = ring_->claimed();
     const uint64_t deadline = now_ms() + kDrainMs;
@@ -177,8 +179,10 @@ class MeasureMode final : public Mode {
       consume();
     } catch (const std::exception& e) {
       log(LogLevel::Error, "measure: measurement thread failed: %s", e.what());
+      timer_->finished();   // nobody will read the ops now: launchers stop waiting for it
     } catch (...) {
       log(LogLevel::Error, "measure: measurement thread failed");
+      timer_->finished();
     }
     finished_.store(true, std::memory_order_release);
   }

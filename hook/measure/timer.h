@@ -48,6 +48,9 @@ class Timer {
   virtual void finished() noexcept {}
   // No more ops will come (auto mode moved on to sharing): stop collecting.
   virtual void stop() noexcept {}
+  // Whether ops not read yet hold events of their context: then they are read before the program
+  // releases or destroys a context (MeasureMode::before_context_teardown). CUPTI's records do not.
+  virtual bool times_with_events() const noexcept { return false; }
 };
 
 // nullptr when CUPTI cannot be loaded or set up; `why` then says what failed.
