@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
 #include <stdexcept>
 
@@ -93,7 +94,40 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
 }  // namespace
 
-std::string format_prometheus(const DaemonSnapshot& s) {
+namespace {
+
+void add(policy::WaitHistogram& into, const policy::WaitHistogram& h) {
+  for (size_t b = 0; b < h.counts.size(); ++b) into.counts[b] += h.counts[b];
+  into.count += h.count, into.sum_ns += h.sum_ns;
+}
+
+}  // namespace
+
+void DepartedTasks::update(const DaemonSnapshot& s) {
+  std::map<std::pair<std::string, uint32_t>, std::pair<std::string, Counts>> now;
+  std::set<KeyId> live_keys;
+  for (const auto& d : s.domains)
+    for (const auto& t : d.tasks) {
+      now[{d.device, t.id}] = {t.key, Counts{t.memory_refusals, t.waits}};
+      live_keys.insert({d.device, t.key});
+    }
+  for (const auto& [id, entry] : live_)
+    if (!now.count(id)) {
+      Counts& gone = departed_[{id.first, entry.first}];
+      gone.memory_refusals += entry.second.memory_refusals;
+      add(gone.waits, entry.second.waits);
+    }
+  live_ = std::move(now);
+  std::erase_if(departed_, [&](const auto& e) { return !live_keys.count(e.first); });
+}
+
+const DepartedTasks::Counts* DepartedTasks::of(const std::string& device, const std::string& key) const {
+  const auto it = departed_.find({device, key});
+  return it == departed_.end() ? nullptr : &it->second;
+}
+
+std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) {
+  if (departed != nullptr) departed->update(s);
   std::string out;
   family(out, "fikit_build_info", "gauge", "The daemon's version (always 1).");
   out += fmt::format("fikit_build_info{{version=\"{}\"}} 1\n", FIKIT_VERSION);
@@ -158,14 +192,20 @@ std::string format_prometheus(const DaemonSnapshot& s) {
       k.busy_pct = std::max(k.busy_pct, t.busy_pct);
       k.memory_used += t.memory_used, k.memory_cap += memory_cap(t), k.memory_refusals += t.memory_refusals;
       ++k.processes;
-      for (size_t b = 0; b < policy::WaitHistogram::kBoundsNs.size(); ++b) k.waits.counts[b] += t.waits.counts[b];
-      k.waits.count += t.waits.count, k.waits.sum_ns += t.waits.sum_ns;
+      add(k.waits, t.waits);
       ++k.states[protocol::to_string(t.directive.state)];
     }
   }
+  if (departed != nullptr)
+    for (auto& [id, k] : by_key)
+      if (const DepartedTasks::Counts* gone = departed->of(id.first, id.second)) {
+        k.memory_refusals += gone->memory_refusals;
+        add(k.waits, gone->waits);
+      }
+  // Labels that stay for the life of the key's series (its priority is a gauge of its own: as a label
+  // it would start a new series whenever it changed).
   const auto labels_of = [](const KeyTotals& k) {
-    return fmt::format("device=\"{}\",key=\"{}\",priority=\"{}\"", label_value(k.device), label_value(k.key),
-                       k.priority);
+    return fmt::format("device=\"{}\",key=\"{}\"", label_value(k.device), label_value(k.key));
   };
   auto per_key = [&](const char* name, const char* type, const char* help, auto get) {
     family(out, name, type, help);
@@ -173,6 +213,8 @@ std::string format_prometheus(const DaemonSnapshot& s) {
   };
   per_key("fikit_task_processes", "gauge", "Processes registered under the task key.",
           [](const KeyTotals& k) { return k.processes; });
+  per_key("fikit_task_priority", "gauge", "The task key's priority (0 highest .. 9; the highest of its processes).",
+          [](const KeyTotals& k) { return k.priority; });
   // Device memory (docs/memory.md).
   per_key("fikit_task_memory_bytes", "gauge", "Device memory the task's allocations hold (their last heartbeats).",
           [](const KeyTotals& k) { return k.memory_used; });

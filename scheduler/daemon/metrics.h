@@ -6,6 +6,8 @@
 #include <boost/asio/ip/tcp.hpp>
 
 #include <functional>
+#include <map>
+#include <utility>
 #include <string>
 
 #include "accept_limiter.h"
@@ -13,8 +15,28 @@
 
 namespace fikit::scheduler {
 
-// The exposition text of one snapshot (pure: tests parse it).
-std::string format_prometheus(const DaemonSnapshot& s);
+// Per task key, a counter must never go down though the key's processes come and go: what the
+// processes that left had counted (at the last scrape that saw them) is kept and added in, for as
+// long as the key has a process (after that its series end, and a new one starts from 0).
+class DepartedTasks {
+ public:
+  struct Counts {
+    uint64_t memory_refusals = 0;
+    policy::WaitHistogram waits;
+  };
+  // Remembers each live task's counts; those of tasks gone since the last call become departed.
+  void update(const DaemonSnapshot& s);
+  const Counts* of(const std::string& device, const std::string& key) const;
+
+ private:
+  using KeyId = std::pair<std::string, std::string>;   // device, task key
+  std::map<std::pair<std::string, uint32_t>, std::pair<std::string, Counts>> live_;   // (device, task id)
+  std::map<KeyId, Counts> departed_;
+};
+
+// The exposition text of one snapshot (tests parse it); with `departed` (the server's), the key
+// counters include the processes that left.
+std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed = nullptr);
 
 class MetricsServer {
  public:

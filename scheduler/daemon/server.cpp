@@ -57,7 +57,7 @@ struct Server::Impl {
       });
     if (!opts.metrics_host.empty())
       metrics = std::make_unique<MetricsServer>(io, opts.metrics_host, opts.metrics_port,
-                                                [this] { return format_prometheus(make_snapshot()); });
+                                                [this] { return format_prometheus(make_snapshot(), &departed); });
   }
 
   static policy::Settings settings_of(const ServerOptions& o) {
@@ -343,6 +343,7 @@ struct Server::Impl {
   asio::steady_timer timer;
   asio::signal_set signals;
   std::unique_ptr<ControlServer> control;
+  DepartedTasks departed;   // what processes that left had counted, for the per-key metrics
   std::unique_ptr<MetricsServer> metrics;
   protocol::BellBoard* bell = nullptr;
   Domains domains;

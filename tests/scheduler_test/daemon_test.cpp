@@ -462,7 +462,8 @@ TEST(Daemon, MetricsAreScrapedPerGpuWithWaitHistograms) {
   EXPECT_EQ(samples["fikit_tasks{" + dev + "}"], "2") << body;
   EXPECT_EQ(samples["fikit_grants_total{" + dev + "}"], "1") << body;
   // Per task key (a series outlives the process), not per task ID.
-  const std::string lp_labels = dev + ",key=\"lp \\\"quoted\\\"\",priority=\"5\"";
+  const std::string lp_labels = dev + ",key=\"lp \\\"quoted\\\"\"";
+  EXPECT_EQ(samples["fikit_task_priority{" + lp_labels + "}"], "5") << body;
   EXPECT_EQ(body.find("task=\""), std::string::npos) << body;
   EXPECT_EQ(samples["fikit_build_info{version=\"" FIKIT_TEST_VERSION "\"}"], "1") << body;
   EXPECT_EQ(samples["fikit_task_processes{" + lp_labels + "}"], "1") << body;
@@ -1055,14 +1056,51 @@ TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
   const std::string text = scheduler::format_text(s);
   EXPECT_NE(text.find("5.0G/5.0G !3"), std::string::npos) << text;
   const std::string metrics = scheduler::format_prometheus(s);
-  EXPECT_NE(metrics.find("fikit_task_memory_bytes{device=\"GPU-x\",key=\"job\",priority=\"5\"} 5368709120"),
+  EXPECT_NE(metrics.find("fikit_task_memory_bytes{device=\"GPU-x\",key=\"job\"} 5368709120"),
             std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",key=\"job\",priority=\"5\"} 5368709120"),
+  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",key=\"job\"} 5368709120"),
             std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("fikit_task_memory_refusals_total{device=\"GPU-x\",key=\"job\",priority=\"5\"} 3"),
+  EXPECT_NE(metrics.find("fikit_task_memory_refusals_total{device=\"GPU-x\",key=\"job\"} 3"),
             std::string::npos) << metrics;
-  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",key=\"svc\",priority=\"0\"} 0"),
+  EXPECT_NE(metrics.find("fikit_task_memory_cap_bytes{device=\"GPU-x\",key=\"svc\"} 0"),
             std::string::npos) << metrics;
+}
+
+// Two processes of one key: when one leaves, the key's counters keep what it counted (a counter that
+// went down would read to Prometheus as a reset, and rate() would count it all again); once the key
+// has no process its series end, and what it counted is forgotten.
+TEST(Snapshot, AKeysCountersNeverGoDownAsItsProcessesComeAndGo) {
+  auto task = [](uint32_t id, uint64_t refusals, uint64_t waited_ns) {
+    policy::TaskStatus t;
+    t.id = id;
+    t.key = "job";
+    t.priority = 5;
+    t.memory_refusals = refusals;
+    t.waits.add(waited_ns);
+    return t;
+  };
+  auto snapshot = [](std::vector<policy::TaskStatus> tasks) {
+    scheduler::DaemonSnapshot s;
+    scheduler::DomainSnapshot d;
+    d.device = "GPU-x";
+    d.tasks = std::move(tasks);
+    s.domains.push_back(d);
+    return s;
+  };
+  const std::string refusals = "fikit_task_memory_refusals_total{device=\"GPU-x\",key=\"job\"} ";
+  const std::string waits = "fikit_task_wait_seconds_count{device=\"GPU-x\",key=\"job\"} ";
+  scheduler::DepartedTasks departed;
+  std::string m = scheduler::format_prometheus(snapshot({task(1, 2, 1000), task(2, 3, 1000)}), &departed);
+  EXPECT_NE(m.find(refusals + "5\n"), std::string::npos) << m;
+  EXPECT_NE(m.find(waits + "2\n"), std::string::npos) << m;
+  m = scheduler::format_prometheus(snapshot({task(2, 4, 1000)}), &departed);   // 1 left; 2 refused once more
+  EXPECT_NE(m.find(refusals + "6\n"), std::string::npos) << m;
+  EXPECT_NE(m.find(waits + "2\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("fikit_task_processes{device=\"GPU-x\",key=\"job\"} 1\n"), std::string::npos) << m;
+  m = scheduler::format_prometheus(snapshot({}), &departed);
+  EXPECT_EQ(m.find(refusals), std::string::npos) << m;
+  m = scheduler::format_prometheus(snapshot({task(3, 1, 1000)}), &departed);   // the key's series start over
+  EXPECT_NE(m.find(refusals + "1\n"), std::string::npos) << m;
 }
 
 TEST(Options, ReserveMemoryTakesASizeOrAShareButNotEverything) {
