@@ -97,6 +97,7 @@ Outcome try_parse(CLI::App& app, int argc, const char* const* argv, std::vector<
     *command = std::move(rest);
     return Outcome::Run;
   }
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());   // what follows is positional
   if (rest.empty()) return Outcome::Run;
   const std::string& arg = rest.front();
   *error = arg.size() > 1 && arg[0] == '-' ? unknown_option(app, arg) : "unexpected argument '" + arg + "'";

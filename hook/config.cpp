@@ -115,7 +115,7 @@ void read_db_path(Config& cfg) noexcept {
 }
 
 void read_identity(Config& cfg) noexcept {
-  static char cmdline[32768];   // static: the stack of a foreign thread may be small
+  static char cmdline[settings::kMaxCommandLineBytes];   // static: the stack of a foreign thread may be small
   const size_t size = read_file("/proc/self/cmdline", cmdline, sizeof cmdline);
   // The readable command line: arguments separated by spaces.
   size_t n = size < sizeof cfg.command_line - 1 ? size : sizeof cfg.command_line - 1;

@@ -145,11 +145,16 @@ void symbolize(uintptr_t pc, std::string& stable, std::string& readable) {
 
 bool load_gcc_unwinder() noexcept {
   if (g_gcc_backtrace.load(std::memory_order_acquire) != nullptr) return true;
+  // Looked for once: a process without libgcc_s would otherwise dlopen on every launch it identifies.
+  static std::atomic<bool> g_missing{false};
+  if (g_missing.load(std::memory_order_relaxed)) return false;
   void* libgcc = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (libgcc == nullptr) return false;
-  auto get_ip = reinterpret_cast<GccGetIpFn>(dlsym(libgcc, "_Unwind_GetIP"));
-  auto backtrace = reinterpret_cast<GccBacktraceFn>(dlsym(libgcc, "_Unwind_Backtrace"));
-  if (get_ip == nullptr || backtrace == nullptr) return false;
+  auto get_ip = libgcc ? reinterpret_cast<GccGetIpFn>(dlsym(libgcc, "_Unwind_GetIP")) : nullptr;
+  auto backtrace = libgcc ? reinterpret_cast<GccBacktraceFn>(dlsym(libgcc, "_Unwind_Backtrace")) : nullptr;
+  if (get_ip == nullptr || backtrace == nullptr) {
+    g_missing.store(true, std::memory_order_relaxed);
+    return false;
+  }
   g_gcc_get_ip.store(get_ip, std::memory_order_release);
   g_gcc_backtrace.store(backtrace, std::memory_order_release);
   return true;

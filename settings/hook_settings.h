@@ -75,6 +75,8 @@ consteval uint32_t fallback_of(std::string_view env) {
 // every run. The hook derives it inside the program; fikit-run to say how far measuring has come.
 void derive_task_key(const char* executable_path, const char* cmdline, unsigned long cmdline_size, char* out,
                      unsigned long out_size) noexcept;
+// The most of /proc/self/cmdline the hook reads (and so hashes into a derived key).
+inline constexpr size_t kMaxCommandLineBytes = 32768;
 
 // The entry of `env`, nullptr when the table has none.
 const Setting* find(const char* env) noexcept;

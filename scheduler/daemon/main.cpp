@@ -146,14 +146,15 @@ int main(int argc, char** argv) {
   const std::vector<std::string> names = fikit::scheduler::setting_names();
   std::vector<std::string> values(names.size());
   for (size_t i = 0; i < names.size(); ++i) app->add_option("--" + names[i], values[i]);
-  std::string config;
-  app->add_option("--config", config);
+  std::vector<std::string> configs;
+  app->add_option("--config", configs)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   if (const int rc = fikit::cli::parse(*app, argc, argv); rc != fikit::cli::kGoOn) return rc;
   fikit::scheduler::Options opts;
-  // Settings apply in order: defaults, --config, then the other flags, whatever their position.
+  // Settings apply in order: defaults, each --config in turn, then the other flags, whatever their
+  // position.
   std::string why;
-  if (app->count("--config") > 0 && !fikit::scheduler::load_config_file(opts, config, why))
-    return fikit::cli::usage_error("fikit-scheduler", why);
+  for (const std::string& config : configs)
+    if (!fikit::scheduler::load_config_file(opts, config, why)) return fikit::cli::usage_error("fikit-scheduler", why);
   for (size_t i = 0; i < names.size(); ++i)
     if (app->count("--" + names[i]) > 0 && !fikit::scheduler::apply_setting(opts, names[i], values[i], why))
       return fikit::cli::usage_error("fikit-scheduler", why);

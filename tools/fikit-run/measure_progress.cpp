@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -55,6 +56,7 @@ std::optional<std::string> expected_task_key(const std::vector<std::string>& com
   if (program.empty() || realpath(program.c_str(), resolved) == nullptr || !is_elf(resolved)) return std::nullopt;
   std::string cmdline;   // as /proc/self/cmdline: each argument followed by a NUL
   for (const std::string& arg : command) cmdline.append(arg).push_back('\0');
+  cmdline.resize(std::min(cmdline.size(), settings::kMaxCommandLineBytes));   // as much as the hook reads
   char key[128];
   settings::derive_task_key(resolved, cmdline.data(), cmdline.size(), key, sizeof key);
   return std::string(key);
