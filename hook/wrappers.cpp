@@ -278,12 +278,15 @@ CUresult accounted(uint64_t bytes, int device, memory::Kind kind, Call call) noe
   return result;
 }
 
-template <Variant V>
-CUresult mem_alloc(CUdeviceptr* dptr, size_t bytes) noexcept {
+// cuMemAlloc, cuMemAllocManaged (managed memory may all come to reside on the device: counted like
+// device memory, docs/memory.md), cuMemAllocAsync and cuMemAllocFromPoolAsync: `bytes` at *dptr;
+// the tail (flags, pool, stream) is forwarded as is.
+template <Variant V, class... Tail>
+CUresult mem_alloc(CUdeviceptr* dptr, size_t bytes, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes);
+  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, tail...);
   return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
-    const CUresult r = real(dptr, bytes);
+    const CUresult r = real(dptr, bytes, tail...);
     key = *dptr;
     return r;
   });
@@ -299,40 +302,6 @@ CUresult mem_alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t 
     const CUresult r = real(dptr, pitch, width, height, element);
     key = *dptr;
     actual = uint64_t(*pitch) * height;
-    return r;
-  });
-}
-
-// Managed memory may all come to reside on the device: counted like device memory (docs/memory.md).
-template <Variant V>
-CUresult mem_alloc_managed(CUdeviceptr* dptr, size_t bytes, unsigned flags) noexcept {
-  FIKIT_REAL_OR_FAIL(V);
-  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, flags);
-  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
-    const CUresult r = real(dptr, bytes, flags);
-    key = *dptr;
-    return r;
-  });
-}
-
-template <Variant V>
-CUresult mem_alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream) noexcept {
-  FIKIT_REAL_OR_FAIL(V);
-  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, stream);
-  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
-    const CUresult r = real(dptr, bytes, stream);
-    key = *dptr;
-    return r;
-  });
-}
-
-template <Variant V>
-CUresult mem_alloc_from_pool_async(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream) noexcept {
-  FIKIT_REAL_OR_FAIL(V);
-  if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, pool, stream);
-  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
-    const CUresult r = real(dptr, bytes, pool, stream);
-    key = *dptr;
     return r;
   });
 }
