@@ -13,7 +13,7 @@ using namespace fikit::simgpu;
 
 namespace {
 
-enum Exit { kOk = 0, kUsage = 2, kNoDevice = 3, kFailed = 4 };
+enum Exit { kOk = 0, kNoDevice = 3, kFailed = 4 };   // bad usage: cli::kUsage (2)
 
 constexpr const char* kUsageText =
     "usage: fikit-simgpu status|reset\n"
