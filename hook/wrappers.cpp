@@ -264,12 +264,19 @@ CUresult context_teardown(Args... args) noexcept {
 // ---- device memory (hook/memory/guard.h): claim, call, settle; frees give back ----
 
 // The driver allocates `bytes` on `device` (-1: the current context's) and hands back `key`.
+// A job below priority 0 learns the daemon's cap on `device` before it first allocates there or
+// sizes itself by what the GPU has (JAX preallocates 75 % of what cuMemGetInfo answers before its
+// first allocation): it joins the daemon then (mode.h), once per device.
+void learn_cap(int device) noexcept {
+  if (memory::first_on_device(device)) {
+    if (Mode* mode = detail::settled_mode(detail::loaded_mode())) mode->before_allocation();
+  }
+}
+
 template <class Call>
 CUresult accounted(uint64_t bytes, int device, memory::Kind kind, Call call) noexcept {
   if (device < 0) device = memory::current_device();
-  if (memory::first_on_device(device)) {   // the daemon's cap, before the first allocation (mode.h)
-    if (Mode* mode = detail::settled_mode(detail::loaded_mode())) mode->before_allocation();
-  }
+  learn_cap(device);
   memory::Claim claim;
   if (memory::claim(bytes, device, claim) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
   uint64_t key = 0, actual = bytes;
@@ -401,6 +408,7 @@ CUresult mipmapped_array_destroy(CUmipmappedArray a) noexcept { return freeing<V
 template <Variant V>
 CUresult mem_get_info(size_t* free_bytes, size_t* total_bytes) noexcept {
   FIKIT_REAL_OR_FAIL(V);
+  if (memory::accounting()) learn_cap(memory::current_device());
   const CUresult r = real(free_bytes, total_bytes);
   if (r == CUDA_SUCCESS) memory::clamp_info(free_bytes, total_bytes);
   return r;
@@ -409,6 +417,9 @@ CUresult mem_get_info(size_t* free_bytes, size_t* total_bytes) noexcept {
 template <Variant V>
 CUresult device_total_mem(size_t* bytes, CUdevice device) noexcept {
   FIKIT_REAL_OR_FAIL(V);
+  // Only in a context on that device: the join needs the context (its lane), and one made without
+  // would use up the device's join before the first allocation.
+  if (memory::accounting() && memory::current_device() == device) learn_cap(device);
   const CUresult r = real(bytes, device);
   if (r == CUDA_SUCCESS) memory::clamp_total(device, bytes);
   return r;

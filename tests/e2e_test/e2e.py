@@ -484,13 +484,14 @@ def memory_reserve(env):
         # The job fills first and holds for 3 s; the service grows by 256 MiB every 100 ms meanwhile.
         job = subprocess.Popen(job_cmd + [probe, "fill", "64", "3000"], env=env.env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
+        before = job.stdout.readline()  # "before TOTAL FREE": cuMemGetInfo before the first allocation
         first = job.stdout.readline()   # "fill N RESULT": the job holds what it got from here on
         svc = subprocess.run(env.fikit("share", "svc", 0) + [probe, "grow", "256", "12", "100"], env=env.env,
                              capture_output=True, text=True, timeout=60)
-        return first, job, svc
+        return before, first, job, svc
 
     # Unprotected: the job takes the device; the service's allocations fail.
-    first, job, svc = pair_run(env.fikit("off", "job", 5))
+    _, first, job, svc = pair_run(env.fikit("off", "job", 5))
     job.communicate(timeout=60)
     m = re.match(r"fill (\d+) (\d+)", first)
     ok &= check(m is not None and int(m[1]) == chunks_in(8) and m[2] == "2",
@@ -499,7 +500,10 @@ def memory_reserve(env):
     ok &= check(g is not None and int(g[2]) > 0, f"and the service's allocations fail: {svc.stdout.strip()}")
 
     env.start_daemon("--reserve-memory", "3GiB")
-    first, job, svc = pair_run(env.fikit("share", "job", 5))
+    before, first, job, svc = pair_run(env.fikit("share", "job", 5))
+    b = re.match(r"before (\d+) (\d+)", before)
+    ok &= check(b is not None and int(b[1]) == 5 << 30 and int(b[2]) == 5 << 30,
+                f"the job's cuMemGetInfo answers its 5 GiB cap before it allocates (JAX sizes itself so): {before.strip()}")
     time.sleep(0.4)   # a heartbeat (a quarter of the 1 s lease) brings the job's refusals
     status = env.status()
     job_out, job_err = job.communicate(timeout=60)

@@ -2,7 +2,8 @@
 // hook's memory accounting (tests/hook_test/sim_test.cpp, tests/e2e_test). It prints what it saw,
 // one "name value..." line each; the tests decide what is right.
 //   memory_probe info                      "info TOTAL FREE" as cuMemGetInfo answers
-//   memory_probe fill CHUNK_MIB [HOLD_MS]  cuMemAlloc chunks until one fails: "fill CHUNKS RESULT",
+//   memory_probe fill CHUNK_MIB [HOLD_MS]  "before TOTAL FREE" as cuMemGetInfo answers first, then
+//                                          cuMemAlloc chunks until one fails: "fill CHUNKS RESULT",
 //                                          "info ...", then frees one and takes it again: "again RESULT";
 //                                          stays HOLD_MS with the memory held
 //   memory_probe grow CHUNK_MIB COUNT MS   takes COUNT chunks, one every MS: "grow TAKEN FAILED"
@@ -141,6 +142,7 @@ int fill(size_t chunk, long hold_ms) {
   std::vector<CUdeviceptr> chunks;
   CUdeviceptr p = 0;
   CUresult r;
+  info("before");
   while ((r = cuMemAlloc(&p, chunk)) == CUDA_SUCCESS && chunks.size() < 100000) chunks.push_back(p);
   std::printf("fill %zu %d\n", chunks.size(), int(r));
   info();
