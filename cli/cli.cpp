@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include <charconv>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -137,6 +139,24 @@ std::string nearest(const std::string& given, const std::vector<std::string>& ca
   }
   // A typo is a few edits, and fewer than half the word: "--lisen" is "--listen", "--x" is nothing.
   return best_distance <= 3 && best_distance * 2 < std::max<size_t>(given.size(), 1) ? best : std::string();
+}
+
+bool parse_duration_ns(const std::string& text, uint64_t& out) {
+  constexpr uint64_t kUs = 1'000, kMs = 1'000'000, kS = 1'000'000'000;
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr == text.data()) return false;
+  std::string unit(ptr, text.data() + text.size());
+  if (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);   // "20 us", as --help and messages write them
+  uint64_t scale = 0;
+  if (unit.empty() || unit == "us") scale = kUs;
+  else if (unit == "ns") scale = 1;
+  else if (unit == "ms") scale = kMs;
+  else if (unit == "s") scale = kS;
+  else return false;
+  if (value > UINT64_MAX / scale) return false;
+  out = value * scale;
+  return true;
 }
 
 std::string format_duration_ns(uint64_t ns) {

@@ -43,5 +43,8 @@ std::string nearest(const std::string& given, const std::vector<std::string>& ca
 // A duration for people: "0", "500 ns", "20 us", "1.5 ms", "4.29 s", "3600 s" (three significant
 // digits below 1000 of the unit).
 std::string format_duration_ns(uint64_t ns);
+// A duration as people write it: a whole number with ns, us, ms or s ("20us", "20 us"; a plain
+// number is microseconds). False when it is not one or overflows.
+bool parse_duration_ns(const std::string& text, uint64_t& out);
 
 }  // namespace fikit::cli

@@ -208,6 +208,13 @@ ALTER TABLE kernels ADD COLUMN blocks_per_sm INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE kernels ADD COLUMN sm_count INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN request_busy_pct INTEGER NOT NULL DEFAULT -1;
 )sql",
+    // 3 -> 4: how each run was timed, with its uncertainty; durations too short to resolve (issue 23)
+    R"sql(
+ALTER TABLE runs ADD COLUMN timer TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN timing_bias_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN timing_uncertainty_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE kernels ADD COLUMN dur_unresolved INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(std::size(kMigrations) == Database::kSchemaVersion);
 
@@ -243,9 +250,10 @@ std::string sample_columns(int version) {
       "dur_count, dur_sum, dur_sum_sq, dur_min, dur_max, dur_hist, "
       "gap_count, gap_sum, gap_sum_sq, gap_min, gap_max, gap_hist, boundary_count";
   if (version >= 3) c += ", blocks_per_sm, sm_count";
+  if (version >= 4) c += ", dur_unresolved";
   return c;
 }
-constexpr int kSampleColumnCount = 25;   // at the current version
+constexpr int kSampleColumnCount = 26;   // at the current version
 
 KernelSample read_sample(const Stmt& s, int version) {
   KernelSample k;
@@ -264,6 +272,7 @@ KernelSample read_sample(const Stmt& s, int version) {
     k.blocks_per_sm = static_cast<uint32_t>(s.i64(23));
     k.sm_count = static_cast<uint32_t>(s.i64(24));
   }
+  if (version >= 4) k.dur_unresolved = s.u64(25);
   return k;
 }
 
@@ -304,6 +313,7 @@ void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<K
       if (merged.sm_count == 0) merged.sm_count = stored.sm_count;
       merged.gap.merge(stored.gap);
       merged.boundary_count += stored.boundary_count;
+      merged.dur_unresolved += stored.dur_unresolved;
       if (merged.name.empty()) merged.name = stored.name;
       if (merged.call_site.empty()) merged.call_site = stored.call_site;
     }
@@ -318,6 +328,7 @@ void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<K
     bind_acc(put, 18, merged.gap);
     put.bind_u(24, merged.boundary_count);
     put.bind(25, static_cast<int64_t>(merged.blocks_per_sm)).bind(26, static_cast<int64_t>(merged.sm_count));
+    put.bind_u(27, merged.dur_unresolved);
     put.run();
   }
 }
@@ -449,7 +460,8 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
 
   Stmt(db,
        "INSERT OR REPLACE INTO runs (task_key, run_no, finished_unix, pid, gpu_ops, busy_ns, wall_ns, iterations, "
-       "ops_launched, ops_timed, sample_every, request_busy_pct) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+       "ops_launched, ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, timing_uncertainty_ns) "
+       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, task_key)
       .bind_u(2, run_no)
       .bind(3, now)
@@ -462,6 +474,9 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
       .bind_u(10, run.ops_timed)
       .bind(11, static_cast<int64_t>(run.sample_every))
       .bind(12, static_cast<int64_t>(run.request_busy_pct))
+      .bind(13, run.timer)
+      .bind_u(14, run.timing_bias_ns)
+      .bind_u(15, run.timing_uncertainty_ns)
       .run();
 
   Stmt(db, "DELETE FROM trace WHERE task_key = ?").bind(1, task_key).run();
@@ -530,6 +545,7 @@ std::vector<KernelProfile> Database::kernels(const std::string& key) {
     p.gap_p50 = quantile_of(k.gap, 0.5);
     p.gap_p90 = quantile_of(k.gap, 0.9);
     p.boundary_count = k.boundary_count;
+    p.dur_unresolved = k.dur_unresolved;
     out.push_back(std::move(p));
   }
   return out;
@@ -554,7 +570,10 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
   // A database of schema version 1 opened read-only has no coverage columns: they read as unknown.
   const int version = schema_version();
   const bool covered = version >= 2;
-  Stmt s(impl_->db, version >= 3 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
+  Stmt s(impl_->db, version >= 4 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
+                                   "ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, "
+                                   "timing_uncertainty_ns FROM runs WHERE task_key = ? ORDER BY run_no"
+                    : version >= 3 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
                                    "ops_timed, sample_every, request_busy_pct FROM runs WHERE task_key = ? ORDER BY run_no"
                     : covered ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, ops_timed, "
                                 "sample_every FROM runs WHERE task_key = ? ORDER BY run_no"
@@ -574,6 +593,11 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
       r.sample_every = uint32_t(std::max<int64_t>(1, s.i64(7)));
     }
     if (version >= 3) r.request_busy_pct = int32_t(s.i64(8));
+    if (version >= 4) {
+      r.timer = s.text(9);
+      r.timing_bias_ns = s.u64(10);
+      r.timing_uncertainty_ns = s.u64(11);
+    }
     out.push_back(r);
   }
   return out;
@@ -595,6 +619,12 @@ int request_busy_percent(const std::vector<RunSummary>& runs) {
   if (known.empty()) return -1;
   std::nth_element(known.begin(), known.begin() + known.size() / 2, known.end());
   return known[known.size() / 2];
+}
+
+uint64_t timing_uncertainty(const std::vector<RunSummary>& runs) {
+  uint64_t u = 0;
+  for (const RunSummary& r : runs) u = std::max(u, r.timing_uncertainty_ns);
+  return u;
 }
 
 std::vector<TraceOp> Database::last_trace(const std::string& key) {

@@ -36,6 +36,9 @@ struct KernelSample {
   Accumulator duration;
   Accumulator gap;                      // gap after this op when it is not an iteration boundary
   uint64_t boundary_count = 0;          // gaps after this op that spanned a host synchronisation
+  // Durations shorter than their run's timing uncertainty (RunSummary): too short for the timer to
+  // resolve. They are in `duration` as read, marked rather than guessed (schema version 4).
+  uint64_t dur_unresolved = 0;
 };
 
 // GPU timeline of a run, for `fikit-profile trace` (bounded: the first N ops of the run).
@@ -58,6 +61,12 @@ struct RunSummary {
   // Per iteration, the share of its span (first op start to last op end) the GPU ran its ops:
   // the median over the run's iterations, percent. -1: unknown (before schema version 3).
   int32_t request_busy_pct = -1;
+  // How the run's ops were timed (schema version 4): "cupti" (the GPU's own timestamps: exact),
+  // "events" (a CUDA event pair around each op, calibrated in the process: docs/performance-measure.md),
+  // "" (unknown: before version 4). timing_bias_ns was taken off each op that started on an idle
+  // stream; timing_uncertainty_ns bounds the error of each duration and gap either way.
+  std::string timer{};
+  uint64_t timing_bias_ns = 0, timing_uncertainty_ns = 0;
   int64_t finished_unix = 0;            // read side only: when the run was stored
 };
 // Timed / launched ops over runs that say (-1 when none does). Below kGoodCoverage the profile
@@ -67,6 +76,9 @@ inline constexpr double kGoodCoverage = 0.99;
 // What a task's requests keep the GPU busy: the median of its runs' request_busy_pct, -1 when none
 // says.
 int request_busy_percent(const std::vector<RunSummary>& runs);
+// The largest timing uncertainty of the runs (0: every run exact or unknown): what a duration or
+// gap of the profile may be off by.
+uint64_t timing_uncertainty(const std::vector<RunSummary>& runs);
 
 // Read side: what the scheduler and the CLI see for one kernel.
 struct KernelProfile {
@@ -82,6 +94,7 @@ struct KernelProfile {
   double gap_mean = 0;
   uint64_t gap_p10 = 0, gap_p50 = 0, gap_p90 = 0;
   uint64_t boundary_count = 0;
+  uint64_t dur_unresolved = 0;          // samples too short for their run's timer (KernelSample)
 };
 
 struct TaskInfo {
@@ -137,7 +150,7 @@ class Database {
   Histogram gap_histogram(const std::string& key);
   bool delete_task(const std::string& key);                        // false: no such key
 
-  static constexpr int kSchemaVersion = 3;   // PRAGMA user_version written by the migrations
+  static constexpr int kSchemaVersion = 4;   // PRAGMA user_version written by the migrations
   int schema_version();
   // SQLite's own check of the file: "ok", or the first problem it found.
   std::string integrity_check();

@@ -343,10 +343,10 @@ def parse_args(argv):
         if any("=" not in item for item in group.split(",") if item.strip()):
             ap.error("--settings wants KEY=VALUE[,KEY=VALUE...], got '%s'" % group)
     ovh = a.overhead_setups.split(",")
-    if ovh[0] != "native" or any(n not in {"native-b", "share", "measure", "measure-full", "measure-events", "off"}
+    if ovh[0] != "native" or any(n not in {"native-b", "share", "measure", "measure-full", "measure-events", "auto", "off"}
                                  and not eval_scenarios.MEASURE_VARIANT.fullmatch(n) for n in ovh[1:]) or len(set(ovh)) < len(ovh):
         ap.error("--overhead-setups: native first, then from native-b, share, measure, measure-full, measure-events, "
-                 "measure/N[xB], off, each once")
+                 "auto, measure/N[xB], off, each once")
     lpo = a.lpo_setups.split(",")
     if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "plain+idle-hp", "share", "share+idle-hp", "share-relearn"}:
         ap.error("--lpo-setups: plain first, then from plain-b, plain+idle-hp, share, share+idle-hp, share-relearn")

@@ -304,6 +304,12 @@ def overhead(h):
              # CUDA events instead of CUPTI in the measured iterations: where the cost comes from.
              "measure-events": es.Setup("measure-events", hook="measure", key_prefix="eval-ovhev-",
                                         env={"FIKIT_TIMING": "events"}),
+             # Auto mode as a service runs it: it measures its first 20 requests (two runs of 10, every
+             # one measured, timed with calibrated CUDA events, the default there), then shares in the
+             # same process. Its first window after each (re)start holds the measuring.
+             "auto": es.Setup("auto", hook="auto", scheduler="ovh", flags=flags, key_prefix="eval-ovhauto-",
+                              env={"FIKIT_RUN_ITERATIONS": "10", "FIKIT_MEASURE_RUNS": "2",
+                                   "FIKIT_MEASURE_SAMPLE": "1"}, fresh_key=True),
              "off": es.Setup("off", hook="off")}
     setups = [known[n] if n in known else measure_variant(n) for n in h.a.overhead_setups.split(",")]
     longest = 0.0

@@ -23,15 +23,22 @@ class Setup:
     (its own name otherwise)."""
 
     def __init__(self, name, mps=False, client_prio=False, hook=None, scheduler=None, flags=(),
-                 alone=False, key_prefix=None, env=None, idle_hp=False, base=None):
+                 alone=False, key_prefix=None, env=None, idle_hp=False, base=None, fresh_key=False):
         self.name, self.mps, self.client_prio, self.hook = name, mps, client_prio, hook
+        # fresh_key: every process gets a task key of its own (-pN), so that auto mode measures in
+        # each process and switches to sharing in it, rather than finding the last one's profile.
+        self.fresh_key, self.processes = fresh_key, 0
         self.base = base or name
         self.scheduler, self.flags, self.alone, self.key_prefix = scheduler, list(flags), alone, key_prefix
         self.env = dict(env or {})
         self.idle_hp = idle_hp
 
     def task_key(self, program):
-        return program.key if not self.key_prefix else self.key_prefix + program.key[len("eval-"):]
+        key = program.key if not self.key_prefix else self.key_prefix + program.key[len("eval-"):]
+        if self.fresh_key:
+            self.processes += 1
+            key += "-p%d" % self.processes
+        return key
 
 
 def pair_setups(names, variants, real_gpu):

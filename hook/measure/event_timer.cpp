@@ -3,7 +3,18 @@
 // (6 us at 100 s). So times are chained: each op's start is measured from the previous timed op's
 // start (microseconds apart, where float is exact to well under a nanosecond), and its end from
 // its own start.
+//
+// An event pair reads an op long by what lies between its two records besides the op. Behind work
+// already queued on the stream that is the GPU's own launch and record overhead (under a couple of
+// microseconds). On an idle stream the start event completes as soon as it is submitted, while the
+// kernel comes only when the host's launch call submits it: the pair then also holds the host's
+// launch latency, microseconds that CUPTI counts as gap, not duration. Both are measured in the
+// process before the first op is timed (calibrate()): an empty kernel's pair on an idle stream and
+// behind a queued kernel. Ops that start on an idle stream get the difference (the bias) moved from
+// their duration to the gap before them; every duration and gap carries the uncertainty the
+// calibration leaves, and durations below it are marked unresolved rather than guessed.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -13,6 +24,7 @@
 
 #include "../driver.h"
 #include "../log.h"
+#include "event_calibration.h"
 #include "monotonic.h"
 #include "timer.h"
 
@@ -39,6 +51,7 @@ class EventTimer final : public Timer {
   void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept override {
     const CUstream stream = op.stream;
     slot.timed = false;
+    if (calibration_.load(std::memory_order_acquire) == kNotCalibrated) [[unlikely]] calibrate();
     // Op `seq` uses pair seq % kPairs, free once the op kPairs before it is done with: at most kPairs
     // timed ops are in flight (drivers limit events: the simulated GPU has 8192 a context).
     if (!pairs_ || (seq >= kPairs && !wait_for_pair(seq))) return;
@@ -64,6 +77,8 @@ class EventTimer final : public Timer {
 
   Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept override {
     if (!slot.timed) return Poll::Lost;
+    // Ops timed while another thread calibrates wait for the calibration (milliseconds, once).
+    if (calibration_.load(std::memory_order_acquire) == kCalibrating) return Poll::Pending;
     const CUresult q = query_(slot.end_event);
     if (q == CUDA_ERROR_NOT_READY) return Poll::Pending;
     if (q != CUDA_SUCCESS) {
@@ -86,9 +101,50 @@ class EventTimer final : public Timer {
     has_anchor_ = true;
     anchor_seq_ = seq;
     anchor_start_ = start;
-    start_ns = static_cast<uint64_t>(std::max<int64_t>(start, 0));
-    end_ns = start_ns + static_cast<uint64_t>(std::max<int64_t>(std::llround(static_cast<double>(ms) * 1e6), 0));
+    const uint64_t raw_start = static_cast<uint64_t>(std::max<int64_t>(start, 0));
+    const uint64_t raw_end =
+        raw_start + static_cast<uint64_t>(std::max<int64_t>(std::llround(static_cast<double>(ms) * 1e6), 0));
+    uint64_t& prev_end = stream_end(slot.stream);
+    const CorrectedOp op = correct_op(raw_start, raw_end, prev_end, cal_);
+    prev_end = raw_end;
+    start_ns = op.start_ns;
+    end_ns = op.end_ns;
+    slot.unresolved = op.unresolved;
     return Poll::Ready;
+  }
+
+  void describe(profiledb::RunSummary& run) const noexcept override {
+    run.timer = name();
+    if (calibration_.load(std::memory_order_acquire) != kCalibrated) return;
+    run.timing_bias_ns = cal_.bias_ns();
+    run.timing_uncertainty_ns = cal_.uncertainty_ns();
+  }
+
+  // Once per process, on the first op's launching thread, before that op is launched (so that the
+  // GPU has none of this process's work yet): what an event pair adds (event_calibration.h).
+  void calibrate() noexcept {
+    int expected = kNotCalibrated;
+    if (!calibration_.compare_exchange_strong(expected, kCalibrating, std::memory_order_acq_rel)) return;
+    char why[160] = "";
+    const bool ok = calibrate_events(cal_, why, sizeof why);
+    if (ok) {
+      log(LogLevel::Info, "measure: CUDA events calibrated: an empty kernel reads %.2f us on an idle stream, %.2f us "
+          "queued; %.2f us moved from each idle-start op's duration to its gap, +-%.2f us on every duration and gap",
+          cal_.idle_ns / 1e3, cal_.queued_ns / 1e3, cal_.bias_ns() / 1e3, cal_.uncertainty_ns() / 1e3);
+    } else {
+      log(LogLevel::Warn, "measure: CUDA events not calibrated (%s): durations of ops that start on an idle stream "
+          "include the host's launch latency", why);
+    }
+    calibration_.store(ok ? kCalibrated : kUncalibrated, std::memory_order_release);
+  }
+
+  // The end of the last timed op on `stream` (0: none yet); a few streams, the oldest forgotten.
+  uint64_t& stream_end(uint64_t stream) noexcept {
+    for (StreamEnd& e : stream_ends_)
+      if (e.stream == stream && e.used) return e.end_ns;
+    StreamEnd& e = stream_ends_[next_stream_end_++ % stream_ends_.size()];
+    e = StreamEnd{stream, 0, true};
+    return e.end_ns;
   }
 
   // A launcher kPairs ops ahead of the measurement thread waits for it to catch up, at most
@@ -126,6 +182,11 @@ class EventTimer final : public Timer {
 
  private:
   static constexpr uint64_t kPairs = 3072;
+  enum : int { kNotCalibrated, kCalibrating, kCalibrated, kUncalibrated };
+  struct StreamEnd {
+    uint64_t stream = 0, end_ns = 0;
+    bool used = false;
+  };
   static constexpr uint64_t kPairWaitNs = 100'000'000;
   struct Pair {
     CUevent start = nullptr, end = nullptr;
@@ -138,11 +199,15 @@ class EventTimer final : public Timer {
   EventElapsedFn elapsed_;
   std::atomic<bool> done_{false};              // the measurement thread is gone: nobody will release
   std::atomic<uint64_t> gave_up_at_{UINT64_MAX};  // released_below() when a wait last ran out
+  std::atomic<int> calibration_{kNotCalibrated};
+  EventCalibration cal_;                       // written once, before calibration_ leaves kCalibrating
   // Measurement thread only.
   bool has_anchor_ = false;
   uint64_t anchor_seq_ = 0;
   int64_t anchor_start_ = 0;
   uint64_t next_origin_ = kOriginNs;
+  std::array<StreamEnd, 32> stream_ends_{};
+  uint64_t next_stream_end_ = 0;
 };
 
 }  // namespace
@@ -160,10 +225,12 @@ Timer* make_event_timer(OpRing& ring) noexcept {
   return new (std::nothrow) EventTimer(ring, create, record, query, elapsed);
 }
 
-Timer* make_timer(TimingKind kind, OpRing& ring) noexcept {
+Timer* make_timer(TimingKind kind, bool in_place, OpRing& ring) noexcept {
   // CUPTI: exact GPU timestamps at ~0.2 us of hook work per launch (the driver adds ~1.7 us of its
-  // own); events cost two records per op (~3.3 us). Verified on an H200: docs/history.md.
-  if (kind != TimingKind::Events) {
+  // own); events cost two records per op (~3.3 us). Verified on an H200: docs/history.md. But once
+  // CUPTI has collected in a process, its launches stay slower for good (docs/performance-measure.md):
+  // a process that goes on to share times with events unless told otherwise.
+  if (kind == TimingKind::Cupti || (kind == TimingKind::Auto && !in_place)) {
     char why[256] = "";
     if (Timer* t = make_cupti_timer(ring, why, sizeof why)) return t;
     if (kind == TimingKind::Cupti || log_enabled(LogLevel::Info))

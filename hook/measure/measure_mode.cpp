@@ -225,7 +225,8 @@ class MeasureMode final : public Mode {
         if (p == Timer::Poll::Ready) {
           ++timed_in_run_;
           run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop,
-                              slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph});
+                              slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph, slot->unresolved});
+          slot->unresolved = false;
         } else if (slot->launched) {
           run = builder_.add_untimed(slot->sync_epoch);
         }
@@ -264,6 +265,7 @@ class MeasureMode final : public Mode {
     run.summary.ops_launched = launched_in_run_ + dropped;
     run.summary.ops_timed = timed_in_run_;
     run.summary.sample_every = sample_every_;
+    timer_->describe(run.summary);
     uint64_t runs = 0;
     try {
       if (!db_) db_ = std::make_unique<profiledb::Database>(db_path_of(cfg_), profiledb::Database::Open::Create,
@@ -334,7 +336,7 @@ class MeasureMode final : public Mode {
 Mode* start_measuring(const Config& cfg, uint32_t share_after_runs) noexcept {
   try {
     auto ring = std::make_unique<OpRing>();
-    Timer* timer = measure::make_timer(cfg.timing, *ring);
+    Timer* timer = measure::make_timer(cfg.timing, /*in_place=*/share_after_runs != 0, *ring);
     if (!timer) return nullptr;
     auto* mode = new MeasureMode(cfg, timer, std::move(ring), share_after_runs);
     announce_measurement(cfg);

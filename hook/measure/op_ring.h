@@ -28,6 +28,9 @@ struct OpSlot {
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
   // Events timing: the pair of the event timer's pool this op was recorded with (event_timer.cpp).
   CUevent start_event = nullptr, end_event = nullptr;
+  // Set by the timer's poll (measurement thread): the op's duration is shorter than the timer
+  // resolves (events: below its calibrated uncertainty).
+  bool unresolved = false;
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
   // back in gpu_start/gpu_end, published by gpu_state.

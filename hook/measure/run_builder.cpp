@@ -33,6 +33,7 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
   profiledb::KernelSample& k = kernels_[op.kernel_id];
   k.kernel_id = op.kernel_id;
   k.duration.add(op.end_ns - op.start_ns);
+  if (op.unresolved) ++k.dur_unresolved;
   ++summary_.gpu_ops;
   first_start_ = std::min(first_start_, op.start_ns);
   last_end_ = std::max(last_end_, op.end_ns);

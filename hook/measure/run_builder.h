@@ -19,6 +19,7 @@ struct TimedOp {
   uint64_t start_ns = 0, end_ns = 0;
   bool after_drop = false;        // an op before it went unrecorded: the gap before it is unknown
   bool sm_work = true;            // a kernel or a graph; copies and sets (copy engines) are not
+  bool unresolved = false;        // shorter than the timer resolves (Timer::poll): marked, not guessed
 };
 
 struct Run {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "../config.h"
+#include "profiledb.h"
 #include "../mode.h"
 #include "op_ring.h"
 
@@ -51,12 +52,17 @@ class Timer {
   // Whether ops not read yet hold events of their context: then they are read before the program
   // releases or destroys a context (MeasureMode::before_context_teardown). CUPTI's records do not.
   virtual bool times_with_events() const noexcept { return false; }
+  // How this run was timed, into its summary: the timer's name, the bias taken off ops and the
+  // uncertainty of each duration and gap (profiledb::RunSummary).
+  virtual void describe(profiledb::RunSummary& run) const noexcept { run.timer = name(); }
 };
 
 // nullptr when CUPTI cannot be loaded or set up; `why` then says what failed.
 Timer* make_cupti_timer(OpRing& ring, char* why, size_t why_len) noexcept;
 Timer* make_event_timer(OpRing& ring) noexcept;
-// FIKIT_TIMING: cupti, events, or auto (CUPTI when it loads, else events, said in one log line).
-Timer* make_timer(TimingKind kind, OpRing& ring) noexcept;
+// FIKIT_TIMING: cupti, events, or auto: events when the process goes on to share after measuring
+// (`in_place`: auto mode; CUPTI's cost would outlive the measuring), else CUPTI when it loads, else
+// events (said in one log line).
+Timer* make_timer(TimingKind kind, bool in_place, OpRing& ring) noexcept;
 
 }  // namespace fikit::hook::measure

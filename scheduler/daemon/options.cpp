@@ -15,24 +15,6 @@ namespace {
 
 constexpr uint64_t kUs = 1'000, kMs = 1'000'000, kS = 1'000'000'000;
 
-// Durations accept a unit suffix: ns, us, ms, s (plain numbers are microseconds).
-bool parse_duration_ns(const std::string& text, uint64_t& out) {
-  uint64_t value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || ptr == text.data()) return false;
-  std::string unit(ptr, text.data() + text.size());
-  if (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);   // "20 us", as --help and messages write them
-  uint64_t scale = 0;
-  if (unit.empty() || unit == "us") scale = kUs;
-  else if (unit == "ns") scale = 1;
-  else if (unit == "ms") scale = kMs;
-  else if (unit == "s") scale = kS;
-  else return false;
-  if (value > UINT64_MAX / scale) return false;
-  out = value * scale;
-  return true;
-}
-
 // The whole of `text` as a number from 0 to `max`.
 bool parse_uint(std::string_view text, unsigned max, unsigned& out) {
   unsigned value = 0;
@@ -125,7 +107,7 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
   for (const auto& d : kDurations) {
     if (key != d.name) continue;
     uint64_t ns = 0;
-    if (!parse_duration_ns(value, ns)) {
+    if (!cli::parse_duration_ns(value, ns)) {
       error = key + ": '" + value + "' is not a duration (e.g. 20us, 5ms, 1s)";
       return false;
     }

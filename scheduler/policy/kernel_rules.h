@@ -71,6 +71,10 @@ inline uint64_t waves_of(uint64_t blocks, uint32_t blocks_per_sm, uint32_t sms) 
   return (blocks + slots - 1) / slots;
 }
 
+// Launches whose blocks hold an SM up to this are short holds (fikit-scheduler --short-hold's
+// default): under MPS they may run beside an active service; longer ones are long holds.
+inline constexpr uint64_t kDefaultShortHoldNs = 1'000'000;
+
 // How long a kernel's blocks hold an SM: its length over its waves (its length when one wave).
 inline uint64_t sm_hold_ns(uint64_t duration_ns, uint64_t waves) { return duration_ns / std::max<uint64_t>(waves, 1); }
 

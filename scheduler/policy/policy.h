@@ -58,7 +58,7 @@ struct Settings {
   // length: under MPS client priority a holder's blocks are dispatched first as SMs free up, so a
   // launch whose blocks hold SMs briefly costs it little, and one whose blocks hold every SM for
   // milliseconds (cuBLAS's and cuDNN's persistent kernels) costs it that long.
-  uint64_t short_hold_ns = 1'000'000;          // launches holding SMs up to this may run beside an active holder
+  uint64_t short_hold_ns = kDefaultShortHoldNs;  // launches holding SMs up to this may run beside an active holder
   // A task above busier than this (percent of its active time, busy_percent) keeps the GPU busy back
   // to back: every SM a job takes is one it loses (a CUDA graph service ran 2.8x slower at p50 beside
   // 28 us GEMMs under MPS), so nothing runs beside it at full width, and long holds (below it: holds

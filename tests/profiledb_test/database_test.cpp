@@ -235,7 +235,10 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   // Back to what FIKIT wrote before coverage was recorded.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
-  for (const char* sql : {"ALTER TABLE runs DROP COLUMN request_busy_pct", "ALTER TABLE kernels DROP COLUMN blocks_per_sm",
+  for (const char* sql : {"ALTER TABLE runs DROP COLUMN timer", "ALTER TABLE runs DROP COLUMN timing_bias_ns",
+                          "ALTER TABLE runs DROP COLUMN timing_uncertainty_ns",
+                          "ALTER TABLE kernels DROP COLUMN dur_unresolved",
+                          "ALTER TABLE runs DROP COLUMN request_busy_pct", "ALTER TABLE kernels DROP COLUMN blocks_per_sm",
                           "ALTER TABLE kernels DROP COLUMN sm_count", "ALTER TABLE runs DROP COLUMN ops_launched",
                           "ALTER TABLE runs DROP COLUMN ops_timed", "ALTER TABLE runs DROP COLUMN sample_every",
                           "PRAGMA user_version = 1"})

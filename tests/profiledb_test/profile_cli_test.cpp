@@ -318,3 +318,56 @@ TEST_F(ProfileCli, CompareCountsKernelsThatAgreeAndExitsSevenOtherwise) {
   EXPECT_EQ(cli(db_arg() + "compare full nosuch"), 3);
   EXPECT_EQ(cli(db_arg() + "--dur-tolerance x compare full sampled"), 2);
 }
+
+TEST_F(ProfileCli, CompareHonoursADurationFloorTheTimersUncertaintyAndHoldClasses) {
+  {
+    Database db(path_, Database::Open::Create);
+    // Kernel 1 (1 us) reads 30 % long with events; kernel 2 (10 us) agrees within 1 %, its gap is
+    // 1.6 us (8 %) off. Kernel 2 is one wave of 132 blocks in A; B saw 66 SMs: two waves.
+    auto a1 = sample(1, 1000, 4, 5000), a2 = sample(2, 10000, 4, 20000);
+    auto b1 = sample(1, 1300, 4, 5000), b2 = sample(2, 10050, 4, 21600);
+    a2.grid = b2.grid = {132, 1, 1};
+    a2.blocks_per_sm = b2.blocks_per_sm = 1;
+    a2.sm_count = 132;
+    b2.sm_count = 66;
+    db.add_run("cupti", "p", {.gpu_ops = 2, .timer = "cupti"}, {a1, a2}, {});
+    db.add_run("events", "p", {.gpu_ops = 2, .timer = "events", .timing_bias_ns = 3000, .timing_uncertainty_ns = 2000},
+               {b1, b2}, {});
+  }
+  EXPECT_EQ(cli(db_arg() + "compare cupti events"), 7) << "kernel 1's duration disagrees: " << out_;
+  // The floor leaves kernel 1's duration out; the 2 us uncertainty the events run states covers
+  // kernel 2's gap even at a 5 % tolerance.
+  ASSERT_EQ(cli(db_arg() + "--min-dur 5us --gap-tolerance 0.05 compare cupti events"), 0) << out_ << err_;
+  EXPECT_NE(out_.find("duration mean within 5 %: 1 of 1 kernels at least 5.0 us long in A"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("gap p50 within 5 % or 2.0 us (the timers' uncertainty): 2 of 2 kernels"), std::string::npos)
+      << out_;
+  EXPECT_NE(out_.find("SM hold class (short up to 1.00 ms) the same: 1 of 1 kernels"), std::string::npos) << out_;
+  // Holds of 10 us (A) and 5 us (B) fall on two sides of 7 us.
+  EXPECT_EQ(cli(db_arg() + "--min-dur 5us --short-hold 7us compare cupti events"), 7) << out_;
+  EXPECT_NE(out_.find("long/short"), std::string::npos) << out_;
+  EXPECT_NE(out_.find("the same: 0 of 1 kernels"), std::string::npos) << out_;
+  EXPECT_EQ(cli(db_arg() + "--min-dur 5 parsecs compare cupti events"), 2);
+}
+
+TEST_F(ProfileCli, ShowSaysHowTheRunsWereTimed) {
+  {
+    Database db(path_, Database::Open::Create);
+    auto k = sample(1, 1000, 4, 5000);
+    k.dur_unresolved = 3;
+    db.add_run("ev", "p", {.gpu_ops = 4, .timer = "events", .timing_bias_ns = 3000, .timing_uncertainty_ns = 2000},
+               {k, sample(2, 50000, 4, 5000)}, {});
+    db.add_run("cu", "p", {.gpu_ops = 4, .timer = "cupti"}, {sample(1, 1000, 4, 5000)}, {});
+    db.add_run("old", "p", {.gpu_ops = 4}, {sample(1, 1000, 4, 5000)}, {});
+  }
+  ASSERT_EQ(cli(db_arg() + "show ev"), 0) << err_;
+  EXPECT_NE(out_.find("timing: CUDA events in 1 run (calibrated in the process: up to 3.0 us moved from an "
+                      "idle-start op's duration to its gap); each duration and gap within +-2.0 us; 1 kernel read "
+                      "shorter than that"), std::string::npos) << out_;
+  ASSERT_EQ(cli(db_arg() + "show cu"), 0) << err_;
+  EXPECT_NE(out_.find("timing: CUPTI (the GPU's timestamps) in 1 run; each duration and gap within +-0 ns; 0 kernels"),
+            std::string::npos) << out_;
+  ASSERT_EQ(cli(db_arg() + "show old"), 0) << err_;
+  EXPECT_NE(out_.find("timing: not recorded"), std::string::npos) << out_;
+  ASSERT_EQ(cli(db_arg() + "export ev --format csv"), 0) << err_;
+  EXPECT_NE(out_.find(",3,2000\n"), std::string::npos) << "dur_unresolved and the uncertainty end kernel 1's row: " << out_;
+}

@@ -38,9 +38,10 @@ commands:
                                        (open in ui.perfetto.dev or chrome://tracing), one track per stream
   gaps KEY                             histogram of the gaps between the task's GPU ops
   compare KEY_A KEY_B                  two profiles of one program side by side (e.g. measured with
-                                       FIKIT_MEASURE_SAMPLE=1 and with sampling): duration means and
-                                       gap medians per kernel both have; exit 7 when some disagree
-                                       beyond --dur-tolerance (default 0.05) or --gap-tolerance (0.10)
+                                       CUPTI and with CUDA events): duration means, gap medians and
+                                       SM hold classes per kernel both have; exit 7 when some disagree
+                                       beyond --dur-tolerance (default 0.05) or --gap-tolerance (0.10,
+                                       or the timers' stated uncertainty), or differ in hold class
   delete KEY                           remove task KEY and all its statistics
 
 options:
@@ -48,6 +49,9 @@ options:
   --wait-ms MS  how long to wait for a measuring process's write to finish (default 5000)
   --dur-tolerance F, --gap-tolerance F
                 compare: the relative differences that still agree (default 0.05 and 0.10)
+  --min-dur D   compare: durations only of kernels at least D long in KEY_A (e.g. 20us; default 0)
+  --short-hold D
+                compare: SM hold class boundary, as fikit-scheduler's (default 1ms)
   -h, --help    this text (also after a command)
   --version     the version
 
@@ -67,7 +71,7 @@ struct Args {
   std::string command;
   std::vector<std::string> positional;
   std::optional<std::string> format, output;
-  double dur_tolerance = 0.05, gap_tolerance = 0.10;
+  report::CompareRules rules;
 };
 
 constexpr const char* kCommands[] = {"list", "show", "export", "trace", "gaps", "compare", "delete"};
@@ -76,11 +80,13 @@ constexpr const char* kCommands[] = {"list", "show", "export", "trace", "gaps", 
 Args parse(int argc, char** argv) {
   Args a;
   auto app = fikit::cli::make_app("fikit-profile", kUsageText);
-  std::string wait_ms, dur_tolerance, gap_tolerance, format, output;
+  std::string wait_ms, dur_tolerance, gap_tolerance, min_dur, short_hold, format, output;
   app->add_option("--db", a.db);
   app->add_option("--wait-ms", wait_ms);
   app->add_option("--dur-tolerance", dur_tolerance);
   app->add_option("--gap-tolerance", gap_tolerance);
+  app->add_option("--min-dur", min_dur);
+  app->add_option("--short-hold", short_hold);
   app->add_option("--format", format);
   app->add_option("-o,--output", output);
   app->add_option("command", a.command);
@@ -105,8 +111,16 @@ Args parse(int argc, char** argv) {
       throw UsageError{std::string(opt) + ": '" + v + "' is not a fraction from 0 to 10 (0.05 is 5 %)"};
     return f;
   };
-  if (app->count("--dur-tolerance") > 0) a.dur_tolerance = fraction("--dur-tolerance", dur_tolerance);
-  if (app->count("--gap-tolerance") > 0) a.gap_tolerance = fraction("--gap-tolerance", gap_tolerance);
+  if (app->count("--dur-tolerance") > 0) a.rules.dur_tolerance = fraction("--dur-tolerance", dur_tolerance);
+  if (app->count("--gap-tolerance") > 0) a.rules.gap_tolerance = fraction("--gap-tolerance", gap_tolerance);
+  const auto duration = [](const char* opt, const std::string& v) {
+    uint64_t ns = 0;
+    if (!fikit::cli::parse_duration_ns(v, ns) || ns > 3'600'000'000'000)
+      throw UsageError{std::string(opt) + ": '" + v + "' is not a duration up to 3600 s (e.g. 20us, 1ms)"};
+    return ns;
+  };
+  if (app->count("--min-dur") > 0) a.rules.min_dur_ns = duration("--min-dur", min_dur);
+  if (app->count("--short-hold") > 0) a.rules.short_hold_ns = duration("--short-hold", short_hold);
   if (app->count("--format") > 0) a.format = format;
   if (app->count("--output") > 0) a.output = output;
   if (a.db.empty()) {
@@ -151,8 +165,11 @@ int run(const Args& a) {
   } else if (cmd == "show") {
     Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
     const auto task = require_task(db, key_of(a));
-    report::write_kernel_table(std::cout, task, db.kernels(task.key));
-    if (!report::write_coverage(std::cout, db.runs(task.key)))
+    const auto kernels = db.kernels(task.key);
+    const auto runs = db.runs(task.key);
+    report::write_kernel_table(std::cout, task, kernels);
+    report::write_timing(std::cout, runs, kernels);
+    if (!report::write_coverage(std::cout, runs))
       std::fprintf(stderr,
                    "fikit-profile: warning: task \"%s\" timed under 99 %% of its ops: kernels missing from the "
                    "profile fill no gaps until share mode has timed them in place (FIKIT_RELEARN_SAMPLE); the "
@@ -163,9 +180,10 @@ int run(const Args& a) {
     Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
     const auto task = require_task(db, key);
     const auto kernels = db.kernels(key);
+    const uint64_t uncertainty = fikit::profiledb::timing_uncertainty(db.runs(key));
     emit(a.output, [&](std::ostream& out) {
-      if (*a.format == "csv") report::write_kernels_csv(out, kernels);
-      else report::write_kernels_json(out, task, kernels);
+      if (*a.format == "csv") report::write_kernels_csv(out, kernels, uncertainty);
+      else report::write_kernels_json(out, task, kernels, uncertainty);
     });
   } else if (cmd == "trace") {
     const auto& key = key_of(a);
@@ -189,9 +207,14 @@ int run(const Args& a) {
     const std::string ka = require_task(db, a.positional[0]).key;
     const std::string kb = require_task(db, a.positional[1]).key;
     const auto pa = db.kernels(ka), pb = db.kernels(kb);
-    report::write_comparison(std::cout, ka, kb, pa, pb, a.dur_tolerance, a.gap_tolerance);
-    const auto g = report::compare_profiles(pa, pb, a.dur_tolerance, a.gap_tolerance);
-    if (g.common == 0 || g.dur_within < g.common || g.gap_within < g.gap_compared) return kDisagree;
+    auto rules = a.rules;
+    rules.gap_slack_ns = std::max(fikit::profiledb::timing_uncertainty(db.runs(ka)),
+                                  fikit::profiledb::timing_uncertainty(db.runs(kb)));
+    report::write_comparison(std::cout, ka, kb, pa, pb, rules);
+    const auto g = report::compare_profiles(pa, pb, rules);
+    if (g.common == 0 || g.dur_within < g.dur_compared || g.gap_within < g.gap_compared ||
+        g.hold_same < g.hold_compared)
+      return kDisagree;
   } else if (cmd == "delete") {
     const auto& key = key_of(a);
     Database db(a.db, Database::Open::ReadWrite, a.wait_ms);

@@ -83,16 +83,16 @@ void write_kernel_table(std::ostream& out, const profiledb::TaskInfo& task, cons
 static constexpr const char* kCsvHeader =
     "kernel_id,name,call_site,grid_x,grid_y,grid_z,block_x,block_y,block_z,shared_mem,count,dur_mean_ns,"
     "dur_stddev_ns,dur_min_ns,dur_p50_ns,dur_p90_ns,dur_max_ns,gap_count,gap_mean_ns,gap_p10_ns,gap_p50_ns,"
-    "gap_p90_ns,boundary_count,blocks_per_sm,sm_count,waves,sm_hold_p50_ns";
+    "gap_p90_ns,boundary_count,blocks_per_sm,sm_count,waves,sm_hold_p50_ns,dur_unresolved,timing_uncertainty_ns";
 
-void write_kernels_csv(std::ostream& out, const std::vector<KernelProfile>& kernels) {
+void write_kernels_csv(std::ostream& out, const std::vector<KernelProfile>& kernels, uint64_t uncertainty_ns) {
   out << kCsvHeader << '\n';
   for (const auto& k : kernels)
-    fmt::print(out, "{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{}\n",
+    fmt::print(out, "{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{}\n",
                hex_id(k.kernel_id), csv_quote(k.name), csv_quote(k.call_site), k.grid[0], k.grid[1], k.grid[2],
                k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev, k.dur_min,
                k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
-               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k));
+               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k), k.dur_unresolved, uncertainty_ns);
 }
 
 // JSON through nlohmann-json: strings escaped and bytes that are not UTF-8 (a mangled name cut short)
@@ -104,7 +104,8 @@ void dump(std::ostream& out, const nlohmann::ordered_json& value) {
 
 double rounded(double value) { return std::round(value * 1000.0) / 1000.0; }
 
-void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, const std::vector<KernelProfile>& kernels) {
+void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, const std::vector<KernelProfile>& kernels,
+                        uint64_t uncertainty_ns) {
   out << "{\"task\": ";
   dump(out, task.key);
   out << ", \"command_line\": ";
@@ -121,7 +122,8 @@ void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, cons
                   {"dur_p90_ns", k.dur_p90}, {"dur_max_ns", k.dur_max}, {"gap_count", k.gap_count},
                   {"gap_mean_ns", rounded(k.gap_mean)}, {"gap_p10_ns", k.gap_p10}, {"gap_p50_ns", k.gap_p50},
                   {"gap_p90_ns", k.gap_p90}, {"boundary_count", k.boundary_count}, {"blocks_per_sm", k.blocks_per_sm},
-                  {"sm_count", k.sm_count}, {"waves", waves(k)}, {"sm_hold_p50_ns", sm_hold(k)}});
+                  {"sm_count", k.sm_count}, {"waves", waves(k)}, {"sm_hold_p50_ns", sm_hold(k)},
+                  {"dur_unresolved", k.dur_unresolved}, {"timing_uncertainty_ns", uncertainty_ns}});
   }
   out << "\n]}\n";
 }
@@ -184,12 +186,53 @@ bool write_coverage(std::ostream& out, const std::vector<profiledb::RunSummary>&
   return c >= profiledb::kGoodCoverage;
 }
 
+void write_timing(std::ostream& out, const std::vector<profiledb::RunSummary>& runs,
+                  const std::vector<KernelProfile>& kernels) {
+  size_t cupti = 0, events = 0, calibrated = 0;
+  uint64_t bias = 0;
+  for (const auto& r : runs) {
+    if (r.timer == "cupti") ++cupti;
+    if (r.timer != "events") continue;
+    ++events;
+    if (r.timing_uncertainty_ns == 0) continue;
+    ++calibrated;
+    bias = std::max(bias, r.timing_bias_ns);
+  }
+  const uint64_t uncertainty = profiledb::timing_uncertainty(runs);
+  size_t short_kernels = 0;
+  for (const auto& k : kernels) short_kernels += k.dur_unresolved > 0;
+  if (cupti + events == 0) {
+    fmt::print(out, "timing: not recorded (runs stored by an older FIKIT)\n");
+    return;
+  }
+  std::string how;
+  if (cupti) how = fmt::format("CUPTI (the GPU's timestamps) in {} run{}", cupti, cupti == 1 ? "" : "s");
+  if (events) {
+    if (!how.empty()) how += ", ";
+    how += fmt::format("CUDA events in {} run{}", events, events == 1 ? "" : "s");
+    if (calibrated)
+      how += fmt::format(" (calibrated in the process: up to {} moved from an idle-start op's duration to its gap)",
+                         human_ns(static_cast<double>(bias)));
+    if (calibrated < events) how += fmt::format(" ({} not calibrated)", events - calibrated);
+  }
+  fmt::print(out, "timing: {}; each duration and gap within +-{}; {} kernel{} read shorter than that in some "
+             "launches (unresolved)\n", how, human_ns(static_cast<double>(uncertainty)), short_kernels,
+             short_kernels == 1 ? "" : "s");
+}
+
+namespace {
+
+bool long_hold(const KernelProfile& k, const CompareRules& rules) { return sm_hold(k) > rules.short_hold_ns; }
+bool occupancy_known(const KernelProfile& k) { return k.blocks_per_sm != 0 && k.sm_count != 0; }
+
+}  // namespace
+
 Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vector<KernelProfile>& b,
-                           double dur_tolerance, double gap_tolerance) {
+                           const CompareRules& rules) {
   std::unordered_map<uint64_t, const KernelProfile*> in_b;
   for (const auto& k : b) in_b.emplace(k.kernel_id, &k);
   Agreement g{.kernels_a = a.size(), .kernels_b = b.size()};
-  double total = 0, common_time = 0;
+  double total = 0, common_time = 0, compared_time = 0;
   for (const auto& ka : a) {
     const double time = ka.dur_mean * static_cast<double>(ka.count);
     total += time;
@@ -198,47 +241,68 @@ Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vecto
     const KernelProfile& kb = *it->second;
     ++g.common;
     common_time += time;
-    if (std::abs(kb.dur_mean - ka.dur_mean) <= dur_tolerance * ka.dur_mean) {
-      ++g.dur_within;
-      g.time_dur_within += time;
+    if (ka.dur_mean >= static_cast<double>(rules.min_dur_ns)) {
+      ++g.dur_compared;
+      compared_time += time;
+      if (std::abs(kb.dur_mean - ka.dur_mean) <= rules.dur_tolerance * ka.dur_mean) {
+        ++g.dur_within;
+        g.time_dur_within += time;
+      }
     }
     if (ka.gap_count > 0 && kb.gap_count > 0) {
       ++g.gap_compared;
       const double ga = static_cast<double>(ka.gap_p50), gb = static_cast<double>(kb.gap_p50);
-      if (std::abs(gb - ga) <= gap_tolerance * ga) ++g.gap_within;
+      const double d = std::abs(gb - ga);
+      if (d <= rules.gap_tolerance * ga || d <= static_cast<double>(rules.gap_slack_ns)) ++g.gap_within;
+    }
+    if (occupancy_known(ka) && occupancy_known(kb)) {
+      ++g.hold_compared;
+      g.hold_same += long_hold(ka, rules) == long_hold(kb, rules);
     }
   }
   g.time_common = total > 0 ? common_time / total : 0;
-  g.time_dur_within = common_time > 0 ? g.time_dur_within / common_time : 0;
+  g.time_dur_within = compared_time > 0 ? g.time_dur_within / compared_time : 0;
   return g;
 }
 
 void write_comparison(std::ostream& out, const std::string& key_a, const std::string& key_b,
-                      const std::vector<KernelProfile>& a, const std::vector<KernelProfile>& b, double dur_tolerance,
-                      double gap_tolerance) {
+                      const std::vector<KernelProfile>& a, const std::vector<KernelProfile>& b,
+                      const CompareRules& rules) {
   std::unordered_map<uint64_t, const KernelProfile*> in_b;
   for (const auto& k : b) in_b.emplace(k.kernel_id, &k);
   // Keys are long and often share a prefix: the columns say A and B, and a line says which is which.
   fmt::print(out, "A = {}\nB = {}\n", key_a, key_b);
-  fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}\n", "KERNEL ID", "NAME", "DUR A",
-             "DUR B", "B-A", "GAP P50 A", "GAP P50 B", "B-A");
+  fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}  {:>9}\n", "KERNEL ID", "NAME", "DUR A",
+             "DUR B", "B-A", "GAP P50 A", "GAP P50 B", "B-A", "HOLD A/B");
   const auto diff = [](double x, double y) { return y > 0 ? fmt::format("{:+.1f}%", 100 * (x - y) / y) : std::string("-"); };
   for (const auto& ka : a) {
     const auto it = in_b.find(ka.kernel_id);
     if (it == in_b.end()) continue;
     const KernelProfile& kb = *it->second;
     const bool gaps = ka.gap_count > 0 && kb.gap_count > 0;
-    fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}\n", hex_id(ka.kernel_id),
+    const auto hold = [&](const KernelProfile& k) {
+      return occupancy_known(k) ? (long_hold(k, rules) ? "long" : "short") : "?";
+    };
+    fmt::print(out, "{:<18}  {:<32}  {:>9}  {:>9}  {:>7}  {:>9}  {:>9}  {:>7}  {:>9}\n", hex_id(ka.kernel_id),
                shorten(ka.name, 32), human_ns(ka.dur_mean), human_ns(kb.dur_mean), diff(kb.dur_mean, ka.dur_mean),
                gaps ? human_ns(static_cast<double>(ka.gap_p50)) : "-", gaps ? human_ns(static_cast<double>(kb.gap_p50)) : "-",
-               gaps ? diff(static_cast<double>(kb.gap_p50), static_cast<double>(ka.gap_p50)) : "-");
+               gaps ? diff(static_cast<double>(kb.gap_p50), static_cast<double>(ka.gap_p50)) : "-",
+               fmt::format("{}/{}", hold(ka), hold(kb)));
   }
-  const Agreement g = compare_profiles(a, b, dur_tolerance, gap_tolerance);
+  const Agreement g = compare_profiles(a, b, rules);
   fmt::print(out, "{} kernels in {}, {} in {}, {} in both ({:.1f} % of {}'s GPU time)\n", g.kernels_a, key_a,
              g.kernels_b, key_b, g.common, 100 * g.time_common, key_a);
-  fmt::print(out, "duration mean within {:.0f} %: {} of {} kernels ({:.1f} % of their GPU time); gap p50 within "
-             "{:.0f} %: {} of {} kernels\n", 100 * dur_tolerance, g.dur_within, g.common, 100 * g.time_dur_within,
-             100 * gap_tolerance, g.gap_within, g.gap_compared);
+  const std::string floor =
+      rules.min_dur_ns ? fmt::format(" at least {} long in A", human_ns(static_cast<double>(rules.min_dur_ns)))
+                       : std::string();
+  fmt::print(out, "duration mean within {:.0f} %: {} of {} kernels{} ({:.1f} % of their GPU time); gap p50 within "
+             "{:.0f} %{}: {} of {} kernels; SM hold class (short up to {}) the same: {} of {} kernels\n",
+             100 * rules.dur_tolerance, g.dur_within, g.dur_compared, floor, 100 * g.time_dur_within,
+             100 * rules.gap_tolerance,
+             rules.gap_slack_ns ? fmt::format(" or {} (the timers' uncertainty)", human_ns(static_cast<double>(rules.gap_slack_ns)))
+                                : std::string(),
+             g.gap_within, g.gap_compared, human_ns(static_cast<double>(rules.short_hold_ns)), g.hold_same,
+             g.hold_compared);
 }
 
 void write_gap_histogram(std::ostream& out, const profiledb::Histogram& gaps, uint64_t boundary_count, int width) {

@@ -1,0 +1,69 @@
+#!/bin/sh
+# Calibrated CUDA events against CUPTI on the same programs (docs/performance-measure.md): each
+# program is measured twice, with FIKIT_TIMING=cupti and with FIKIT_TIMING=events (the timer auto
+# mode uses), every iteration measured, in alternating order; `fikit-profile compare` then counts the
+# kernels of at least --min-dur whose duration means agree within 5 %, the gap medians within 10 %
+# or the uncertainty the events run states, and the kernels whose SM hold class is the same.
+#
+#   bench/gpu/events_accuracy.sh [--prefix .dist] [--out DIR] [--min-dur 20us] [--cpus 2-8] [PROGRAM ...]
+#
+# PROGRAM is NAME=COMMAND (run through sh -c); default: the eager and CUDA-graph resnet50 services
+# (examples/pytorch/infer.py, 300 requests) and the resnet50 bs32 and transformer bs16 training loops
+# (examples/pytorch/train.py, 8 s). Writes DIR/summary.txt and, per program, the logs, both
+# profiles' `show` and the comparison. Exit status: 0 all ran; 1 a program failed; 2 bad usage.
+set -u
+prefix=.dist out=events-accuracy min_dur=20us cpus=""
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --prefix) prefix=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --min-dur) min_dur=$2; shift 2 ;;
+    --cpus) cpus=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --*) echo "events_accuracy: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) break ;;
+  esac
+done
+root=$(cd "$(dirname "$0")/../.." && pwd)
+if [ $# -eq 0 ]; then
+  set -- "eager-service=python3 $root/examples/pytorch/infer.py --model resnet50 --requests 300" \
+         "graph-service=python3 $root/examples/pytorch/infer.py --model resnet50 --cuda-graph --requests 300" \
+         "resnet50-train=python3 $root/examples/pytorch/train.py --model resnet50 --batch 32 --duration-s 8" \
+         "transformer-train=python3 $root/examples/pytorch/train.py --model transformer --batch 16 --duration-s 8"
+fi
+run="$prefix/bin/fikit-run" profile="$prefix/bin/fikit-profile"
+for tool in "$run" "$profile"; do
+  [ -x "$tool" ] || { echo "events_accuracy: $tool missing (install FIKIT into $prefix)" >&2; exit 2; }
+done
+mkdir -p "$out"
+db="$out/profiles.db"
+pin=""
+[ -n "$cpus" ] && command -v taskset >/dev/null && pin="taskset -c $cpus"
+status=0 turn=0
+: > "$out/summary.txt"
+for program in "$@"; do
+  name=${program%%=*} cmd=${program#*=}
+  mkdir -p "$out/$name"
+  # Alternate which timer goes first, so that neither always meets a cold (or warm) GPU.
+  turn=$((turn + 1))
+  if [ $((turn % 2)) -eq 1 ]; then order="cupti events"; else order="events cupti"; fi
+  for timer in $order; do
+    key="$name-$timer"
+    # shellcheck disable=SC2086 # $pin and the command are word lists
+    if ! FIKIT_TIMING=$timer FIKIT_LOG_LEVEL=info $pin "$run" --db "$db" --mode measure --measure-sample 1 \
+        --task-key "$key" -- sh -c "$cmd" > "$out/$name/$key.out" 2> "$out/$name/$key.err"; then
+      echo "$key: FAILED (see $out/$name/$key.err)" >> "$out/summary.txt"
+      status=1
+    fi
+    "$profile" --db "$db" show "$key" > "$out/$name/$key.show" 2>&1
+  done
+  "$profile" --db "$db" --min-dur "$min_dur" compare "$name-cupti" "$name-events" > "$out/$name/compare.txt" 2>&1
+  {
+    echo "$name: $(grep -h 'CUDA events calibrated' "$out/$name/$name-events.err" | head -1 | sed 's/^.*measure: //')"
+    echo "  $(grep '^timing:' "$out/$name/$name-events.show")"
+    tail -2 "$out/$name/compare.txt" | sed 's/^/  /'
+  } >> "$out/summary.txt"
+done
+cat "$out/summary.txt"
+exit $status
