@@ -14,6 +14,13 @@ Fn real_driver(const char* name) noexcept {
   return reinterpret_cast<Fn>(real_driver_symbol(name));
 }
 
+// Sets the calling thread's stream-capture interaction mode and returns the one it had (the
+// driver's cuThreadExchangeStreamCaptureMode; a driver without it: nothing, RELAXED returned).
+// While any thread of the program captures a CUDA graph in the global mode (PyTorch's default),
+// a "potentially unsafe" call from another thread, cuEventQuery among them, invalidates that
+// capture: the hook's own threads make theirs relaxed, as PyTorch's NCCL watchdog does.
+CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode) noexcept;
+
 // The real driver's event functions, which the hook's own timing and bookkeeping use.
 struct EventFns {
   CUresult (*create)(CUevent*, unsigned int) = nullptr;

@@ -69,9 +69,11 @@ class EventTimer final : public Timer {
     slot.start_event = pair.start;
     slot.end_event = pair.end;
     slot.timed = record_(slot.start_event, stream) == CUDA_SUCCESS;
+    slot.host_ns = protocol::monotonic_ns();
   }
 
   void after(OpSlot& slot, uint64_t, const LaunchInfo& op, bool launched) noexcept override {
+    slot.host_ns = protocol::monotonic_ns() - slot.host_ns;
     if (slot.timed) slot.timed = launched && record_(slot.end_event, op.stream) == CUDA_SUCCESS;
   }
 
@@ -105,18 +107,19 @@ class EventTimer final : public Timer {
     const uint64_t raw_end =
         raw_start + static_cast<uint64_t>(std::max<int64_t>(std::llround(static_cast<double>(ms) * 1e6), 0));
     uint64_t& prev_end = stream_end(slot.stream);
-    const CorrectedOp op = correct_op(raw_start, raw_end, prev_end, cal_);
+    const CorrectedOp op = correct_op(raw_start, raw_end, prev_end, slot.host_ns, cal_);
     prev_end = raw_end;
     start_ns = op.start_ns;
     end_ns = op.end_ns;
     slot.unresolved = op.unresolved;
+    slot.start_unknown = op.unknown;
     return Poll::Ready;
   }
 
   void describe(profiledb::RunSummary& run) const noexcept override {
     run.timer = name();
     if (calibration_.load(std::memory_order_acquire) != kCalibrated) return;
-    run.timing_bias_ns = cal_.bias_ns();
+    run.timing_bias_ns = cal_.idle_bias_ns(cal_.host_p50_ns);
     run.timing_uncertainty_ns = cal_.uncertainty_ns();
   }
 
@@ -128,9 +131,10 @@ class EventTimer final : public Timer {
     char why[160] = "";
     const bool ok = calibrate_events(cal_, why, sizeof why);
     if (ok) {
-      log(LogLevel::Info, "measure: CUDA events calibrated: an empty kernel reads %.2f us on an idle stream, %.2f us "
-          "queued; %.2f us moved from each idle-start op's duration to its gap, +-%.2f us on every duration and gap",
-          cal_.idle_ns / 1e3, cal_.queued_ns / 1e3, cal_.bias_ns() / 1e3, cal_.uncertainty_ns() / 1e3);
+      log(LogLevel::Info, "measure: CUDA events calibrated: a queued kernel reads %.2f us long; one on an idle stream "
+          "%.2f us long after a %.2f us launch call (the launch call's own time moves from duration to gap); "
+          "+-%.2f us on every duration and gap", cal_.queued_ns / 1e3,
+          cal_.idle_bias_ns(cal_.host_p50_ns) / 1e3, cal_.host_p50_ns / 1e3, cal_.uncertainty_ns() / 1e3);
     } else {
       log(LogLevel::Warn, "measure: CUDA events not calibrated (%s): durations of ops that start on an idle stream "
           "include the host's launch latency", why);

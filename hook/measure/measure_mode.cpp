@@ -172,6 +172,8 @@ class MeasureMode final : public Mode {
   }
 
   void consume_loop() noexcept {
+    // It queries events while the program may capture a graph (driver.h).
+    exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
     try {
       if (context_) {
         if (auto set = real_driver<CUresult (*)(CUcontext)>("cuCtxSetCurrent")) set(context_);
@@ -225,8 +227,9 @@ class MeasureMode final : public Mode {
         if (p == Timer::Poll::Ready) {
           ++timed_in_run_;
           run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop,
-                              slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph, slot->unresolved});
-          slot->unresolved = false;
+                              slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph, slot->unresolved,
+                              slot->start_unknown});
+          slot->unresolved = slot->start_unknown = false;
         } else if (slot->launched) {
           run = builder_.add_untimed(slot->sync_epoch);
         }

@@ -28,9 +28,11 @@ struct OpSlot {
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
   // Events timing: the pair of the event timer's pool this op was recorded with (event_timer.cpp).
   CUevent start_event = nullptr, end_event = nullptr;
+  // Events timing: the host time of the op's launch call, between its two records (event_timer.cpp).
+  uint64_t host_ns = 0;
   // Set by the timer's poll (measurement thread): the op's duration is shorter than the timer
-  // resolves (events: below its calibrated uncertainty).
-  bool unresolved = false;
+  // resolves (events: below its calibrated uncertainty), or its start cannot be told at all.
+  bool unresolved = false, start_unknown = false;
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
   // back in gpu_start/gpu_end, published by gpu_state.

@@ -25,15 +25,15 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
   std::optional<Run> finished;
   if (epoch_known_ && op.sync_epoch != prev_epoch_) {
     finished = boundary();
-  } else if (have_prev_ && !op.after_drop) {
+  } else if (have_prev_ && !op.after_drop && !op.start_unknown) {
     // All streams merged: a next op that starts before this one ended leaves no gap.
     kernels_[prev_id_].gap.add(op.start_ns > prev_end_ ? op.start_ns - prev_end_ : 0);
   }
 
   profiledb::KernelSample& k = kernels_[op.kernel_id];
   k.kernel_id = op.kernel_id;
-  k.duration.add(op.end_ns - op.start_ns);
-  if (op.unresolved) ++k.dur_unresolved;
+  if (!op.start_unknown) k.duration.add(op.end_ns - op.start_ns);
+  if (op.unresolved || op.start_unknown) ++k.dur_unresolved;
   ++summary_.gpu_ops;
   first_start_ = std::min(first_start_, op.start_ns);
   last_end_ = std::max(last_end_, op.end_ns);

@@ -20,6 +20,9 @@ struct TimedOp {
   bool after_drop = false;        // an op before it went unrecorded: the gap before it is unknown
   bool sm_work = true;            // a kernel or a graph; copies and sets (copy engines) are not
   bool unresolved = false;        // shorter than the timer resolves (Timer::poll): marked, not guessed
+  // Its start cannot be told (Timer::poll): neither its duration nor the gap before it is counted;
+  // its end still starts the next gap. Counted as unresolved.
+  bool start_unknown = false;
 };
 
 struct Run {

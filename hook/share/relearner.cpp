@@ -193,6 +193,8 @@ void Relearner::store(bool final) noexcept {
 }
 
 void Relearner::loop() noexcept {
+  // It queries events while the program may capture a graph (driver.h).
+  exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
   std::unique_lock lock(wake_mutex_);
   while (!stopping_.load(std::memory_order_acquire)) {
     wake_.wait_for(lock, std::chrono::milliseconds(kPollMs));

@@ -5,59 +5,71 @@
 
 using fikit::hook::measure::correct_op;
 using fikit::hook::measure::EventCalibration;
+using fikit::hook::measure::kLongLaunchNs;
 using fikit::hook::measure::kQueuedSlackNs;
 
 namespace {
 
-// An empty kernel read 4 us on an idle stream and 1.5 us queued; the idle pairs spread by 1 us.
-const EventCalibration kCal{.done = true, .idle_ns = 4000, .queued_ns = 1500, .spread_ns = 1000};
+// Queued, a pair reads a kernel 2 us long; on an idle stream 1.5 us less than the launch call took
+// (whose median was 3 us); one op's excess may differ by 0.5 us.
+const EventCalibration kCal{.done = true, .queued_ns = 2000, .idle_offset_ns = -1500, .host_p50_ns = 3000,
+                            .spread_ns = 500};
 
 }  // namespace
 
-TEST(EventCalibration, BiasIsTheHostLatencyAndTheUncertaintyCoversBothSides) {
-  EXPECT_EQ(kCal.bias_ns(), 2500u);
-  EXPECT_EQ(kCal.uncertainty_ns(), 1500u + 2500u) << "the bias exceeds the spread: an op's latency may be 0";
-  const EventCalibration wide{.done = true, .idle_ns = 4000, .queued_ns = 1500, .spread_ns = 9000};
-  EXPECT_EQ(wide.uncertainty_ns(), 1500u + 9000u);
-  const EventCalibration inverted{.done = true, .idle_ns = 1000, .queued_ns = 1500, .spread_ns = 0};
-  EXPECT_EQ(inverted.bias_ns(), 0u) << "never a negative bias";
+TEST(EventCalibration, TheIdleBiasFollowsTheOpsOwnLaunchCall) {
+  EXPECT_EQ(kCal.idle_bias_ns(3000), 1500u);
+  EXPECT_EQ(kCal.idle_bias_ns(40'000), 38'500u) << "a launch call that loaded a module first";
+  EXPECT_EQ(kCal.idle_bias_ns(1000), 0u) << "never a negative bias";
+  EXPECT_EQ(kCal.uncertainty_ns(), 1500u) << "the spread and the microsecond no pair sees";
+  EXPECT_EQ(EventCalibration{}.uncertainty_ns(), 0u) << "uncalibrated: unknown";
 }
 
-TEST(EventCalibration, AnOpThatStartsOnAnIdleStreamLosesTheBiasToItsGap) {
-  // The stream's last op ended at 100 us; this one's start event completed at 150 us: idle.
-  const auto op = correct_op(150'000, 200'000, 100'000, kCal);
+TEST(EventCalibration, AnOpThatStartsOnAnIdleStreamLosesTheTypicalLaunchCallToItsGap) {
+  // The stream's last op ended at 100 us; this one's start event completed at 150 us: idle. A
+  // launch call takes 3 us: the kernel came 1.5 us after the event.
+  const auto op = correct_op(150'000, 250'000, 100'000, 4000, kCal);
   EXPECT_TRUE(op.idle_start);
-  EXPECT_EQ(op.start_ns, 152'500u);
-  EXPECT_EQ(op.end_ns, 200'000u);
+  EXPECT_EQ(op.start_ns, 151'500u);
+  EXPECT_EQ(op.end_ns, 250'000u);
   EXPECT_FALSE(op.unresolved);
+  EXPECT_FALSE(op.unknown);
   // The first op on a stream has nothing queued before it.
-  EXPECT_TRUE(correct_op(150'000, 200'000, 0, kCal).idle_start);
+  EXPECT_TRUE(correct_op(150'000, 200'000, 0, 3000, kCal).idle_start);
 }
 
-TEST(EventCalibration, AnOpQueuedBehindTheLastOneKeepsItsReading) {
-  const auto op = correct_op(100'000 + kQueuedSlackNs, 200'000, 100'000, kCal);
+TEST(EventCalibration, AnOpQueuedBehindTheLastOneLosesTheQueuedExcess) {
+  const auto op = correct_op(100'000 + kQueuedSlackNs, 200'000, 100'000, 3000, kCal);
   EXPECT_FALSE(op.idle_start);
-  EXPECT_EQ(op.start_ns, 100'000 + kQueuedSlackNs);
+  EXPECT_EQ(op.start_ns, 103'000u);
   EXPECT_EQ(op.end_ns, 200'000u);
+  EXPECT_FALSE(op.unknown);
+}
+
+TEST(EventCalibration, AnOpWithALongLaunchCallHasNoKnownStart) {
+  // The call loaded a module first (or its thread lost the CPU): the kernel came somewhere within it.
+  for (const uint64_t prev_end : {100'000u, 50'000u}) {   // queued, and idle
+    const auto op = correct_op(100'000, 300'000, prev_end, 3000 + kLongLaunchNs + 1, kCal);
+    EXPECT_TRUE(op.unknown) << prev_end;
+    EXPECT_TRUE(op.unresolved) << prev_end;
+    EXPECT_FALSE(correct_op(100'000, 300'000, prev_end, 3000 + kLongLaunchNs, kCal).unknown) << prev_end;
+  }
 }
 
 TEST(EventCalibration, DurationsBelowTheUncertaintyAreMarkedNotGuessed) {
-  // A 3 us reading on an idle stream: 0.5 us after the bias, under the 4 us uncertainty.
-  const auto idle = correct_op(150'000, 153'000, 100'000, kCal);
-  EXPECT_TRUE(idle.unresolved);
-  EXPECT_EQ(idle.end_ns - idle.start_ns, 500u);
+  // 3.4 us read queued: 1.4 us after the excess, under the 1.5 us uncertainty.
+  EXPECT_TRUE(correct_op(100'000, 103'400, 100'000, 3000, kCal).unresolved);
+  EXPECT_FALSE(correct_op(100'000, 103'500, 100'000, 3000, kCal).unresolved);
   // A reading shorter than the bias: the duration is 0, never negative, and unresolved.
-  const auto tiny = correct_op(150'000, 151'000, 100'000, kCal);
+  const auto tiny = correct_op(150'000, 151'000, 100'000, 3000, kCal);
   EXPECT_EQ(tiny.start_ns, tiny.end_ns);
   EXPECT_TRUE(tiny.unresolved);
-  // Queued, 4 us and more is resolved.
-  EXPECT_FALSE(correct_op(100'000, 104'000, 100'000, kCal).unresolved);
-  EXPECT_TRUE(correct_op(100'000, 103'999, 100'000, kCal).unresolved);
 }
 
 TEST(EventCalibration, WithoutACalibrationNothingIsCorrectedOrMarked) {
-  const auto op = correct_op(150'000, 151'000, 100'000, EventCalibration{});
+  const auto op = correct_op(150'000, 151'000, 100'000, 50'000, EventCalibration{});
   EXPECT_EQ(op.start_ns, 150'000u);
   EXPECT_EQ(op.end_ns, 151'000u);
   EXPECT_FALSE(op.unresolved);
+  EXPECT_FALSE(op.unknown);
 }

@@ -136,6 +136,11 @@ void expect_between(uint64_t got, uint64_t lo, uint64_t hi, const char* what) {
   EXPECT_LE(static_cast<double>(got), static_cast<double>(hi) * 1.02) << what << " above [" << lo << ", " << hi << "]";
 }
 
+// Launches of a kernel the profile counts: timed, or with an unknown start (a launch call that its
+// thread spent off the CPU, on a loaded host: the hook drops its duration and the gap before it and
+// counts it unresolved). These kernels are far too long to be unresolved otherwise.
+uint64_t launches(const KernelProfile& k) { return k.count + k.dur_unresolved; }
+
 }  // namespace
 
 // Spins long enough that the few microseconds between the start event and the kernel's submission
@@ -159,14 +164,13 @@ TEST_F(MeasureE2E, DurationsAndGapsMatchTheProgramsRhythm) {
   ASSERT_EQ(got.size(), 3u) << "one kernel ID per position";
   for (uint32_t p = 0; p < 3; ++p) {
     const KernelProfile& k = got.at(p);
-    EXPECT_EQ(k.count, 30u);
+    EXPECT_EQ(launches(k), 30u);
     EXPECT_EQ(k.name, "spin_kernel");
     expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
     EXPECT_GE(k.dur_min + uncertainty, want[p].dur_lo) << "no op is timed shorter than its kernel, beyond the "
                                                          "uncertainty the run states";
-    EXPECT_EQ(k.dur_unresolved, 0u) << "hundreds of microseconds are resolved";
     if (p < 2) {
-      EXPECT_EQ(k.gap_count, 30u);
+      EXPECT_EQ(k.gap_count + got.at(p + 1).dur_unresolved, 30u);
       EXPECT_EQ(k.boundary_count, 0u);
       expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
     } else {
@@ -200,12 +204,12 @@ TEST_F(MeasureE2E, SampledIterationsAreMeasuredWhole) {
   ASSERT_EQ(got.size(), 3u);
   for (uint32_t p = 0; p < 3; ++p) {
     const KernelProfile& k = got.at(p);
-    EXPECT_EQ(k.count, 10u) << p;
+    EXPECT_EQ(launches(k), 10u) << p;
     EXPECT_EQ(want[p].count, 10u);
     expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
     if (p < 2) {
       // A measured iteration's gaps stay gaps; none spans the iterations left out.
-      EXPECT_EQ(k.gap_count, 10u) << p;
+      EXPECT_EQ(k.gap_count + got.at(p + 1).dur_unresolved, 10u) << p;
       expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
     } else {
       EXPECT_EQ(k.gap_count, 0u);
@@ -226,7 +230,7 @@ TEST_F(MeasureE2E, BurstsMeasureConsecutiveIterations) {
       << slurp("err0");
   const auto got = by_position();
   ASSERT_EQ(got.size(), 3u);
-  for (uint32_t p = 0; p < 3; ++p) EXPECT_EQ(got.at(p).count, 12u) << p;
+  for (uint32_t p = 0; p < 3; ++p) EXPECT_EQ(launches(got.at(p)), 12u) << p;
   const auto runs = Database(db_).runs("probe");
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].ops_launched, 36u);
@@ -253,7 +257,7 @@ TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {
   // 11 boundaries: runs close after boundaries 4 and 8; the rest (iterations 9..12) at exit.
   EXPECT_EQ(runs_of(), 3u);
   const auto got = by_position();
-  EXPECT_EQ(got.at(0).count, 12u);
+  EXPECT_EQ(launches(got.at(0)), 12u);
   EXPECT_EQ(got.at(2).boundary_count, 11u);
 }
 
@@ -269,12 +273,16 @@ TEST_F(MeasureE2E, FourProcessesMeasuringOneKeyAddUp) {
   uint64_t uncertainty = 0;
   for (const auto& r : Database(db_).runs("probe")) uncertainty = std::max(uncertainty, r.timing_uncertainty_ns);
   for (const auto& [p, k] : got) {
-    EXPECT_EQ(k.count, 60u) << p;
+    // Under four processes' contention the uncertainty is wide: short-read launches are unresolved
+    // (and counted) as well as those with an unknown start (not counted).
+    EXPECT_LE(k.count, 60u) << p;
+    EXPECT_GE(launches(k), 60u) << p;
     // Four processes share one simulated device, so ops queue behind the others' and events time
     // the queueing too: only a lower bound holds for durations, and gaps are not compared.
     EXPECT_GE(k.dur_min + uncertainty, (p == 0 ? 50000u : p == 1 ? 200000u : 20000u) * 98 / 100) << p;
   }
-  EXPECT_EQ(got.at(2).boundary_count + got.at(2).gap_count, 56u);
+  EXPECT_LE(got.at(2).boundary_count + got.at(2).gap_count, 56u);
+  EXPECT_GE(got.at(2).boundary_count + got.at(2).gap_count + got.at(0).dur_unresolved, 56u);
 }
 
 TEST_F(MeasureE2E, KilledMidRunThenACleanRun) {
@@ -287,12 +295,12 @@ TEST_F(MeasureE2E, KilledMidRunThenACleanRun) {
   EXPECT_EQ(wait_exit(pid), -SIGKILL);
   const uint64_t before = runs_of();
   ASSERT_GE(before, 3u);
-  const uint64_t count_before = by_position().at(0).count;
+  const uint64_t count_before = launches(by_position().at(0));
   EXPECT_EQ(count_before, 2 * before) << "every stored run is whole";
 
   ASSERT_EQ(run({"--iterations", "4"}, {{"FIKIT_RUN_ITERATIONS", "2"}}), 0) << slurp("err0");
   EXPECT_EQ(runs_of(), before + 2);
-  EXPECT_EQ(by_position().at(0).count, count_before + 4);
+  EXPECT_EQ(launches(by_position().at(0)), count_before + 4);
   EXPECT_EQ(fikit::profiledb::Database(db_).integrity_check(), "ok");
 }
 

@@ -108,6 +108,21 @@ TEST(RunBuilder, AfterDropFlagSuppressesTheGapBefore) {
   EXPECT_EQ(k[2].gap.min, 1000u);
 }
 
+TEST(RunBuilder, AnOpWhoseStartIsUnknownCountsNeitherItsDurationNorTheGapBefore) {
+  RunBuilder b(0);
+  b.add({1, 1, 0, 0, 1000});
+  TimedOp unknown{2, 1, 0, 2000, 9000};
+  unknown.start_unknown = true;
+  b.add(unknown);
+  b.add({1, 1, 0, 10000, 11000});
+  auto k = by_id(*b.finish());
+  EXPECT_EQ(k[1].gap.count, 0u) << "the gap before the unknown start";
+  EXPECT_EQ(k[2].duration.count, 0u);
+  EXPECT_EQ(k[2].dur_unresolved, 1u) << "counted as unresolved";
+  ASSERT_EQ(k[2].gap.count, 1u) << "its end still starts the next gap";
+  EXPECT_EQ(k[2].gap.min, 1000u);
+}
+
 // What requests keep the GPU busy: per iteration, its ops' time over its span (first start to last
 // end, host waits between iterations left out), the median over the run's iterations.
 TEST(RunBuilder, RequestBusyShareIsTheMedianIterationsBusyTime) {
