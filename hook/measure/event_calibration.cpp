@@ -76,25 +76,36 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
   CUmodule module = nullptr;
   CUfunction spin = nullptr;
   CUstream stream = nullptr;
-  CUevent start = nullptr, end = nullptr;
+  std::array<CUevent, 3> ev{};   // a record before the pair, the pair's start and end
   const char* step = "";
   CUresult r = CUDA_SUCCESS;
-  // Per sample: the pair's excess over the kernel's kSpinNs, and the launch call's host time.
-  std::array<int64_t, kSamples> idle_resid{}, queued{};
+  // Per sample (ns): an idle pair's excess over its kernel less its launch call's host time; the
+  // host time; a queued pair's excess over one kernel; the step between two records; a queued pair
+  // around two kernels back to back: its excess over one kernel's pair and the second kernel.
+  std::array<int64_t, kSamples> idle_resid{}, queued{}, step_ns{}, next_ns{};
   std::array<uint64_t, kSamples> host{};
-  auto pair = [&](uint64_t queue_ns, int64_t& excess, uint64_t& host_ns) {
-    uint64_t spin_ns = kSpinNs;
-    void* queue_args[] = {&queue_ns};
-    void* spin_args[] = {&spin_ns};
+  const auto ns_between = [&](CUevent a, CUevent b, int64_t& ns) {
     float ms = 0;
-    if (queue_ns && (r = api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, queue_args, nullptr)) != CUDA_SUCCESS) return false;
-    if ((r = api.record(start, stream))) return false;
+    if ((r = api.elapsed(&ms, a, b))) return false;
+    ns = std::llround(static_cast<double>(ms) * 1e6);
+    return true;
+  };
+  const auto launch = [&](uint64_t ns) {
+    void* args[] = {&ns};
+    return (r = api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr)) == CUDA_SUCCESS;
+  };
+  // kernels: 1 or 2 of kSpinNs between the pair; queued: behind a kQueueNs kernel (with a record
+  // before the pair), else on the idle stream.
+  const auto pair = [&](int kernels, bool queued_behind, int64_t& excess, int64_t& record_step, uint64_t& host_ns) {
+    if (queued_behind && (!launch(kQueueNs) || (r = api.record(ev[0], stream)))) return false;
+    if ((r = api.record(ev[1], stream))) return false;
     const uint64_t t0 = protocol::monotonic_ns();
-    if ((r = api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, spin_args, nullptr))) return false;
+    if (!launch(kSpinNs)) return false;
     host_ns = protocol::monotonic_ns() - t0;
-    if ((r = api.record(end, stream)) || (r = api.stream_sync(stream)) || (r = api.elapsed(&ms, start, end)))
+    if ((kernels == 2 && !launch(kSpinNs)) || (r = api.record(ev[2], stream)) || (r = api.stream_sync(stream)) ||
+        !ns_between(ev[1], ev[2], excess) || (queued_behind && !ns_between(ev[0], ev[1], record_step)))
       return false;
-    excess = std::llround(static_cast<double>(ms) * 1e6) - static_cast<int64_t>(kSpinNs);
+    excess -= kernels * static_cast<int64_t>(kSpinNs);
     return true;
   };
   bool ok = false;
@@ -102,23 +113,28 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
     step = "loading its kernel";
     if ((r = api.load(&module, kPtx)) || (r = api.get_function(&spin, module, "fikit_calibrate_spin"))) break;
     step = "making its stream and events";
-    if ((r = api.stream_create(&stream, CU_STREAM_NON_BLOCKING)) || (r = api.event_create(&start, CU_EVENT_DEFAULT)) ||
-        (r = api.event_create(&end, CU_EVENT_DEFAULT)))
-      break;
+    if ((r = api.stream_create(&stream, CU_STREAM_NON_BLOCKING))) break;
+    bool made = true;
+    for (CUevent& e : ev) made = made && (r = api.event_create(&e, CU_EVENT_DEFAULT)) == CUDA_SUCCESS;
+    if (!made) break;
     step = "timing a kernel";
-    int64_t warm = 0;
+    int64_t warm = 0, warm_step = 0;
     uint64_t warm_host = 0;
-    if (!pair(0, warm, warm_host) || !pair(kQueueNs, warm, warm_host)) break;   // the first launches pay for loading
+    // The first launches pay for loading.
+    if (!pair(1, false, warm, warm_step, warm_host) || !pair(2, true, warm, warm_step, warm_host)) break;
     bool all = true;
     for (int i = 0; i < kSamples && all; ++i) {
-      uint64_t queued_host = 0;
-      all = pair(0, idle_resid[i], host[i]) && pair(kQueueNs, queued[i], queued_host);
+      int64_t two = 0, unused = 0;
+      uint64_t unused_host = 0;
+      all = pair(1, false, idle_resid[i], unused, host[i]) && pair(1, true, queued[i], step_ns[i], unused_host) &&
+            pair(2, true, two, unused, unused_host);
       idle_resid[i] -= static_cast<int64_t>(host[i]);
+      next_ns[i] = two - queued[i];
     }
     ok = all;
   } while (false);
-  if (start) api.event_destroy(start);
-  if (end) api.event_destroy(end);
+  for (CUevent e : ev)
+    if (e) api.event_destroy(e);
   if (stream) api.stream_destroy(stream);
   if (module) api.unload(module);
   exchange_capture_mode(mode);
@@ -128,12 +144,16 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
   }
   // Low quantiles: other processes' work on the GPU only ever adds to a pair (its kernel waits for
   // theirs), and a bias read too large would make every op read short.
-  const int64_t queued_p10 = quantile(queued, 10);
-  out.queued_ns = static_cast<uint64_t>(std::max<int64_t>(0, queued_p10));
+  const auto at_least_0 = [](int64_t v) { return static_cast<uint64_t>(std::max<int64_t>(0, v)); };
+  out.queued_ns = at_least_0(quantile(queued, 10));
   out.idle_offset_ns = quantile(idle_resid, 10);
   out.host_p50_ns = quantile(host, 50);
-  out.spread_ns = static_cast<uint64_t>(
-      std::max(quantile(queued, 90) - queued_p10, quantile(idle_resid, 90) - out.idle_offset_ns));
+  out.record_step_ns = at_least_0(quantile(step_ns, 50));
+  out.record_step_p90_ns = at_least_0(quantile(step_ns, 90));
+  out.kernel_step_ns = at_least_0(quantile(next_ns, 10));
+  out.spread_ns = at_least_0(std::max({quantile(queued, 90) - quantile(queued, 10),
+                                       quantile(idle_resid, 90) - out.idle_offset_ns,
+                                       quantile(next_ns, 90) - quantile(next_ns, 10)}));
   out.done = true;
   return true;
 }

@@ -113,6 +113,7 @@ class EventTimer final : public Timer {
     end_ns = op.end_ns;
     slot.unresolved = op.unresolved;
     slot.start_unknown = op.unknown;
+    slot.gap_stretch_ns = op.stretch_ns;
     return Poll::Ready;
   }
 
@@ -132,9 +133,11 @@ class EventTimer final : public Timer {
     const bool ok = calibrate_events(cal_, why, sizeof why);
     if (ok) {
       log(LogLevel::Info, "measure: CUDA events calibrated: a queued kernel reads %.2f us long; one on an idle stream "
-          "%.2f us long after a %.2f us launch call (the launch call's own time moves from duration to gap); "
-          "+-%.2f us on every duration and gap", cal_.queued_ns / 1e3,
-          cal_.idle_bias_ns(cal_.host_p50_ns) / 1e3, cal_.host_p50_ns / 1e3, cal_.uncertainty_ns() / 1e3);
+          "%.2f us long after a %.2f us launch call (moved from its duration to its gap); records between queued "
+          "kernels add %.2f us to their gap (%.2f us a record step, %.2f us between two kernels without); +-%.2f us "
+          "on every duration and gap", cal_.queued_ns / 1e3, cal_.idle_bias_ns(cal_.host_p50_ns) / 1e3,
+          cal_.host_p50_ns / 1e3, cal_.queued_stretch_ns() / 1e3, cal_.record_step_ns / 1e3, cal_.kernel_step_ns / 1e3,
+          cal_.uncertainty_ns() / 1e3);
     } else {
       log(LogLevel::Warn, "measure: CUDA events not calibrated (%s): durations of ops that start on an idle stream "
           "include the host's launch latency", why);

@@ -228,8 +228,9 @@ class MeasureMode final : public Mode {
           ++timed_in_run_;
           run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop,
                               slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph, slot->unresolved,
-                              slot->start_unknown});
+                              slot->start_unknown, slot->gap_stretch_ns});
           slot->unresolved = slot->start_unknown = false;
+          slot->gap_stretch_ns = 0;
         } else if (slot->launched) {
           run = builder_.add_untimed(slot->sync_epoch);
         }

@@ -27,7 +27,8 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
     finished = boundary();
   } else if (have_prev_ && !op.after_drop && !op.start_unknown) {
     // All streams merged: a next op that starts before this one ended leaves no gap.
-    kernels_[prev_id_].gap.add(op.start_ns > prev_end_ ? op.start_ns - prev_end_ : 0);
+    const uint64_t gap = op.start_ns > prev_end_ ? op.start_ns - prev_end_ : 0;
+    kernels_[prev_id_].gap.add(gap > op.gap_stretch_ns ? gap - op.gap_stretch_ns : 0);
   }
 
   profiledb::KernelSample& k = kernels_[op.kernel_id];

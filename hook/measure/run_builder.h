@@ -23,6 +23,9 @@ struct TimedOp {
   // Its start cannot be told (Timer::poll): neither its duration nor the gap before it is counted;
   // its end still starts the next gap. Counted as unresolved.
   bool start_unknown = false;
+  // The timer's own GPU time in the gap before it (events' records between two queued kernels):
+  // taken off that gap.
+  uint64_t gap_stretch_ns = 0;
 };
 
 struct Run {

@@ -11,8 +11,10 @@ using fikit::hook::measure::kQueuedSlackNs;
 namespace {
 
 // Queued, a pair reads a kernel 2 us long; on an idle stream 1.5 us less than the launch call took
-// (whose median was 3 us); one op's excess may differ by 0.5 us.
+// (whose median was 3 us); a record follows another 1 us later (1.2 us at p90), two kernels 0.5 us;
+// one op's excess may differ by 0.5 us.
 const EventCalibration kCal{.done = true, .queued_ns = 2000, .idle_offset_ns = -1500, .host_p50_ns = 3000,
+                            .record_step_ns = 1000, .record_step_p90_ns = 1200, .kernel_step_ns = 500,
                             .spread_ns = 500};
 
 }  // namespace
@@ -38,12 +40,18 @@ TEST(EventCalibration, AnOpThatStartsOnAnIdleStreamLosesTheTypicalLaunchCallToIt
   EXPECT_TRUE(correct_op(150'000, 200'000, 0, 3000, kCal).idle_start);
 }
 
-TEST(EventCalibration, AnOpQueuedBehindTheLastOneLosesTheQueuedExcess) {
-  const auto op = correct_op(100'000 + kQueuedSlackNs, 200'000, 100'000, 3000, kCal);
+TEST(EventCalibration, AnOpQueuedBehindTheLastOneLosesTheQueuedExcessAndTheRecordsTheirGap) {
+  // Its start record completed 2.2 us after the last op's end record: the record step (p90) and
+  // the slack.
+  const auto op = correct_op(102'200, 200'000, 100'000, 3000, kCal);
   EXPECT_FALSE(op.idle_start);
-  EXPECT_EQ(op.start_ns, 103'000u);
+  EXPECT_EQ(op.start_ns, 104'200u);
   EXPECT_EQ(op.end_ns, 200'000u);
   EXPECT_FALSE(op.unknown);
+  // The gap before it read 4.2 us after the shift; the records held 2 + 1 - 0.5 us of it.
+  EXPECT_EQ(op.stretch_ns, 2500u);
+  EXPECT_TRUE(correct_op(102'201, 200'000, 100'000, 3000, kCal).idle_start);
+  EXPECT_EQ(correct_op(102'201, 200'000, 100'000, 3000, kCal).stretch_ns, 0u) << "an idle GPU's gap is the host's";
 }
 
 TEST(EventCalibration, AnOpWithALongLaunchCallHasNoKnownStart) {
@@ -57,7 +65,8 @@ TEST(EventCalibration, AnOpWithALongLaunchCallHasNoKnownStart) {
 }
 
 TEST(EventCalibration, DurationsBelowTheUncertaintyAreMarkedNotGuessed) {
-  // 3.4 us read queued: 1.4 us after the excess, under the 1.5 us uncertainty.
+  // 3.4 us read queued (its start right after the last op's end): 1.4 us after the excess, under
+  // the 1.5 us uncertainty.
   EXPECT_TRUE(correct_op(100'000, 103'400, 100'000, 3000, kCal).unresolved);
   EXPECT_FALSE(correct_op(100'000, 103'500, 100'000, 3000, kCal).unresolved);
   // A reading shorter than the bias: the duration is 0, never negative, and unresolved.

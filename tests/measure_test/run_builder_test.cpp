@@ -108,6 +108,20 @@ TEST(RunBuilder, AfterDropFlagSuppressesTheGapBefore) {
   EXPECT_EQ(k[2].gap.min, 1000u);
 }
 
+TEST(RunBuilder, TheTimersOwnTimeComesOffTheGapBefore) {
+  RunBuilder b(0);
+  b.add({1, 1, 0, 0, 1000});
+  TimedOp next{2, 1, 0, 4000, 9000};
+  next.gap_stretch_ns = 2500;
+  b.add(next);
+  TimedOp close{1, 1, 0, 10000, 11000};
+  close.gap_stretch_ns = 5000;   // more than the gap read: none left
+  b.add(close);
+  auto k = by_id(*b.finish());
+  EXPECT_EQ(k[1].gap.min, 500u);
+  EXPECT_EQ(k[2].gap.min, 0u);
+}
+
 TEST(RunBuilder, AnOpWhoseStartIsUnknownCountsNeitherItsDurationNorTheGapBefore) {
   RunBuilder b(0);
   b.add({1, 1, 0, 0, 1000});
