@@ -225,8 +225,8 @@ namespace {
 bool long_hold(const KernelProfile& k, const CompareRules& rules) { return sm_hold(k) > rules.short_hold_ns; }
 bool occupancy_known(const KernelProfile& k) { return k.blocks_per_sm != 0 && k.sm_count != 0; }
 // Copies and sets (kernelid's "[memcpy ...]" and "[memset ...]" ops): a copy from pageable memory
-// runs inside its host call, which an event pair holds whole and CUPTI does not: their durations are
-// not compared.
+// runs inside its host call, which an event pair holds whole and CUPTI does not: their durations and
+// the gaps after them are not compared (they are listed).
 bool copy_op(const KernelProfile& k) { return k.name.starts_with("[memcpy") || k.name.starts_with("[memset"); }
 
 }  // namespace
@@ -255,7 +255,7 @@ Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vecto
         g.time_dur_within += time;
       }
     }
-    if (ka.gap_count > 0 && kb.gap_count > 0) {
+    if (ka.gap_count > 0 && kb.gap_count > 0 && !copy_op(ka)) {
       ++g.gap_compared;
       const double ga = static_cast<double>(ka.gap_p50), gb = static_cast<double>(kb.gap_p50);
       const double d = std::abs(gb - ga);
@@ -301,7 +301,7 @@ void write_comparison(std::ostream& out, const std::string& key_a, const std::st
   const std::string floor =
       rules.min_dur_ns ? fmt::format(" at least {} long in A", human_ns(static_cast<double>(rules.min_dur_ns)))
                        : std::string();
-  if (g.copies) fmt::print(out, "durations of {} copies and sets not compared\n", g.copies);
+  if (g.copies) fmt::print(out, "{} copies and sets listed, not compared\n", g.copies);
   fmt::print(out, "duration mean within {:.0f} %: {} of {} kernels{} ({:.1f} % of their GPU time); gap p50 within "
              "{:.0f} %{}: {} of {} kernels; SM hold class (short up to {}) the same: {} of {} kernels\n",
              100 * rules.dur_tolerance, g.dur_within, g.dur_compared, floor, 100 * g.time_dur_within,

@@ -45,7 +45,7 @@ struct Agreement {
   size_t kernels_a = 0, kernels_b = 0, common = 0;
   size_t dur_compared = 0, dur_within = 0, gap_compared = 0, gap_within = 0;
   size_t hold_compared = 0, hold_same = 0;   // kernels with occupancy known in both; same SM hold class
-  size_t copies = 0;           // copies and sets both have: their durations are not compared
+  size_t copies = 0;           // copies and sets both have: neither their durations nor their gaps compared
   double time_common = 0;      // share of A's GPU time in kernels B has too
   double time_dur_within = 0;  // share of the compared kernels' time in kernels whose durations agree
 };
