@@ -50,7 +50,7 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_RELEARN_FLUSH_MS", nullptr, Kind::Number, 10, 3600000, 2000, nullptr, "ms",
      "how often what share mode learned is stored"},
     {"FIKIT_BACKTRACE_DEPTH", nullptr, Kind::Number, 0, 16, 4, nullptr, "frames", "caller frames in the kernel ID"},
-    {"FIKIT_TIMING", nullptr, Kind::Choice, 0, 0, 0, "auto|cupti|events", "", "how measure mode times kernels"},
+    {"FIKIT_TIMING", nullptr, Kind::Choice, 0, 0, 0, "auto|cupti|events", "", "how kernels are timed while measuring (auto: events in auto mode, CUPTI in measure mode)"},
     {"FIKIT_DAEMON_TIMEOUT_MS", nullptr, Kind::Number, 1, 60000, 100, nullptr, "ms",
      "no answer from the daemon this long: run unscheduled"},
     {"FIKIT_MAX_WAIT_MS", "--max-wait-ms", Kind::Number, 1, 600000, 1000, nullptr, "ms",
