@@ -96,9 +96,9 @@ class CuptiTimer final : public Timer {
     slot.timed = slot.timed && launched;
   }
 
-  Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept override {
+  Poll poll(OpSlot& slot, uint64_t seq, TimedOp& timing) noexcept override {
     polled_.store(seq, std::memory_order_release);   // ops below are decided
-    if (slot.via_events) return events_.load(std::memory_order_acquire)->poll(slot, seq, start_ns, end_ns);
+    if (slot.via_events) return events_.load(std::memory_order_acquire)->poll(slot, seq, timing);
     if (!slot.timed || fallen_back_) return Poll::Lost;
     GpuState state = slot.gpu_state.load(std::memory_order_acquire);
     // Pending: see what the matcher has. Now and then anyway, so that slots are given back.
@@ -111,8 +111,8 @@ class CuptiTimer final : public Timer {
       state = slot.gpu_state.load(std::memory_order_acquire);
     }
     if (state == GpuState::Timed) {
-      start_ns = slot.gpu_start.load(std::memory_order_relaxed);
-      end_ns = std::max(slot.gpu_end.load(std::memory_order_relaxed), start_ns);
+      timing.start_ns = slot.gpu_start.load(std::memory_order_relaxed);
+      timing.end_ns = std::max(slot.gpu_end.load(std::memory_order_relaxed), timing.start_ns);
       ever_timed_ = true;
       return Poll::Ready;
     }

@@ -13,8 +13,8 @@ struct EventCalibration {
   // A kernel queued behind others: its pair reads it this much longer than it ran (the GPU's own
   // launch and record steps). p10 over the samples: other processes' work only ever adds.
   uint64_t queued_ns = 0;
-  // A kernel launched on an idle stream: its pair also holds the host's launch call, which the hook
-  // times (host_ns). It reads this much longer than it ran, plus host_ns (may be negative).
+  // A kernel launched on an idle stream: its pair also holds the host's launch call. It reads this
+  // much longer than it ran, plus its launch call's host time (may be negative).
   int64_t idle_offset_ns = 0;
   uint64_t host_p50_ns = 0;   // the launch call's host time while calibrating: median
   // Between kernels queued back to back, the pairs' records take the GPU time of their own: the
@@ -34,9 +34,10 @@ struct EventCalibration {
   // What a duration or gap may be off by: the spread, and up to a microsecond that no event pair can
   // see (the calibration kernel's own first and last steps, the GPU timer's tick).
   uint64_t uncertainty_ns() const noexcept { return done ? spread_ns + 1000 : 0; }
-  // What a pair holds beyond the kernel on an idle stream, for a launch call of host_ns.
-  uint64_t idle_bias_ns(uint64_t host_ns) const noexcept {
-    const int64_t b = idle_offset_ns + static_cast<int64_t>(host_ns);
+  // What a pair holds beyond the kernel on an idle stream, for the typical launch call: taken off
+  // the duration of an op that started on an idle stream and added to the gap before it.
+  uint64_t idle_bias_ns() const noexcept {
+    const int64_t b = idle_offset_ns + static_cast<int64_t>(host_p50_ns);
     return b > 0 ? static_cast<uint64_t>(b) : 0;
   }
 };
@@ -69,7 +70,7 @@ inline CorrectedOp correct_op(uint64_t start_ns, uint64_t end_ns, uint64_t prev_
   // submitted makes the call long without delaying the kernel (on an H200, the op's own call put
   // 23 of 62 gap medians of an eager service within 10 % of CUPTI's, the typical one 46 of 62);
   // one far longer than the typical is not trusted at all (below).
-  const uint64_t bias = op.idle_start ? cal.idle_bias_ns(cal.host_p50_ns) : cal.queued_ns;
+  const uint64_t bias = op.idle_start ? cal.idle_bias_ns() : cal.queued_ns;
   op.start_ns = std::min(op.end_ns, op.start_ns + bias);
   op.unknown = host_ns > cal.host_p50_ns + kLongLaunchNs;
   op.unresolved = op.unknown || op.end_ns - op.start_ns < cal.uncertainty_ns();

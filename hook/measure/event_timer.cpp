@@ -5,14 +5,13 @@
 // its own start.
 //
 // An event pair reads an op long by what lies between its two records besides the op. Behind work
-// already queued on the stream that is the GPU's own launch and record overhead (under a couple of
-// microseconds). On an idle stream the start event completes as soon as it is submitted, while the
-// kernel comes only when the host's launch call submits it: the pair then also holds the host's
-// launch latency, microseconds that CUPTI counts as gap, not duration. Both are measured in the
-// process before the first op is timed (calibrate()): an empty kernel's pair on an idle stream and
-// behind a queued kernel. Ops that start on an idle stream get the difference (the bias) moved from
-// their duration to the gap before them; every duration and gap carries the uncertainty the
-// calibration leaves, and durations below it are marked unresolved rather than guessed.
+// already queued on the stream that is the GPU's own launch and record steps (a few microseconds),
+// and the records also lengthen the gap between two queued kernels. On an idle stream the start
+// event completes as soon as it is submitted, while the kernel comes only when the host's launch
+// call submits it: the pair then also holds the launch latency, which CUPTI counts as gap, not
+// duration. All of it is measured in the process before the first op is timed (calibrate(),
+// event_calibration.h) and taken off each op (correct_op); every duration and gap carries the
+// uncertainty the calibration leaves, and durations below it are marked unresolved, not guessed.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -77,7 +76,7 @@ class EventTimer final : public Timer {
     if (slot.timed) slot.timed = launched && record_(slot.end_event, op.stream) == CUDA_SUCCESS;
   }
 
-  Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept override {
+  Poll poll(OpSlot& slot, uint64_t seq, TimedOp& timing) noexcept override {
     if (!slot.timed) return Poll::Lost;
     // Ops timed while another thread calibrates wait for the calibration (milliseconds, once).
     if (calibration_.load(std::memory_order_acquire) == kCalibrating) return Poll::Pending;
@@ -109,18 +108,18 @@ class EventTimer final : public Timer {
     uint64_t& prev_end = stream_end(slot.stream);
     const CorrectedOp op = correct_op(raw_start, raw_end, prev_end, slot.host_ns, cal_);
     prev_end = raw_end;
-    start_ns = op.start_ns;
-    end_ns = op.end_ns;
-    slot.unresolved = op.unresolved;
-    slot.start_unknown = op.unknown;
-    slot.gap_stretch_ns = op.stretch_ns;
+    timing.start_ns = op.start_ns;
+    timing.end_ns = op.end_ns;
+    timing.unresolved = op.unresolved;
+    timing.start_unknown = op.unknown;
+    timing.gap_stretch_ns = op.stretch_ns;
     return Poll::Ready;
   }
 
   void describe(profiledb::RunSummary& run) const noexcept override {
     run.timer = name();
     if (calibration_.load(std::memory_order_acquire) != kCalibrated) return;
-    run.timing_bias_ns = cal_.idle_bias_ns(cal_.host_p50_ns);
+    run.timing_bias_ns = cal_.idle_bias_ns();
     run.timing_uncertainty_ns = cal_.uncertainty_ns();
   }
 
@@ -135,7 +134,7 @@ class EventTimer final : public Timer {
       log(LogLevel::Info, "measure: CUDA events calibrated: a queued kernel reads %.2f us long; one on an idle stream "
           "%.2f us long after a %.2f us launch call (moved from its duration to its gap); records between queued "
           "kernels add %.2f us to their gap (%.2f us a record step, %.2f us between two kernels without); +-%.2f us "
-          "on every duration and gap", cal_.queued_ns / 1e3, cal_.idle_bias_ns(cal_.host_p50_ns) / 1e3,
+          "on every duration and gap", cal_.queued_ns / 1e3, cal_.idle_bias_ns() / 1e3,
           cal_.host_p50_ns / 1e3, cal_.queued_stretch_ns() / 1e3, cal_.record_step_ns / 1e3, cal_.kernel_step_ns / 1e3,
           cal_.uncertainty_ns() / 1e3);
     } else {

@@ -194,8 +194,8 @@ class MeasureMode final : public Mode {
     for (;;) {
       bool progressed = false;
       while (OpSlot* slot = ring_->published(next_)) {
-        uint64_t start = 0, end = 0;
-        Timer::Poll p = slot->launched ? timer_->poll(*slot, next_, start, end) : Timer::Poll::Lost;
+        measure::TimedOp op;
+        Timer::Poll p = slot->launched ? timer_->poll(*slot, next_, op) : Timer::Poll::Lost;
         if (p == Timer::Poll::Pending) {
           const uint64_t now = now_ms();
           if (!pending_since) pending_since = now;
@@ -210,7 +210,7 @@ class MeasureMode final : public Mode {
             // the ring fills behind).
             if (timer_->drain()) drained_below_ = below;
             last_flush = now;
-            p = timer_->poll(*slot, next_, start, end);
+            p = timer_->poll(*slot, next_, op);
           } else if (now - last_flush >= flush_after && now - pending_since >= flush_after) {
             timer_->flush();
             last_flush = now;
@@ -226,11 +226,12 @@ class MeasureMode final : public Mode {
         if (slot->launched) ++launched_in_run_;
         if (p == Timer::Poll::Ready) {
           ++timed_in_run_;
-          run = builder_.add({slot->kernel_id, slot->stream, slot->sync_epoch, start, end, slot->after_drop,
-                              slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph, slot->unresolved,
-                              slot->start_unknown, slot->gap_stretch_ns});
-          slot->unresolved = slot->start_unknown = false;
-          slot->gap_stretch_ns = 0;
+          op.kernel_id = slot->kernel_id;
+          op.stream = slot->stream;
+          op.sync_epoch = slot->sync_epoch;
+          op.after_drop = slot->after_drop;
+          op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
+          run = builder_.add(op);
         } else if (slot->launched) {
           run = builder_.add_untimed(slot->sync_epoch);
         }

@@ -30,10 +30,6 @@ struct OpSlot {
   CUevent start_event = nullptr, end_event = nullptr;
   // Events timing: the host time of the op's launch call, between its two records (event_timer.cpp).
   uint64_t host_ns = 0;
-  // Set by the timer's poll (measurement thread): the op's duration is shorter than the timer
-  // resolves (events: below its calibrated uncertainty), or its start cannot be told at all.
-  bool unresolved = false, start_unknown = false;
-  uint64_t gap_stretch_ns = 0;    // the timer's own GPU time in the gap before the op (events)
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
   // back in gpu_start/gpu_end, published by gpu_state.

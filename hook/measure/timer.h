@@ -7,9 +7,10 @@
 #include <cstdint>
 
 #include "../config.h"
-#include "profiledb.h"
 #include "../mode.h"
 #include "op_ring.h"
+#include "profiledb.h"
+#include "run_builder.h"
 
 namespace fikit::hook::measure {
 
@@ -22,8 +23,10 @@ class Timer {
   // Launching thread, around the real driver call. No allocation, no locks.
   virtual void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept = 0;
   virtual void after(OpSlot& slot, uint64_t seq, const LaunchInfo& op, bool launched) noexcept = 0;
-  // Measurement thread, ops in sequence order: the op's GPU interval (ns) once known.
-  virtual Poll poll(OpSlot& slot, uint64_t seq, uint64_t& start_ns, uint64_t& end_ns) noexcept = 0;
+  // Measurement thread, ops in sequence order: once known, the op's GPU interval (ns) and what the
+  // timer knows of its own error into `timing` (its start_ns, end_ns, unresolved, start_unknown and
+  // gap_stretch_ns; the caller fills in the rest).
+  virtual Poll poll(OpSlot& slot, uint64_t seq, TimedOp& timing) noexcept = 0;
   // Oldest op whose slot the timer still needs, given that ops below `next` were polled.
   virtual uint64_t oldest_needed(uint64_t next) const noexcept { return next; }
   // How long an op may stay Pending before it is counted as lost. 0: as long as the GPU takes (an

@@ -19,10 +19,14 @@ const EventCalibration kCal{.done = true, .queued_ns = 2000, .idle_offset_ns = -
 
 }  // namespace
 
-TEST(EventCalibration, TheIdleBiasFollowsTheOpsOwnLaunchCall) {
-  EXPECT_EQ(kCal.idle_bias_ns(3000), 1500u);
-  EXPECT_EQ(kCal.idle_bias_ns(40'000), 38'500u) << "a launch call that loaded a module first";
-  EXPECT_EQ(kCal.idle_bias_ns(1000), 0u) << "never a negative bias";
+TEST(EventCalibration, TheIdleBiasIsTheTypicalLaunchCallLessTheOffset) {
+  EXPECT_EQ(kCal.idle_bias_ns(), 1500u);
+  EventCalibration slow = kCal;
+  slow.host_p50_ns = 40'000;
+  EXPECT_EQ(slow.idle_bias_ns(), 38'500u) << "launch calls that take long";
+  EventCalibration fast = kCal;
+  fast.host_p50_ns = 1000;
+  EXPECT_EQ(fast.idle_bias_ns(), 0u) << "never a negative bias";
   EXPECT_EQ(kCal.uncertainty_ns(), 1500u) << "the spread and the microsecond no pair sees";
   EXPECT_EQ(EventCalibration{}.uncertainty_ns(), 0u) << "uncalibrated: unknown";
 }
