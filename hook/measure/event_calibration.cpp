@@ -36,23 +36,21 @@ constexpr int kSamples = 32;
 constexpr uint64_t kSpinNs = 20'000;    // the timed kernel: long enough for the GPU timer's steps
 constexpr uint64_t kQueueNs = 50'000;   // the kernel it is queued behind
 
+// The event functions are driver.h's EventFns; the rest is the module, stream and launch calls.
 struct Api {
+  EventFns ev;
+  bool events = ev.resolve();
   CUresult (*load)(CUmodule*, const void*) = real_driver<decltype(load)>("cuModuleLoadData");
   CUresult (*unload)(CUmodule) = real_driver<decltype(unload)>("cuModuleUnload");
   CUresult (*get_function)(CUfunction*, CUmodule, const char*) = real_driver<decltype(get_function)>("cuModuleGetFunction");
   CUresult (*stream_create)(CUstream*, unsigned) = real_driver<decltype(stream_create)>("cuStreamCreate");
   CUresult (*stream_destroy)(CUstream) = real_driver<decltype(stream_destroy)>("cuStreamDestroy_v2");
   CUresult (*stream_sync)(CUstream) = real_driver<decltype(stream_sync)>("cuStreamSynchronize");
-  CUresult (*event_create)(CUevent*, unsigned) = real_driver<decltype(event_create)>("cuEventCreate");
-  CUresult (*event_destroy)(CUevent) = real_driver<decltype(event_destroy)>("cuEventDestroy_v2");
-  CUresult (*record)(CUevent, CUstream) = real_driver<decltype(record)>("cuEventRecord");
-  CUresult (*elapsed)(float*, CUevent, CUevent) = real_driver<decltype(elapsed)>("cuEventElapsedTime");
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
                      void**, void**) = real_driver<decltype(launch)>("cuLaunchKernel");
 
   bool complete() const noexcept {
-    return load && unload && get_function && stream_create && stream_destroy && stream_sync && event_create &&
-           event_destroy && record && elapsed && launch;
+    return events && load && unload && get_function && stream_create && stream_destroy && stream_sync && launch;
   }
 };
 
@@ -86,7 +84,7 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
   std::array<uint64_t, kSamples> host{};
   const auto ns_between = [&](CUevent a, CUevent b, int64_t& ns) {
     float ms = 0;
-    if ((r = api.elapsed(&ms, a, b))) return false;
+    if ((r = api.ev.elapsed(&ms, a, b))) return false;
     ns = std::llround(static_cast<double>(ms) * 1e6);
     return true;
   };
@@ -97,12 +95,12 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
   // kernels: 1 or 2 of kSpinNs between the pair; queued: behind a kQueueNs kernel (with a record
   // before the pair), else on the idle stream.
   const auto pair = [&](int kernels, bool queued_behind, int64_t& excess, int64_t& record_step, uint64_t& host_ns) {
-    if (queued_behind && (!launch(kQueueNs) || (r = api.record(ev[0], stream)))) return false;
-    if ((r = api.record(ev[1], stream))) return false;
+    if (queued_behind && (!launch(kQueueNs) || (r = api.ev.record(ev[0], stream)))) return false;
+    if ((r = api.ev.record(ev[1], stream))) return false;
     const uint64_t t0 = protocol::monotonic_ns();
     if (!launch(kSpinNs)) return false;
     host_ns = protocol::monotonic_ns() - t0;
-    if ((kernels == 2 && !launch(kSpinNs)) || (r = api.record(ev[2], stream)) || (r = api.stream_sync(stream)) ||
+    if ((kernels == 2 && !launch(kSpinNs)) || (r = api.ev.record(ev[2], stream)) || (r = api.stream_sync(stream)) ||
         !ns_between(ev[1], ev[2], excess) || (queued_behind && !ns_between(ev[0], ev[1], record_step)))
       return false;
     excess -= kernels * static_cast<int64_t>(kSpinNs);
@@ -115,7 +113,7 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
     step = "making its stream and events";
     if ((r = api.stream_create(&stream, CU_STREAM_NON_BLOCKING))) break;
     bool made = true;
-    for (CUevent& e : ev) made = made && (r = api.event_create(&e, CU_EVENT_DEFAULT)) == CUDA_SUCCESS;
+    for (CUevent& e : ev) made = made && (r = api.ev.create(&e, CU_EVENT_DEFAULT)) == CUDA_SUCCESS;
     if (!made) break;
     step = "timing a kernel";
     int64_t warm = 0, warm_step = 0;
@@ -134,7 +132,7 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
     ok = all;
   } while (false);
   for (CUevent e : ev)
-    if (e) api.event_destroy(e);
+    if (e) api.ev.destroy(e);
   if (stream) api.stream_destroy(stream);
   if (module) api.unload(module);
   exchange_capture_mode(mode);
