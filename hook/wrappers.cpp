@@ -263,7 +263,6 @@ CUresult context_teardown(Args... args) noexcept {
 
 // ---- device memory (hook/memory/guard.h): claim, call, settle; frees give back ----
 
-// The driver allocates `bytes` on `device` (-1: the current context's) and hands back `key`.
 // A job below priority 0 learns the daemon's cap on `device` before it first allocates there or
 // sizes itself by what the GPU has (JAX preallocates 75 % of what cuMemGetInfo answers before its
 // first allocation): it joins the daemon then (mode.h), once per device.
@@ -273,6 +272,7 @@ void learn_cap(int device) noexcept {
   }
 }
 
+// The driver allocates `bytes` on `device` (-1: the current context's) and hands back `key`.
 template <class Call>
 CUresult accounted(uint64_t bytes, int device, memory::Kind kind, Call call) noexcept {
   if (device < 0) device = memory::current_device();
@@ -408,9 +408,10 @@ CUresult mipmapped_array_destroy(CUmipmappedArray a) noexcept { return freeing<V
 template <Variant V>
 CUresult mem_get_info(size_t* free_bytes, size_t* total_bytes) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  if (memory::accounting()) learn_cap(memory::current_device());
+  const int device = memory::accounting() ? memory::current_device() : -1;
+  if (device >= 0) learn_cap(device);
   const CUresult r = real(free_bytes, total_bytes);
-  if (r == CUDA_SUCCESS) memory::clamp_info(free_bytes, total_bytes);
+  if (r == CUDA_SUCCESS && device >= 0) memory::clamp_info(device, free_bytes, total_bytes);
   return r;
 }
 

@@ -134,10 +134,8 @@ void release(Kind kind, uint64_t key) noexcept {
   if (accounting()) g_ledger.release(kind, key);
 }
 
-void clamp_info(size_t* free_bytes, size_t* total_bytes) noexcept {
-  if (!accounting() || free_bytes == nullptr || total_bytes == nullptr) return;
-  const int device = current_device();
-  if (!valid(device)) return;
+void clamp_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept {
+  if (!accounting() || free_bytes == nullptr || total_bytes == nullptr || !valid(device)) return;
   const uint64_t cap = effective_cap(device);
   if (cap == 0) return;
   const uint64_t held = g_ledger.used(device);

@@ -35,8 +35,8 @@ CUresult claim(uint64_t bytes, int device, Claim& out) noexcept;
 void settle(const Claim& claim, CUresult result, Kind kind, uint64_t key, uint64_t actual) noexcept;
 void release(Kind kind, uint64_t key) noexcept;
 
-// cuMemGetInfo (the current context's device) and cuDeviceTotalMem answered within the cap.
-void clamp_info(size_t* free_bytes, size_t* total_bytes) noexcept;
+// cuMemGetInfo (on `device`, the current context's) and cuDeviceTotalMem answered within the cap.
+void clamp_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept;
 void clamp_total(int device, size_t* total_bytes) noexcept;
 
 // The share client, per GPU: the cap of the daemon's last directive (0: none), and what it reports.
