@@ -36,8 +36,9 @@ struct KernelSample {
   Accumulator duration;
   Accumulator gap;                      // gap after this op when it is not an iteration boundary
   uint64_t boundary_count = 0;          // gaps after this op that spanned a host synchronisation
-  // Durations shorter than their run's timing uncertainty (RunSummary): too short for the timer to
-  // resolve. They are in `duration` as read, marked rather than guessed (schema version 4).
+  // Launches too short for their run's timer to resolve (below its timing uncertainty: in `duration`
+  // as read), or whose start it could not tell (in neither `duration` nor the gap before them):
+  // marked rather than guessed (schema version 4).
   uint64_t dur_unresolved = 0;
 };
 

@@ -5,6 +5,7 @@
 // tells the daemon what it wants. Unit-tested on its own (tests/hook_test/gate_rules_test.cpp).
 #include <cstdint>
 
+#include "kernel_rules.h"
 #include "protocol.h"
 
 namespace fikit::hook::share {
@@ -38,7 +39,7 @@ struct Decision {
 
 inline Decision decide(const GateInput& in) {
   using protocol::State;
-  const bool longer_hold = in.hold_ns > in.short_hold_ns;
+  const bool longer_hold = policy::long_hold(in.hold_ns, in.short_hold_ns);
   const bool may_partition = in.partition_ready;
   State state = in.state;
   if (state == State::Run && in.holder_back) state = State::Fill;

@@ -77,6 +77,9 @@ inline constexpr uint64_t kDefaultShortHoldNs = 1'000'000;
 
 // How long a kernel's blocks hold an SM: its length over its waves (its length when one wave).
 inline uint64_t sm_hold_ns(uint64_t duration_ns, uint64_t waves) { return duration_ns / std::max<uint64_t>(waves, 1); }
+// A long hold: its blocks keep an SM longer than `short_hold_ns` (the launch gate's rule, and the
+// hold class fikit-profile compare checks).
+inline bool long_hold(uint64_t sm_hold_ns, uint64_t short_hold_ns) { return sm_hold_ns > short_hold_ns; }
 
 // The statistics as the policy reads them, from any profile record with the store's field names
 // (profiledb::KernelProfile): one conversion for the daemon and the hook.

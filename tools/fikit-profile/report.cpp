@@ -222,7 +222,9 @@ void write_timing(std::ostream& out, const std::vector<profiledb::RunSummary>& r
 
 namespace {
 
-bool long_hold(const KernelProfile& k, const CompareRules& rules) { return sm_hold(k) > rules.short_hold_ns; }
+bool long_hold(const KernelProfile& k, const CompareRules& rules) {
+  return policy::long_hold(sm_hold(k), rules.short_hold_ns);
+}
 bool occupancy_known(const KernelProfile& k) { return k.blocks_per_sm != 0 && k.sm_count != 0; }
 // Copies and sets (kernelid's "[memcpy ...]" and "[memset ...]" ops): a copy from pageable memory
 // runs inside its host call, which an event pair holds whole and CUPTI does not: their durations and
