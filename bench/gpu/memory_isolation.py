@@ -66,6 +66,7 @@ def role_service(a):
     touch(os.path.join(a.dir, "service.ready"))
     job_holds = wait_for(os.path.join(a.dir, "job.holding"), 60)
     step = 256 << 20
+    wanted = a.rounds * (a.service_gib - 1) * GIB // step   # allocations if none fails
     peak = 0
     for _ in range(a.rounds):
         held = []
@@ -77,8 +78,8 @@ def role_service(a):
                 held.append(t)
             except torch.OutOfMemoryError:
                 failures += 1
-            if attempts > 4 * a.rounds * a.service_gib * 4:
-                break                       # failing every time: stop, it is counted
+            if attempts > 4 * wanted:
+                break                       # failing again and again: stop, the failures are counted
             time.sleep(0.005)
         torch.cuda.synchronize()
         peak = max(peak, torch.cuda.max_memory_allocated())
@@ -207,7 +208,7 @@ def one_run(a, setup, job, work):
     row = {"setup": setup, "job": job, "wall_s": round(time.monotonic() - t0, 1),
            "service_rc": sp.returncode, "job_rc": jp.returncode,
            "service_attempts": s and s["attempts"], "service_failures": s and s["failures"],
-           "service_peak_gib": s and s["peak_gib"], "job": job, "job_result": j}
+           "service_peak_gib": s and s["peak_gib"], "job_result": j}
     # The job's outcome: fits (no OOM), a clean OOM (it caught OutOfMemoryError and went on), crashed.
     if jp.returncode != 0 or j is None:
         row["job_outcome"] = "crashed"

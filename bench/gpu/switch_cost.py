@@ -4,7 +4,9 @@ results.json of `eval.py overhead --overhead-setups native,native-b,auto,measure
 --fresh-every K`: per HP, the p50 and p99 of the `auto` windows after the switch to sharing (every
 window but the first of each process, which holds the measuring) and of `measure-events` (every
 window measured with calibrated CUDA events), each against `native` in the same repetitions, as the
-ratio of medians with a 95 % bootstrap interval (eval_stats.py).
+ratio of medians with a 95 % bootstrap interval (eval_stats.py). PyTorch HPs are served by one
+process across windows; the C++ examples start a process each window, so there every `auto` window
+holds measuring.
 
   switch_cost.py RESULTS.json
 
