@@ -72,8 +72,9 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
     }
     if (d.verdict == Verdict::Bounded) {
       // Before a service's predicted return, a launch goes whatever the bound if the work in
-      // flight, it included, drains by then.
-      const uint64_t drain_budget = v.credit_until_ns > now ? v.credit_until_ns - now : 0;
+      // flight, it included, drains by then. (In Fill the credit end is a gap's: spent by credit.)
+      const bool run_credit = v.state == protocol::State::Run && v.credit_until_ns > now;
+      const uint64_t drain_budget = run_credit ? v.credit_until_ns - now : 0;
       if (window_.admit(predicted_ns, v.bound_ns, drain_budget)) break;
       wait_gpu = true;
     } else if (d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now)) {

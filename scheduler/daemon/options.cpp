@@ -77,7 +77,8 @@ constexpr DurationSetting kDurations[] = {
 
 // Every other key apply_setting() knows, for the command line (the flags are these, with --).
 constexpr const char* kOtherSettings[] = {
-    "gap-estimator", "duration-estimator", "return-credit", "mps-overlap-busy", "partition", "reserve-memory",
+    "gap-estimator", "duration-estimator", "return-credit", "overlap-probe", "overlap-tolerance", "mps-overlap-busy",
+    "partition", "reserve-memory",
     "mps", "mps-control", "reserved-priorities", "listen", "metrics", "metrics-remote", "db", "key-file",
     "control", "bell", "log-level"};
 
@@ -139,8 +140,15 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     else { error = "return-credit: '" + value + "' is not on or off"; return false; }
     return true;
   }
+  if (key == "overlap-probe") {
+    if (value == "on") opts.policy.overlap_probe = true;
+    else if (value == "off") opts.policy.overlap_probe = false;
+    else { error = "overlap-probe: '" + value + "' is not on or off"; return false; }
+    return true;
+  }
   for (auto [name, field] : {std::pair{"mps-overlap-busy", &policy::Settings::mps_overlap_max_busy_pct},
-                              std::pair{"partition", &policy::Settings::partition_pct}}) {
+                              std::pair{"partition", &policy::Settings::partition_pct},
+                              std::pair{"overlap-tolerance", &policy::Settings::overlap_tolerance_pct}}) {
     if (key != name) continue;
     std::string_view number(value);
     if (!number.empty() && number.back() == '%') number.remove_suffix(1);
@@ -312,6 +320,11 @@ std::string settings_help() {
   s += "  --partition PERCENT\n      under MPS, the share of the GPU's SMs on which a lower task runs what may not run at full\n"
        "      width beside a service, instead of waiting (0: no partitions, such launches wait) (default " +
        std::to_string(defaults.partition_pct) + ")\n";
+  s += "  --overlap-probe on|off\n      under MPS, try per service whether the tasks below may run everything beside it (as\n"
+       "      under MPS with client priority), and allow it while its active periods stay within\n"
+       "      overlap-tolerance of those with them confined (default on)\n";
+  s += "  --overlap-tolerance PERCENT\n      how much longer a service's mean active period may get with the tasks below beside it\n"
+       "      (default " + std::to_string(defaults.overlap_tolerance_pct) + ")\n";
   s += "  --reserve-memory SIZE\n      device memory kept for priority-0 tasks on each GPU: tasks below them cannot allocate into\n"
        "      it, whatever their own limits (e.g. 20GiB, 25%; 0: none) (default 0)\n";
   s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"

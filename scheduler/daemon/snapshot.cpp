@@ -73,7 +73,9 @@ nlohmann::ordered_json counters_json(const policy::Counters& p) {
           {"refused_registrations", p.refused_registrations}, {"lease_expiries", p.lease_expiries},
           {"measure_holds_ended", p.measure_holds_ended}, {"clamped_predictions", p.clamped_predictions},
           {"unfilled_no_want", p.unfilled_no_want}, {"unfilled_unprofiled", p.unfilled_unprofiled},
-          {"unfilled_too_long", p.unfilled_too_long}, {"unfilled_late", p.unfilled_late}};
+          {"unfilled_too_long", p.unfilled_too_long}, {"unfilled_late", p.unfilled_late},
+          {"overlap_trials", p.overlap_trials}, {"overlap_allowed", p.overlap_allowed},
+          {"overlap_refused", p.overlap_refused}};
 }
 
 }  // namespace
@@ -92,6 +94,8 @@ policy::Counters DaemonSnapshot::totals() const {
     t.clamped_predictions += c.clamped_predictions;
     t.unfilled_no_want += c.unfilled_no_want, t.unfilled_unprofiled += c.unfilled_unprofiled;
     t.unfilled_too_long += c.unfilled_too_long, t.unfilled_late += c.unfilled_late;
+    t.overlap_trials += c.overlap_trials, t.overlap_allowed += c.overlap_allowed;
+    t.overlap_refused += c.overlap_refused;
   }
   return t;
 }
@@ -125,6 +129,8 @@ std::string format_text(const DaemonSnapshot& s) {
   out += fmt::format("gaps not filled: {} with nobody waiting, {} with only kernels not in their profile waiting, "
                      "{} with every waiting kernel too long, {} ended before a grant could arrive\n",
                      p.unfilled_no_want, p.unfilled_unprofiled, p.unfilled_too_long, p.unfilled_late);
+  out += fmt::format("overlap under MPS: trials {}, allowed {}, refused {} (column beside: what the tasks below a task "
+                     "may run beside it)\n", p.overlap_trials, p.overlap_allowed, p.overlap_refused);
   const auto& c = s.sessions;
   out += fmt::format("notifications {}, wants {}, registrations {} (capped {}, refused: {} at a GPU's task limit, "
                      "{} at a user's, {} at an address's, {} at the GPU limit of a user, {} for the key's reserve, {} "
@@ -141,9 +147,9 @@ std::string format_text(const DaemonSnapshot& s) {
     out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
                        d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
                        d.counters.early_stops);
-    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<16}  {}\n",
+    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}  {}\n",
                        "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
-                       "notifies", "wants", "kernels", "busy", "pause", "partition", "memory", "key");
+                       "notifies", "wants", "kernels", "busy", "pause", "partition", "beside", "memory", "key");
     for (const auto& t : d.tasks) {
       const std::string prio =
           t.priority == t.requested_priority ? std::to_string(t.priority)
@@ -154,12 +160,14 @@ std::string format_text(const DaemonSnapshot& s) {
       const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
       // How busy its profile says it keeps the GPU while active ("-": nothing measured).
       const std::string busy = t.kernels != 0 ? std::to_string(t.busy_pct) + "%" : std::string("-");
-      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<16}  {}\n",
+      // What the MPS tasks below it may run beside it, once there are any ("-": none below, or it measures).
+      const std::string beside = t.below_mps ? policy::to_string(t.overlap) : "-";
+      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}  {}\n",
                          t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                          t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                          t.active ? "yes" : "no", protocol::to_string(t.directive.state),
                          bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
-                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), memory_text(t), t.key);
+                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), beside, memory_text(t), t.key);
     }
   }
   return out;
@@ -191,7 +199,9 @@ std::string format_json(const DaemonSnapshot& s) {
                        {"wants", t.wants}, {"kernels", t.kernels}, {"busy_percent", t.busy_pct},
                        {"waits", t.waits.count}, {"predicted_pause_ns", t.predicted_pause_ns},
                        {"short_hold_ns", t.directive.short_hold_ns}, {"partition_pct", t.directive.partition_pct},
-                       {"confine", t.directive.confine}, {"memory_used", t.memory_used},
+                       {"confine", t.directive.confine}, {"overlap", policy::to_string(t.overlap)},
+                       {"overlap_trials", t.overlap_trials}, {"overlap_refused", t.overlap_refused},
+                       {"confined_period_ns", t.confined_period_ns}, {"memory_used", t.memory_used},
                        {"memory_limit", t.memory_limit}, {"memory_cap", t.directive.memory_cap},
                        {"memory_total", t.memory_total}, {"memory_refusals", t.memory_refusals}});
   }

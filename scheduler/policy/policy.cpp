@@ -43,6 +43,27 @@ uint32_t busy_percent(const Profile& profile) {
   return busy > 0 ? uint32_t(100.0 * busy / (busy + gaps) + 0.5) : 0;
 }
 
+const char* to_string(Overlap o) {
+  switch (o) {
+    case Overlap::Confined: return "confined";
+    case Overlap::Trying: return "trying";
+    case Overlap::Allowed: return "allowed";
+  }
+  return "?";
+}
+
+uint64_t Policy::OverlapTrial::confined_mean() const {
+  const size_t n = std::min(confined_count, confined.size());
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) sum += confined[i];
+  return n != 0 ? sum / n : 0;
+}
+
+uint64_t Policy::OverlapTrial::confined_max() const {
+  const size_t n = std::min(confined_count, confined.size());
+  return n != 0 ? *std::max_element(confined.begin(), confined.begin() + long(n)) : 0;
+}
+
 Policy::Policy(Settings settings, ProfileSource& profiles, uint32_t id_base, BellSlots* bell_slots)
     : settings_(settings), profiles_(profiles), id_base_(id_base),
       bell_slot_used_(bell_slots != nullptr ? *bell_slots : own_bell_slots_) {}
@@ -178,6 +199,8 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   d.memory_cap = memory_cap_for(t);
   if (t.id == holder_) d.role |= protocol::kRoleHolder;
   bool below = false, above = false, hold = false, fill = false, wanted = false, busy_above = false;
+  // Every share task above (one at least) lets it run everything beside it; one is still trying.
+  bool share_above = false, overlap_above = true, trying_above = false;
   for (const auto& [id, u] : tasks_) {
     if (id == t.id) continue;
     below |= u.priority > t.priority;
@@ -185,6 +208,11 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
     wanted |= u.want && u.want->known;
     if (u.priority < t.priority && blocks(now, u, t)) (u.mode == TaskMode::Measure ? hold : fill) = true;
     busy_above |= u.priority < t.priority && u.busy_pct > settings_.mps_overlap_max_busy_pct;
+    if (u.priority < t.priority && u.mode == TaskMode::Share) {
+      share_above = true;
+      overlap_above &= u.overlap.mode != Overlap::Confined;
+      trying_above |= u.overlap.mode == Overlap::Trying;
+    }
   }
   // A task being measured runs unscheduled (the measure mode asks nothing); lower ones depend on it.
   if (t.mode == TaskMode::Measure) return d;
@@ -197,7 +225,13 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (d.state == State::Run) d.return_ns = predicted_return(now, t);
   // Under MPS: what may run beside an active holder, and what runs on the task's SM partition. The
   // client applies it in Fill, and in Run while the holder's bell says it is back.
-  if (t.backend == Backend::Mps && d.state != State::Hold && above) {
+  if (t.backend == Backend::Mps && d.state != State::Hold && share_above && overlap_above) {
+    // The tasks above were found (or are being tried) not to mind: everything runs beside them,
+    // as under MPS with client priority; while trying, within the bound, so that a refusal finds
+    // little of it queued.
+    d.short_hold_ns = UINT32_MAX;
+    d.confine = protocol::kConfineShortBeside | (trying_above ? protocol::kConfineBoundBeside : 0);
+  } else if (t.backend == Backend::Mps && d.state != State::Hold && above) {
     // Below a busy task a returning one waits for whatever holds SMs when it comes: no more than
     // the bound, as for the work in flight.
     d.short_hold_ns = u32(busy_above ? std::min(settings_.short_hold_ns, settings_.run_bound_ns) : settings_.short_hold_ns);
@@ -365,6 +399,7 @@ void Policy::handle_notify(uint64_t now, Task& t, const protocol::Notify& n) {
     launched = n.launched_ns;
   if (!t.active && t.inactive_since != 0)
     t.idle_history.add(launched > t.inactive_since ? launched - t.inactive_since : 0);
+  if (!t.active) begin_period(t, launched);
   t.active = true;
   t.idle_at = 0;
   t.last_launch = now;
@@ -452,6 +487,7 @@ void Policy::close_gap() {
 }
 
 void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
+  if (t.active) t.overlap.last_idle = now;
   if (t.id == holder_) {
     close_gap();   // its GPU work drained: nothing is predicted any more
     // A sync in the middle of an iteration is followed by the last kernel's usual gap: the holder
@@ -463,9 +499,81 @@ void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
       return;
     }
   }
-  if (t.active) t.inactive_since = now;
+  if (t.active) {
+    t.inactive_since = now;
+    end_period(now, t);
+  }
   t.active = false;
   t.idle_at = 0;
+}
+
+void Policy::begin_period(Task& t, uint64_t launched) {
+  t.overlap.period_start = launched;
+  t.overlap.last_idle = 0;
+  t.overlap.period_valid = true;
+}
+
+bool Policy::has_mps_below(const Task& t) const {
+  for (const auto& [id, u] : tasks_)
+    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share) return true;
+  return false;
+}
+
+uint64_t Policy::overlap_limit(const Task& t) const { return 2 * t.overlap.confined_max(); }
+
+// A period ends at its last idle (one that ended by silence says nothing of its length). Confined,
+// it is the reference; in a trial or a check window it is judged against that.
+void Policy::end_period(uint64_t now, Task& t) {
+  OverlapTrial& o = t.overlap;
+  const bool valid = o.period_valid && o.last_idle >= o.period_start && o.last_idle != 0;
+  o.period_valid = false;
+  if (!valid) return;
+  const uint64_t len = o.last_idle - o.period_start;
+  if (o.mode == Overlap::Confined) {
+    o.confined[o.confined_count++ % o.confined.size()] = len;
+    if (settings_.overlap_probe && o.confined_count >= kOverlapPeriods && now >= o.next_trial && has_mps_below(t)) {
+      o.mode = Overlap::Trying;
+      o.n = 0, o.sum = 0;
+      ++o.trials;
+      ++counters_.overlap_trials;
+    }
+    return;
+  }
+  if (len > overlap_limit(t)) {
+    refuse_overlap(now, t);
+    return;
+  }
+  ++o.n;
+  o.sum += len;
+  if (o.n < kOverlapPeriods) return;
+  const uint64_t mean = o.sum / o.n;
+  if (mean * 100 > o.confined_mean() * (100 + settings_.overlap_tolerance_pct)) {
+    refuse_overlap(now, t);
+    return;
+  }
+  o.n = 0, o.sum = 0;
+  if (o.mode == Overlap::Trying) {
+    o.mode = Overlap::Allowed;
+    o.allowed_since = now;
+    o.pause = kOverlapFirstPauseNs;
+    ++counters_.overlap_allowed;
+  } else if (now - o.allowed_since >= kOverlapRecheckNs) {
+    // Either program may have changed: measure the confined periods afresh, then try again.
+    o.mode = Overlap::Confined;
+    o.confined_count = 0;
+    o.next_trial = now;
+  }
+}
+
+void Policy::refuse_overlap(uint64_t now, Task& t) {
+  OverlapTrial& o = t.overlap;
+  o.mode = Overlap::Confined;
+  o.n = 0, o.sum = 0;
+  o.period_valid = false;
+  o.next_trial = now + o.pause;
+  o.pause = std::min(2 * o.pause, kOverlapMaxPauseNs);
+  ++o.refused;
+  ++counters_.overlap_refused;
 }
 
 void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
@@ -496,9 +604,16 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
         t.active = false;
         t.idle_at = 0;
         t.inactive_since = end;
+        end_period(now, t);
       } else {
         wake_at(end);
       }
+    }
+    // A period that runs past the limit while the tasks below run beside it: refused at once.
+    if (t.active && t.overlap.mode != Overlap::Confined && t.overlap.period_valid) {
+      const uint64_t limit = t.overlap.period_start + overlap_limit(t);
+      if (now >= limit) refuse_overlap(now, t);
+      else wake_at(limit);
     }
     if (t.mode == TaskMode::Measure) {
       const uint64_t hold_end = t.measure_since + settings_.measure_hold_max_ns;
@@ -574,6 +689,11 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.waits = t.waits;
     s.predicted_pause_ns = predicted_pause(t);
     s.busy_pct = t.busy_pct;
+    s.overlap = t.overlap.mode;
+    s.below_mps = t.mode == TaskMode::Share && has_mps_below(t);
+    s.overlap_trials = t.overlap.trials;
+    s.overlap_refused = t.overlap.refused;
+    s.confined_period_ns = t.overlap.confined_mean();
     s.memory_used = t.memory_used;
     s.memory_limit = t.memory_limit;
     s.memory_total = t.memory_total;

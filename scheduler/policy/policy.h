@@ -69,6 +69,15 @@ struct Settings {
   // (over short_hold_ns) below a busy task always (its return cannot be foreseen). A green context:
   // the rest of the SMs stay free for the tasks above (docs/scheduling.md).
   uint32_t partition_pct = 35;
+  // MPS. Whether a holder's service is hurt by what runs beside it depends on both programs (a
+  // CPU-bound service absorbs holds its host never waits for; a CUDA graph loses every SM taken), so
+  // the daemon finds out per holder by trying (docs/scheduling.md, "Trying overlap"): after
+  // kOverlapPeriods of its active periods with the tasks below confined, it lets everything of theirs
+  // run beside it (within the in-flight bound) for as many periods, and allows that for good while
+  // the mean period stays within overlap_tolerance_pct of the confined one; never longer than twice
+  // the longest confined one. A refusal is tried again after a pause that doubles each time.
+  bool overlap_probe = true;
+  uint32_t overlap_tolerance_pct = 10;
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
   uint64_t holder_quiet_ns = 20'000'000;       // an active task silent this long counts as idle
@@ -115,7 +124,14 @@ struct Counters {
   // waiting are not in their task's profile (unknown kernels never fill); every kernel waiting was
   // longer than the gap; or the gap ended before a grant could reach a filler.
   uint64_t unfilled_no_want = 0, unfilled_unprofiled = 0, unfilled_too_long = 0, unfilled_late = 0;
+  // Trying overlap (Settings::overlap_probe): trials begun, trials and rechecks that ended allowed,
+  // and those refused (a trial or check whose periods grew, or one period past the limit).
+  uint64_t overlap_trials = 0, overlap_allowed = 0, overlap_refused = 0;
 };
+
+// Whether the tasks below a task may run everything beside it (Settings::overlap_probe).
+enum class Overlap : uint8_t { Confined, Trying, Allowed };
+const char* to_string(Overlap o);
 
 // How long tasks waited on a want until the daemon let the launch go (a fill or Run), in the
 // buckets the metrics endpoint exposes.
@@ -144,6 +160,10 @@ struct TaskStatus {
   WaitHistogram waits;
   uint64_t predicted_pause_ns = 0;   // the shortest of its last 16 pauses, when its return is predicted (0: not)
   uint32_t busy_pct = 0;             // busy_percent of its profile
+  Overlap overlap = Overlap::Confined;   // what the MPS tasks below it may run beside it
+  bool below_mps = false;                // it has MPS share tasks below it
+  uint64_t overlap_trials = 0, overlap_refused = 0;
+  uint64_t confined_period_ns = 0;   // the mean of its last active periods with the tasks below confined (0: none yet)
   // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
   // allocations it refused over its cap, and the GPU's size as it reported it.
   uint64_t memory_used = 0, memory_limit = 0, memory_total = 0;
@@ -200,6 +220,24 @@ class Policy {
     // and the next pause would come before all 16 one time in 17.
     uint64_t steady_shortest() const;
   };
+  // Trying overlap: its active periods (first launch to its last idle) with the tasks below
+  // confined, and in the trial or check under way.
+  static constexpr size_t kOverlapPeriods = 32;
+  static constexpr uint64_t kOverlapFirstPauseNs = 2'000'000'000, kOverlapMaxPauseNs = 300'000'000'000;
+  static constexpr uint64_t kOverlapRecheckNs = 60'000'000'000;   // allowed this long: measure confined again
+  struct OverlapTrial {
+    Overlap mode = Overlap::Confined;
+    std::array<uint64_t, kOverlapPeriods> confined{};
+    size_t confined_count = 0;     // periods seen since the last reset (the ring holds the last ones)
+    uint32_t n = 0;                // periods of the trial or check window under way
+    uint64_t sum = 0;
+    uint64_t next_trial = 0, pause = kOverlapFirstPauseNs, allowed_since = 0;
+    uint64_t period_start = 0, last_idle = 0;   // the period under way (last_idle 0: no idle yet)
+    bool period_valid = false;     // begun in the current mode, which has not changed since
+    uint64_t trials = 0, refused = 0;
+    uint64_t confined_mean() const;
+    uint64_t confined_max() const;
+  };
   struct Wanted {
     uint64_t kernel_id = 0, duration_ns = 0;
     bool known = false;   // the daemon has a profile for it: it may fill gaps
@@ -222,6 +260,7 @@ class Policy {
     uint64_t last_launch = 0;
     uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
     IdleHistory idle_history;        // how long its recent idle periods lasted
+    OverlapTrial overlap;            // whether MPS tasks below may run everything beside it
     std::optional<Wanted> want;      // blocked on this launch
     protocol::Directive directive;   // last sent
     uint16_t bell_slot = protocol::kNoBellSlot;
@@ -278,6 +317,14 @@ class Policy {
   // When the first task above `t` is predicted back, when each of them is idle in a predicted pause
   // that has not ended yet; else 0.
   uint64_t predicted_return(uint64_t now, const Task& t) const;
+  // Trying overlap: a task's active period begins, ends (its last idle: judged), or runs too long.
+  void begin_period(Task& t, uint64_t launched);
+  void end_period(uint64_t now, Task& t);
+  void refuse_overlap(uint64_t now, Task& t);
+  // How long an active period may last while the tasks below run beside it (twice the longest
+  // confined one).
+  uint64_t overlap_limit(const Task& t) const;
+  bool has_mps_below(const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

@@ -24,10 +24,15 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
   mps_long       MPS-like device; LP kernels fill the device for 1.5 ms (one wave: they hold every SM
                  longer than the daemon's short-hold, 1 ms): uncoordinated, the HP waits behind them; under
                  FIKIT without SM partitions (--partition 0) they run only in the HP's idle time, the HP's
-                 wait is bounded as in interference.
+                 wait is bounded as in interference. (This case and the next with --overlap-probe off: they
+                 test the bound and the partition, which a trial would set aside for its length.)
   mps_partition  the same pair with the daemon's defaults: while the HP is active the LP's long kernels
                  run on its SM partition (a simulated green context of 35 % of the SMs) instead of
                  waiting; the HP's wait stays bounded.
+  overlap_trial  MPS-like device, fresh daemon per job, a graph-like service (busy: confined, nothing of the
+                 job runs beside it; its kernel fits the SMs the job's partition leaves): beside a job of small short kernels the daemon tries letting
+                 everything run beside it and allows it (its active periods did not grow 10 %); beside the job
+                 of 1.5 ms kernels holding every SM it refuses every trial and allows nothing.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
   relearn        the LP switches to a new input shape (kernels its profile lacks) while the HP leaves 1 ms
                  gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
@@ -75,10 +80,10 @@ CASES = {
                     ["--kernel-us", "20", "--sync-every", "100", "--blocks", "16", "--threads", "128"], 300, "mps"),
     "mps_long": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
                  ["--kernel-us", "1500", "--sync-every", "10", "--blocks", "264", "--threads", "1024"], 300, "mps",
-                 ["--partition", "0"]),
+                 ["--partition", "0", "--overlap-probe", "off"]),
     "mps_partition": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
                       ["--kernel-us", "1500", "--sync-every", "10", "--blocks", "264", "--threads", "1024"], 300,
-                      "mps"),
+                      "mps", ["--overlap-probe", "off"]),
     "daemon_killed": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
                       ["--kernel-us", "50", "--sync-every", "100"], 2000, "timeslice"),
 }
@@ -445,7 +450,7 @@ def busy_rule(env):
     for key, flags in (("graph", graph), ("eager", eager)):
         run(env, env.fikit("measure", key, 0) + [env.a.infer, "--requests", "100", "--warmup", "5"] + flags, "measure " + key)
     run(env, env.fikit("measure", "job", 5) + [env.a.train, "--duration-s", "1", "--kernel-us", "50"], "measure job")
-    env.start_daemon()
+    env.start_daemon("--overlap-probe", "off")   # the rule alone: a trial would set it aside (overlap_trial)
     busy = {}
     for key, flags in (("graph", graph), ("eager", eager)):
         job = Run(env, env.fikit("share", "job", 5) + [env.a.train, "--duration-s", "600", "--kernel-us", "50"],
@@ -472,6 +477,44 @@ def busy_rule(env):
     ok &= check(busy["graph"] >= 90, f"the graph-like service counts as busy: {busy['graph']} %")
     ok &= check(0 <= busy["eager"] <= 50, f"the eager service does not: {busy['eager']} %")
     env.stop_daemon()
+    return ok
+
+
+def overlap_trial(env):
+    # A busy service (one 800 us kernel a request, as busy_rule's graph-like one, but of half its blocks:
+    # it fits beside the job's partition, so that confining the job protects it).
+    hp = ["--kernels", "1", "--kernel-us", "800", "--cpu-us", "0", "--blocks", "132", "--threads", "1024",
+          "--arrival", "poisson", "--rate", "300"]
+    jobs = {"small": CASES["mps_overlap"][1], "long": CASES["mps_long"][1]}
+    run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp, "measure HP")
+    for name, flags in jobs.items():
+        run(env, env.fikit("measure", name, 5) + [env.a.train, "--duration-s", "1"] + flags, "measure " + name)
+    ok = True
+    for name, flags in jobs.items():
+        env.start_daemon()   # each job meets a daemon that has tried nothing yet
+        job = Run(env, env.fikit("share", name, 5) + [env.a.train, "--duration-s", "600"] + flags,
+                  "job " + name, mps_priority=1).start()
+        time.sleep(0.3)
+        try:
+            # 300 requests a second, each one active period: the first trial begins after 32 and is
+            # judged after 32 more; 1200 requests leave time for a second one 2 s after a refusal.
+            run(env, env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "1200"] + hp, "HP beside " + name,
+                mps_priority=0)
+            status = env.status()
+        finally:
+            job.finish(timeout=30, terminate=True)
+        env.stop_daemon()
+        c = status["counters"]
+        print(f"beside the {name} job: trials {c['overlap_trials']}, allowed {c['overlap_allowed']}, refused "
+              f"{c['overlap_refused']}", flush=True)
+        if name == "small":
+            ok &= check(c["overlap_allowed"] >= 1, f"beside small short kernels overlap was allowed "
+                        f"({c['overlap_allowed']} of {c['overlap_trials']} trials)")
+        else:
+            ok &= check(c["overlap_trials"] >= 1 and c["overlap_allowed"] == 0 and
+                        c["overlap_refused"] == c["overlap_trials"],
+                        f"beside 1.5 ms kernels holding every SM every trial was refused ({c['overlap_refused']} of "
+                        f"{c['overlap_trials']})")
     return ok
 
 
@@ -580,12 +623,13 @@ def fork_case(env):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule", "memory_reserve",
-                                                 "auto_progress"])
+                                                 "auto_progress", "overlap_trial"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args()
-    sharing = CASES[args.case][3] if args.case in CASES else "mps" if args.case == "busy_rule" else "timeslice"
+    sharing = CASES[args.case][3] if args.case in CASES else \
+        "mps" if args.case in ("busy_rule", "overlap_trial") else "timeslice"
     with tempfile.TemporaryDirectory(prefix="fikit-e2e-") as work:
         env = Env(args, work, sharing)
         try:
@@ -599,6 +643,8 @@ def main():
                 ok = two_gpus(env)
             elif args.case == "busy_rule":
                 ok = busy_rule(env)
+            elif args.case == "overlap_trial":
+                ok = overlap_trial(env)
             elif args.case == "memory_reserve":
                 ok = memory_reserve(env)
             elif args.case == "auto_progress":

@@ -43,6 +43,18 @@ TEST(GateRules, BesideAnEagerServiceShortHoldsGoAtOnceLongHoldsGoToThePartition)
   EXPECT_EQ(decide(mps_below(State::Run, kBelowEager, us(30), us(3))).verdict, Verdict::Go);
 }
 
+TEST(GateRules, WhereOverlapIsAllowedEverythingGoesAtOnceAndWhileItIsTriedWithinTheBound) {
+  GateInput in = mps_below(State::Fill, protocol::kConfineShortBeside, us(1400), us(1400));
+  in.short_hold_ns = UINT32_MAX;   // the daemon's "every hold is short": the service did not mind
+  EXPECT_EQ(decide(in).verdict, Verdict::Go);
+  in.state = State::Run;
+  EXPECT_EQ(decide(in).verdict, Verdict::Go);
+  in.confine |= protocol::kConfineBoundBeside;   // still being tried
+  EXPECT_EQ(decide(in).verdict, Verdict::Bounded);
+  in.state = State::Fill;
+  EXPECT_EQ(decide(in).verdict, Verdict::Bounded);
+}
+
 TEST(GateRules, TheBellMakesRunActLikeFill) {
   GateInput in = mps_below(State::Run, kBelowEager, us(1400), us(1400));
   in.holder_back = true;

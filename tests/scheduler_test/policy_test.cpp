@@ -333,6 +333,129 @@ TEST_F(PolicyTest, BelowABusyTaskALongHoldIsOneLongerThanTheBound) {
   EXPECT_EQ(last[lp].short_hold_ns, us(1000));
 }
 
+// Trying overlap: the holder's active periods (activity start to its idle), `count` of them of
+// `len` each, one every `len` + 2 ms from `start`; returns when the next would begin.
+class OverlapTest : public PolicyTest {
+ protected:
+  uint64_t periods(uint32_t hp, uint64_t start, int count, uint64_t len) {
+    uint64_t at = start;
+    for (int i = 0; i < count; ++i, at += len + us(2000)) {
+      notify(at, hp, k1, true);
+      send(at + len, hp, protocol::Idle{kEnd});
+    }
+    return at;
+  }
+  TaskStatus status_of(uint32_t id, uint64_t now) {
+    for (const TaskStatus& st : policy().status(now))
+      if (st.id == id) return st;
+    ADD_FAILURE() << "task " << id << " not listed";
+    return {};
+  }
+  static constexpr uint8_t kTrying = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
+};
+
+TEST_F(OverlapTest, AServiceThatDoesNotMindIsFoundByTryingAndTheJobThenRunsEverythingBesideIt) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(1), 31, us(1000));
+  // Confined so far: long holds on the partition while it is active.
+  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
+  EXPECT_EQ(status_of(hp, at).confined_period_ns, us(1000));
+  at = periods(hp, at, 1, us(1000));
+  // 32 periods measured: everything may now run beside it, but within the bound.
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
+  EXPECT_EQ(last[lp].confine, kTrying);
+  EXPECT_EQ(last[lp].short_hold_ns, UINT32_MAX);
+  notify(at, hp, k1, true);
+  EXPECT_EQ(state(lp), State::Fill);
+  EXPECT_EQ(last[lp].confine, kTrying);   // beside it while it is active too
+  send(at + us(1050), hp, protocol::Idle{kEnd});
+  // 5 % longer periods, within the 10 % tolerance: allowed, no longer bounded.
+  at = periods(hp, at + us(3050), 31, us(1050));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Allowed);
+  EXPECT_EQ(last[lp].confine, protocol::kConfineShortBeside);
+  EXPECT_EQ(policy().counters().overlap_trials, 1u);
+  EXPECT_EQ(policy().counters().overlap_allowed, 1u);
+  EXPECT_EQ(policy().counters().overlap_refused, 0u);
+  // Allowed for a minute: the next check window measures the confined periods afresh, then tries again.
+  at = periods(hp, at + 60'000'000'000ull, 32, us(1000));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
+  at = periods(hp, at, 32, us(1000));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
+  EXPECT_EQ(policy().counters().overlap_trials, 2u);
+}
+
+TEST_F(OverlapTest, AServiceThatSlowsIsRefusedAndTriedAgainAfterAPauseThatDoubles) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(1), 32, us(1000));
+  ASSERT_EQ(status_of(hp, at).overlap, Overlap::Trying);
+  const uint64_t refused_at = at = periods(hp, at, 32, us(1200));   // 20 % longer
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
+  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
+  EXPECT_EQ(last[lp].short_hold_ns, us(50));
+  EXPECT_EQ(policy().counters().overlap_refused, 1u);
+  // Not tried again for 2 s, however many periods it runs meanwhile.
+  while (at < refused_at + 1'900'000'000ull) at = periods(hp, at, 32, us(1000));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
+  at = periods(hp, refused_at + 2'000'000'000ull, 1, us(1000));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
+  const uint64_t refused_again = at = periods(hp, at, 32, us(1200));
+  EXPECT_EQ(policy().counters().overlap_refused, 2u);
+  at = periods(hp, refused_again + 3'900'000'000ull, 1, us(1000));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);   // the pause is 4 s now
+  at = periods(hp, refused_again + 4'000'000'000ull, 1, us(1000));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
+  EXPECT_EQ(status_of(hp, at).overlap_trials, 3u);
+  EXPECT_EQ(status_of(hp, at).overlap_refused, 2u);
+}
+
+TEST_F(OverlapTest, APeriodPastTwiceTheLongestConfinedOneEndsTheTrialBeforeItEnds) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(1), 31, us(1000));
+  at = periods(hp, at, 1, us(1500));   // the longest confined period: 1.5 ms
+  ASSERT_EQ(last[lp].confine, kTrying);
+  notify(at, hp, k1, true);
+  EXPECT_EQ(policy().next_wake(), at + us(3000));   // the daemon wakes at the limit
+  tick(at + us(2999));
+  EXPECT_EQ(last[lp].confine, kTrying);
+  tick(at + us(3000));
+  // Still active, 3 ms in: the job goes back to its partition now, not when the period ends.
+  EXPECT_EQ(state(lp), State::Fill);
+  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
+  EXPECT_EQ(policy().counters().overlap_refused, 1u);
+  send(at + us(9000), hp, protocol::Idle{kEnd});   // that period is not a confined one
+  EXPECT_EQ(status_of(hp, at + us(9000)).confined_period_ns, 1'015'625u);   // (31 x 1 ms + 1.5 ms) / 32
+}
+
+TEST_F(OverlapTest, AllowedOverlapIsRefusedWhenTheNextPeriodsGrow) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(1), 64, us(1000));
+  ASSERT_EQ(status_of(hp, at).overlap, Overlap::Allowed);
+  at = periods(hp, at, 31, us(1300));   // the job began to hurt it
+  EXPECT_EQ(last[lp].confine, protocol::kConfineShortBeside);
+  at = periods(hp, at, 1, us(1300));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
+  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
+}
+
+TEST_F(OverlapTest, NothingIsTriedWithTheSettingOffOrWithoutMpsTasksBelow) {
+  const uint32_t hp = reg(T0, "hp", 0);
+  const uint32_t lp = reg(T0, "lp", 5);   // time-sliced: nothing can run beside the service
+  uint64_t at = periods(hp, T0 + us(1), 40, us(1000));
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
+  EXPECT_FALSE(status_of(hp, at).below_mps);
+  EXPECT_EQ(last[lp].confine, 0);
+  send(at, lp, protocol::Goodbye{});
+  p.reset();
+  settings.overlap_probe = false;
+  const uint32_t hp2 = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  at = periods(hp2, T0 + us(1), 100, us(1000));
+  EXPECT_EQ(status_of(hp2, at).overlap, Overlap::Confined);
+  EXPECT_TRUE(status_of(hp2, at).below_mps);
+  EXPECT_EQ(last[mps].confine & protocol::kConfinePartition, protocol::kConfineActive);
+  EXPECT_EQ(policy().counters().overlap_trials, 0u);
+}
+
 TEST(BusyPercent, IsWhatRequestsDoOnTheGpuWhenTheRunsSayIt) {
   Profile eager;
   eager[1] = kernel(us(10), us(30));       // by its kernels 25 %...
