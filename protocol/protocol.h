@@ -67,7 +67,7 @@ constexpr uint16_t kLastRefusalReason = 5;
 constexpr uint8_t kConfineActive = 1;       // while a task above is active: every launch not allowed at once
 constexpr uint8_t kConfineLong = 2;         // always: launches whose SM hold is longer than short_hold_ns
 constexpr uint8_t kConfineShortBeside = 4;  // launches whose SM hold is up to short_hold_ns run beside it
-constexpr uint8_t kConfineBoundBeside = 8;  // ...within the in-flight bound (the daemon is trying overlap)
+constexpr uint8_t kConfineBoundBeside = 8;  // long holds run beside it too, within the in-flight bound
 constexpr uint8_t kConfinePartition = kConfineActive | kConfineLong;   // these need partition_pct
 constexpr uint8_t kConfineMask = kConfineActive | kConfineLong | kConfineShortBeside | kConfineBoundBeside;
 // How the daemon predicts (scheduler/policy/kernel_rules.h), so the client predicts the same.

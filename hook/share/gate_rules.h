@@ -53,16 +53,16 @@ inline Decision decide(const GateInput& in) {
       if (may_partition && (in.confine & protocol::kConfineActive) && in.return_ns != 0 &&
           in.predicted_ns > in.bound_ns && in.now + in.predicted_ns > in.return_ns)
         return {Verdict::GoPartition};
-      // What may run beside the holder when it is active need not be kept small while it is idle
-      // (unless the daemon is still trying whether it may: a refusal then finds little queued).
-      if ((in.confine & protocol::kConfineShortBeside) && !longer_hold && !(in.confine & protocol::kConfineBoundBeside))
-        return {Verdict::Go};
+      // What may run beside the holder when it is active need not be kept small while it is idle.
+      if ((in.confine & protocol::kConfineShortBeside) && !longer_hold) return {Verdict::Go};
       return {Verdict::Bounded};
     case State::Fill:
       // MPS client priority dispatches the holder's blocks first; blocks that hold SMs briefly cost
       // it little, unless it keeps the GPU busy back to back (the daemon then leaves the flag off).
-      if ((in.confine & protocol::kConfineShortBeside) && !longer_hold)
-        return {(in.confine & protocol::kConfineBoundBeside) ? Verdict::Bounded : Verdict::Go};
+      if ((in.confine & protocol::kConfineShortBeside) && !longer_hold) return {Verdict::Go};
+      // The daemon found the holder does not mind long holds beside it (or is trying whether it
+      // does): at full width, but within the bound, so that a refusal finds little of it queued.
+      if (in.confine & protocol::kConfineBoundBeside) return {Verdict::Bounded};
       return {Verdict::Credit,
               may_partition && (in.confine & protocol::kConfineActive) ? Verdict::GoPartition : Verdict::Wait};
   }

@@ -320,9 +320,9 @@ std::string settings_help() {
   s += "  --partition PERCENT\n      under MPS, the share of the GPU's SMs on which a lower task runs what may not run at full\n"
        "      width beside a service, instead of waiting (0: no partitions, such launches wait) (default " +
        std::to_string(defaults.partition_pct) + ")\n";
-  s += "  --overlap-probe on|off\n      under MPS, try per service whether the tasks below may run everything beside it (as\n"
-       "      under MPS with client priority), and allow it while its active periods stay within\n"
-       "      overlap-tolerance of those with them confined (default on)\n";
+  s += "  --overlap-probe on|off\n      under MPS, try per service whether the tasks below may run their long holds beside it\n"
+       "      (at full width, within run-bound) instead of on their partition, and allow it while its\n"
+       "      active periods stay within overlap-tolerance of those with them confined (default on)\n";
   s += "  --overlap-tolerance PERCENT\n      how much longer a service's mean active period may get with the tasks below beside it\n"
        "      (default " + std::to_string(defaults.overlap_tolerance_pct) + ")\n";
   s += "  --reserve-memory SIZE\n      device memory kept for priority-0 tasks on each GPU: tasks below them cannot allocate into\n"

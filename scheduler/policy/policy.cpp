@@ -200,7 +200,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (t.id == holder_) d.role |= protocol::kRoleHolder;
   bool below = false, above = false, hold = false, fill = false, wanted = false, busy_above = false;
   // Every share task above (one at least) lets it run everything beside it; one is still trying.
-  bool share_above = false, overlap_above = true, trying_above = false;
+  bool share_above = false, overlap_above = true;
   for (const auto& [id, u] : tasks_) {
     if (id == t.id) continue;
     below |= u.priority > t.priority;
@@ -211,7 +211,6 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
     if (u.priority < t.priority && u.mode == TaskMode::Share) {
       share_above = true;
       overlap_above &= u.overlap.mode != Overlap::Confined;
-      trying_above |= u.overlap.mode == Overlap::Trying;
     }
   }
   // A task being measured runs unscheduled (the measure mode asks nothing); lower ones depend on it.
@@ -226,11 +225,12 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   // Under MPS: what may run beside an active holder, and what runs on the task's SM partition. The
   // client applies it in Fill, and in Run while the holder's bell says it is back.
   if (t.backend == Backend::Mps && d.state != State::Hold && share_above && overlap_above) {
-    // The tasks above were found (or are being tried) not to mind: everything runs beside them,
-    // as under MPS with client priority; while trying, within the bound, so that a refusal finds
-    // little of it queued.
-    d.short_hold_ns = UINT32_MAX;
-    d.confine = protocol::kConfineShortBeside | (trying_above ? protocol::kConfineBoundBeside : 0);
+    // The tasks above were found (or are being tried) not to mind: short holds run beside them, and
+    // long holds too, at full width within the bound rather than on the partition. Unbounded (all
+    // of MPS with client priority) was tried on an H200: the LM service beside attention training
+    // then refused every allowance the bounded trial had given (docs/scheduling.md).
+    d.short_hold_ns = u32(settings_.short_hold_ns);
+    d.confine = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
   } else if (t.backend == Backend::Mps && d.state != State::Hold && above) {
     // Below a busy task a returning one waits for whatever holds SMs when it comes: no more than
     // the bound, as for the work in flight.

@@ -72,8 +72,8 @@ struct Settings {
   // MPS. Whether a holder's service is hurt by what runs beside it depends on both programs (a
   // CPU-bound service absorbs holds its host never waits for; a CUDA graph loses every SM taken), so
   // the daemon finds out per holder by trying (docs/scheduling.md, "Trying overlap"): after
-  // kOverlapPeriods of its active periods with the tasks below confined, it lets everything of theirs
-  // run beside it (within the in-flight bound) for as many periods, and allows that for good while
+  // kOverlapPeriods of its active periods with the tasks below confined, it lets their long holds run
+  // beside it too (at full width, within the in-flight bound) for as many periods, and allows that while
   // the mean period stays within overlap_tolerance_pct of the confined one; never longer than twice
   // the longest confined one. A refusal is tried again after a pause that doubles each time.
   bool overlap_probe = true;

@@ -43,16 +43,15 @@ TEST(GateRules, BesideAnEagerServiceShortHoldsGoAtOnceLongHoldsGoToThePartition)
   EXPECT_EQ(decide(mps_below(State::Run, kBelowEager, us(30), us(3))).verdict, Verdict::Go);
 }
 
-TEST(GateRules, WhereOverlapIsAllowedEverythingGoesAtOnceAndWhileItIsTriedWithinTheBound) {
-  GateInput in = mps_below(State::Fill, protocol::kConfineShortBeside, us(1400), us(1400));
-  in.short_hold_ns = UINT32_MAX;   // the daemon's "every hold is short": the service did not mind
-  EXPECT_EQ(decide(in).verdict, Verdict::Go);
-  in.state = State::Run;
-  EXPECT_EQ(decide(in).verdict, Verdict::Go);
-  in.confine |= protocol::kConfineBoundBeside;   // still being tried
-  EXPECT_EQ(decide(in).verdict, Verdict::Bounded);
-  in.state = State::Fill;
-  EXPECT_EQ(decide(in).verdict, Verdict::Bounded);
+TEST(GateRules, WhereTheDaemonAllowsLongHoldsBesideTheServiceTheyGoAtFullWidthWithinTheBound) {
+  constexpr uint8_t kBeside = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
+  EXPECT_EQ(decide(mps_below(State::Fill, kBeside, us(1400), us(1400))).verdict, Verdict::Bounded);
+  EXPECT_EQ(decide(mps_below(State::Run, kBeside, us(1400), us(1400))).verdict, Verdict::Bounded);
+  // Short holds as before: at once.
+  EXPECT_EQ(decide(mps_below(State::Fill, kBeside, us(4000), us(4))).verdict, Verdict::Go);
+  EXPECT_EQ(decide(mps_below(State::Run, kBeside, us(30), us(3))).verdict, Verdict::Go);
+  // Without the bit, the same long hold is the partition's (or credit's).
+  EXPECT_EQ(decide(mps_below(State::Fill, kBelowEager, us(1400), us(1400))).verdict, Verdict::Credit);
 }
 
 TEST(GateRules, TheBellMakesRunActLikeFill) {

@@ -351,10 +351,11 @@ class OverlapTest : public PolicyTest {
     ADD_FAILURE() << "task " << id << " not listed";
     return {};
   }
-  static constexpr uint8_t kTrying = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
+  // Long holds beside it too, within the bound, instead of on the partition.
+  static constexpr uint8_t kBeside = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
 };
 
-TEST_F(OverlapTest, AServiceThatDoesNotMindIsFoundByTryingAndTheJobThenRunsEverythingBesideIt) {
+TEST_F(OverlapTest, AServiceThatDoesNotMindIsFoundByTryingAndTheJobsLongHoldsThenRunBesideIt) {
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(1), 31, us(1000));
   // Confined so far: long holds on the partition while it is active.
@@ -362,18 +363,18 @@ TEST_F(OverlapTest, AServiceThatDoesNotMindIsFoundByTryingAndTheJobThenRunsEvery
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
   EXPECT_EQ(status_of(hp, at).confined_period_ns, us(1000));
   at = periods(hp, at, 1, us(1000));
-  // 32 periods measured: everything may now run beside it, but within the bound.
+  // 32 periods measured: its long holds may now run beside it, within the bound.
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  EXPECT_EQ(last[lp].confine, kTrying);
-  EXPECT_EQ(last[lp].short_hold_ns, UINT32_MAX);
+  EXPECT_EQ(last[lp].confine, kBeside);
+  EXPECT_EQ(last[lp].short_hold_ns, us(50));
   notify(at, hp, k1, true);
   EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_EQ(last[lp].confine, kTrying);   // beside it while it is active too
+  EXPECT_EQ(last[lp].confine, kBeside);   // beside it while it is active too
   send(at + us(1050), hp, protocol::Idle{kEnd});
-  // 5 % longer periods, within the 10 % tolerance: allowed, no longer bounded.
+  // 5 % longer periods, within the 10 % tolerance: allowed (the same directive).
   at = periods(hp, at + us(3050), 31, us(1050));
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Allowed);
-  EXPECT_EQ(last[lp].confine, protocol::kConfineShortBeside);
+  EXPECT_EQ(last[lp].confine, kBeside);
   EXPECT_EQ(policy().counters().overlap_trials, 1u);
   EXPECT_EQ(policy().counters().overlap_allowed, 1u);
   EXPECT_EQ(policy().counters().overlap_refused, 0u);
@@ -413,11 +414,11 @@ TEST_F(OverlapTest, APeriodPastTwiceTheLongestConfinedOneEndsTheTrialBeforeItEnd
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(1), 31, us(1000));
   at = periods(hp, at, 1, us(1500));   // the longest confined period: 1.5 ms
-  ASSERT_EQ(last[lp].confine, kTrying);
+  ASSERT_EQ(last[lp].confine, kBeside);
   notify(at, hp, k1, true);
   EXPECT_EQ(policy().next_wake(), at + us(3000));   // the daemon wakes at the limit
   tick(at + us(2999));
-  EXPECT_EQ(last[lp].confine, kTrying);
+  EXPECT_EQ(last[lp].confine, kBeside);
   tick(at + us(3000));
   // Still active, 3 ms in: the job goes back to its partition now, not when the period ends.
   EXPECT_EQ(state(lp), State::Fill);
@@ -432,7 +433,7 @@ TEST_F(OverlapTest, AllowedOverlapIsRefusedWhenTheNextPeriodsGrow) {
   uint64_t at = periods(hp, T0 + us(1), 64, us(1000));
   ASSERT_EQ(status_of(hp, at).overlap, Overlap::Allowed);
   at = periods(hp, at, 31, us(1300));   // the job began to hurt it
-  EXPECT_EQ(last[lp].confine, protocol::kConfineShortBeside);
+  EXPECT_EQ(last[lp].confine, kBeside);
   at = periods(hp, at, 1, us(1300));
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
   EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
