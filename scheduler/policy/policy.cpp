@@ -52,17 +52,22 @@ const char* to_string(Overlap o) {
   return "?";
 }
 
-uint64_t Policy::OverlapTrial::confined_mean() const {
-  const size_t n = std::min(confined_count, confined.size());
-  uint64_t sum = 0;
-  for (size_t i = 0; i < n; ++i) sum += confined[i];
-  return n != 0 ? sum / n : 0;
+namespace {
+// The pct-th percentile of the first n values (nearest rank; 0 when n is 0).
+template <size_t N>
+uint64_t quantile(std::array<uint64_t, N> values, size_t n, unsigned pct) {
+  if (n == 0) return 0;
+  const size_t rank = std::min(n - 1, (n * pct + 99) / 100 - (pct != 0 ? 1 : 0));
+  std::nth_element(values.begin(), values.begin() + long(rank), values.begin() + long(n));
+  return values[rank];
+}
+}  // namespace
+
+uint64_t Policy::OverlapTrial::confined_quantile(unsigned pct) const {
+  return quantile(confined, std::min(confined_count, confined.size()), pct);
 }
 
-uint64_t Policy::OverlapTrial::confined_max() const {
-  const size_t n = std::min(confined_count, confined.size());
-  return n != 0 ? *std::max_element(confined.begin(), confined.begin() + long(n)) : 0;
-}
+uint64_t Policy::OverlapTrial::window_quantile(unsigned pct) const { return quantile(window, n, pct); }
 
 Policy::Policy(Settings settings, ProfileSource& profiles, uint32_t id_base, BellSlots* bell_slots)
     : settings_(settings), profiles_(profiles), id_base_(id_base),
@@ -519,7 +524,7 @@ bool Policy::has_mps_below(const Task& t) const {
   return false;
 }
 
-uint64_t Policy::overlap_limit(const Task& t) const { return 2 * t.overlap.confined_max(); }
+uint64_t Policy::overlap_limit(const Task& t) const { return 4 * t.overlap.confined_quantile(75); }
 
 // A period ends at its last idle (one that ended by silence says nothing of its length). Confined,
 // it is the reference; in a trial or a check window it is judged against that.
@@ -533,7 +538,7 @@ void Policy::end_period(uint64_t now, Task& t) {
     o.confined[o.confined_count++ % o.confined.size()] = len;
     if (settings_.overlap_probe && o.confined_count >= kOverlapPeriods && now >= o.next_trial && has_mps_below(t)) {
       o.mode = Overlap::Trying;
-      o.n = 0, o.sum = 0;
+      o.n = 0;
       ++o.trials;
       ++counters_.overlap_trials;
     }
@@ -543,15 +548,21 @@ void Policy::end_period(uint64_t now, Task& t) {
     refuse_overlap(now, t);
     return;
   }
-  ++o.n;
-  o.sum += len;
-  if (o.n < kOverlapPeriods) return;
-  const uint64_t mean = o.sum / o.n;
-  if (mean * 100 > o.confined_mean() * (100 + settings_.overlap_tolerance_pct)) {
+  o.window[o.n++] = len;
+  // Slower than confined at the median: refused as soon as 8 periods say so, the rest need not pay.
+  const auto slower = [&](unsigned pct) {
+    return o.window_quantile(pct) * 100 > o.confined_quantile(pct) * (100 + settings_.overlap_tolerance_pct);
+  };
+  if (o.n >= 8 && slower(50)) {
     refuse_overlap(now, t);
     return;
   }
-  o.n = 0, o.sum = 0;
+  if (o.n < kOverlapPeriods) return;
+  if (slower(75)) {
+    refuse_overlap(now, t);
+    return;
+  }
+  o.n = 0;
   if (o.mode == Overlap::Trying) {
     o.mode = Overlap::Allowed;
     o.allowed_since = now;
@@ -568,7 +579,7 @@ void Policy::end_period(uint64_t now, Task& t) {
 void Policy::refuse_overlap(uint64_t now, Task& t) {
   OverlapTrial& o = t.overlap;
   o.mode = Overlap::Confined;
-  o.n = 0, o.sum = 0;
+  o.n = 0;
   o.period_valid = false;
   o.next_trial = now + o.pause;
   o.pause = std::min(2 * o.pause, kOverlapMaxPauseNs);
@@ -693,7 +704,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.below_mps = t.mode == TaskMode::Share && has_mps_below(t);
     s.overlap_trials = t.overlap.trials;
     s.overlap_refused = t.overlap.refused;
-    s.confined_period_ns = t.overlap.confined_mean();
+    s.confined_period_ns = t.overlap.confined_quantile(50);
     s.memory_used = t.memory_used;
     s.memory_limit = t.memory_limit;
     s.memory_total = t.memory_total;

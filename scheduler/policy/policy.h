@@ -74,8 +74,9 @@ struct Settings {
   // the daemon finds out per holder by trying (docs/scheduling.md, "Trying overlap"): after
   // kOverlapPeriods of its active periods with the tasks below confined, it lets their long holds run
   // beside it too (at full width, within the in-flight bound) for as many periods, and allows that while
-  // the mean period stays within overlap_tolerance_pct of the confined one; never longer than twice
-  // the longest confined one. A refusal is tried again after a pause that doubles each time.
+  // the median and upper quartile of its periods stay within overlap_tolerance_pct of the confined
+  // ones; a period past 4 confined upper quartiles refuses at once. A refusal is tried again after a
+  // pause that doubles each time.
   bool overlap_probe = true;
   uint32_t overlap_tolerance_pct = 10;
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
@@ -163,7 +164,7 @@ struct TaskStatus {
   Overlap overlap = Overlap::Confined;   // what the MPS tasks below it may run beside it
   bool below_mps = false;                // it has MPS share tasks below it
   uint64_t overlap_trials = 0, overlap_refused = 0;
-  uint64_t confined_period_ns = 0;   // the mean of its last active periods with the tasks below confined (0: none yet)
+  uint64_t confined_period_ns = 0;   // the median of its last active periods with the tasks below confined (0: none yet)
   // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
   // allocations it refused over its cap, and the GPU's size as it reported it.
   uint64_t memory_used = 0, memory_limit = 0, memory_total = 0;
@@ -229,14 +230,16 @@ class Policy {
     Overlap mode = Overlap::Confined;
     std::array<uint64_t, kOverlapPeriods> confined{};
     size_t confined_count = 0;     // periods seen since the last reset (the ring holds the last ones)
-    uint32_t n = 0;                // periods of the trial or check window under way
-    uint64_t sum = 0;
+    std::array<uint64_t, kOverlapPeriods> window{};   // the trial's or check window's periods
+    uint32_t n = 0;
     uint64_t next_trial = 0, pause = kOverlapFirstPauseNs, allowed_since = 0;
     uint64_t period_start = 0, last_idle = 0;   // the period under way (last_idle 0: no idle yet)
     bool period_valid = false;     // begun in the current mode, which has not changed since
     uint64_t trials = 0, refused = 0;
-    uint64_t confined_mean() const;
-    uint64_t confined_max() const;
+    // Quantiles (percent) of the confined periods and of the window's: medians and upper quartiles,
+    // which the odd slow start-up or host hiccup does not move as it moves a mean.
+    uint64_t confined_quantile(unsigned pct) const;
+    uint64_t window_quantile(unsigned pct) const;
   };
   struct Wanted {
     uint64_t kernel_id = 0, duration_ns = 0;
@@ -321,8 +324,7 @@ class Policy {
   void begin_period(Task& t, uint64_t launched);
   void end_period(uint64_t now, Task& t);
   void refuse_overlap(uint64_t now, Task& t);
-  // How long an active period may last while the tasks below run beside it (twice the longest
-  // confined one).
+  // How long an active period may last while the tasks below run beside it (4 confined upper quartiles).
   uint64_t overlap_limit(const Task& t) const;
   bool has_mps_below(const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;

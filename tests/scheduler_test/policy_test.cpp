@@ -390,7 +390,9 @@ TEST_F(OverlapTest, AServiceThatSlowsIsRefusedAndTriedAgainAfterAPauseThatDouble
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(1), 32, us(1000));
   ASSERT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  const uint64_t refused_at = at = periods(hp, at, 32, us(1200));   // 20 % longer
+  at = periods(hp, at, 7, us(1200));   // 20 % longer: 7 periods say nothing yet...
+  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
+  const uint64_t refused_at = at = periods(hp, at, 1, us(1200));   // ...the median of 8 does
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
   EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
   EXPECT_EQ(last[lp].short_hold_ns, us(50));
@@ -400,7 +402,7 @@ TEST_F(OverlapTest, AServiceThatSlowsIsRefusedAndTriedAgainAfterAPauseThatDouble
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
   at = periods(hp, refused_at + 2'000'000'000ull, 1, us(1000));
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  const uint64_t refused_again = at = periods(hp, at, 32, us(1200));
+  const uint64_t refused_again = at = periods(hp, at, 8, us(1200));
   EXPECT_EQ(policy().counters().overlap_refused, 2u);
   at = periods(hp, refused_again + 3'900'000'000ull, 1, us(1000));
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);   // the pause is 4 s now
@@ -410,31 +412,31 @@ TEST_F(OverlapTest, AServiceThatSlowsIsRefusedAndTriedAgainAfterAPauseThatDouble
   EXPECT_EQ(status_of(hp, at).overlap_refused, 2u);
 }
 
-TEST_F(OverlapTest, APeriodPastTwiceTheLongestConfinedOneEndsTheTrialBeforeItEnds) {
+TEST_F(OverlapTest, APeriodPastFourConfinedUpperQuartilesEndsTheTrialBeforeItEnds) {
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(1), 31, us(1000));
-  at = periods(hp, at, 1, us(1500));   // the longest confined period: 1.5 ms
+  at = periods(hp, at, 1, us(9000));   // one slow confined period moves no quartile
   ASSERT_EQ(last[lp].confine, kBeside);
   notify(at, hp, k1, true);
-  EXPECT_EQ(policy().next_wake(), at + us(3000));   // the daemon wakes at the limit
-  tick(at + us(2999));
+  EXPECT_EQ(policy().next_wake(), at + us(4000));   // the daemon wakes at the limit: 4 x 1 ms
+  tick(at + us(3999));
   EXPECT_EQ(last[lp].confine, kBeside);
-  tick(at + us(3000));
-  // Still active, 3 ms in: the job goes back to its partition now, not when the period ends.
+  tick(at + us(4000));
+  // Still active, 4 ms in: the job goes back to its partition now, not when the period ends.
   EXPECT_EQ(state(lp), State::Fill);
   EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
   EXPECT_EQ(policy().counters().overlap_refused, 1u);
   send(at + us(9000), hp, protocol::Idle{kEnd});   // that period is not a confined one
-  EXPECT_EQ(status_of(hp, at + us(9000)).confined_period_ns, 1'015'625u);   // (31 x 1 ms + 1.5 ms) / 32
+  EXPECT_EQ(status_of(hp, at + us(9000)).confined_period_ns, us(1000));   // the median
 }
 
 TEST_F(OverlapTest, AllowedOverlapIsRefusedWhenTheNextPeriodsGrow) {
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(1), 64, us(1000));
   ASSERT_EQ(status_of(hp, at).overlap, Overlap::Allowed);
-  at = periods(hp, at, 31, us(1300));   // the job began to hurt it
+  at = periods(hp, at, 7, us(1300));   // the job began to hurt it
   EXPECT_EQ(last[lp].confine, kBeside);
-  at = periods(hp, at, 1, us(1300));
+  at = periods(hp, at, 1, us(1300));   // the check window's median of 8 says so
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
   EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
 }
