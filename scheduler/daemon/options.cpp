@@ -322,7 +322,7 @@ std::string settings_help() {
        std::to_string(defaults.partition_pct) + ")\n";
   s += "  --overlap-probe on|off\n      under MPS, try per service whether the tasks below may run their long holds beside it\n"
        "      (at full width, within run-bound) instead of on their partition, and allow it while its\n"
-       "      active periods stay within overlap-tolerance of those with them confined (default on)\n";
+       "      active periods stay within overlap-tolerance of those with them confined (default off)\n";
   s += "  --overlap-tolerance PERCENT\n      how much longer a service's mean active period may get with the tasks below beside it\n"
        "      (default " + std::to_string(defaults.overlap_tolerance_pct) + ")\n";
   s += "  --reserve-memory SIZE\n      device memory kept for priority-0 tasks on each GPU: tasks below them cannot allocate into\n"

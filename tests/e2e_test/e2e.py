@@ -491,7 +491,7 @@ def overlap_trial(env):
         run(env, env.fikit("measure", name, 5) + [env.a.train, "--duration-s", "1"] + flags, "measure " + name)
     ok = True
     for name, flags in jobs.items():
-        env.start_daemon()   # each job meets a daemon that has tried nothing yet
+        env.start_daemon("--overlap-probe", "on")   # each job meets a daemon that has tried nothing yet
         job = Run(env, env.fikit("share", name, 5) + [env.a.train, "--duration-s", "600"] + flags,
                   "job " + name, mps_priority=1).start()
         time.sleep(0.3)

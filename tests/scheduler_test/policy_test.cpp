@@ -337,6 +337,7 @@ TEST_F(PolicyTest, BelowABusyTaskALongHoldIsOneLongerThanTheBound) {
 // `len` each, one every `len` + 2 ms from `start`; returns when the next would begin.
 class OverlapTest : public PolicyTest {
  protected:
+  OverlapTest() { settings.overlap_probe = true; }
   uint64_t periods(uint32_t hp, uint64_t start, int count, uint64_t len) {
     uint64_t at = start;
     for (int i = 0; i < count; ++i, at += len + us(2000)) {
@@ -438,6 +439,16 @@ TEST_F(OverlapTest, AllowedOverlapIsRefusedWhenTheNextPeriodsGrow) {
   EXPECT_EQ(last[lp].confine, kBeside);
   at = periods(hp, at, 1, us(1300));   // the check window's median of 8 says so
   EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
+  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
+}
+
+TEST_F(PolicyTest, OverlapIsNotTriedByDefault) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  for (int i = 0; i < 100; ++i) {
+    notify(T0 + uint64_t(i) * us(3000), hp, k1, true);
+    send(T0 + uint64_t(i) * us(3000) + us(1000), hp, protocol::Idle{kEnd});
+  }
+  EXPECT_EQ(policy().counters().overlap_trials, 0u);
   EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
 }
 
