@@ -72,8 +72,9 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
     }
     if (d.verdict == Verdict::Bounded) {
       // Before a service's predicted return, a launch goes whatever the bound if the work in
-      // flight, it included, drains by then. (In Fill the credit end is a gap's: spent by credit.)
-      const bool run_credit = v.state == protocol::State::Run && v.credit_until_ns > now;
+      // flight, it included, drains by then. (Not once the holder's bell rang: it is back. In Fill
+      // the credit end is a gap's, spent by credit.)
+      const bool run_credit = v.state == protocol::State::Run && !in.holder_back && v.credit_until_ns > now;
       const uint64_t drain_budget = run_credit ? v.credit_until_ns - now : 0;
       if (window_.admit(predicted_ns, v.bound_ns, drain_budget)) break;
       wait_gpu = true;

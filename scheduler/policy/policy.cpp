@@ -405,6 +405,7 @@ void Policy::handle_notify(uint64_t now, Task& t, const protocol::Notify& n) {
   if (!t.active && t.inactive_since != 0)
     t.idle_history.add(launched > t.inactive_since ? launched - t.inactive_since : 0);
   if (!t.active) begin_period(t, launched);
+  else t.overlap.last_idle = 0;   // an idle inside the period (a mid-iteration sync) did not end it
   t.active = true;
   t.idle_at = 0;
   t.last_launch = now;
@@ -516,6 +517,15 @@ void Policy::begin_period(Task& t, uint64_t launched) {
   t.overlap.period_start = launched;
   t.overlap.last_idle = 0;
   t.overlap.period_valid = true;
+  t.overlap.period_beside = t.overlap.mode != Overlap::Confined && beside_below(t);
+}
+
+bool Policy::beside_below(const Task& t) const {
+  for (const auto& [id, u] : tasks_)
+    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share &&
+        (u.directive.confine & protocol::kConfineBoundBeside))
+      return true;
+  return false;
 }
 
 bool Policy::has_mps_below(const Task& t) const {
@@ -534,6 +544,9 @@ void Policy::end_period(uint64_t now, Task& t) {
   o.period_valid = false;
   if (!valid) return;
   const uint64_t len = o.last_idle - o.period_start;
+  // A trial period in which nothing ran beside it (another task above still confines the tasks
+  // below, or they left) says nothing about overlap.
+  if (o.mode != Overlap::Confined && !(o.period_beside && beside_below(t))) return;
   if (o.mode == Overlap::Confined) {
     o.confined[o.confined_count++ % o.confined.size()] = len;
     if (settings_.overlap_probe && o.confined_count >= kOverlapPeriods && now >= o.next_trial && has_mps_below(t)) {
@@ -620,8 +633,10 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
         wake_at(end);
       }
     }
-    // A period that runs past the limit while the tasks below run beside it: refused at once.
-    if (t.active && t.overlap.mode != Overlap::Confined && t.overlap.period_valid) {
+    // A period that runs past the limit while the tasks below run beside it: refused at once. (One
+    // whose idle came and which only waits out its last kernel's gap is judged by that idle.)
+    if (t.active && t.overlap.mode != Overlap::Confined && t.overlap.period_valid && t.overlap.period_beside &&
+        !(t.idle_at != 0 && t.overlap.last_idle != 0)) {
       const uint64_t limit = t.overlap.period_start + overlap_limit(t);
       if (now >= limit) refuse_overlap(now, t);
       else wake_at(limit);

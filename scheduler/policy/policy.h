@@ -236,6 +236,7 @@ class Policy {
     uint64_t next_trial = 0, pause = kOverlapFirstPauseNs, allowed_since = 0;
     uint64_t period_start = 0, last_idle = 0;   // the period under way (last_idle 0: no idle yet)
     bool period_valid = false;     // begun in the current mode, which has not changed since
+    bool period_beside = false;    // an MPS task below it ran beside it (bit 8) when the period began
     uint64_t trials = 0, refused = 0;
     // Quantiles (percent) of the confined periods and of the window's: medians and upper quartiles,
     // which the odd slow start-up or host hiccup does not move as it moves a mean.
@@ -328,6 +329,9 @@ class Policy {
   // How long an active period may last while the tasks below run beside it (4 confined upper quartiles).
   uint64_t overlap_limit(const Task& t) const;
   bool has_mps_below(const Task& t) const;
+  // An MPS share task below `t` has been told to run its long holds beside it (kConfineBoundBeside):
+  // only then does a period outside Confined test anything.
+  bool beside_below(const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

@@ -452,6 +452,26 @@ TEST_F(PolicyTest, OverlapIsNotTriedByDefault) {
   EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
 }
 
+TEST_F(OverlapTest, ATrialCountsOnlyPeriodsWithTheTasksBelowBesideIt) {
+  // Two services above the job: while the second still confines it, the first's trial tests nothing.
+  const uint32_t a = reg(T0, "hp", 0), b = reg(T0, "mid", 1), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(a, T0 + us(1), 32, us(1000));
+  ASSERT_EQ(status_of(a, at).overlap, Overlap::Trying);
+  EXPECT_EQ(last[lp].confine & protocol::kConfineBoundBeside, 0);   // b is still confined
+  at = periods(a, at, 40, us(1000));
+  EXPECT_EQ(status_of(a, at).overlap, Overlap::Trying);   // none of those 40 periods counted
+  // b's own trial puts the job beside both: from then on a's periods count.
+  at = periods(b, at, 32, us(1000));
+  ASSERT_EQ(last[lp].confine, kBeside);
+  at = periods(a, at, 32, us(1000));
+  EXPECT_EQ(status_of(a, at).overlap, Overlap::Allowed);
+  // The job leaves: b's trial periods test nothing any more.
+  send(at, lp, protocol::Goodbye{});
+  at = periods(b, at, 40, us(3000));
+  EXPECT_EQ(status_of(b, at).overlap, Overlap::Trying);
+  EXPECT_EQ(policy().counters().overlap_refused, 0u);
+}
+
 TEST_F(OverlapTest, NothingIsTriedWithTheSettingOffOrWithoutMpsTasksBelow) {
   const uint32_t hp = reg(T0, "hp", 0);
   const uint32_t lp = reg(T0, "lp", 5);   // time-sliced: nothing can run beside the service
