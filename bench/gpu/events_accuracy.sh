@@ -32,16 +32,9 @@ if [ $# -eq 0 ]; then
          "resnet50-train=python3 $root/examples/pytorch/train.py --model resnet50 --batch 32 --duration-s 8" \
          "transformer-train=python3 $root/examples/pytorch/train.py --model transformer --batch 16 --duration-s 8"
 fi
-run="$prefix/bin/fikit-run" profile="$prefix/bin/fikit-profile"
-for tool in "$run" "$profile"; do
-  [ -x "$tool" ] || { echo "events_accuracy: $tool missing (install FIKIT into $prefix)" >&2; exit 2; }
-done
-mkdir -p "$out"
-db="$out/profiles.db"
-pin=""
-[ -n "$cpus" ] && command -v taskset >/dev/null && pin="taskset -c $cpus"
+me=events_accuracy
+. "$root/bench/gpu/measure_prelude.sh"
 status=0 turn=0
-: > "$out/summary.txt"
 for program in "$@"; do
   name=${program%%=*} cmd=${program#*=}
   mkdir -p "$out/$name"

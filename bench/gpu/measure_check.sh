@@ -30,16 +30,9 @@ if [ $# -eq 0 ]; then
   set -- "resnet50-train=python3 $root/examples/pytorch/train.py --model resnet50 --batch 32 --duration-s $seconds" \
          "transformer-train=python3 $root/examples/pytorch/train.py --model transformer --batch 16 --duration-s $seconds"
 fi
-run="$prefix/bin/fikit-run" profile="$prefix/bin/fikit-profile"
-for tool in "$run" "$profile"; do
-  [ -x "$tool" ] || { echo "measure_check: $tool missing (install FIKIT into $prefix)" >&2; exit 2; }
-done
-mkdir -p "$out"
-db="$out/profiles.db"
-pin=""
-[ -n "$cpus" ] && command -v taskset >/dev/null && pin="taskset -c $cpus"
+me=measure_check
+. "$root/bench/gpu/measure_prelude.sh"
 status=0
-: > "$out/summary.txt"
 for job in "$@"; do
   name=${job%%=*} cmd=${job#*=}
   mkdir -p "$out/$name"

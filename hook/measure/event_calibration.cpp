@@ -7,6 +7,7 @@
 
 #include "../driver.h"
 #include "monotonic.h"
+#include "sample_quantile.h"
 
 namespace fikit::hook::measure {
 
@@ -55,9 +56,8 @@ struct Api {
 };
 
 template <class T>
-T quantile(std::array<T, kSamples> v, int q) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(kSamples - 1, kSamples * q / 100)];
+T quantile(const std::array<T, kSamples>& v, unsigned q) {
+  return sample_quantile(v, size_t(kSamples), q);
 }
 
 }  // namespace

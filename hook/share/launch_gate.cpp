@@ -76,7 +76,10 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
       // the credit end is a gap's, spent by credit.)
       const bool run_credit = v.state == protocol::State::Run && !in.holder_back && v.credit_until_ns > now;
       const uint64_t drain_budget = run_credit ? v.credit_until_ns - now : 0;
-      if (window_.admit(predicted_ns, v.bound_ns, drain_budget)) break;
+      if (window_.admit(predicted_ns, v.bound_ns, drain_budget)) {
+        if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();   // beside it (flag 8)
+        break;
+      }
       wait_gpu = true;
     } else if (d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now)) {
       // On credit too, no more than the bound in flight: an early stop then costs the holder

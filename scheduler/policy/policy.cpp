@@ -1,5 +1,7 @@
 #include "policy.h"
 
+#include "sample_quantile.h"
+
 #include <algorithm>
 
 namespace fikit::policy {
@@ -52,22 +54,11 @@ const char* to_string(Overlap o) {
   return "?";
 }
 
-namespace {
-// The pct-th percentile of the first n values (nearest rank; 0 when n is 0).
-template <size_t N>
-uint64_t quantile(std::array<uint64_t, N> values, size_t n, unsigned pct) {
-  if (n == 0) return 0;
-  const size_t rank = std::min(n - 1, (n * pct + 99) / 100 - (pct != 0 ? 1 : 0));
-  std::nth_element(values.begin(), values.begin() + long(rank), values.begin() + long(n));
-  return values[rank];
-}
-}  // namespace
-
 uint64_t Policy::OverlapTrial::confined_quantile(unsigned pct) const {
-  return quantile(confined, std::min(confined_count, confined.size()), pct);
+  return sample_quantile(confined, confined_count, pct);
 }
 
-uint64_t Policy::OverlapTrial::window_quantile(unsigned pct) const { return quantile(window, n, pct); }
+uint64_t Policy::OverlapTrial::window_quantile(unsigned pct) const { return sample_quantile(window, n, pct); }
 
 Policy::Policy(Settings settings, ProfileSource& profiles, uint32_t id_base, BellSlots* bell_slots)
     : settings_(settings), profiles_(profiles), id_base_(id_base),
@@ -517,20 +508,15 @@ void Policy::begin_period(Task& t, uint64_t launched) {
   t.overlap.period_start = launched;
   t.overlap.last_idle = 0;
   t.overlap.period_valid = true;
-  t.overlap.period_beside = t.overlap.mode != Overlap::Confined && beside_below(t);
+  t.overlap.period_beside = t.overlap.mode != Overlap::Confined && mps_below(t, protocol::kConfineBoundBeside);
 }
 
-bool Policy::beside_below(const Task& t) const {
+
+bool Policy::mps_below(const Task& t, uint8_t confine) const {
   for (const auto& [id, u] : tasks_)
     if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share &&
-        (u.directive.confine & protocol::kConfineBoundBeside))
+        (u.directive.confine & confine) == confine)
       return true;
-  return false;
-}
-
-bool Policy::has_mps_below(const Task& t) const {
-  for (const auto& [id, u] : tasks_)
-    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share) return true;
   return false;
 }
 
@@ -546,10 +532,10 @@ void Policy::end_period(uint64_t now, Task& t) {
   const uint64_t len = o.last_idle - o.period_start;
   // A trial period in which nothing ran beside it (another task above still confines the tasks
   // below, or they left) says nothing about overlap.
-  if (o.mode != Overlap::Confined && !(o.period_beside && beside_below(t))) return;
+  if (o.mode != Overlap::Confined && !(o.period_beside && mps_below(t, protocol::kConfineBoundBeside))) return;
   if (o.mode == Overlap::Confined) {
     o.confined[o.confined_count++ % o.confined.size()] = len;
-    if (settings_.overlap_probe && o.confined_count >= kOverlapPeriods && now >= o.next_trial && has_mps_below(t)) {
+    if (settings_.overlap_probe && o.confined_count >= kOverlapPeriods && now >= o.next_trial && mps_below(t)) {
       o.mode = Overlap::Trying;
       o.n = 0;
       ++o.trials;
@@ -716,7 +702,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.predicted_pause_ns = predicted_pause(t);
     s.busy_pct = t.busy_pct;
     s.overlap = t.overlap.mode;
-    s.below_mps = t.mode == TaskMode::Share && has_mps_below(t);
+    s.below_mps = t.mode == TaskMode::Share && mps_below(t);
     s.overlap_trials = t.overlap.trials;
     s.overlap_refused = t.overlap.refused;
     s.confined_period_ns = t.overlap.confined_quantile(50);

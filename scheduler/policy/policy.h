@@ -328,10 +328,10 @@ class Policy {
   void refuse_overlap(uint64_t now, Task& t);
   // How long an active period may last while the tasks below run beside it (4 confined upper quartiles).
   uint64_t overlap_limit(const Task& t) const;
-  bool has_mps_below(const Task& t) const;
-  // An MPS share task below `t` has been told to run its long holds beside it (kConfineBoundBeside):
-  // only then does a period outside Confined test anything.
-  bool beside_below(const Task& t) const;
+  // An MPS share task below `t` whose directive has every bit of `confine` (0: any). With
+  // kConfineBoundBeside: one told to run its long holds beside it, without which a period outside
+  // Confined tests nothing.
+  bool mps_below(const Task& t, uint8_t confine = 0) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }
