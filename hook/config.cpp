@@ -42,12 +42,15 @@ const char* checked(const char* env, uint32_t* value, const char* instead) noexc
   return text;
 }
 
+// True when the environment set it (to a valid value).
 template <class T>
-void read_number(const char* env, T& out) noexcept {
+bool read_number(const char* env, T& out) noexcept {
   char instead[48];
   std::snprintf(instead, sizeof instead, "using %lu", static_cast<unsigned long>(out));
   uint32_t value = 0;
-  if (checked(env, &value, instead) != nullptr) out = static_cast<T>(value);
+  if (checked(env, &value, instead) == nullptr) return false;
+  out = static_cast<T>(value);
+  return true;
 }
 
 // A Choice's index is its enum value: the table lists the choices in the enum's order.
@@ -143,8 +146,9 @@ Config parse() noexcept {
   read_scheduler(cfg);
   read_number("FIKIT_MEASURE_RUNS", cfg.measure_runs);
   read_number("FIKIT_RUN_ITERATIONS", cfg.run_iterations);
-  read_number("FIKIT_MEASURE_SAMPLE", cfg.measure_sample);
+  cfg.measure_sample_set = read_number("FIKIT_MEASURE_SAMPLE", cfg.measure_sample);
   read_number("FIKIT_MEASURE_BURST", cfg.measure_burst);
+  read_choice("FIKIT_MEASURE_UNIT", cfg.measure_unit, "using auto");
   read_number("FIKIT_RELEARN_SAMPLE", cfg.relearn_sample);
   read_number("FIKIT_RELEARN_FLUSH_MS", cfg.relearn_flush_ms);
   read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth);

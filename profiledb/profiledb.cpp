@@ -215,6 +215,10 @@ ALTER TABLE runs ADD COLUMN timing_bias_ns INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN timing_uncertainty_ns INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE kernels ADD COLUMN dur_unresolved INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 4 -> 5: what one in sample_every measured was: whole iterations, or windows of ops (issue 23)
+    R"sql(
+ALTER TABLE runs ADD COLUMN sample_unit TEXT NOT NULL DEFAULT 'iteration';
+)sql",
 };
 static_assert(std::size(kMigrations) == Database::kSchemaVersion);
 
@@ -460,8 +464,8 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
 
   Stmt(db,
        "INSERT OR REPLACE INTO runs (task_key, run_no, finished_unix, pid, gpu_ops, busy_ns, wall_ns, iterations, "
-       "ops_launched, ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, timing_uncertainty_ns) "
-       "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+       "ops_launched, ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, timing_uncertainty_ns, "
+       "sample_unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, task_key)
       .bind_u(2, run_no)
       .bind(3, now)
@@ -477,6 +481,7 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
       .bind(13, run.timer)
       .bind_u(14, run.timing_bias_ns)
       .bind_u(15, run.timing_uncertainty_ns)
+      .bind(16, run.sample_unit)
       .run();
 
   Stmt(db, "DELETE FROM trace WHERE task_key = ?").bind(1, task_key).run();
@@ -570,7 +575,10 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
   // A database of schema version 1 opened read-only has no coverage columns: they read as unknown.
   const int version = schema_version();
   const bool covered = version >= 2;
-  Stmt s(impl_->db, version >= 4 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
+  Stmt s(impl_->db, version >= 5 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
+                                   "ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, "
+                                   "timing_uncertainty_ns, sample_unit FROM runs WHERE task_key = ? ORDER BY run_no"
+                    : version >= 4 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
                                    "ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, "
                                    "timing_uncertainty_ns FROM runs WHERE task_key = ? ORDER BY run_no"
                     : version >= 3 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
@@ -598,6 +606,7 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
       r.timing_bias_ns = s.u64(10);
       r.timing_uncertainty_ns = s.u64(11);
     }
+    if (version >= 5) r.sample_unit = s.text(12);
     out.push_back(r);
   }
   return out;

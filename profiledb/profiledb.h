@@ -58,7 +58,10 @@ struct RunSummary {
   // Coverage: of the ops launched in the iterations measured, how many got a GPU time. Runs stored
   // before schema version 2 read 0 and 0 (unknown).
   uint64_t ops_launched = 0, ops_timed = 0;
-  uint32_t sample_every = 1;            // one iteration in this many was measured
+  uint32_t sample_every = 1;            // one in this many was measured: an iteration, or an op
+  // What one in sample_every is (schema version 5): "iteration" (whole iterations; every run
+  // before version 5) or "window" (windows of consecutive ops spread over every iteration).
+  std::string sample_unit = "iteration";
   // Per iteration, the share of its span (first op start to last op end) the GPU ran its ops:
   // the median over the run's iterations, percent. -1: unknown (before schema version 3).
   int32_t request_busy_pct = -1;
@@ -151,7 +154,7 @@ class Database {
   Histogram gap_histogram(const std::string& key);
   bool delete_task(const std::string& key);                        // false: no such key
 
-  static constexpr int kSchemaVersion = 4;   // PRAGMA user_version written by the migrations
+  static constexpr int kSchemaVersion = 5;   // PRAGMA user_version written by the migrations
   int schema_version();
   // SQLite's own check of the file: "ok", or the first problem it found.
   std::string integrity_check();

@@ -1,25 +1,28 @@
 #!/bin/sh
 # Calibrated CUDA events against CUPTI on the same programs (docs/performance-measure.md): each
 # program is measured twice, with FIKIT_TIMING=cupti and with FIKIT_TIMING=events (the timer auto
-# mode uses), every iteration measured, in alternating order; `fikit-profile compare` then counts the
+# mode uses), in alternating order: CUPTI every iteration, events every op or, with --events-sample N,
+# one op in N in windows (FIKIT_MEASURE_UNIT's default with events); `fikit-profile compare` then counts the
 # kernels of at least --min-dur whose duration means agree within 5 %, the gap medians within 10 %
 # or the uncertainty the events run states, and the kernels whose SM hold class is the same.
 #
-#   bench/gpu/events_accuracy.sh [--prefix .dist] [--out DIR] [--min-dur 20us] [--cpus 2-8] [PROGRAM ...]
+#   bench/gpu/events_accuracy.sh [--prefix .dist] [--out DIR] [--min-dur 20us] [--cpus 2-8]
+#                                [--events-sample N] [PROGRAM ...]
 #
 # PROGRAM is NAME=COMMAND (run through sh -c); default: the eager and CUDA-graph resnet50 services
 # (examples/pytorch/infer.py, 300 requests) and the resnet50 bs32 and transformer bs16 training loops
 # (examples/pytorch/train.py, 8 s). Writes DIR/summary.txt and, per program, the logs, both
 # profiles' `show` and the comparison. Exit status: 0 all ran; 1 a program failed; 2 bad usage.
 set -u
-prefix=.dist out=events-accuracy min_dur=20us cpus=""
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+prefix=.dist out=events-accuracy min_dur=20us cpus="" events_sample=1
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --min-dur) min_dur=$2; shift 2 ;;
     --cpus) cpus=$2; shift 2 ;;
+    --events-sample) events_sample=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --*) echo "events_accuracy: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) break ;;
@@ -42,9 +45,10 @@ for program in "$@"; do
   turn=$((turn + 1))
   if [ $((turn % 2)) -eq 1 ]; then order="cupti events"; else order="events cupti"; fi
   for timer in $order; do
-    key="$name-$timer"
+    key="$name-$timer" sample=1
+    [ "$timer" = events ] && sample=$events_sample
     # shellcheck disable=SC2086 # $pin and the command are word lists
-    if ! FIKIT_TIMING=$timer FIKIT_LOG_LEVEL=info $pin "$run" --db "$db" --mode measure --measure-sample 1 \
+    if ! FIKIT_TIMING=$timer FIKIT_LOG_LEVEL=info $pin "$run" --db "$db" --mode measure --measure-sample "$sample" \
         --task-key "$key" -- sh -c "$cmd" > "$out/$name/$key.out" 2> "$out/$name/$key.err"; then
       echo "$key: FAILED (see $out/$name/$key.err)" >> "$out/summary.txt"
       status=1

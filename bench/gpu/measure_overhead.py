@@ -20,7 +20,10 @@ import time
 # path (capture check, kernel ID, a do-nothing mode: FIKIT_TRACE_IDS). measure[-events|-cupti]: the
 # measure mode with the --timing choice, or with that timing forced. Splitting them shows where the
 # overhead comes from.
-ALL_CONFIGS = ("plain", "off", "ids", "measure", "measure-events", "measure-cupti")
+# measure-events-whole: events, one whole iteration in N measured (FIKIT_MEASURE_UNIT=iteration)
+# rather than windows of ops in every iteration (events' default). A measure config may end in /N:
+# one in N measured (FIKIT_MEASURE_SAMPLE), e.g. measure-events/16.
+ALL_CONFIGS = ("plain", "off", "ids", "measure", "measure-events", "measure-events-whole", "measure-cupti")
 CONFIGS = ("plain", "off", "measure")
 
 
@@ -45,12 +48,17 @@ def find_cupti():
 
 def run_once(args, model, config, db, timing):
     env = dict(os.environ)
+    config, _, every = config.partition("/")
+    if every:
+        env["FIKIT_MEASURE_SAMPLE"] = every
     if config != "plain":
         env["LD_PRELOAD"] = os.path.join(args.prefix, "lib", "libfikit_hook.so")
         env["FIKIT_MODE"] = "measure" if config.startswith("measure") else "off"
         env["FIKIT_DB"] = db
         env["FIKIT_TASK_KEY"] = f"bench-{model}"
-        env["FIKIT_TIMING"] = config.split("-", 1)[1] if "-" in config else timing
+        env["FIKIT_TIMING"] = config.split("-")[1] if "-" in config else timing
+        if config.endswith("-whole"):
+            env["FIKIT_MEASURE_UNIT"] = "iteration"
         if config == "ids":
             env["FIKIT_TRACE_IDS"] = "/dev/null"
     cmd = [sys.executable, args.infer, "--model", model, "--batch", "1", "--requests", str(args.requests),
@@ -89,7 +97,8 @@ def main():
 
     models = args.models.split(",")
     configs = ["plain"] + [c for c in args.configs.split(",") if c and c != "plain"]
-    if bad := [c for c in configs if c not in ALL_CONFIGS]:
+    if bad := [c for c in configs if c.partition("/")[0] not in ALL_CONFIGS
+               or (c.partition("/")[2] and not (c.startswith("measure") and c.partition("/")[2].isdigit()))]:
         ap.error(f"unknown config(s): {', '.join(bad)}")
     runs = {(m, c): [] for m in models for c in configs}
     logs = set()

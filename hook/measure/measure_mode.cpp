@@ -4,6 +4,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cinttypes>
@@ -59,22 +60,44 @@ class MeasureMode final : public Mode {
   // share_after_runs > 0: auto mode, hand over to share mode once the task has that many runs.
   MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs)
       : cfg_(cfg), ring_(std::move(ring)), timer_(timer), share_after_runs_(share_after_runs),
-        sample_every_(cfg.measure_sample > 0 ? cfg.measure_sample : 1),
+        windows_(measures_windows(cfg, *timer)),
+        sample_every_(windows_ && !cfg.measure_sample_set ? kWindowSample : std::max(cfg.measure_sample, 1u)),
         burst_(cfg.measure_burst > 0 ? cfg.measure_burst : 1), owner_pid_(getpid()),
-        builder_(cfg.run_iterations) {}
+        // A run holds run_iterations measured iterations' worth of ops either way: with windows,
+        // that many times sample_every_ synchronisations, each measured in part.
+        builder_(windows_ ? uint64_t{cfg.run_iterations} * sample_every_ : cfg.run_iterations, windows_) {}
 
-  // Only the measured iterations need kernel IDs (up to a stack walk each).
-  bool begin_launch(LaunchInfo&) noexcept override {
-    return !retired_.load(std::memory_order_relaxed) && sampled(sync_epoch_.load(std::memory_order_relaxed));
+  // Windows where asked, or by default where the timer's cost is per op (events): CUPTI's is
+  // being attached at all, and it switches collection per whole iteration. One in one: every op.
+  static bool measures_windows(const Config& cfg, const Timer& timer) noexcept {
+    if (cfg.measure_sample <= 1 || cfg.measure_unit == SampleUnit::Iteration) return false;
+    return cfg.measure_unit == SampleUnit::Window || timer.times_with_events();
+  }
+  // Windows measure one op in this many unless FIKIT_MEASURE_SAMPLE says: on an H200, one in 8
+  // cost an eager service's requests 1.10x at the median in two series, one in 16 1.007x
+  // (docs/performance-measure.md). A run holds as many measured ops either way.
+  static constexpr uint32_t kWindowSample = 16;
+
+  // Whether this op is measured, into op.mode_context (read by before_launch): only measured ops
+  // need kernel IDs (up to a stack walk each).
+  bool begin_launch(LaunchInfo& op) noexcept override {
+    op.mode_context = kNotMeasured;
+    if (retired_.load(std::memory_order_relaxed)) return false;
+    if (windows_) {
+      op.mode_context = pick_window_op();
+    } else if (sampled(sync_epoch_.load(std::memory_order_relaxed))) {
+      op.mode_context = kMeasured;
+    }
+    return op.mode_context != kNotMeasured;
   }
 
   void before_launch(LaunchInfo& op) noexcept override {
     t_in_flight.slot = nullptr;
-    if (retired_.load(std::memory_order_relaxed)) return;
-    // One iteration (the ops between two host synchronisations) in sample_every_ is measured, whole:
-    // its gaps stay gaps; the others cost the program nothing but this check.
+    // Iterations: one iteration (the ops between two host synchronisations) in sample_every_ is
+    // measured, whole: its gaps stay gaps. Windows: a few consecutive ops in every sample_every_
+    // ops. The ops not measured cost the program nothing but that choice.
+    if (op.mode_context == kNotMeasured || retired_.load(std::memory_order_relaxed)) return;
     const uint64_t epoch = sync_epoch_.load(std::memory_order_relaxed);
-    if (!sampled(epoch)) return;
     start_thread_once();
     uint64_t seq = 0;
     OpSlot* slot = ring_->claim(seq);
@@ -88,6 +111,7 @@ class MeasureMode final : public Mode {
     slot->kind = op.kind;
     slot->sync_epoch = epoch;
     slot->after_drop = drop_pending_.exchange(false, std::memory_order_relaxed);
+    slot->window_head = op.mode_context == kWindowHead;
     timer_->before(*slot, seq, op);
     t_in_flight = {slot, seq};
   }
@@ -105,7 +129,7 @@ class MeasureMode final : public Mode {
 
   void after_sync(SyncKind) noexcept override {
     const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
-    if (sample_every_ == 1 || retired_.load(std::memory_order_relaxed)) return;
+    if (sample_every_ == 1 || windows_ || retired_.load(std::memory_order_relaxed)) return;
     // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
     // complete, so its records can be delivered at once rather than when a buffer fills.
     timer_->set_collecting(sampled(epoch));
@@ -145,6 +169,35 @@ class MeasureMode final : public Mode {
   // the launches between measured iterations faster: CUPTI attached at all is what costs them;
   // docs/performance-measure.md.)
   bool sampled(uint64_t epoch) const noexcept { return (epoch / burst_) % sample_every_ == 0; }
+
+  // Windows (FIKIT_MEASURE_UNIT): kWindowOps consecutive launches are measured, then on average
+  // kWindowOps * (sample_every_ - 1) are not, so one op in sample_every_ overall and about that
+  // share of every iteration's ops: no iteration pays the whole cost of being measured (an eager
+  // service's measured request, every op with its two event records, took 1.35x; a window's few
+  // ops add a few percent to each). The space between windows is drawn from [S/2, 3S/2] (S its
+  // mean) so that no kernel's place in an iteration is always left out, or always a window's first
+  // op, whose start the events cannot place (run_builder.h). Launching threads: two relaxed atomics.
+  static constexpr uint64_t kWindowOps = 8;
+  void* pick_window_op() noexcept {
+    const uint64_t n = window_launches_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t start = window_start_.load(std::memory_order_relaxed);
+    if (n < start || n - start >= kWindowOps) return kNotMeasured;
+    if (n - start == kWindowOps - 1) {
+      const uint64_t mean = kWindowOps * (sample_every_ - 1);
+      window_start_.store(n + 1 + mean / 2 + mix64(n) % (mean + 1), std::memory_order_relaxed);
+    }
+    return n == start ? kWindowHead : kMeasured;
+  }
+  static uint64_t mix64(uint64_t x) noexcept {   // splitmix64's finaliser: a fixed, well-spread hash
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  }
+  // op.mode_context between begin_launch and before_launch.
+  static inline void* const kNotMeasured = nullptr;
+  static inline void* const kMeasured = reinterpret_cast<void*>(uintptr_t{1});
+  static inline void* const kWindowHead = reinterpret_cast<void*>(uintptr_t{2});
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
 
@@ -230,10 +283,11 @@ class MeasureMode final : public Mode {
           op.stream = slot->stream;
           op.sync_epoch = slot->sync_epoch;
           op.after_drop = slot->after_drop;
+          op.window_head = slot->window_head;
           op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
           run = builder_.add(op);
         } else if (slot->launched) {
-          run = builder_.add_untimed(slot->sync_epoch);
+          run = builder_.add_untimed(slot->sync_epoch, slot->window_head);
         }
         ++next_;
         consumed_.store(next_, std::memory_order_release);
@@ -270,6 +324,7 @@ class MeasureMode final : public Mode {
     run.summary.ops_launched = launched_in_run_ + dropped;
     run.summary.ops_timed = timed_in_run_;
     run.summary.sample_every = sample_every_;
+    run.summary.sample_unit = windows_ ? "window" : "iteration";
     timer_->describe(run.summary);
     uint64_t runs = 0;
     try {
@@ -313,6 +368,7 @@ class MeasureMode final : public Mode {
   const std::unique_ptr<OpRing> ring_;
   Timer* const timer_;                       // lives as long as the mode (never deleted, like it)
   const uint32_t share_after_runs_;
+  const bool windows_;                       // FIKIT_MEASURE_UNIT: windows of ops, not whole iterations
   const uint32_t sample_every_;
   const uint32_t burst_;
   const pid_t owner_pid_;
@@ -320,6 +376,8 @@ class MeasureMode final : public Mode {
 
   // Shared between launching threads and the measurement thread.
   std::atomic<uint64_t> sync_epoch_{0};
+  std::atomic<uint64_t> window_launches_{0}; // launches seen (windows)
+  std::atomic<uint64_t> window_start_{0};    // the launch that opens the next window
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> drain_below_epoch_{0};   // non-zero: drain; ops of earlier epochs are complete
   std::atomic<bool> drop_pending_{false};

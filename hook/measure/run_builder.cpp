@@ -4,19 +4,24 @@
 
 namespace fikit::hook::measure {
 
-void RunBuilder::close_iteration() {
-  if (iter_end_ > iter_start_) {
-    const uint64_t span = iter_end_ - iter_start_;
-    ++iter_busy_pct_[std::min<uint64_t>(100, (iter_busy_ * 100 + span / 2) / span)];
-  }
-  iter_start_ = UINT64_MAX;
-  iter_end_ = iter_busy_ = iter_covered_ = 0;
+void RunBuilder::close_segment() {
+  if (seg_end_ > seg_start_) iter_span_ += seg_end_ - seg_start_;
+  seg_start_ = UINT64_MAX;
+  seg_end_ = 0;
 }
 
-std::optional<Run> RunBuilder::boundary() {
-  if (have_prev_) kernels_[prev_id_].boundary_count++;
+void RunBuilder::close_iteration() {
+  close_segment();
+  if (iter_span_ > 0) ++iter_busy_pct_[std::min<uint64_t>(100, (iter_busy_ * 100 + iter_span_ / 2) / iter_span_)];
+  iter_span_ = iter_busy_ = iter_covered_ = 0;
+}
+
+std::optional<Run> RunBuilder::boundary(uint64_t epoch, bool adjacent) {
+  if (have_prev_ && adjacent) kernels_[prev_id_].boundary_count++;
   close_iteration();
-  ++summary_.iterations;
+  // Windows: the iterations between two measured ops were run too (an op of another thread can
+  // carry an older epoch: one boundary then).
+  summary_.iterations += windows_ && epoch > prev_epoch_ ? epoch - prev_epoch_ : 1;
   if (iterations_per_run_ && summary_.iterations >= iterations_per_run_) return take();
   return std::nullopt;
 }
@@ -24,8 +29,8 @@ std::optional<Run> RunBuilder::boundary() {
 std::optional<Run> RunBuilder::add(const TimedOp& op) {
   std::optional<Run> finished;
   if (epoch_known_ && op.sync_epoch != prev_epoch_) {
-    finished = boundary();
-  } else if (have_prev_ && !op.after_drop && !op.start_unknown) {
+    finished = boundary(op.sync_epoch, !op.window_head);
+  } else if (have_prev_ && !op.after_drop && !op.start_unknown && !op.window_head) {
     // All streams merged: a next op that starts before this one ended leaves no gap.
     const uint64_t gap = op.start_ns > prev_end_ ? op.start_ns - prev_end_ : 0;
     kernels_[prev_id_].gap.add(gap > op.gap_stretch_ns ? gap - op.gap_stretch_ns : 0);
@@ -33,20 +38,26 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
 
   profiledb::KernelSample& k = kernels_[op.kernel_id];
   k.kernel_id = op.kernel_id;
-  if (!op.start_unknown) k.duration.add(op.end_ns - op.start_ns);
-  if (op.unresolved || op.start_unknown) ++k.dur_unresolved;
+  if (op.window_head) {
+    close_segment();
+  } else {
+    if (!op.start_unknown) k.duration.add(op.end_ns - op.start_ns);
+    if (op.unresolved || op.start_unknown) ++k.dur_unresolved;
+  }
   ++summary_.gpu_ops;
-  first_start_ = std::min(first_start_, op.start_ns);
+  // A window's first op counts from its end: where its start lies is not known.
+  const uint64_t start = op.window_head ? op.end_ns : op.start_ns;
+  first_start_ = std::min(first_start_, start);
   last_end_ = std::max(last_end_, op.end_ns);
   // Busy time = union of op intervals, kept incrementally: exact when ops start in launch order
   // (one stream, or streams that do not overlap), a slight overcount for overlapping streams.
-  const uint64_t from = std::max(op.start_ns, covered_until_);
+  const uint64_t from = std::max(start, covered_until_);
   if (op.end_ns > from) summary_.busy_ns += op.end_ns - from;
   covered_until_ = std::max(covered_until_, op.end_ns);
   if (op.sm_work) {
-    iter_start_ = std::min(iter_start_, op.start_ns);
-    iter_end_ = std::max(iter_end_, op.end_ns);
-    const uint64_t iter_from = std::max(op.start_ns, iter_covered_);
+    seg_start_ = std::min(seg_start_, start);
+    seg_end_ = std::max(seg_end_, op.end_ns);
+    const uint64_t iter_from = std::max(start, iter_covered_);
     if (op.end_ns > iter_from) iter_busy_ += op.end_ns - iter_from;
     iter_covered_ = std::max(iter_covered_, op.end_ns);
   }
@@ -60,9 +71,10 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
   return finished;
 }
 
-std::optional<Run> RunBuilder::add_untimed(uint64_t sync_epoch) {
+std::optional<Run> RunBuilder::add_untimed(uint64_t sync_epoch, bool window_head) {
   std::optional<Run> finished;
-  if (epoch_known_ && sync_epoch != prev_epoch_) finished = boundary();
+  if (epoch_known_ && sync_epoch != prev_epoch_) finished = boundary(sync_epoch, !window_head);
+  close_segment();
   // The boundary (if any) is counted; later gaps are measured from the next timed op on.
   epoch_known_ = true;
   have_prev_ = false;

@@ -26,6 +26,11 @@ struct TimedOp {
   // The timer's own GPU time in the gap before it (events' records between two queued kernels):
   // taken off that gap.
   uint64_t gap_stretch_ns = 0;
+  // The first op of a window of measured ops (FIKIT_MEASURE_UNIT=window): the op before it was not
+  // measured, so its start is not known (an event pair cannot tell whether it queued behind that op)
+  // and neither is the gap before it; nor is the op before it the last before a synchronisation
+  // that came between them. Not counted as unresolved: that says what the timer could not resolve.
+  bool window_head = false;
 };
 
 struct Run {
@@ -36,34 +41,45 @@ struct Run {
 
 class RunBuilder {
  public:
-  // iterations_per_run 0: one run for the process lifetime (finish() at exit).
-  explicit RunBuilder(uint32_t iterations_per_run) : iterations_per_run_(iterations_per_run) {}
+  // iterations_per_run 0: one run for the process lifetime (finish() at exit). windows: the ops come
+  // from windows spread over every iteration (TimedOp::window_head), and a run counts the host
+  // synchronisations between them, not only those between two of its ops.
+  explicit RunBuilder(uint64_t iterations_per_run, bool windows = false)
+      : iterations_per_run_(iterations_per_run), windows_(windows) {}
 
   // The next op in launch order. When it starts a new run (the previous op ended the run's last
   // iteration), the finished run is returned and `op` becomes the first op of the next one.
   std::optional<Run> add(const TimedOp& op);
   // An op whose timing was lost: it breaks the gap chain but may still end an iteration.
-  std::optional<Run> add_untimed(uint64_t sync_epoch);
+  std::optional<Run> add_untimed(uint64_t sync_epoch, bool window_head = false);
   // The run in progress, if it has ops (process exit).
   std::optional<Run> finish();
   uint64_t ops_in_run() const { return summary_.gpu_ops; }
 
  private:
-  // The gap after the previous op ends an iteration: count it there; maybe close the run.
-  std::optional<Run> boundary();
+  // The previous op and one of `epoch` have synchronisations between them: count them, and the
+  // boundary after the previous op when `adjacent` (nothing unmeasured between the two); maybe
+  // close the run.
+  std::optional<Run> boundary(uint64_t epoch, bool adjacent);
+  // A stretch of consecutive measured ops ends (a window, or the iteration): its span joins the
+  // iteration's.
+  void close_segment();
   // The iteration in progress ends: its busy share joins the run's.
   void close_iteration();
   Run take();
 
-  uint32_t iterations_per_run_;
+  uint64_t iterations_per_run_;
+  bool windows_;
   std::unordered_map<uint64_t, profiledb::KernelSample> kernels_;
   std::vector<profiledb::TraceOp> trace_;
   profiledb::RunSummary summary_;
   uint64_t first_start_ = UINT64_MAX, last_end_ = 0, covered_until_ = 0;
-  // The iteration in progress: its first start, last end and busy time (union of its ops that run
-  // on SMs: a copy from pageable memory can span the host's own work), and how many of the run's
-  // iterations had each busy share (percent).
-  uint64_t iter_start_ = UINT64_MAX, iter_end_ = 0, iter_busy_ = 0, iter_covered_ = 0;
+  // The iteration in progress: the first start and last end of its stretch of consecutive measured
+  // ops in progress (the whole iteration unless it is measured in windows), the spans of its
+  // stretches before, its busy time (union of its ops that run on SMs: a copy from pageable memory
+  // can span the host's own work), and how many of the run's iterations had each busy share
+  // (busy time over the spans, percent).
+  uint64_t seg_start_ = UINT64_MAX, seg_end_ = 0, iter_span_ = 0, iter_busy_ = 0, iter_covered_ = 0;
   std::array<uint32_t, 101> iter_busy_pct_{};
   // The previous op, for the gap after it and for boundaries.
   bool have_prev_ = false;      // the previous op was timed and belongs to this run

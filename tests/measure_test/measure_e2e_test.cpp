@@ -197,7 +197,7 @@ TEST_F(MeasureE2E, SampledIterationsAreMeasuredWhole) {
   // One iteration in four measured (0, 4, .. 36); the probe prints its bounds over those same ones.
   auto args = kRhythm;
   args.insert(args.end(), {"--iterations", "40", "--bounds-every", "4"});
-  ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}}), 0) << slurp("err0");
+  ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_UNIT", "iteration"}}), 0) << slurp("err0");
   const auto want = expected();
   ASSERT_EQ(want.size(), 3u) << slurp("out0");
   const auto got = by_position();
@@ -223,10 +223,65 @@ TEST_F(MeasureE2E, SampledIterationsAreMeasuredWhole) {
   EXPECT_EQ(runs[0].ops_timed, 30u);
 }
 
+// Timed with events, one in N is by default windows of a few ops in every iteration, so that no
+// iteration pays for being measured whole: every kernel still gets its durations and gaps.
+TEST_F(MeasureE2E, WindowsSpreadTheMeasuringOverEveryIteration) {
+  auto args = kRhythm;
+  args.insert(args.end(), {"--iterations", "240"});
+  ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}}), 0) << slurp("err0");
+  const auto want = expected();
+  ASSERT_EQ(want.size(), 3u) << slurp("out0");
+  const auto got = by_position();
+  ASSERT_EQ(got.size(), 3u);
+  for (uint32_t p = 0; p < 3; ++p) {
+    const KernelProfile& k = got.at(p);
+    // 720 ops, one in 4 measured in windows of 8: about 60 a position, less the windows' first ops.
+    EXPECT_GE(launches(k), 20u) << p;
+    EXPECT_LE(launches(k), 120u) << p;
+    expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
+    if (p < 2) {
+      EXPECT_GE(k.gap_count, 10u) << p;
+      expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
+    } else {
+      EXPECT_EQ(k.gap_count, 0u) << "the last kernel of an iteration is followed by a sync";
+      EXPECT_GE(k.boundary_count, 10u);
+    }
+  }
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].sample_unit, "window");
+  EXPECT_EQ(runs[0].sample_every, 4u);
+  EXPECT_GE(runs[0].ops_launched, 720u / 8) << "about one op in 4 of 720";
+  EXPECT_LE(runs[0].ops_launched, 720u / 2);
+  EXPECT_EQ(runs[0].ops_timed, runs[0].ops_launched);
+  EXPECT_GE(runs[0].iterations, 200u) << "every synchronisation counts, measured or not";
+  EXPECT_GE(runs[0].request_busy_pct, 0) << "a busy share from the windows";
+}
+
+TEST_F(MeasureE2E, WindowsMeasureOneOpInSixteenUnlessTold) {
+  ASSERT_EQ(run({"--iterations", "100"}, {{"FIKIT_MEASURE_SAMPLE", ""}}), 0) << slurp("err0");
+  auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].sample_unit, "window");
+  EXPECT_EQ(runs[0].sample_every, 16u);
+  // Whole iterations when asked: one in 8 unless told.
+  ASSERT_EQ(run({"--iterations", "100"}, {{"FIKIT_MEASURE_SAMPLE", ""}, {"FIKIT_MEASURE_UNIT", "iteration"},
+                                         {"FIKIT_TASK_KEY", "whole"}}),
+            0)
+      << slurp("err0");
+  runs = Database(db_).runs("whole");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].sample_unit, "iteration");
+  EXPECT_EQ(runs[0].sample_every, 8u);
+  EXPECT_EQ(runs[0].ops_launched, 13u * 3) << "iterations 0, 8, .., 96";
+}
+
 TEST_F(MeasureE2E, BurstsMeasureConsecutiveIterations) {
   // Bursts of three in every twelve: iterations 0-2, 12-14, 24-26 and 36-38, 12 of 40 (one in four
   // alone would measure 10).
-  ASSERT_EQ(run({"--iterations", "40"}, {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_BURST", "3"}}), 0)
+  ASSERT_EQ(run({"--iterations", "40"},
+                {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_BURST", "3"}, {"FIKIT_MEASURE_UNIT", "iteration"}}),
+            0)
       << slurp("err0");
   const auto got = by_position();
   ASSERT_EQ(got.size(), 3u);

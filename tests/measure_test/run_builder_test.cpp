@@ -179,3 +179,76 @@ TEST(RequestBusyShare, CopiesDoNotCountAsBusyNorStretchTheSpan) {
   ASSERT_TRUE(run.has_value());
   EXPECT_EQ(run->summary.request_busy_pct, 10);
 }
+
+// Measured in windows (FIKIT_MEASURE_UNIT=window): a window's first op follows an op nobody timed.
+TimedOp head(uint64_t id, uint64_t epoch, uint64_t start, uint64_t end) {
+  TimedOp op{id, 1, epoch, start, end};
+  op.window_head = true;
+  return op;
+}
+
+TEST(RunBuilderWindows, AWindowsFirstOpHasNoDurationNoGapBeforeAndIsNotUnresolved) {
+  RunBuilder b(0, /*windows=*/true);
+  b.add(head(1, 0, 0, 1000));
+  b.add({2, 1, 0, 3000, 4000});
+  b.add(head(3, 0, 50000, 52000));   // a window later in the same iteration
+  b.add({2, 1, 0, 53000, 54000});
+  auto k = by_id(*b.finish());
+  EXPECT_EQ(k[1].duration.count, 0u);
+  EXPECT_EQ(k[1].dur_unresolved, 0u) << "not something the timer failed to resolve";
+  ASSERT_EQ(k[1].gap.count, 1u) << "its end starts the next gap";
+  EXPECT_EQ(k[1].gap.min, 2000u);
+  EXPECT_EQ(k[2].duration.count, 2u);
+  EXPECT_EQ(k[2].gap.count, 0u) << "no gap across the ops left out";
+  EXPECT_EQ(k[3].duration.count, 0u);
+  ASSERT_EQ(k[3].gap.count, 1u);
+  EXPECT_EQ(k[3].gap.min, 1000u);
+}
+
+TEST(RunBuilderWindows, ABoundaryCountsOnlyWhenTheSynchronisationCameRightAfterTheOp) {
+  RunBuilder b(0, /*windows=*/true);
+  b.add(head(1, 0, 0, 1000));
+  b.add({2, 1, 0, 2000, 3000});
+  b.add({3, 1, 1, 9000, 9500});   // the window goes on past a synchronisation: op 2 ended an iteration
+  b.add(head(1, 4, 90000, 91000));  // a later window: op 3 was followed by ops nobody timed
+  auto k = by_id(*b.finish());
+  EXPECT_EQ(k[2].boundary_count, 1u);
+  EXPECT_EQ(k[3].boundary_count, 0u);
+  EXPECT_EQ(k[3].gap.count, 0u);
+}
+
+TEST(RunBuilderWindows, EverySynchronisationCountsAndARunEndsAfterThem) {
+  // Windows land in epochs 0, 3 and 7 of a program that synchronises after every iteration: a run
+  // of 5 holds 5 synchronisations, not 5 windows.
+  RunBuilder b(5, /*windows=*/true);
+  EXPECT_FALSE(b.add(head(1, 0, 0, 1000)));
+  EXPECT_FALSE(b.add(head(1, 3, 30000, 31000)));
+  auto run = b.add(head(1, 7, 70000, 71000));
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->summary.iterations, 7u);
+  EXPECT_EQ(run->summary.gpu_ops, 2u);
+  // Measured whole, iterations are the synchronisations between measured ops.
+  RunBuilder whole(5);
+  whole.add({1, 1, 0, 0, 1000});
+  whole.add({1, 1, 3, 30000, 31000});
+  EXPECT_EQ(whole.finish()->summary.iterations, 1u);
+}
+
+// The busy share of an iteration measured in windows: the windows' busy time over their spans, not
+// over the stretch from the first window to the last (which holds the ops left out).
+TEST(RunBuilderWindows, TheBusyShareComesFromTheWindowsSpans) {
+  RunBuilder b(0, /*windows=*/true);
+  for (uint64_t i = 0; i < 3; ++i) {
+    const uint64_t t = i * 10'000'000;
+    // Two windows an iteration, each 40 us of kernels in 80 us (from the first op's end).
+    b.add(head(1, i, t, t + 10000));
+    b.add({2, 1, i, t + 30000, t + 50000});
+    b.add({2, 1, i, t + 70000, t + 90000});
+    b.add(head(1, i, t + 1'000'000, t + 1'010'000));
+    b.add({2, 1, i, t + 1'030'000, t + 1'050'000});
+    b.add({2, 1, i, t + 1'070'000, t + 1'090'000});
+  }
+  auto run = b.finish();
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->summary.request_busy_pct, 50);
+}

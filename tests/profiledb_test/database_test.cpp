@@ -235,7 +235,7 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   // Back to what FIKIT wrote before coverage was recorded.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
-  for (const char* sql : {"ALTER TABLE runs DROP COLUMN timer", "ALTER TABLE runs DROP COLUMN timing_bias_ns",
+  for (const char* sql : {"ALTER TABLE runs DROP COLUMN sample_unit", "ALTER TABLE runs DROP COLUMN timer", "ALTER TABLE runs DROP COLUMN timing_bias_ns",
                           "ALTER TABLE runs DROP COLUMN timing_uncertainty_ns",
                           "ALTER TABLE kernels DROP COLUMN dur_unresolved",
                           "ALTER TABLE runs DROP COLUMN request_busy_pct", "ALTER TABLE kernels DROP COLUMN blocks_per_sm",
@@ -260,13 +260,15 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   Database writer(path_, Database::Open::Create);
   EXPECT_EQ(writer.schema_version(), Database::kSchemaVersion);
   writer.add_run("task", "prog", RunSummary{.gpu_ops = 3, .iterations = 1, .ops_launched = 4, .ops_timed = 3,
-                                            .sample_every = 4},
+                                            .sample_every = 4, .sample_unit = "window"},
                  {sample(1, 1000, 3, 50)}, {}, 3);
   const auto runs = writer.runs("task");
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].ops_launched, 0u);
+  EXPECT_EQ(runs[0].sample_unit, "iteration") << "every run before version 5 measured whole iterations";
   EXPECT_EQ(runs[1].ops_launched, 4u);
   EXPECT_EQ(runs[1].sample_every, 4u);
+  EXPECT_EQ(runs[1].sample_unit, "window");
   EXPECT_DOUBLE_EQ(coverage(runs), 0.75) << "runs that do not say are left out";
 }
 

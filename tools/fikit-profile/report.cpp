@@ -164,10 +164,11 @@ void write_trace_json(std::ostream& out, const std::string& task_key, const std:
 bool write_coverage(std::ostream& out, const std::vector<profiledb::RunSummary>& runs) {
   uint64_t launched = 0, timed = 0;
   uint32_t every_min = UINT32_MAX, every_max = 0;
-  size_t known = 0;
+  size_t known = 0, in_windows = 0;
   for (const auto& r : runs) {
     if (r.ops_launched == 0) continue;
     ++known;
+    if (r.sample_unit == "window" && r.sample_every > 1) ++in_windows;
     launched += r.ops_launched;
     timed += r.ops_timed;
     every_min = std::min(every_min, r.sample_every);
@@ -178,10 +179,13 @@ bool write_coverage(std::ostream& out, const std::vector<profiledb::RunSummary>&
     return true;
   }
   const double c = profiledb::coverage(runs);
+  const std::string every = every_min == every_max ? fmt::format("{}", every_max)
+                                                   : fmt::format("{}..{}", every_min, every_max);
   const std::string sampling = every_max <= 1 ? "every iteration measured"
-                               : every_min == every_max ? fmt::format("one iteration in {} measured", every_max)
-                                                        : fmt::format("one iteration in {}..{} measured", every_min, every_max);
-  fmt::print(out, "coverage: {:.2f} % of ops timed ({} of {} launched in the measured iterations of {} runs; {})\n",
+                               : in_windows == known ? fmt::format("one op in {} measured, in windows of a few ops", every)
+                               : in_windows == 0     ? fmt::format("one iteration in {} measured", every)
+                                                     : fmt::format("one iteration or op in {} measured", every);
+  fmt::print(out, "coverage: {:.2f} % of ops timed ({} of {} measured ops of {} runs; {})\n",
              100 * c, timed, launched, known, sampling);
   return c >= profiledb::kGoodCoverage;
 }

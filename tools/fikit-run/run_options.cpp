@@ -67,7 +67,9 @@ Options:
   --db PATH           profile database; sets FIKIT_DB (default ~/.local/share/fikit/profiles.db)
   --measure-runs T    runs measured before auto mode shares; sets FIKIT_MEASURE_RUNS (default 10)
   --run-iterations N  synchronisations that make one run; sets FIKIT_RUN_ITERATIONS (0: process lifetime)
-  --measure-sample N  measure one iteration in N (1: every one); sets FIKIT_MEASURE_SAMPLE (default 8)
+  --measure-sample N  measure one in N: a whole iteration, or with CUDA events (auto mode's timer) an
+                      op in windows of 8 over every iteration (1: every op); sets
+                      FIKIT_MEASURE_SAMPLE (default 8 iterations, 16 for windows)
   --key-file PATH     authenticate with the daemon's key (it must be private: mode 600); sets
                       FIKIT_KEY_FILE. Priorities the daemon reserves need it (docs/security.md)
   --backend B         auto|timeslice|mps: how the GPU is shared; sets FIKIT_BACKEND (default auto:
