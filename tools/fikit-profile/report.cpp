@@ -182,7 +182,7 @@ bool write_coverage(std::ostream& out, const std::vector<profiledb::RunSummary>&
   const std::string every = every_min == every_max ? fmt::format("{}", every_max)
                                                    : fmt::format("{}..{}", every_min, every_max);
   const std::string sampling = every_max <= 1 ? "every iteration measured"
-                               : in_windows == known ? fmt::format("one op in {} measured, in windows of a few ops", every)
+                               : in_windows == known ? fmt::format("one op in {} measured, in windows of 8 ops", every)
                                : in_windows == 0     ? fmt::format("one iteration in {} measured", every)
                                                      : fmt::format("one iteration or op in {} measured", every);
   fmt::print(out, "coverage: {:.2f} % of ops timed ({} of {} measured ops of {} runs; {})\n",
