@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <cinttypes>
@@ -71,24 +72,32 @@ class MeasureMode final : public Mode {
   // being attached at all, and it switches collection per whole iteration. One in one: every op.
   static bool measures_windows(const Config& cfg, const Timer& timer) noexcept {
     if (cfg.measure_sample <= 1 || cfg.measure_unit == SampleUnit::Iteration) return false;
-    return cfg.measure_unit == SampleUnit::Window || timer.times_with_events();
+    if (timer.times_with_events()) return true;
+    // CUPTI hands over records per whole measured iteration (collection on and off, drained at its
+    // end); windows would get records of launches nobody measured.
+    if (cfg.measure_unit == SampleUnit::Window)
+      log(LogLevel::Warn, "measure: FIKIT_MEASURE_UNIT=window needs CUDA events (FIKIT_TIMING=events); timing with "
+          "CUPTI, whole iterations are measured");
+    return false;
   }
   // Windows measure one op in this many unless FIKIT_MEASURE_SAMPLE says: on an H200, one in 8
   // cost an eager service's requests 1.10x at the median in two series, one in 16 1.007x
   // (docs/performance-measure.md). A run holds as many measured ops either way.
   static constexpr uint32_t kWindowSample = 16;
 
-  // Whether this op is measured, into op.mode_context (read by before_launch): only measured ops
-  // need kernel IDs (up to a stack walk each).
+  // Whether this op is measured, into op.mode_context (read by before_launch): non-null when it is
+  // (with windows, its window's serial). Only measured ops need kernel IDs (up to a stack walk each).
   bool begin_launch(LaunchInfo& op) noexcept override {
-    op.mode_context = kNotMeasured;
-    if (retired_.load(std::memory_order_relaxed)) return false;
-    if (windows_) {
-      op.mode_context = pick_window_op();
-    } else if (sampled(sync_epoch_.load(std::memory_order_relaxed))) {
-      op.mode_context = kMeasured;
+    uintptr_t measured = 0;
+    if (retired_.load(std::memory_order_relaxed)) {
+      measured = 0;
+    } else if (windows_) {
+      measured = window_of_next_launch();
+    } else {
+      measured = sampled(sync_epoch_.load(std::memory_order_relaxed)) ? 1 : 0;
     }
-    return op.mode_context != kNotMeasured;
+    op.mode_context = reinterpret_cast<void*>(measured);
+    return measured != 0;
   }
 
   void before_launch(LaunchInfo& op) noexcept override {
@@ -96,7 +105,7 @@ class MeasureMode final : public Mode {
     // Iterations: one iteration (the ops between two host synchronisations) in sample_every_ is
     // measured, whole: its gaps stay gaps. Windows: a few consecutive ops in every sample_every_
     // ops. The ops not measured cost the program nothing but that choice.
-    if (op.mode_context == kNotMeasured || retired_.load(std::memory_order_relaxed)) return;
+    if (op.mode_context == nullptr || retired_.load(std::memory_order_relaxed)) return;
     const uint64_t epoch = sync_epoch_.load(std::memory_order_relaxed);
     start_thread_once();
     uint64_t seq = 0;
@@ -111,7 +120,7 @@ class MeasureMode final : public Mode {
     slot->kind = op.kind;
     slot->sync_epoch = epoch;
     slot->after_drop = drop_pending_.exchange(false, std::memory_order_relaxed);
-    slot->window_head = op.mode_context == kWindowHead;
+    slot->window = windows_ ? reinterpret_cast<uintptr_t>(op.mode_context) : 0;
     timer_->before(*slot, seq, op);
     t_in_flight = {slot, seq};
   }
@@ -170,23 +179,22 @@ class MeasureMode final : public Mode {
   // docs/performance-measure.md.)
   bool sampled(uint64_t epoch) const noexcept { return (epoch / burst_) % sample_every_ == 0; }
 
-  // Windows (FIKIT_MEASURE_UNIT): kWindowOps consecutive launches are measured, then on average
-  // kWindowOps * (sample_every_ - 1) are not, so one op in sample_every_ overall and about that
-  // share of every iteration's ops: no iteration pays the whole cost of being measured (an eager
-  // service's measured request, every op with its two event records, took 1.35x; a window's few
-  // ops add a few percent to each). The space between windows is drawn from [S/2, 3S/2] (S its
-  // mean) so that no kernel's place in an iteration is always left out, or always a window's first
-  // op, whose start the events cannot place (run_builder.h). Launching threads: two relaxed atomics.
+  // Windows (FIKIT_MEASURE_UNIT): of every kWindowOps * sample_every_ launches (a period), the
+  // kWindowOps consecutive ones at an offset drawn for that period are measured: one op in
+  // sample_every_ overall, and about that share of every iteration's ops, so no iteration pays the
+  // whole cost of being measured (an eager service's measured request, every op with its two event
+  // records, took 1.35x). The offset is a fixed hash of the period's index, so no kernel's place in
+  // an iteration is always left out or always a window's first op (whose start the events cannot
+  // place: run_builder.h), and the choice is a function of the launch's number alone: one relaxed
+  // fetch_add, nothing a stalled thread could hold up. Returns the window's serial (period + 1), or
+  // 0 for a launch not measured.
   static constexpr uint64_t kWindowOps = 8;
-  void* pick_window_op() noexcept {
+  uintptr_t window_of_next_launch() noexcept {
     const uint64_t n = window_launches_.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t start = window_start_.load(std::memory_order_relaxed);
-    if (n < start || n - start >= kWindowOps) return kNotMeasured;
-    if (n - start == kWindowOps - 1) {
-      const uint64_t mean = kWindowOps * (sample_every_ - 1);
-      window_start_.store(n + 1 + mean / 2 + mix64(n) % (mean + 1), std::memory_order_relaxed);
-    }
-    return n == start ? kWindowHead : kMeasured;
+    const uint64_t period = kWindowOps * sample_every_;   // sample_every_ >= 2 with windows
+    const uint64_t index = n / period, at = n % period;
+    const uint64_t offset = mix64(index) % (period - kWindowOps + 1);
+    return at >= offset && at - offset < kWindowOps ? uintptr_t(index + 1) : 0;
   }
   static uint64_t mix64(uint64_t x) noexcept {   // splitmix64's finaliser: a fixed, well-spread hash
     x += 0x9e3779b97f4a7c15ULL;
@@ -194,10 +202,21 @@ class MeasureMode final : public Mode {
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
     return x ^ (x >> 31);
   }
-  // op.mode_context between begin_launch and before_launch.
-  static inline void* const kNotMeasured = nullptr;
-  static inline void* const kMeasured = reinterpret_cast<void*>(uintptr_t{1});
-  static inline void* const kWindowHead = reinterpret_cast<void*>(uintptr_t{2});
+  // Measurement thread: whether an op of window `window` on `stream` comes first there, after ops
+  // nobody timed (the window's first op, or the first on another stream): its start is not known.
+  // Decided here, in the order ops reach the builder, not in launch order (another thread's op of
+  // the window can claim its slot first).
+  bool starts_window(uint64_t stream, uint64_t window) noexcept {
+    for (StreamWindow& w : stream_windows_) {
+      if (w.stream == stream && w.window != 0) {
+        const bool first = w.window != window;
+        w.window = window;
+        return first;
+      }
+    }
+    stream_windows_[next_stream_window_++ % stream_windows_.size()] = {stream, window};
+    return true;
+  }
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
   static constexpr int kDbTimeoutMs = 1000;        // wait for another process's write, then give up
 
@@ -276,6 +295,7 @@ class MeasureMode final : public Mode {
         }
         pending_since = 0;
         std::optional<measure::Run> run;
+        const bool window_head = slot->launched && slot->window != 0 && starts_window(slot->stream, slot->window);
         if (slot->launched) ++launched_in_run_;
         if (p == Timer::Poll::Ready) {
           ++timed_in_run_;
@@ -283,11 +303,11 @@ class MeasureMode final : public Mode {
           op.stream = slot->stream;
           op.sync_epoch = slot->sync_epoch;
           op.after_drop = slot->after_drop;
-          op.window_head = slot->window_head;
+          op.window_head = window_head;
           op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
           run = builder_.add(op);
         } else if (slot->launched) {
-          run = builder_.add_untimed(slot->sync_epoch, slot->window_head);
+          run = builder_.add_untimed(slot->sync_epoch, window_head);
         }
         ++next_;
         consumed_.store(next_, std::memory_order_release);
@@ -376,8 +396,7 @@ class MeasureMode final : public Mode {
 
   // Shared between launching threads and the measurement thread.
   std::atomic<uint64_t> sync_epoch_{0};
-  std::atomic<uint64_t> window_launches_{0}; // launches seen (windows)
-  std::atomic<uint64_t> window_start_{0};    // the launch that opens the next window
+  alignas(64) std::atomic<uint64_t> window_launches_{0};  // launches seen (windows); a line of its own
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> drain_below_epoch_{0};   // non-zero: drain; ops of earlier epochs are complete
   std::atomic<bool> drop_pending_{false};
@@ -392,6 +411,11 @@ class MeasureMode final : public Mode {
   uint64_t timed_in_run_ = 0;
   uint64_t launched_in_run_ = 0;
   uint64_t drained_below_ = 0;
+  struct StreamWindow {
+    uint64_t stream = 0, window = 0;   // the window of the stream's last op seen (0: none)
+  };
+  std::array<StreamWindow, 32> stream_windows_{};
+  uint64_t next_stream_window_ = 0;
   measure::RunBuilder builder_;
   std::unique_ptr<profiledb::Database> db_;
 };

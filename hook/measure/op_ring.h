@@ -26,7 +26,7 @@ struct OpSlot {
   bool launched = false;          // the real launch succeeded
   bool timed = false;             // the timer armed itself for this op
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
-  bool window_head = false;       // the first op of a window of measured ops (measure_mode.cpp)
+  uint64_t window = 0;            // the window of measured ops it belongs to (measure_mode.cpp); 0: none
   // Events timing: the pair of the event timer's pool this op was recorded with (event_timer.cpp).
   CUevent start_event = nullptr, end_event = nullptr;
   // Events timing: the host time of the op's launch call, between its two records (event_timer.cpp).

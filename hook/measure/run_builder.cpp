@@ -19,15 +19,20 @@ void RunBuilder::close_iteration() {
 std::optional<Run> RunBuilder::boundary(uint64_t epoch, bool adjacent) {
   if (have_prev_ && adjacent) kernels_[prev_id_].boundary_count++;
   close_iteration();
-  // Windows: the iterations between two measured ops were run too (an op of another thread can
-  // carry an older epoch: one boundary then).
-  summary_.iterations += windows_ && epoch > prev_epoch_ ? epoch - prev_epoch_ : 1;
+  // Windows: the synchronisations between two measured ops count too, each once (an op of another
+  // thread can carry an older epoch).
+  if (!windows_) {
+    ++summary_.iterations;
+  } else if (epoch > max_epoch_) {
+    summary_.iterations += epoch - max_epoch_;
+  }
   if (iterations_per_run_ && summary_.iterations >= iterations_per_run_) return take();
   return std::nullopt;
 }
 
 std::optional<Run> RunBuilder::add(const TimedOp& op) {
   std::optional<Run> finished;
+  if (!epoch_known_) max_epoch_ = op.sync_epoch;
   if (epoch_known_ && op.sync_epoch != prev_epoch_) {
     finished = boundary(op.sync_epoch, !op.window_head);
   } else if (have_prev_ && !op.after_drop && !op.start_unknown && !op.window_head) {
@@ -62,19 +67,22 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
     iter_covered_ = std::max(iter_covered_, op.end_ns);
   }
   if (trace_.size() < profiledb::TraceOp::kMaxPerRun)
-    trace_.push_back({op.kernel_id, op.stream, op.start_ns, op.end_ns});
+    trace_.push_back({op.kernel_id, op.stream, start, op.end_ns});
 
   have_prev_ = epoch_known_ = true;
   prev_id_ = op.kernel_id;
   prev_end_ = op.end_ns;
   prev_epoch_ = op.sync_epoch;
+  max_epoch_ = std::max(max_epoch_, op.sync_epoch);
   return finished;
 }
 
 std::optional<Run> RunBuilder::add_untimed(uint64_t sync_epoch, bool window_head) {
   std::optional<Run> finished;
+  if (!epoch_known_) max_epoch_ = sync_epoch;
   if (epoch_known_ && sync_epoch != prev_epoch_) finished = boundary(sync_epoch, !window_head);
-  close_segment();
+  max_epoch_ = std::max(max_epoch_, sync_epoch);
+  if (window_head) close_segment();
   // The boundary (if any) is counted; later gaps are measured from the next timed op on.
   epoch_known_ = true;
   have_prev_ = false;

@@ -85,6 +85,7 @@ class RunBuilder {
   bool have_prev_ = false;      // the previous op was timed and belongs to this run
   bool epoch_known_ = false;
   uint64_t prev_id_ = 0, prev_end_ = 0, prev_epoch_ = 0;
+  uint64_t max_epoch_ = 0;      // the latest synchronisation counted (windows)
 };
 
 }  // namespace fikit::hook::measure

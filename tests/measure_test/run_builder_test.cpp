@@ -252,3 +252,21 @@ TEST(RunBuilderWindows, TheBusyShareComesFromTheWindowsSpans) {
   ASSERT_TRUE(run.has_value());
   EXPECT_EQ(run->summary.request_busy_pct, 50);
 }
+
+TEST(RunBuilderWindows, AnOpOfAnotherThreadWithAnOlderEpochCountsNoSynchronisationTwice) {
+  RunBuilder b(0, /*windows=*/true);
+  b.add(head(1, 10, 0, 1000));
+  b.add({2, 1, 9, 2000, 3000});    // launched by a thread that read the epoch before the sync
+  b.add({1, 1, 12, 4000, 5000});
+  EXPECT_EQ(b.finish()->summary.iterations, 2u) << "synchronisations 11 and 12, once each";
+}
+
+// Measured whole, an op whose timing was lost leaves its iteration one span: its busy share counts
+// the time around the lost op as the iteration's (as it was before windows).
+TEST(RunBuilder, ALostOpDoesNotSplitItsIterationsSpan) {
+  RunBuilder b(0);
+  b.add({1, 1, 0, 0, 10000});
+  b.add_untimed(0);
+  b.add({1, 1, 0, 100000, 110000});
+  EXPECT_EQ(b.finish()->summary.request_busy_pct, 18);   // 20 us of 110
+}

@@ -66,7 +66,8 @@ Options:
   --scheduler H:P     fikit-scheduler's UDP address; sets FIKIT_SCHEDULER (default 127.0.0.1:47800)
   --db PATH           profile database; sets FIKIT_DB (default ~/.local/share/fikit/profiles.db)
   --measure-runs T    runs measured before auto mode shares; sets FIKIT_MEASURE_RUNS (default 10)
-  --run-iterations N  synchronisations that make one run; sets FIKIT_RUN_ITERATIONS (0: process lifetime)
+  --run-iterations N  measured iterations that make one run: N times --measure-sample synchronisations;
+                      sets FIKIT_RUN_ITERATIONS (0: process lifetime)
   --measure-sample N  measure one in N: a whole iteration, or with CUDA events (auto mode's timer) an
                       op in windows of 8 over every iteration (1: every op); sets
                       FIKIT_MEASURE_SAMPLE (default 8 iterations, 16 for windows)
