@@ -88,6 +88,11 @@ class MeasureMode final : public Mode {
   // Whether this op is measured, into op.mode_context (read by before_launch): non-null when it is
   // (with windows, its window's serial). Only measured ops need kernel IDs (up to a stack walk each).
   bool begin_launch(LaunchInfo& op) noexcept override {
+    // Windows count a run in synchronisations that ended work on SMs (after_sync). A load before
+    // the first store: the line stays shared while the flag is set.
+    if (windows_ && (op.kind == OpKind::Kernel || op.kind == OpKind::Graph) &&
+        !sm_work_since_sync_.load(std::memory_order_relaxed))
+      sm_work_since_sync_.store(true, std::memory_order_relaxed);
     uintptr_t measured = 0;
     if (retired_.load(std::memory_order_relaxed)) {
       measured = 0;
@@ -119,6 +124,7 @@ class MeasureMode final : public Mode {
     slot->stream = reinterpret_cast<uint64_t>(op.stream);
     slot->kind = op.kind;
     slot->sync_epoch = epoch;
+    slot->work_epoch = work_epoch_.load(std::memory_order_relaxed);
     slot->after_drop = drop_pending_.exchange(false, std::memory_order_relaxed);
     slot->window = windows_ ? reinterpret_cast<uintptr_t>(op.mode_context) : 0;
     timer_->before(*slot, seq, op);
@@ -137,6 +143,10 @@ class MeasureMode final : public Mode {
   void before_allocation() noexcept override { announce_measurement(cfg_, /*wait=*/true); }
 
   void after_sync(SyncKind) noexcept override {
+    // With windows a run is counted in these: PyTorch uploads a model's weights with hundreds of
+    // synchronous copies, which would otherwise make the first runs of a few ops each.
+    if (windows_ && sm_work_since_sync_.exchange(false, std::memory_order_relaxed))
+      work_epoch_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (sample_every_ == 1 || windows_ || retired_.load(std::memory_order_relaxed)) return;
     // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
@@ -302,12 +312,13 @@ class MeasureMode final : public Mode {
           op.kernel_id = slot->kernel_id;
           op.stream = slot->stream;
           op.sync_epoch = slot->sync_epoch;
+          op.work_epoch = slot->work_epoch;
           op.after_drop = slot->after_drop;
           op.window_head = window_head;
           op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
           run = builder_.add(op);
         } else if (slot->launched) {
-          run = builder_.add_untimed(slot->sync_epoch, window_head);
+          run = builder_.add_untimed(slot->sync_epoch, window_head, slot->work_epoch);
         }
         ++next_;
         consumed_.store(next_, std::memory_order_release);
@@ -397,6 +408,10 @@ class MeasureMode final : public Mode {
   // Shared between launching threads and the measurement thread.
   std::atomic<uint64_t> sync_epoch_{0};
   alignas(64) std::atomic<uint64_t> window_launches_{0};  // launches seen (windows); a line of its own
+  // Windows: synchronisations that came after a kernel or graph launch, and whether one came since
+  // the last synchronisation.
+  std::atomic<uint64_t> work_epoch_{0};
+  alignas(64) std::atomic<bool> sm_work_since_sync_{false};
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> drain_below_epoch_{0};   // non-zero: drain; ops of earlier epochs are complete
   std::atomic<bool> drop_pending_{false};

@@ -22,6 +22,7 @@ struct OpSlot {
   uint64_t kernel_id = 0;
   uint64_t stream = 0;            // the CUstream handle, as a track name for traces
   uint64_t sync_epoch = 0;        // host synchronisations seen before this op was launched
+  uint64_t work_epoch = 0;        // of those, the ones after a kernel or graph launch (windows only)
   OpKind kind = OpKind::Kernel;
   bool launched = false;          // the real launch succeeded
   bool timed = false;             // the timer armed itself for this op

@@ -16,15 +16,15 @@ void RunBuilder::close_iteration() {
   iter_span_ = iter_busy_ = iter_covered_ = 0;
 }
 
-std::optional<Run> RunBuilder::boundary(uint64_t epoch, bool adjacent) {
+std::optional<Run> RunBuilder::boundary(uint64_t work_epoch, bool adjacent) {
   if (have_prev_ && adjacent) kernels_[prev_id_].boundary_count++;
   close_iteration();
-  // Windows: the synchronisations between two measured ops count too, each once (an op of another
-  // thread can carry an older epoch).
+  // Windows: the synchronisations after work on SMs between two measured ops count too, each once
+  // (an op of another thread can carry an older epoch).
   if (!windows_) {
     ++summary_.iterations;
-  } else if (epoch > max_epoch_) {
-    summary_.iterations += epoch - max_epoch_;
+  } else if (work_epoch > max_work_epoch_) {
+    summary_.iterations += work_epoch - max_work_epoch_;
   }
   if (iterations_per_run_ && summary_.iterations >= iterations_per_run_) return take();
   return std::nullopt;
@@ -32,9 +32,9 @@ std::optional<Run> RunBuilder::boundary(uint64_t epoch, bool adjacent) {
 
 std::optional<Run> RunBuilder::add(const TimedOp& op) {
   std::optional<Run> finished;
-  if (!epoch_known_) max_epoch_ = op.sync_epoch;
+  if (!epoch_known_) max_work_epoch_ = op.work_epoch;
   if (epoch_known_ && op.sync_epoch != prev_epoch_) {
-    finished = boundary(op.sync_epoch, !op.window_head);
+    finished = boundary(op.work_epoch, !op.window_head);
   } else if (have_prev_ && !op.after_drop && !op.start_unknown && !op.window_head) {
     // All streams merged: a next op that starts before this one ended leaves no gap.
     const uint64_t gap = op.start_ns > prev_end_ ? op.start_ns - prev_end_ : 0;
@@ -73,15 +73,15 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
   prev_id_ = op.kernel_id;
   prev_end_ = op.end_ns;
   prev_epoch_ = op.sync_epoch;
-  max_epoch_ = std::max(max_epoch_, op.sync_epoch);
+  max_work_epoch_ = std::max(max_work_epoch_, op.work_epoch);
   return finished;
 }
 
-std::optional<Run> RunBuilder::add_untimed(uint64_t sync_epoch, bool window_head) {
+std::optional<Run> RunBuilder::add_untimed(uint64_t sync_epoch, bool window_head, uint64_t work_epoch) {
   std::optional<Run> finished;
-  if (!epoch_known_) max_epoch_ = sync_epoch;
-  if (epoch_known_ && sync_epoch != prev_epoch_) finished = boundary(sync_epoch, !window_head);
-  max_epoch_ = std::max(max_epoch_, sync_epoch);
+  if (!epoch_known_) max_work_epoch_ = work_epoch;
+  if (epoch_known_ && sync_epoch != prev_epoch_) finished = boundary(work_epoch, !window_head);
+  max_work_epoch_ = std::max(max_work_epoch_, work_epoch);
   if (window_head) close_segment();
   // The boundary (if any) is counted; later gaps are measured from the next timed op on.
   epoch_known_ = true;

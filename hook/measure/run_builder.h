@@ -31,6 +31,8 @@ struct TimedOp {
   // and neither is the gap before it; nor is the op before it the last before a synchronisation
   // that came between them. Not counted as unresolved: that says what the timer could not resolve.
   bool window_head = false;
+  // Windows: the synchronisations before its launch that ended work on SMs (a run counts these).
+  uint64_t work_epoch = 0;
 };
 
 struct Run {
@@ -51,7 +53,7 @@ class RunBuilder {
   // iteration), the finished run is returned and `op` becomes the first op of the next one.
   std::optional<Run> add(const TimedOp& op);
   // An op whose timing was lost: it breaks the gap chain but may still end an iteration.
-  std::optional<Run> add_untimed(uint64_t sync_epoch, bool window_head = false);
+  std::optional<Run> add_untimed(uint64_t sync_epoch, bool window_head = false, uint64_t work_epoch = 0);
   // The run in progress, if it has ops (process exit).
   std::optional<Run> finish();
   uint64_t ops_in_run() const { return summary_.gpu_ops; }
@@ -60,7 +62,7 @@ class RunBuilder {
   // The previous op and one of `epoch` have synchronisations between them: count them, and the
   // boundary after the previous op when `adjacent` (nothing unmeasured between the two); maybe
   // close the run.
-  std::optional<Run> boundary(uint64_t epoch, bool adjacent);
+  std::optional<Run> boundary(uint64_t work_epoch, bool adjacent);
   // A stretch of consecutive measured ops ends (a window, or the iteration): its span joins the
   // iteration's.
   void close_segment();
@@ -85,7 +87,7 @@ class RunBuilder {
   bool have_prev_ = false;      // the previous op was timed and belongs to this run
   bool epoch_known_ = false;
   uint64_t prev_id_ = 0, prev_end_ = 0, prev_epoch_ = 0;
-  uint64_t max_epoch_ = 0;      // the latest synchronisation counted (windows)
+  uint64_t max_work_epoch_ = 0; // the latest synchronisation counted (windows)
 };
 
 }  // namespace fikit::hook::measure

@@ -258,6 +258,25 @@ TEST_F(MeasureE2E, WindowsSpreadTheMeasuringOverEveryIteration) {
   EXPECT_GE(runs[0].request_busy_pct, 0) << "a busy share from the windows";
 }
 
+// A run counts synchronisations that ended work on SMs: hundreds of synchronous weight uploads
+// before the first kernel do not make the first runs (auto mode's whole profile) a few copies each.
+TEST_F(MeasureE2E, WindowsCountRunsInSynchronisationsAfterKernels) {
+  auto args = kRhythm;
+  args.insert(args.end(), {"--iterations", "120", "--uploads", "400"});
+  ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_RUN_ITERATIONS", "10"}}), 0) << slurp("err0");
+  // A run: 10 x 4 = 40 synchronisations after kernels (120 kernels, about 30 of them measured): three
+  // runs and what is left at exit, not one a 40 uploads.
+  const auto runs = Database(db_).runs("probe");
+  EXPECT_GE(runs.size(), 3u);
+  EXPECT_LE(runs.size(), 4u);
+  ASSERT_FALSE(runs.empty());
+  // It ends at the first measured op past them: one window in every 32 launches, so up to 56
+  // launches (19 iterations of 3) apart.
+  EXPECT_GE(runs[0].iterations, 40u);
+  EXPECT_LE(runs[0].iterations, 40u + 19);
+  EXPECT_GE(runs[0].gpu_ops, 30u);
+}
+
 TEST_F(MeasureE2E, WindowsMeasureOneOpInSixteenUnlessTold) {
   ASSERT_EQ(run({"--iterations", "100"}, {{"FIKIT_MEASURE_SAMPLE", ""}}), 0) << slurp("err0");
   auto runs = Database(db_).runs("probe");

@@ -33,11 +33,12 @@ constexpr const char* kPtx = R"(
 
 constexpr const char* kUsage =
     "usage: measure_probe [--iterations N] [--spin-us A,B,..] [--period-us A,B,..] [--think-us T]\n"
-    "                     [--bounds-every N]\n"
+    "                     [--bounds-every N] [--uploads N]\n"
     "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
     "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
     "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns)\n"
     "  over the iterations 0, N, 2N, .. (--bounds-every, default 1: all), C of them.\n"
+    "  --uploads N: first N 4 KiB copies to the device, each waited for (a model's weights uploaded).\n"
     "  Exit: 0 ok, 1 CUDA error, 2 usage.\n";
 
 uint64_t now_ns() {
@@ -76,7 +77,7 @@ bool parse_list(const char* s, std::vector<uint64_t>& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint64_t iterations = 20, think_us = 500, bounds_every = 1;
+  uint64_t iterations = 20, think_us = 500, bounds_every = 1, uploads = 0;
   std::vector<uint64_t> spin_us{50, 200, 20}, period_us{300, 600, 250};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -89,6 +90,8 @@ int main(int argc, char** argv) {
       iterations = std::strtoull(v, nullptr, 10);
     } else if (a == "--bounds-every" && ok) {
       bounds_every = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
+    } else if (a == "--uploads" && ok) {
+      uploads = std::strtoull(v, nullptr, 10);
     } else if (a == "--think-us" && ok) {
       think_us = std::strtoull(v, nullptr, 10);
     } else if (a == "--spin-us" && ok) {
@@ -120,6 +123,15 @@ int main(int argc, char** argv) {
   CHECK(cuCtxSetCurrent(ctx));
   CHECK(cuModuleLoadData(&mod, kPtx));
   CHECK(cuModuleGetFunction(&spin, mod, "spin_kernel"));
+  if (uploads > 0) {
+    std::vector<char> host(4096, 1);
+    CUdeviceptr weights = 0;
+    CHECK(cuMemAlloc(&weights, host.size()));
+    for (uint64_t u = 0; u < uploads; ++u) {   // as PyTorch's .to("cuda") does: a copy, then a wait
+      CHECK(cuMemcpyHtoDAsync(weights, host.data(), host.size(), nullptr));
+      CHECK(cuStreamSynchronize(nullptr));
+    }
+  }
 
   std::vector<std::vector<uint64_t>> dur_hi(positions), gap_lo(positions), gap_hi(positions);
   for (uint64_t it = 0; iterations == 0 || it < iterations; ++it) {

@@ -180,9 +180,16 @@ TEST(RequestBusyShare, CopiesDoNotCountAsBusyNorStretchTheSpan) {
   EXPECT_EQ(run->summary.request_busy_pct, 10);
 }
 
-// Measured in windows (FIKIT_MEASURE_UNIT=window): a window's first op follows an op nobody timed.
-TimedOp head(uint64_t id, uint64_t epoch, uint64_t start, uint64_t end) {
+// Measured in windows (FIKIT_MEASURE_UNIT=window): every synchronisation here followed work on SMs.
+TimedOp in_window(uint64_t id, uint64_t epoch, uint64_t start, uint64_t end) {
   TimedOp op{id, 1, epoch, start, end};
+  op.work_epoch = epoch;
+  return op;
+}
+
+// A window's first op follows an op nobody timed.
+TimedOp head(uint64_t id, uint64_t epoch, uint64_t start, uint64_t end) {
+  TimedOp op = in_window(id, epoch, start, end);
   op.window_head = true;
   return op;
 }
@@ -227,6 +234,13 @@ TEST(RunBuilderWindows, EverySynchronisationCountsAndARunEndsAfterThem) {
   ASSERT_TRUE(run.has_value());
   EXPECT_EQ(run->summary.iterations, 7u);
   EXPECT_EQ(run->summary.gpu_ops, 2u);
+  // Synchronisations after copies alone (a model's weights uploaded) do not count.
+  RunBuilder copies(5, /*windows=*/true);
+  TimedOp first = head(1, 0, 0, 1000), later = head(1, 40, 30000, 31000);
+  later.work_epoch = 2;   // 40 synchronisations, 2 of them after kernels
+  copies.add(first);
+  EXPECT_FALSE(copies.add(later));
+  EXPECT_EQ(copies.finish()->summary.iterations, 2u);
   // Measured whole, iterations are the synchronisations between measured ops.
   RunBuilder whole(5);
   whole.add({1, 1, 0, 0, 1000});
@@ -256,8 +270,8 @@ TEST(RunBuilderWindows, TheBusyShareComesFromTheWindowsSpans) {
 TEST(RunBuilderWindows, AnOpOfAnotherThreadWithAnOlderEpochCountsNoSynchronisationTwice) {
   RunBuilder b(0, /*windows=*/true);
   b.add(head(1, 10, 0, 1000));
-  b.add({2, 1, 9, 2000, 3000});    // launched by a thread that read the epoch before the sync
-  b.add({1, 1, 12, 4000, 5000});
+  b.add(in_window(2, 9, 2000, 3000));   // launched by a thread that read the epoch before the sync
+  b.add(in_window(1, 12, 4000, 5000));
   EXPECT_EQ(b.finish()->summary.iterations, 2u) << "synchronisations 11 and 12, once each";
 }
 
