@@ -19,10 +19,12 @@ void RunBuilder::close_iteration() {
 std::optional<Run> RunBuilder::boundary(uint64_t work_epoch, bool adjacent) {
   if (have_prev_ && adjacent) kernels_[prev_id_].boundary_count++;
   close_iteration();
-  // Windows: the synchronisations after work on SMs between two measured ops count too, each once
-  // (an op of another thread can carry an older epoch).
+  // Only iterations that ran work on SMs count: PyTorch uploads a model's weights a copy and a wait
+  // at a time. Windows: the synchronisations after such work between two measured ops count too,
+  // each once (an op of another thread can carry an older epoch).
   if (!windows_) {
-    ++summary_.iterations;
+    if (iter_sm_work_) ++summary_.iterations;
+    iter_sm_work_ = false;
   } else if (work_epoch > max_work_epoch_) {
     summary_.iterations += work_epoch - max_work_epoch_;
   }
@@ -65,6 +67,7 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
     const uint64_t iter_from = std::max(start, iter_covered_);
     if (op.end_ns > iter_from) iter_busy_ += op.end_ns - iter_from;
     iter_covered_ = std::max(iter_covered_, op.end_ns);
+    iter_sm_work_ = true;
   }
   if (trace_.size() < profiledb::TraceOp::kMaxPerRun)
     trace_.push_back({op.kernel_id, op.stream, start, op.end_ns});

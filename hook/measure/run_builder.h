@@ -88,6 +88,7 @@ class RunBuilder {
   bool epoch_known_ = false;
   uint64_t prev_id_ = 0, prev_end_ = 0, prev_epoch_ = 0;
   uint64_t max_work_epoch_ = 0; // the latest synchronisation counted (windows)
+  bool iter_sm_work_ = false;   // the iteration in progress ran a kernel or graph (measured whole)
 };
 
 }  // namespace fikit::hook::measure

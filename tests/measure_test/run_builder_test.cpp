@@ -284,3 +284,20 @@ TEST(RunBuilder, ALostOpDoesNotSplitItsIterationsSpan) {
   b.add({1, 1, 0, 100000, 110000});
   EXPECT_EQ(b.finish()->summary.request_busy_pct, 18);   // 20 us of 110
 }
+
+// A model's weights uploaded a copy and a wait at a time are not iterations: a run of N holds N
+// iterations that ran kernels.
+TEST(RunBuilder, IterationsOfCopiesAloneDoNotCount) {
+  RunBuilder b(2);
+  for (uint64_t i = 0; i < 5; ++i) {
+    TimedOp upload{9, 1, i, i * 1000, i * 1000 + 500};
+    upload.sm_work = false;
+    EXPECT_FALSE(b.add(upload));
+  }
+  EXPECT_FALSE(b.add({1, 1, 5, 10000, 11000}));
+  EXPECT_FALSE(b.add({1, 1, 6, 20000, 21000}));
+  auto run = b.add({1, 1, 7, 30000, 31000});
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->summary.iterations, 2u);
+  EXPECT_EQ(run->summary.gpu_ops, 7u);
+}
