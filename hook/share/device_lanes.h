@@ -27,7 +27,7 @@ struct Lane {
   Client& client;
   InflightWindow window;
   LaunchGate gate;
-  SmPartition partition;   // made on the first launch sent there
+  SmPartitions partition;   // each size made on the first launch sent there
   // Launching threads share these; relaxed is enough: a stale value costs one extra or one missing
   // notification, never the program's correctness.
   std::atomic<bool> idle{true};

@@ -51,4 +51,50 @@ class SmPartition {
   std::atomic<size_t> count_{0};
 };
 
+// A lane's partitions, one per size the daemon named: a task below light services only gets a
+// larger one than below a busy service (docs/scheduling.md), and the services above can change.
+// Up to kSizes, each made on its first launch; past that, launches go to the smallest kept.
+class SmPartitions {
+ public:
+  bool usable() const noexcept {
+    for (const SmPartition& p : parts_)
+      if (!p.usable()) return false;   // a failure to make one is the driver's: the others fail too
+    return true;
+  }
+  CUstream enter(CUstream app, uint8_t pct) noexcept {
+    if (pct == 0) return nullptr;
+    const size_t i = slot_for(pct);
+    return parts_[i].enter(app, sizes_[i].load(std::memory_order_relaxed));
+  }
+  // Only the partition whose stream `shadow` is acts.
+  void leave(CUstream app, CUstream shadow) noexcept {
+    for (SmPartition& p : parts_) p.leave(app, shadow);
+  }
+
+ private:
+  static constexpr size_t kSizes = 3;
+  size_t slot_for(uint8_t pct) noexcept {
+    for (size_t i = 0; i < kSizes; ++i) {
+      const uint8_t s = sizes_[i].load(std::memory_order_acquire);
+      if (s == pct) return i;
+      if (s == 0) break;
+    }
+    std::lock_guard lock(mutex_);
+    size_t smallest = 0;
+    for (size_t i = 0; i < kSizes; ++i) {
+      const uint8_t s = sizes_[i].load(std::memory_order_relaxed);
+      if (s == pct) return i;
+      if (s == 0) {
+        sizes_[i].store(pct, std::memory_order_release);
+        return i;
+      }
+      if (s < sizes_[smallest].load(std::memory_order_relaxed)) smallest = i;
+    }
+    return smallest;
+  }
+  SmPartition parts_[kSizes];
+  std::atomic<uint8_t> sizes_[kSizes] = {};
+  std::mutex mutex_;
+};
+
 }  // namespace fikit::hook::share

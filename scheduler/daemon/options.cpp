@@ -78,7 +78,7 @@ constexpr DurationSetting kDurations[] = {
 // Every other key apply_setting() knows, for the command line (the flags are these, with --).
 constexpr const char* kOtherSettings[] = {
     "gap-estimator", "duration-estimator", "return-credit", "overlap-probe", "overlap-tolerance", "mps-overlap-busy",
-    "partition", "reserve-memory",
+    "partition", "partition-light", "light-busy", "reserve-memory",
     "mps", "mps-control", "reserved-priorities", "listen", "metrics", "metrics-remote", "db", "key-file",
     "control", "bell", "log-level"};
 
@@ -148,6 +148,8 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
   }
   for (auto [name, field] : {std::pair{"mps-overlap-busy", &policy::Settings::mps_overlap_max_busy_pct},
                               std::pair{"partition", &policy::Settings::partition_pct},
+                              std::pair{"partition-light", &policy::Settings::partition_light_pct},
+                              std::pair{"light-busy", &policy::Settings::light_busy_max_pct},
                               std::pair{"overlap-tolerance", &policy::Settings::overlap_tolerance_pct}}) {
     if (key != name) continue;
     std::string_view number(value);
@@ -320,6 +322,11 @@ std::string settings_help() {
   s += "  --partition PERCENT\n      under MPS, the share of the GPU's SMs on which a lower task runs what may not run at full\n"
        "      width beside a service, instead of waiting (0: no partitions, such launches wait) (default " +
        std::to_string(defaults.partition_pct) + ")\n";
+  s += "  --partition-light PERCENT\n      the partition's share below light services only: every one above keeps the GPU busy at\n"
+       "      most light-busy of its requests' time (a CPU-bound service; 0: --partition) (default " +
+       std::to_string(defaults.partition_light_pct) + ")\n";
+  s += "  --light-busy PERCENT\n      a measured service whose requests keep the GPU busy at most this share of their time is\n"
+       "      light (default " + std::to_string(defaults.light_busy_max_pct) + ")\n";
   s += "  --overlap-probe on|off\n      under MPS, try per service whether the tasks below may run their long holds beside it\n"
        "      (at full width, within run-bound) instead of on their partition, and allow it while its\n"
        "      active periods stay within overlap-tolerance of those with them confined (default off)\n";

@@ -189,6 +189,13 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
   return std::max<uint64_t>({cap, t.memory_used, 1});                // 0 would mean "no cap"
 }
 
+// A task whose measured requests keep the GPU busy at most light_busy_max_pct of their time (not a
+// task nobody measured: its busy share reads 0).
+bool Policy::light(const Task& u) const {
+  return u.profile && (u.profile->request_busy_pct >= 0 || !u.profile->empty()) &&
+         u.busy_pct <= settings_.light_busy_max_pct;
+}
+
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
@@ -196,7 +203,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (t.id == holder_) d.role |= protocol::kRoleHolder;
   bool below = false, above = false, hold = false, fill = false, wanted = false, busy_above = false;
   // Every share task above (one at least) lets it run everything beside it; one is still trying.
-  bool share_above = false, overlap_above = true;
+  bool share_above = false, overlap_above = true, all_light_above = true;
   for (const auto& [id, u] : tasks_) {
     if (id == t.id) continue;
     below |= u.priority > t.priority;
@@ -204,6 +211,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
     wanted |= u.want && u.want->known;
     if (u.priority < t.priority && blocks(now, u, t)) (u.mode == TaskMode::Measure ? hold : fill) = true;
     busy_above |= u.priority < t.priority && u.busy_pct > settings_.mps_overlap_max_busy_pct;
+    if (u.priority < t.priority) all_light_above &= light(u);
     if (u.priority < t.priority && u.mode == TaskMode::Share) {
       share_above = true;
       overlap_above &= u.overlap.mode != Overlap::Confined;
@@ -233,7 +241,8 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
     d.short_hold_ns = u32(busy_above ? std::min(settings_.short_hold_ns, settings_.run_bound_ns) : settings_.short_hold_ns);
     if (!busy_above) d.confine |= protocol::kConfineShortBeside;
     if (settings_.partition_pct != 0) {
-      d.partition_pct = uint8_t(settings_.partition_pct);
+      d.partition_pct = uint8_t(all_light_above && settings_.partition_light_pct != 0 ? settings_.partition_light_pct
+                                                                                     : settings_.partition_pct);
       d.confine |= protocol::kConfineActive | (busy_above ? protocol::kConfineLong : 0);
     }
   }

@@ -69,6 +69,14 @@ struct Settings {
   // (over short_hold_ns) below a busy task always (its return cannot be foreseen). A green context:
   // the rest of the SMs stay free for the tasks above (docs/scheduling.md).
   uint32_t partition_pct = 35;
+  // Below light services only (every task above has a profile that keeps the GPU busy at most
+  // light_busy_max_pct of its requests' time: a CPU-bound service), the partition is this share
+  // instead (0: partition_pct). The job's long holds on 35 % of an H200's SMs while an LM service
+  // generated cost it 90 % -> 98.6 % of its speed at 80 %, the service's p99 1.52x -> 1.24x (not
+  // significant; docs/results.md): such a service's kernels are small, and under client priority
+  // its blocks take the SMs that free up first.
+  uint32_t partition_light_pct = 80;
+  uint32_t light_busy_max_pct = 25;
   // MPS. Whether a holder's service is hurt by what runs beside it depends on both programs (a
   // CPU-bound service absorbs holds its host never waits for; a CUDA graph loses every SM taken), so
   // the daemon finds out per holder by trying (docs/scheduling.md, "Trying overlap"): after
@@ -298,6 +306,7 @@ class Policy {
   // Recomputes the holder, every task's directive, sends the changed ones, sets next_wake_.
   void schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns = 0, uint32_t always_to = 0);
   protocol::Directive directive_for(uint64_t now, const Task& t) const;
+  bool light(const Task& u) const;
   // The device memory `t` may hold (Settings::reserve_memory); 0: no cap.
   uint64_t memory_cap_for(const Task& t) const;
   bool blocks(uint64_t now, const Task& above, const Task& below) const;

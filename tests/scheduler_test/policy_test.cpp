@@ -296,9 +296,10 @@ TEST_F(PolicyTest, MpsTasksMayOverlapShortHoldsAndPayNoSwitch) {
   EXPECT_EQ(state(lp), State::Fill);
   EXPECT_EQ(last[lp].short_hold_ns, us(50));
   EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
-  // What may not run beside it goes to a partition of 35 % of the SMs instead of waiting; the
-  // holder is not busy, so long holds run at full width while it is idle.
-  EXPECT_EQ(last[lp].partition_pct, 35);
+  // What may not run beside it goes to a partition instead of waiting (of 80 % of the SMs: the
+  // holder is light, its requests keep the GPU busy a few percent); the holder is not busy, so long
+  // holds run at full width while it is idle.
+  EXPECT_EQ(last[lp].partition_pct, 80);
   EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
   want(T0 + 1, lp, 60);
   notify(T0 + us(100), hp, k1);
@@ -307,6 +308,41 @@ TEST_F(PolicyTest, MpsTasksMayOverlapShortHoldsAndPayNoSwitch) {
   EXPECT_EQ(state(lp), State::Run);
   // For when the holder's bell rings before its directive.
   EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
+}
+
+TEST_F(PolicyTest, ThePartitionIsLargerOnlyBelowLightServices) {
+  Profile graph;
+  graph[k1] = kernel(us(900), 0, 0, 10);   // one graph a request: busy 100 %
+  profiles.table["graph"] = graph;
+  // Light: the fixture's service, busy a few percent of its requests' time.
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0, hp, kEnd, true);
+  EXPECT_EQ(last[mps].partition_pct, 80);
+  // A busy service above as well: the smaller partition.
+  const uint32_t g = reg(T0 + 1, "graph", 1);
+  notify(T0 + 2, g, k1, true);
+  EXPECT_EQ(last[mps].partition_pct, 35);
+  send(T0 + 3, g, protocol::Goodbye{});
+  notify(T0 + 4, hp, k1);
+  EXPECT_EQ(last[mps].partition_pct, 80);
+  // A service nobody measured (its busy share reads 0) is not taken for light.
+  const uint32_t unknown = reg(T0 + 5, "never-measured", 2);
+  notify(T0 + 6, unknown, k1, true);
+  EXPECT_EQ(last[mps].partition_pct, 35);
+}
+
+TEST_F(PolicyTest, LightServicesMayKeepTheOnePartition) {
+  settings.partition_light_pct = 0;
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0, hp, kEnd, true);
+  EXPECT_EQ(last[mps].partition_pct, 35);
+  settings.partition_light_pct = 80;
+  settings.light_busy_max_pct = 0;   // the fixture's service is busy a few percent: not light now
+  p.reset();
+  last.clear();
+  const uint32_t hp2 = reg(T0, "hp", 0), mps2 = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0, hp2, kEnd, true);
+  EXPECT_EQ(last[mps2].partition_pct, 35);
 }
 
 TEST_F(PolicyTest, WithoutPartitionsNothingIsConfinedAndTheHolderGetsNone) {
