@@ -196,14 +196,15 @@ class MeasureMode final : public Mode {
   // records, took 1.35x). The offset is a fixed hash of the period's index, so no kernel's place in
   // an iteration is always left out or always a window's first op (whose start the events cannot
   // place: run_builder.h), and the choice is a function of the launch's number alone: one relaxed
-  // fetch_add, nothing a stalled thread could hold up. Returns the window's serial (period + 1), or
-  // 0 for a launch not measured.
+  // fetch_add, nothing a stalled thread could hold up. The first window opens at the first launch:
+  // a short program (a few requests) is still measured. Returns the window's serial (period + 1),
+  // or 0 for a launch not measured.
   static constexpr uint64_t kWindowOps = 8;
   uintptr_t window_of_next_launch() noexcept {
     const uint64_t n = window_launches_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t period = kWindowOps * sample_every_;   // sample_every_ >= 2 with windows
     const uint64_t index = n / period, at = n % period;
-    const uint64_t offset = mix64(index) % (period - kWindowOps + 1);
+    const uint64_t offset = index == 0 ? 0 : mix64(index) % (period - kWindowOps + 1);
     return at >= offset && at - offset < kWindowOps ? uintptr_t(index + 1) : 0;
   }
   static uint64_t mix64(uint64_t x) noexcept {   // splitmix64's finaliser: a fixed, well-spread hash
