@@ -106,10 +106,11 @@ class ShareMode final : public Mode {
     const share::Predictions::Kernel k = t_launch.kernel = predictions_.of(op.id);
     // The holder never waits. A task below may be sent to its SM partition instead of waiting.
     if (!(role & protocol::kRoleHolder)) {
+      const uint8_t partition_pct = client.directive().load().partition_pct;
       const auto route = lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
-                                          op.reroutable && lane->partition.usable());
+                                          op.reroutable && lane->partition.usable(partition_pct));
       if (route == share::LaunchGate::Route::Partition)
-        op.rerouted_to = lane->partition.enter(op.stream, client.directive().load().partition_pct);
+        op.rerouted_to = lane->partition.enter(op.stream, partition_pct);
     }
     // Kernels the profile lacks are timed now and then (relearner.h), when nothing throttles them.
     t_launch.relearn_ticket = relearner_.before(op, k.measured, (role & protocol::kRoleHolder) ||
@@ -130,8 +131,9 @@ class ShareMode final : public Mode {
     const uint8_t role = client.directive().role();
     if (!(role & protocol::kRoleHolder)) {
       client.stats().launched();
-      // The bound is on work a returning holder would wait for: what runs on the partition leaves
-      // its SMs free, so it is not counted (else it would hold back the task's full-width launches).
+      // The bound is on work a returning holder would wait for at full width: what runs on the
+      // partition leaves the rest of the SMs free (65 %, or 20 % below light services, whose kernels
+      // are small), so it is not counted (else it would hold back the task's full-width launches).
       if (op.rerouted_to == nullptr)
         lane->window.launched(op.stream, prediction(op.id).dur_ns, client.directive().load().bound_ns);
       return;

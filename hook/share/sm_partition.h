@@ -56,10 +56,15 @@ class SmPartition {
 // Up to kSizes, each made on its first launch; past that, launches go to the smallest kept.
 class SmPartitions {
  public:
-  bool usable() const noexcept {
-    for (const SmPartition& p : parts_)
-      if (!p.usable()) return false;   // a failure to make one is the driver's: the others fail too
-    return true;
+  // Whether launches may be sent to the partition of `pct` percent: not when making it failed (one
+  // size failing, say for a launch from a context of the program's own, leaves the others in use).
+  bool usable(uint8_t pct) const noexcept {
+    for (size_t i = 0; i < kSizes; ++i) {
+      const uint8_t s = sizes_[i].load(std::memory_order_acquire);
+      if (s == pct) return parts_[i].usable();
+      if (s == 0) break;
+    }
+    return true;   // not made yet
   }
   CUstream enter(CUstream app, uint8_t pct) noexcept {
     if (pct == 0) return nullptr;

@@ -190,10 +190,10 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
 }
 
 // A task whose measured requests keep the GPU busy at most light_busy_max_pct of their time (not a
-// task nobody measured: its busy share reads 0).
+// task nobody measured: its busy share reads 0), and never a busy one, whatever the settings.
 bool Policy::light(const Task& u) const {
   return u.profile && (u.profile->request_busy_pct >= 0 || !u.profile->empty()) &&
-         u.busy_pct <= settings_.light_busy_max_pct;
+         u.busy_pct <= settings_.light_busy_max_pct && u.busy_pct <= settings_.mps_overlap_max_busy_pct;
 }
 
 Directive Policy::directive_for(uint64_t now, const Task& t) const {

@@ -27,7 +27,7 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  wait is bounded as in interference. (This case and the next with --overlap-probe off: they
                  test the bound and the partition, which a trial would set aside for its length.)
   mps_partition  the same pair with the daemon's defaults: while the HP is active the LP's long kernels
-                 run on its SM partition (a simulated green context of 35 % of the SMs) instead of
+                 run on its SM partition (a simulated green context; this HP is light: 80 % of the SMs) instead of
                  waiting; the HP's wait stays bounded.
   overlap_trial  MPS-like device, fresh daemon per job, a graph-like service (busy: confined, nothing of the
                  job runs beside it; its kernel fits the SMs the job's partition leaves): beside a job of small short kernels the daemon tries letting

@@ -331,6 +331,36 @@ TEST_F(PolicyTest, ThePartitionIsLargerOnlyBelowLightServices) {
   EXPECT_EQ(last[mps].partition_pct, 35);
 }
 
+TEST_F(PolicyTest, OnlyTasksAboveDecideThePartitionAndALateProfileChangesIt) {
+  Profile graph;
+  graph[k1] = kernel(us(900), 0, 0, 10);
+  profiles.table["graph"] = graph;
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  // A busy task below the job, and one at its priority: neither is above it.
+  reg(T0, "graph", 7);
+  reg(T0, "graph", 5);
+  notify(T0 + 1, hp, kEnd, true);
+  EXPECT_EQ(last[mps].partition_pct, 80);
+  // A service registered before its profile was read: not light until the profile comes.
+  const uint32_t late = reg(T0 + 2, "late", 1);
+  notify(T0 + 3, late, k1, true);
+  EXPECT_EQ(last[mps].partition_pct, 35);
+  out.clear();
+  policy().update_profile(T0 + 4, "late", std::make_shared<const Profile>(profiles.table["hp"]), out);
+  record(T0 + 4);
+  EXPECT_EQ(last[mps].partition_pct, 80);
+}
+
+TEST_F(PolicyTest, ABusyServiceIsNeverLight) {
+  settings.light_busy_max_pct = 100;
+  Profile graph;
+  graph[k1] = kernel(us(900), 0, 0, 10);
+  profiles.table["graph"] = graph;
+  const uint32_t g = reg(T0, "graph", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0 + 1, g, k1, true);
+  EXPECT_EQ(last[mps].partition_pct, 35);
+}
+
 TEST_F(PolicyTest, LightServicesMayKeepTheOnePartition) {
   settings.partition_light_pct = 0;
   const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
