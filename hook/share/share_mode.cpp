@@ -113,8 +113,11 @@ class ShareMode final : public Mode {
         op.rerouted_to = lane->partition.enter(op.stream, partition_pct);
     }
     // Kernels the profile lacks are timed now and then (relearner.h), when nothing throttles them.
-    t_launch.relearn_ticket = relearner_.before(op, k.measured, (role & protocol::kRoleHolder) ||
-                                                                    client.directive().state() == protocol::State::Run);
+    // Not a launch sent to the partition: on fewer SMs it is no sample of its length at full width
+    // (and its end event would be recorded before the stream waits for it).
+    const bool unthrottled = op.rerouted_to == nullptr &&
+                             ((role & protocol::kRoleHolder) || client.directive().state() == protocol::State::Run);
+    t_launch.relearn_ticket = relearner_.before(op, k.measured, unthrottled);
   }
 
   void after_launch(const LaunchInfo& op, CUresult result) noexcept override {
