@@ -74,6 +74,13 @@ class PolicyTest : public ::testing::Test {
     return *p;
   }
 
+  // A service of one 900 us graph a request: busy 100 %.
+  void add_graph_profile() {
+    Profile graph;
+    graph[k1] = kernel(us(900), 0, 0, 10);
+    profiles.table["graph"] = graph;
+  }
+
   uint32_t reg(uint64_t now, const std::string& key, int prio, TaskMode mode = TaskMode::Share,
                Backend backend = Backend::TimeSlice, bool authenticated = true, uint64_t memory_total = 0) {
     Registration r;
@@ -311,9 +318,7 @@ TEST_F(PolicyTest, MpsTasksMayOverlapShortHoldsAndPayNoSwitch) {
 }
 
 TEST_F(PolicyTest, ThePartitionIsLargerOnlyBelowLightServices) {
-  Profile graph;
-  graph[k1] = kernel(us(900), 0, 0, 10);   // one graph a request: busy 100 %
-  profiles.table["graph"] = graph;
+  add_graph_profile();
   // Light: the fixture's service, busy a few percent of its requests' time.
   const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0, hp, kEnd, true);
@@ -332,9 +337,7 @@ TEST_F(PolicyTest, ThePartitionIsLargerOnlyBelowLightServices) {
 }
 
 TEST_F(PolicyTest, OnlyTasksAboveDecideThePartitionAndALateProfileChangesIt) {
-  Profile graph;
-  graph[k1] = kernel(us(900), 0, 0, 10);
-  profiles.table["graph"] = graph;
+  add_graph_profile();
   const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   // A busy task below the job, and one at its priority: neither is above it.
   reg(T0, "graph", 7);
@@ -353,9 +356,7 @@ TEST_F(PolicyTest, OnlyTasksAboveDecideThePartitionAndALateProfileChangesIt) {
 
 TEST_F(PolicyTest, ABusyServiceIsNeverLight) {
   settings.light_busy_max_pct = 100;
-  Profile graph;
-  graph[k1] = kernel(us(900), 0, 0, 10);
-  profiles.table["graph"] = graph;
+  add_graph_profile();
   const uint32_t g = reg(T0, "graph", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0 + 1, g, k1, true);
   EXPECT_EQ(last[mps].partition_pct, 35);
@@ -387,9 +388,7 @@ TEST_F(PolicyTest, WithoutPartitionsNothingIsConfinedAndTheHolderGetsNone) {
 
 TEST_F(PolicyTest, BelowABusyTaskALongHoldIsOneLongerThanTheBound) {
   settings.short_hold_ns = us(1000);
-  Profile graph;
-  graph[k1] = kernel(us(900), 0, 0, 10);
-  profiles.table["graph"] = graph;
+  add_graph_profile();
   const uint32_t hp = reg(T0, "graph", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0, hp, k1, true);
   // What it could find holding SMs when it returns: no more than the bound (200 us).
@@ -578,9 +577,7 @@ TEST(BusyPercent, IsKernelTimeAgainstItPlusTheGapsInsideIterations) {
 
 TEST_F(PolicyTest, UnderMpsNothingOverlapsBelowATaskThatKeepsTheGpuBusy) {
   settings.mps_overlap_max_busy_pct = 80;
-  Profile graph;
-  graph[k1] = kernel(us(900), 0, 0, 10);
-  profiles.table["graph"] = graph;
+  add_graph_profile();
   const uint32_t hp = reg(T0, "graph", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0, hp, k1, true);
   EXPECT_EQ(state(lp), State::Fill);
