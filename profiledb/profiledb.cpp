@@ -575,18 +575,13 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
   // A database of schema version 1 opened read-only has no coverage columns: they read as unknown.
   const int version = schema_version();
   const bool covered = version >= 2;
-  Stmt s(impl_->db, version >= 5 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
-                                   "ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, "
-                                   "timing_uncertainty_ns, sample_unit FROM runs WHERE task_key = ? ORDER BY run_no"
-                    : version >= 4 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
-                                   "ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, "
-                                   "timing_uncertainty_ns FROM runs WHERE task_key = ? ORDER BY run_no"
-                    : version >= 3 ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, "
-                                   "ops_timed, sample_every, request_busy_pct FROM runs WHERE task_key = ? ORDER BY run_no"
-                    : covered ? "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix, ops_launched, ops_timed, "
-                                "sample_every FROM runs WHERE task_key = ? ORDER BY run_no"
-                              : "SELECT gpu_ops, busy_ns, wall_ns, iterations, finished_unix FROM runs WHERE "
-                                "task_key = ? ORDER BY run_no");
+  // The columns each version added, in the order read below.
+  std::string columns = "gpu_ops, busy_ns, wall_ns, iterations, finished_unix";
+  if (covered) columns += ", ops_launched, ops_timed, sample_every";
+  if (version >= 3) columns += ", request_busy_pct";
+  if (version >= 4) columns += ", timer, timing_bias_ns, timing_uncertainty_ns";
+  if (version >= 5) columns += ", sample_unit";
+  Stmt s(impl_->db, ("SELECT " + columns + " FROM runs WHERE task_key = ? ORDER BY run_no").c_str());
   s.bind(1, key);
   while (s.step()) {
     RunSummary r;

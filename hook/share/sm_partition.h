@@ -59,12 +59,8 @@ class SmPartitions {
   // Whether launches may be sent to the partition of `pct` percent: not when making it failed (one
   // size failing, say for a launch from a context of the program's own, leaves the others in use).
   bool usable(uint8_t pct) const noexcept {
-    for (size_t i = 0; i < kSizes; ++i) {
-      const uint8_t s = sizes_[i].load(std::memory_order_acquire);
-      if (s == pct) return parts_[i].usable();
-      if (s == 0) break;
-    }
-    return true;   // not made yet
+    const size_t i = find(pct);
+    return i == kSizes || parts_[i].usable();   // kSizes: not made yet
   }
   CUstream enter(CUstream app, uint8_t pct) noexcept {
     if (pct == 0) return nullptr;
@@ -78,12 +74,17 @@ class SmPartitions {
 
  private:
   static constexpr size_t kSizes = 3;
-  size_t slot_for(uint8_t pct) noexcept {
+  // The slot of size `pct`, lock-free (slots fill in order and never change): kSizes when none.
+  size_t find(uint8_t pct) const noexcept {
     for (size_t i = 0; i < kSizes; ++i) {
       const uint8_t s = sizes_[i].load(std::memory_order_acquire);
       if (s == pct) return i;
       if (s == 0) break;
     }
+    return kSizes;
+  }
+  size_t slot_for(uint8_t pct) noexcept {
+    if (const size_t i = find(pct); i != kSizes) return i;
     std::lock_guard lock(mutex_);
     size_t smallest = 0;
     for (size_t i = 0; i < kSizes; ++i) {

@@ -363,17 +363,19 @@ TEST_F(PolicyTest, ABusyServiceIsNeverLight) {
 }
 
 TEST_F(PolicyTest, LightServicesMayKeepTheOnePartition) {
+  // The partition an MPS task gets below the fixture's service (light: busy a few percent), active.
+  const auto partition_below_hp = [this] {
+    p.reset();
+    last.clear();
+    const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+    notify(T0, hp, kEnd, true);
+    return last[mps].partition_pct;
+  };
   settings.partition_light_pct = 0;
-  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0, hp, kEnd, true);
-  EXPECT_EQ(last[mps].partition_pct, 35);
+  EXPECT_EQ(partition_below_hp(), 35);
   settings.partition_light_pct = 80;
-  settings.light_busy_max_pct = 0;   // the fixture's service is busy a few percent: not light now
-  p.reset();
-  last.clear();
-  const uint32_t hp2 = reg(T0, "hp", 0), mps2 = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0, hp2, kEnd, true);
-  EXPECT_EQ(last[mps2].partition_pct, 35);
+  settings.light_busy_max_pct = 0;   // not light now
+  EXPECT_EQ(partition_below_hp(), 35);
 }
 
 TEST_F(PolicyTest, WithoutPartitionsNothingIsConfinedAndTheHolderGetsNone) {
