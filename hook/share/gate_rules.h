@@ -37,6 +37,14 @@ struct Decision {
   Verdict fallback = Verdict::Wait;
 };
 
+// What a launch sent to the partition counts against the bound: the time it takes there, about
+// 100/pct times its length at full width. Counted, the partition's queue stays as short as the
+// bound says: the job's later full-width launches wait (stream order) for what it queued there, so an
+// unbounded queue kept it on a third of the SMs for milliseconds after each request of a service.
+inline uint64_t partition_charge_ns(uint64_t predicted_ns, uint8_t partition_pct) {
+  return partition_pct == 0 ? predicted_ns : predicted_ns * 100 / partition_pct;
+}
+
 inline Decision decide(const GateInput& in) {
   using protocol::State;
   const bool longer_hold = policy::long_hold(in.hold_ns, in.short_hold_ns);

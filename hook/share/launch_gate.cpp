@@ -25,8 +25,8 @@ const char* forced_reason(protocol::State state, bool waited_for_own_work) {
 }
 }  // namespace
 
-LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
-                                    bool partition_ready) noexcept {
+LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
+                                        bool partition_ready) noexcept {
   DirectiveCell& cell = client_.directive();
   ShareStats& stats = client_.stats();
   // One clock read for a launch that goes at once (most of them); a waiting one reads it after
@@ -37,7 +37,7 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
   uint32_t want_for = UINT32_MAX;   // the directive (changes count) the last want answered
   uint64_t want_at = 0;
   uint64_t stopped_ns = 0;          // of the wait, the part spent stopped (not Run) rather than on the GPU
-  Route route = Route::FullWidth;
+  Admission admission{Route::FullWidth, predicted_ns};
   for (;;) {
     if (!client_.connected()) break;   // no daemon: unscheduled
     const DirectiveCell::View v = cell.load();
@@ -65,12 +65,18 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
       if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();
       break;
     }
-    if (d.verdict == Verdict::GoPartition) {
-      stats.on_partition();
-      route = Route::Partition;
-      break;
-    }
-    if (d.verdict == Verdict::Bounded) {
+    const bool to_partition = d.verdict == Verdict::GoPartition ||
+                              (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition &&
+                               !cell.credit_covers(predicted_ns, now));
+    if (to_partition) {
+      const uint64_t charge = partition_charge_ns(predicted_ns, v.partition_pct);
+      if (window_.admit(charge, v.bound_ns)) {
+        stats.on_partition();
+        admission = {Route::Partition, charge};
+        break;
+      }
+      wait_gpu = true;
+    } else if (d.verdict == Verdict::Bounded) {
       // Before a service's predicted return, a launch goes whatever the bound if the work in
       // flight, it included, drains by then. (Not once the holder's bell rang: it is back. In Fill
       // the credit end is a gap's, spent by credit.)
@@ -93,10 +99,6 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
         continue;   // another thread spent it
       }
       wait_gpu = true;
-    } else if (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition) {
-      stats.on_partition();
-      route = Route::Partition;
-      break;
     } else if (d.verdict == Verdict::Credit && (want_for != v.changes || now - want_at >= kWantAgainNs)) {
       client_.send_want(kernel_id, predicted_ns, profiled);
       want_for = v.changes;
@@ -126,7 +128,7 @@ LaunchGate::Route LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, u
   // `now` is the clock read after the last wait, or `start` for a launch that never waited.
   client_.launch_went(now);
   if (now - start > 1'000) stats.waited(now - start, stopped_ns);
-  return route;
+  return admission;
 }
 
 }  // namespace fikit::hook::share

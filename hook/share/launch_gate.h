@@ -5,7 +5,8 @@
 //   Run:  waits while its predicted work in flight would exceed the bound (InflightWindow), unless
 //         the directive carries a service's predicted return and that work drains before it;
 //   Fill: goes on gap credit that covers the launch; else it tells the daemon what it waits to launch
-//         (want) so BestPrioFit can pick it, or (MPS) goes to the partition;
+//         (want) so BestPrioFit can pick it, or (MPS) goes to the partition, within the bound too
+//         (counted at the partition's width: partition_charge_ns);
 //   Hold: waits until the directive changes.
 // Every wait is bounded: by the daemon answering (lost: the launch passes through) and by
 // FIKIT_MAX_WAIT_MS (then the launch goes anyway, counted and logged): a program never hangs
@@ -24,11 +25,15 @@ class LaunchGate {
       : client_(client), window_(window), max_wait_ns_(max_wait_ns) {}
 
   enum class Route : uint8_t { FullWidth, Partition };
+  struct Admission {
+    Route route = Route::FullWidth;
+    uint64_t charge_ns = 0;   // what it counts against the in-flight bound (InflightWindow::launched)
+  };
   // Returns when the launch may go (always within max_wait_ns), and where. `hold_ns`: how long its
   // blocks hold an SM; `partition_ready`: it can run on the task's partition (the lane has one, or
-  // can make it, and the launch is a plain kernel).
-  Route admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
-              bool partition_ready) noexcept;
+  // can make it, and the launch may be sent to another stream).
+  Admission admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
+                  bool partition_ready) noexcept;
 
  private:
   Client& client_;

@@ -35,8 +35,9 @@ using share::Lane;
 struct InLaunch {
   uint32_t relearn_ticket;
   share::Predictions::Kernel kernel;   // id 0: none looked up for this launch
+  uint64_t partition_charge_ns;        // a launch sent to the partition: what it counts against the bound
 };
-constinit thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {0, {}};
+constinit thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {0, {}, 0};
 
 Lane* lane_of(const LaunchInfo& op) noexcept { return static_cast<Lane*>(op.mode_context); }
 
@@ -107,10 +108,12 @@ class ShareMode final : public Mode {
     // The holder never waits. A task below may be sent to its SM partition instead of waiting.
     if (!(role & protocol::kRoleHolder)) {
       const uint8_t partition_pct = client.directive().load().partition_pct;
-      const auto route = lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
-                                          op.reroutable && lane->partition.usable(partition_pct));
-      if (route == share::LaunchGate::Route::Partition)
+      const auto admission = lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
+                                              op.reroutable && lane->partition.usable(partition_pct));
+      if (admission.route == share::LaunchGate::Route::Partition) {
         op.rerouted_to = lane->partition.enter(op.stream, partition_pct);
+        t_launch.partition_charge_ns = admission.charge_ns;
+      }
     }
     // Kernels the profile lacks are timed now and then (relearner.h), when nothing throttles them.
     // Not a launch sent to the partition: on fewer SMs it is no sample of its length at full width
@@ -134,11 +137,10 @@ class ShareMode final : public Mode {
     const uint8_t role = client.directive().role();
     if (!(role & protocol::kRoleHolder)) {
       client.stats().launched();
-      // The bound is on work a returning holder would wait for at full width: what runs on the
-      // partition leaves the rest of the SMs free (65 %, or 20 % below light services, whose kernels
-      // are small), so it is not counted (else it would hold back the task's full-width launches).
-      if (op.rerouted_to == nullptr)
-        lane->window.launched(op.stream, prediction(op.id).dur_ns, client.directive().load().bound_ns);
+      // What runs on the partition counts at the time it takes there (gate_rules.h,
+      // partition_charge_ns). Its checkpoint goes on the application's stream, which now waits for it.
+      const uint64_t charge = op.rerouted_to != nullptr ? t_launch.partition_charge_ns : prediction(op.id).dur_ns;
+      lane->window.launched(op.stream, charge, client.directive().load().bound_ns);
       return;
     }
     if (!(role & protocol::kRoleGaps) || op.id == 0) return;

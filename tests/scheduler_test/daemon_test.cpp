@@ -839,6 +839,41 @@ TEST(LaunchGate, BeforeAPredictedReturnWorkThatDrainsByThenGoesPastTheBound) {
   EXPECT_EQ(launches_before_a_wait(10'000'000'000, 5, 20'000'000'000), 4u);
 }
 
+// Below an active service whose confinement sends everything to a partition of 35 % of the SMs.
+protocol::Directive fill_on_partition() {
+  static uint32_t generation = 0;
+  protocol::Directive d;
+  d.state = State::Fill;
+  d.generation = ++generation;
+  d.bound_ns = 200'000;
+  d.partition_pct = 35;
+  d.confine = protocol::kConfineActive;
+  return d;
+}
+
+TEST(LaunchGate, WorkSentToThePartitionCountsAgainstTheBoundAtThePartitionsWidth) {
+  Squatter squatter([] { return protocol::Body{fill_on_partition()}; });
+  hook::share::Client c;
+  ASSERT_TRUE(c.start(options(squatter.port, "job", 5), true));
+  ASSERT_EQ(c.directive().state(), State::Fill);
+  hook::share::InflightWindow window;
+  ASSERT_TRUE(window.init());
+  hook::share::LaunchGate gate(c, window, 100'000'000);
+  // 20 us kernels take ~57 us on 35 % of the SMs: three fit the 200 us bound; on a GPU that never
+  // completes one, the fourth waits out FIKIT_MAX_WAIT_MS.
+  int went = 0;
+  for (int i = 0; i < 5 && c.stats().forced_count() == 0; ++i) {
+    const auto a = gate.admit(uint64_t(i + 1), 20'000, 20'000, true, true);
+    if (c.stats().forced_count() != 0) break;
+    ASSERT_EQ(a.route, hook::share::LaunchGate::Route::Partition);
+    EXPECT_EQ(a.charge_ns, 20'000u * 100 / 35);
+    window.launched(reinterpret_cast<CUstream>(1), a.charge_ns, 200'000);
+    ++went;
+  }
+  EXPECT_EQ(went, 3);
+  EXPECT_EQ(c.stats().forced_count(), 1u);
+}
+
 TEST(InflightWindow, FarPastTheBoundALaunchRarelyCallsTheDriver) {
   hook::share::InflightWindow window;
   ASSERT_TRUE(window.init());
