@@ -768,14 +768,17 @@ class Squatter {
   std::thread thread_;
 };
 
-protocol::Directive hold_forever() {
-  static uint32_t generation = 0;
+// A directive of `state` under a 200 us bound, each of a new generation (so that clients apply it).
+protocol::Directive directive_of(State state) {
+  static std::atomic<uint32_t> generation{0};
   protocol::Directive d;
-  d.state = State::Hold;
+  d.state = state;
   d.generation = ++generation;
   d.bound_ns = 200'000;
   return d;
 }
+
+protocol::Directive hold_forever() { return directive_of(State::Hold); }
 
 TEST(ShareClient, AWaitingLaunchIsBoundedEvenIfTheDaemonSaysHoldForever) {
   Squatter squatter([] { return protocol::Body{hold_forever()}; });
@@ -802,11 +805,7 @@ std::atomic<uint64_t> fake_gpu_calls{0};
 
 // A GPU that never finishes anything (fake event functions below): work in flight only grows.
 protocol::Directive run_with_credit(uint64_t credit_for_ns) {
-  static uint32_t generation = 0;
-  protocol::Directive d;
-  d.state = State::Run;
-  d.generation = ++generation;
-  d.bound_ns = 200'000;
+  protocol::Directive d = directive_of(State::Run);
   d.credit_until_ns = credit_for_ns != 0 ? hook::monotonic_ns() + credit_for_ns : 0;
   return d;
 }
@@ -841,11 +840,7 @@ TEST(LaunchGate, BeforeAPredictedReturnWorkThatDrainsByThenGoesPastTheBound) {
 
 // Below an active service whose confinement sends everything to a partition of 35 % of the SMs.
 protocol::Directive fill_on_partition() {
-  static uint32_t generation = 0;
-  protocol::Directive d;
-  d.state = State::Fill;
-  d.generation = ++generation;
-  d.bound_ns = 200'000;
+  protocol::Directive d = directive_of(State::Fill);
   d.partition_pct = 35;
   d.confine = protocol::kConfineActive;
   return d;
