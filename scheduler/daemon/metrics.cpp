@@ -157,6 +157,17 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   per_device(out, s, "fikit_early_stops_total", "counter",
              "Fills ended early because the holder launched again before the predicted gap ended.",
              [](const D& d) { return d.counters.early_stops; });
+  // Trying overlap (fikit-scheduler --overlap-probe): how often the tasks below a service were let
+  // run their long holds beside it, and how the trials and later checks ended.
+  per_device(out, s, "fikit_overlap_trials_total", "counter",
+             "Trials of letting the tasks below a service run their long holds beside it (--overlap-probe).",
+             [](const D& d) { return d.counters.overlap_trials; });
+  per_device(out, s, "fikit_overlap_allowed_total", "counter",
+             "Overlap trials and later checks that ended allowed (the service's periods did not grow).",
+             [](const D& d) { return d.counters.overlap_allowed; });
+  per_device(out, s, "fikit_overlap_refused_total", "counter",
+             "Overlap trials and later checks that ended refused (the service's periods grew).",
+             [](const D& d) { return d.counters.overlap_refused; });
   per_device(out, s, "fikit_directives_total", "counter", "Directives sent to tasks.",
              [](const D& d) { return d.counters.directives; });
   per_device(out, s, "fikit_registrations_total", "counter", "Task registrations (new and repeated).",

@@ -1096,6 +1096,24 @@ TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
             std::string::npos) << metrics;
 }
 
+// The overlap trials' counters, per GPU, as status counts them.
+TEST(Snapshot, MetricsCountOverlapTrialsAndHowTheyEnded) {
+  scheduler::DaemonSnapshot s;
+  for (const char* device : {"GPU-a", "GPU-b"}) {
+    scheduler::DomainSnapshot d;
+    d.device = device;
+    d.counters.overlap_trials = device[4] == 'a' ? 5 : 1;
+    d.counters.overlap_allowed = device[4] == 'a' ? 7 : 0;
+    d.counters.overlap_refused = device[4] == 'a' ? 2 : 1;
+    s.domains.push_back(d);
+  }
+  const std::string metrics = scheduler::format_prometheus(s);
+  for (const char* line : {"fikit_overlap_trials_total{device=\"GPU-a\"} 5", "fikit_overlap_allowed_total{device=\"GPU-a\"} 7",
+                           "fikit_overlap_refused_total{device=\"GPU-a\"} 2", "fikit_overlap_trials_total{device=\"GPU-b\"} 1",
+                           "fikit_overlap_allowed_total{device=\"GPU-b\"} 0", "fikit_overlap_refused_total{device=\"GPU-b\"} 1"})
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
+}
+
 // Two processes of one key: when one leaves, the key's counters keep what it counted (a counter that
 // went down would read to Prometheus as a reset, and rate() would count it all again); once the key
 // has no process its series end, and what it counted is forgotten.
