@@ -9,8 +9,12 @@
 # the job is below the holder: it identifies every launch and keeps its work in flight bounded.
 # --cpu-us N: the job spends N us of CPU before each launch (N > 5: launch-bound, so that the
 # hook's cost shows in the launches a run makes).
+# --mode measure: the job runs in measure mode instead of share mode.
+# --variant 'K=V ...': run the job once per variant with these settings in its environment (say,
+# FIKIT_MEASURE_UNIT=window against =iteration), interleaved with the builds; default: one, none.
 #
-#   bench/hook/share_phases.sh [--reps 3] [--idle-hp] [--cpu-us 0] BUILD_DIR [BUILD_DIR ...]
+#   bench/hook/share_phases.sh [--reps 3] [--idle-hp] [--cpu-us 0] [--mode share] [--variant 'K=V ...']...
+#                              BUILD_DIR [BUILD_DIR ...]
 #
 # BUILD_DIR is a CMake build of this project (for an older commit: git worktree add, then build the
 # targets fikit_hook fikit-run fikit-scheduler fikit-example-train fikit-example-infer fikit_simcuda).
@@ -19,20 +23,31 @@ set -u
 reps=3
 idle_hp=0
 cpu_us=0
+job_mode=share
+variants=()
 builds=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --reps) reps=$2; shift 2 ;;
     --idle-hp) idle_hp=1; shift ;;
     --cpu-us) cpu_us=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --mode) job_mode=$2; shift 2 ;;
+    --variant) variants+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "share_phases: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) builds+=("$1"); shift ;;
   esac
 done
 case "$reps" in ''|*[!0-9]*) echo "share_phases: --reps needs a whole number" >&2; exit 2 ;; esac
 case "$cpu_us" in ''|*[!0-9]*) echo "share_phases: --cpu-us needs a whole number" >&2; exit 2 ;; esac
+case "$job_mode" in share|measure) ;; *) echo "share_phases: --mode is share or measure" >&2; exit 2 ;; esac
 [ ${#builds[@]} -gt 0 ] || { echo "share_phases: name at least one build directory (see --help)" >&2; exit 2; }
+[ ${#variants[@]} -gt 0 ] || variants=("")
+for v in "${variants[@]}"; do
+  for kv in $v; do
+    case "$kv" in FIKIT_*=*) ;; *) echo "share_phases: --variant takes FIKIT_NAME=VALUE words, not '$kv'" >&2; exit 2 ;; esac
+  done
+done
 for b in "${builds[@]}"; do
   needed="scheduler/daemon/fikit-scheduler tools/fikit-run/fikit-run examples/fikit-example-train
           hook/libfikit_hook.so tests/simgpu/libcuda.so.1"
@@ -48,11 +63,13 @@ status=0
 port=47800
 for rep in $(seq 1 "$reps"); do
   for b in "${builds[@]}"; do
-    for mode in off share; do
+   for v in "${variants[@]}"; do
+    for mode in off "$job_mode"; do
       port=$((port + 1))
       name=fikit-share-phases-$$-$port
       (
         export LD_LIBRARY_PATH=$b/tests/simgpu FIKIT_SIMGPU_NAME=$name FIKIT_STATS=1
+        for kv in $v; do export "${kv?}"; done
         "$b/scheduler/daemon/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/$port.db" \
           > "$work/$port.daemon" 2>&1 &
         daemon=$!
@@ -78,10 +95,11 @@ for rep in $(seq 1 "$reps"); do
           rc=1
         fi
         exit $rc
-      ) || { echo "rep $rep $b $mode: FAILED (see the program's stderr below)"; tail -3 "$work/$port.err"; status=1; continue; }
+      ) || { echo "rep $rep $b ${v:+[$v] }$mode: FAILED (see the program's stderr below)"; tail -3 "$work/$port.err"; status=1; continue; }
       launches=$(sed -n 's/.*"kernels":\([0-9]*\).*/\1/p' "$work/$port.out" | tail -1)
-      echo "rep $rep $b $mode: ${launches:-?} launches; $(grep -o 'ns/op:.*' "$work/$port.err" || echo 'no phases (mode off)')"
+      echo "rep $rep $b ${v:+[$v] }$mode: ${launches:-?} launches; $(grep -o 'ns/op:.*' "$work/$port.err" || echo 'no phases (mode off)')"
     done
+   done
   done
 done
 exit $status
