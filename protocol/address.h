@@ -13,4 +13,8 @@ namespace fikit::protocol {
 bool split_host_port(std::string_view text, std::string_view* host, uint16_t* port,
                      bool allow_port_zero = false) noexcept;
 
+// What every refusal of an address adds after "'TEXT' is not HOST:PORT", so that none forgets the
+// brackets an IPv6 literal needs ("::1:47800" is refused: its port cannot be told from the address).
+inline constexpr char kAddressForm[] = "an IPv6 address in brackets: [::1]:47800";
+
 }  // namespace fikit::protocol

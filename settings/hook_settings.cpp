@@ -73,7 +73,7 @@ bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_
       std::string_view host;
       uint16_t port = 0;
       if (!protocol::split_host_port(v, &host, &port) || host.size() > s.max)
-        return fail("'%s' is not HOST:PORT (port 1 to 65535; an IPv6 address in brackets: [::1]:47800)", text);
+        return fail("'%s' is not HOST:PORT (port 1 to 65535; %s)", text, protocol::kAddressForm);
       return true;
     }
     case Kind::MemorySize: {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "address.h"
 #include "auth.h"
 #include "bell.h"
 #include "cli.h"
@@ -97,7 +98,8 @@ int status_command(int argc, char** argv) {
   std::string host = "127.0.0.1";
   uint16_t port = 47800;
   if (app->count("--scheduler") > 0 && !fikit::scheduler::parse_host_port(scheduler, host, port))
-    return fikit::cli::usage_error(app->get_name(), "--scheduler: '" + scheduler + "' is not HOST:PORT");
+    return fikit::cli::usage_error(app->get_name(), "--scheduler: '" + scheduler + "' is not HOST:PORT (port 1 to 65535; " +
+                                                            fikit::protocol::kAddressForm + ")");
   // Without --control: this user's daemon of that port, else the one the shipped systemd unit runs.
   std::vector<std::string> paths{control};
   if (control.empty()) paths = {fikit::scheduler::default_control_path(port), FIKIT_SYSTEM_CONTROL_PATH};

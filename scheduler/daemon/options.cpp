@@ -202,7 +202,7 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
   }
   if (key == "listen") {
     if (!parse_host_port(value, opts.listen_host, opts.listen_port)) {
-      error = "listen: '" + value + "' is not HOST:PORT";
+      error = "listen: '" + value + "' is not HOST:PORT (port 0 for any free one; " + protocol::kAddressForm + ")";
       return false;
     }
     return true;
@@ -213,7 +213,7 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
       return true;
     }
     if (!parse_host_port(value, opts.metrics_host, opts.metrics_port) || opts.metrics_port == 0) {
-      error = "metrics: '" + value + "' is not HOST:PORT (or off)";
+      error = "metrics: '" + value + "' is not HOST:PORT (port 1 to 65535; " + protocol::kAddressForm + ") or off";
       return false;
     }
     return true;   // off loopback only with metrics-remote (check_options: the order of flags does not matter)

@@ -1063,6 +1063,22 @@ TEST(Options, MetricsOffLoopbackNeedMetricsRemote) {
   EXPECT_FALSE(scheduler::apply_setting(p, "metrics-remote", "yes", error));
 }
 
+// "::1:47800" cannot be split (which colon ends the address?): refused, saying how to write it.
+TEST(Options, AnUnbracketedIpv6AddressIsRefusedWithTheFormThatWorks) {
+  for (const char* key : {"listen", "metrics"}) {
+    std::string error;
+    scheduler::Options o;
+    EXPECT_FALSE(scheduler::apply_setting(o, key, "::1:47800", error)) << key;
+    EXPECT_NE(error.find("[::1]:47800"), std::string::npos) << error;
+    ASSERT_TRUE(scheduler::apply_setting(o, key, "[::1]:47800", error)) << error;
+  }
+  scheduler::Options o;
+  std::string error;
+  ASSERT_TRUE(scheduler::apply_setting(o, "listen", "[::1]:47801", error)) << error;
+  EXPECT_EQ(o.listen_host, "::1");
+  EXPECT_EQ(o.listen_port, 47801);
+}
+
 // What status and the metrics say of a task's device memory: held, its cap (the lower of its own
 // limit and the daemon's), refusals.
 TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
