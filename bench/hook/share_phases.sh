@@ -43,11 +43,13 @@ case "$cpu_us" in ''|*[!0-9]*) echo "share_phases: --cpu-us needs a whole number
 case "$job_mode" in share|measure) ;; *) echo "share_phases: --mode is share or measure" >&2; exit 2 ;; esac
 [ ${#builds[@]} -gt 0 ] || { echo "share_phases: name at least one build directory (see --help)" >&2; exit 2; }
 [ ${#variants[@]} -gt 0 ] || variants=("")
+set -f   # a variant's words are split on spaces, never globbed
 for v in "${variants[@]}"; do
   for kv in $v; do
     case "$kv" in FIKIT_*=*) ;; *) echo "share_phases: --variant takes FIKIT_NAME=VALUE words, not '$kv'" >&2; exit 2 ;; esac
   done
 done
+[ "$idle_hp" = 0 ] || [ "$job_mode" = share ] || { echo "share_phases: --idle-hp is for --mode share" >&2; exit 2; }
 for b in "${builds[@]}"; do
   needed="scheduler/daemon/fikit-scheduler tools/fikit-run/fikit-run examples/fikit-example-train
           hook/libfikit_hook.so tests/simgpu/libcuda.so.1"
@@ -69,7 +71,6 @@ for rep in $(seq 1 "$reps"); do
       name=fikit-share-phases-$$-$port
       (
         export LD_LIBRARY_PATH=$b/tests/simgpu FIKIT_SIMGPU_NAME=$name FIKIT_STATS=1
-        for kv in $v; do export "${kv?}"; done
         "$b/scheduler/daemon/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/$port.db" \
           > "$work/$port.daemon" 2>&1 &
         daemon=$!
@@ -85,7 +86,8 @@ for rep in $(seq 1 "$reps"); do
           hp=$!
           sleep 0.3
         fi
-        "$b/tools/fikit-run/fikit-run" --hook "$b/hook/libfikit_hook.so" --db "$work/$port.db" \
+        # shellcheck disable=SC2086 # the variant's words, for the job alone
+        env $v "$b/tools/fikit-run/fikit-run" --hook "$b/hook/libfikit_hook.so" --db "$work/$port.db" \
           --scheduler "127.0.0.1:$port" --mode "$mode" --task-key lp --priority 5 -- \
           "$b/examples/fikit-example-train" --kernel-us 5 --cpu-us "$cpu_us" --sync-every 100 --duration-s 4 \
           > "$work/$port.out" 2> "$work/$port.err"

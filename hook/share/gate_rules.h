@@ -3,6 +3,7 @@
 // may do"): what the directive, the holder's bell and the kernel's prediction allow for one launch.
 // LaunchGate (launch_gate.h) acts on it: it checks the in-flight window and gap credit, waits, and
 // tells the daemon what it wants. Unit-tested on its own (tests/hook_test/gate_rules_test.cpp).
+#include <algorithm>
 #include <cstdint>
 
 #include "kernel_rules.h"
@@ -24,7 +25,7 @@ struct GateInput {
 
 enum class Verdict : uint8_t {
   Go,            // now, at full width
-  GoPartition,   // now, on the task's SM partition
+  GoPartition,   // on the task's SM partition, once the in-flight window admits it at the partition's width
   Bounded,       // goes at full width once the in-flight window admits it (the bound; in Run also run credit)
   Credit,        // Fill: goes at full width on gap credit that covers it, else `fallback`
   Wait,          // until the directive changes (Hold)
@@ -42,7 +43,8 @@ struct Decision {
 // bound says: the job's later full-width launches wait (stream order) for what it queued there, so an
 // unbounded queue kept it on a third of the SMs for milliseconds after each request of a service.
 inline uint64_t partition_charge_ns(uint64_t predicted_ns, uint8_t partition_pct) {
-  return partition_pct == 0 ? predicted_ns : predicted_ns * 100 / partition_pct;
+  if (partition_pct == 0) return predicted_ns;
+  return std::min<uint64_t>(predicted_ns, UINT64_MAX / 100) * 100 / partition_pct;   // no wrap to a small charge
 }
 
 inline Decision decide(const GateInput& in) {

@@ -37,7 +37,7 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
   uint32_t want_for = UINT32_MAX;   // the directive (changes count) the last want answered
   uint64_t want_at = 0;
   uint64_t stopped_ns = 0;          // of the wait, the part spent stopped (not Run) rather than on the GPU
-  Admission admission{Route::FullWidth, predicted_ns};
+  Admission admission{Route::FullWidth, predicted_ns, 0};
   for (;;) {
     if (!client_.connected()) break;   // no daemon: unscheduled
     const DirectiveCell::View v = cell.load();
@@ -65,14 +65,18 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
       if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();
       break;
     }
+    // Gap credit first, when it covers the launch (once per look: another thread may spend it).
+    const bool credit = d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now);
     const bool to_partition = d.verdict == Verdict::GoPartition ||
-                              (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition &&
-                               !cell.credit_covers(predicted_ns, now));
+                              (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition && !credit);
+    // Where it goes should it wait out FIKIT_MAX_WAIT_MS: a launch meant for the partition stays
+    // off the service's SMs even then.
+    admission = to_partition
+                    ? Admission{Route::Partition, partition_charge_ns(predicted_ns, v.partition_pct), v.partition_pct}
+                    : Admission{Route::FullWidth, predicted_ns, 0};
     if (to_partition) {
-      const uint64_t charge = partition_charge_ns(predicted_ns, v.partition_pct);
-      if (window_.admit(charge, v.bound_ns)) {
+      if (window_.admit(admission.charge_ns, v.bound_ns)) {
         stats.on_partition();
-        admission = {Route::Partition, charge};
         break;
       }
       wait_gpu = true;
@@ -87,7 +91,7 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
         break;
       }
       wait_gpu = true;
-    } else if (d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now)) {
+    } else if (credit) {
       // On credit too, no more than the bound in flight: an early stop then costs the holder
       // little, and a credit that arrived late cannot pile work into its next kernels.
       if (window_.admit(predicted_ns, v.bound_ns)) {
@@ -106,6 +110,7 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
     }
     if (now >= deadline) {
       stats.forced();
+      if (admission.route == Route::Partition) stats.on_partition();
       uint64_t last = g_last_forced_log.load(std::memory_order_relaxed);
       if (now - last >= kForcedLogEveryNs && g_last_forced_log.compare_exchange_strong(last, now))
         log(LogLevel::Warn, "share mode: a launch waited %llu ms (FIKIT_MAX_WAIT_MS) and goes ahead anyway (%llu so "

@@ -27,7 +27,8 @@ class LaunchGate {
   enum class Route : uint8_t { FullWidth, Partition };
   struct Admission {
     Route route = Route::FullWidth;
-    uint64_t charge_ns = 0;   // what it counts against the in-flight bound (InflightWindow::launched)
+    uint64_t charge_ns = 0;      // what it counts against the in-flight bound (InflightWindow::launched)
+    uint8_t partition_pct = 0;   // Partition: the size it was charged at, the one to send it to
   };
   // Returns when the launch may go (always within max_wait_ns), and where. `hold_ns`: how long its
   // blocks hold an SM; `partition_ready`: it can run on the task's partition (the lane has one, or

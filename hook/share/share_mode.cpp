@@ -105,13 +105,13 @@ class ShareMode final : public Mode {
       }
     }
     const share::Predictions::Kernel k = t_launch.kernel = predictions_.of(op.id);
-    // The holder never waits. A task below may be sent to its SM partition instead of waiting.
+    // The holder never waits. A task below may be sent to its SM partition instead (within the bound).
     if (!(role & protocol::kRoleHolder)) {
       const uint8_t partition_pct = client.directive().load().partition_pct;
       const auto admission = lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
                                               op.reroutable && lane->partition.usable(partition_pct));
       if (admission.route == share::LaunchGate::Route::Partition) {
-        op.rerouted_to = lane->partition.enter(op.stream, partition_pct);
+        op.rerouted_to = lane->partition.enter(op.stream, admission.partition_pct);
         t_launch.partition_charge_ns = admission.charge_ns;
       }
     }

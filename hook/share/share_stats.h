@@ -42,6 +42,7 @@ class ShareStats {
     if (enabled()) launches_.fetch_add(1, std::memory_order_relaxed);
   }
   uint64_t forced_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
+  uint64_t credit_count() const noexcept { return credit_launches_.load(std::memory_order_relaxed); }
 
   // Appends the JSON line (at exit; `untracked_ns` from the in-flight window, `relearned` the
   // launches of unknown kernels timed by online re-profiling).

@@ -839,10 +839,12 @@ TEST(LaunchGate, BeforeAPredictedReturnWorkThatDrainsByThenGoesPastTheBound) {
 }
 
 // Below an active service whose confinement sends everything to a partition of 35 % of the SMs.
-protocol::Directive fill_on_partition() {
+protocol::Directive fill_on_partition(uint64_t credit_ns = 0) {
   protocol::Directive d = directive_of(State::Fill);
   d.partition_pct = 35;
   d.confine = protocol::kConfineActive;
+  d.credit_ns = credit_ns;
+  d.credit_until_ns = credit_ns != 0 ? hook::monotonic_ns() + 10'000'000'000 : 0;
   return d;
 }
 
@@ -867,6 +869,23 @@ TEST(LaunchGate, WorkSentToThePartitionCountsAgainstTheBoundAtThePartitionsWidth
   }
   EXPECT_EQ(went, 3);
   EXPECT_EQ(c.stats().forced_count(), 1u);
+  // The one that waited out FIKIT_MAX_WAIT_MS still goes to the partition, off the service's SMs.
+  EXPECT_EQ(gate.admit(9, 20'000, 20'000, true, true).route, hook::share::LaunchGate::Route::Partition);
+}
+
+// Gap credit that covers a launch comes before the partition: it goes at full width, on the credit.
+TEST(LaunchGate, GapCreditComesBeforeThePartition) {
+  Squatter squatter([] { return protocol::Body{fill_on_partition(1'000'000)}; });
+  hook::share::Client c;
+  ASSERT_TRUE(c.start(options(squatter.port, "job", 5), true));
+  ASSERT_EQ(c.directive().state(), State::Fill);
+  hook::share::InflightWindow window;
+  ASSERT_TRUE(window.init());
+  hook::share::LaunchGate gate(c, window, 100'000'000);
+  EXPECT_EQ(gate.admit(1, 20'000, 20'000, true, true).route, hook::share::LaunchGate::Route::FullWidth);
+  EXPECT_EQ(c.stats().credit_count(), 1u);
+  // More than the credit left: the partition.
+  EXPECT_EQ(gate.admit(2, 2'000'000, 2'000'000, true, true).route, hook::share::LaunchGate::Route::Partition);
 }
 
 TEST(InflightWindow, FarPastTheBoundALaunchRarelyCallsTheDriver) {
