@@ -331,7 +331,8 @@ CUresult cuEventRecord(CUevent handle, CUstream stream_handle) {
   CUresult err = CUDA_SUCCESS;
   Context* ctx = stream_context(stream_handle, &stream, &err);
   if (!ctx) return err;
-  if (ctx->slot != ev->ctx->slot) return CUDA_ERROR_INVALID_CONTEXT;   // a green context shares its primary's
+  // A green context shares its primary's slot.
+  if (ctx->slot != ev->ctx->slot || ctx->device != ev->ctx->device) return CUDA_ERROR_INVALID_CONTEXT;
   if (stream && stream->capture) return CUDA_SUCCESS;  // captured records are markers the graph drops
   CUresult r = enqueue(ctx, stream, OpKind::EventMarker, 0, ev->index);
   if (r == CUDA_SUCCESS) ev->recorded = true;
@@ -367,6 +368,8 @@ CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
   if (r != CUDA_SUCCESS) return r;
   if (!a->recorded || !b->recorded || (a->flags & CU_EVENT_DISABLE_TIMING) || (b->flags & CU_EVENT_DISABLE_TIMING))
     return CUDA_ERROR_INVALID_HANDLE;
+  // As CUDA: two events of different contexts (devices) have no common clock.
+  if (a->ctx->slot != b->ctx->slot || a->ctx->device != b->ctx->device) return CUDA_ERROR_INVALID_HANDLE;
   *ms = static_cast<float>((static_cast<double>(tb) - static_cast<double>(ta)) / 1e6);
   return CUDA_SUCCESS;
 }

@@ -277,6 +277,28 @@ TEST(ProcAddressTest, UnknownNamesGetDistinctNotSupportedStubs) {
   EXPECT_EQ(cuGetProcAddress(nullptr, &a, 12000, 0, nullptr), CUDA_ERROR_INVALID_VALUE);
 }
 
+// As in CUDA: an event belongs to its context. Recorded on another context's stream it is refused,
+// and two events of different contexts have no elapsed time (no common clock).
+TEST_F(DriverTest, EventsOfAnotherContextAreRefused) {
+  CUevent mine = nullptr, theirs = nullptr;
+  ASSERT_EQ(cuEventCreate(&mine, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(mine, stream_), CUDA_SUCCESS);
+  CUcontext other = nullptr;
+  ASSERT_EQ(cuCtxCreate(&other, nullptr, 0, dev_), CUDA_SUCCESS);   // current now
+  CUstream other_stream = nullptr;
+  ASSERT_EQ(cuStreamCreate(&other_stream, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventCreate(&theirs, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventRecord(mine, other_stream), CUDA_ERROR_INVALID_CONTEXT);
+  ASSERT_EQ(cuEventRecord(theirs, other_stream), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+  float ms = 0;
+  EXPECT_EQ(cuEventElapsedTime(&ms, mine, theirs), CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(cuEventElapsedTime(&ms, theirs, theirs), CUDA_SUCCESS);
+  EXPECT_EQ(cuCtxDestroy(other), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+  EXPECT_EQ(cuEventDestroy(mine), CUDA_SUCCESS);
+}
+
 TEST_F(DriverTest, BadHandlesAndNullArgumentsGiveErrors) {
   auto bogus_stream = reinterpret_cast<CUstream>(0xdeadbeef);
   EXPECT_EQ(cuStreamSynchronize(bogus_stream), CUDA_ERROR_INVALID_HANDLE);
