@@ -71,6 +71,9 @@ class DirectiveCell {
   }
   uint8_t role() const noexcept { return role_.load(std::memory_order_relaxed); }
   protocol::State state() const noexcept { return protocol::State(state_.load(std::memory_order_relaxed)); }
+  // Single fields for the launch path, which needs no more of the directive than these.
+  uint32_t bound_ns() const noexcept { return bound_ns_.load(std::memory_order_relaxed); }
+  uint8_t partition_pct() const noexcept { return uint8_t(partition_.load(std::memory_order_relaxed)); }
 
   // Whether gap credit would cover a launch of `ns` at `now`: the directive is Fill (a Run
   // directive's credit end is a predicted return, no gap credit, even while a bell makes its

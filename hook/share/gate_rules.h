@@ -41,7 +41,7 @@ struct Decision {
 // What a launch sent to the partition counts against the bound: the time it takes there, about
 // 100/pct times its length at full width. Counted, the partition's queue stays as short as the
 // bound says: the job's later full-width launches wait (stream order) for what it queued there, so an
-// unbounded queue kept it on a third of the SMs for milliseconds after each request of a service.
+// unbounded queue could keep it on a third of the SMs long after the service went idle.
 inline uint64_t partition_charge_ns(uint64_t predicted_ns, uint8_t partition_pct) {
   if (partition_pct == 0) return predicted_ns;
   return std::min<uint64_t>(predicted_ns, UINT64_MAX / 100) * 100 / partition_pct;   // no wrap to a small charge

@@ -107,7 +107,7 @@ class ShareMode final : public Mode {
     const share::Predictions::Kernel k = t_launch.kernel = predictions_.of(op.id);
     // The holder never waits. A task below may be sent to its SM partition instead (within the bound).
     if (!(role & protocol::kRoleHolder)) {
-      const uint8_t partition_pct = client.directive().load().partition_pct;
+      const uint8_t partition_pct = client.directive().partition_pct();
       const auto admission = lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
                                               op.reroutable && lane->partition.usable(partition_pct));
       if (admission.route == share::LaunchGate::Route::Partition) {
@@ -140,7 +140,7 @@ class ShareMode final : public Mode {
       // What runs on the partition counts at the time it takes there (gate_rules.h,
       // partition_charge_ns). Its checkpoint goes on the application's stream, which now waits for it.
       const uint64_t charge = op.rerouted_to != nullptr ? t_launch.partition_charge_ns : prediction(op.id).dur_ns;
-      lane->window.launched(op.stream, charge, client.directive().load().bound_ns);
+      lane->window.launched(op.stream, charge, client.directive().bound_ns());
       return;
     }
     if (!(role & protocol::kRoleGaps) || op.id == 0) return;

@@ -810,15 +810,28 @@ protocol::Directive run_with_credit(uint64_t credit_for_ns) {
   return d;
 }
 
+// A job's launch gate (FIKIT_MAX_WAIT_MS 100 ms) on the fake GPU below, answered by a daemon that
+// always sends what `directive` makes.
+struct GateUnder {
+  explicit GateUnder(std::function<protocol::Directive()> directive)
+      : squatter([directive] { return protocol::Body{directive()}; }),
+        started(c.start(options(squatter.port, "job", 5), true)),
+        window_ready(window.init()) {}
+  Squatter squatter;
+  hook::share::Client c;
+  hook::share::InflightWindow window;
+  bool started, window_ready;
+  hook::share::LaunchGate gate{c, window, 100'000'000};
+};
+
 // Launches of 1 ms each on a GPU that never completes one, under a 200 us bound: how many go before
 // one waits out FIKIT_MAX_WAIT_MS (100 ms), of `tries`.
 size_t launches_before_a_wait(uint64_t credit_for_ns, int tries, uint64_t last_predicted_ns = 1'000'000) {
-  Squatter squatter([credit_for_ns] { return protocol::Body{run_with_credit(credit_for_ns)}; });
-  hook::share::Client c;
-  EXPECT_TRUE(c.start(options(squatter.port, "job", 5), true));
-  hook::share::InflightWindow window;
-  EXPECT_TRUE(window.init());
-  hook::share::LaunchGate gate(c, window, 100'000'000);
+  GateUnder g([credit_for_ns] { return run_with_credit(credit_for_ns); });
+  EXPECT_TRUE(g.started && g.window_ready);
+  auto& c = g.c;
+  auto& window = g.window;
+  auto& gate = g.gate;
   for (int i = 0; i < tries; ++i) {
     const uint64_t predicted = i + 1 == tries ? last_predicted_ns : 1'000'000;
     gate.admit(uint64_t(i + 1), predicted, predicted, true, false);
@@ -849,13 +862,12 @@ protocol::Directive fill_on_partition(uint64_t credit_ns = 0) {
 }
 
 TEST(LaunchGate, WorkSentToThePartitionCountsAgainstTheBoundAtThePartitionsWidth) {
-  Squatter squatter([] { return protocol::Body{fill_on_partition()}; });
-  hook::share::Client c;
-  ASSERT_TRUE(c.start(options(squatter.port, "job", 5), true));
+  GateUnder g([] { return fill_on_partition(); });
+  ASSERT_TRUE(g.started && g.window_ready);
+  auto& c = g.c;
+  auto& window = g.window;
+  auto& gate = g.gate;
   ASSERT_EQ(c.directive().state(), State::Fill);
-  hook::share::InflightWindow window;
-  ASSERT_TRUE(window.init());
-  hook::share::LaunchGate gate(c, window, 100'000'000);
   // 20 us kernels take ~57 us on 35 % of the SMs: three fit the 200 us bound; on a GPU that never
   // completes one, the fourth waits out FIKIT_MAX_WAIT_MS.
   int went = 0;
@@ -875,13 +887,11 @@ TEST(LaunchGate, WorkSentToThePartitionCountsAgainstTheBoundAtThePartitionsWidth
 
 // Gap credit that covers a launch comes before the partition: it goes at full width, on the credit.
 TEST(LaunchGate, GapCreditComesBeforeThePartition) {
-  Squatter squatter([] { return protocol::Body{fill_on_partition(1'000'000)}; });
-  hook::share::Client c;
-  ASSERT_TRUE(c.start(options(squatter.port, "job", 5), true));
+  GateUnder g([] { return fill_on_partition(1'000'000); });
+  ASSERT_TRUE(g.started && g.window_ready);
+  auto& c = g.c;
+  auto& gate = g.gate;
   ASSERT_EQ(c.directive().state(), State::Fill);
-  hook::share::InflightWindow window;
-  ASSERT_TRUE(window.init());
-  hook::share::LaunchGate gate(c, window, 100'000'000);
   EXPECT_EQ(gate.admit(1, 20'000, 20'000, true, true).route, hook::share::LaunchGate::Route::FullWidth);
   EXPECT_EQ(c.stats().credit_count(), 1u);
   // More than the credit left: the partition.
