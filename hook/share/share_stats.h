@@ -36,7 +36,14 @@ class ShareStats {
   void forced() noexcept { forced_.fetch_add(1, std::memory_order_relaxed); }
   void on_credit() noexcept { credit_launches_.fetch_add(1, std::memory_order_relaxed); }
   void on_overlap() noexcept { overlap_launches_.fetch_add(1, std::memory_order_relaxed); }
-  void on_partition() noexcept { partition_launches_.fetch_add(1, std::memory_order_relaxed); }
+  // A launch went to the SM partition of `pct` percent; the narrowest is kept (the daemon gives the
+  // wider one below light services only, once it has read their profiles).
+  void on_partition(uint8_t pct) noexcept {
+    partition_launches_.fetch_add(1, std::memory_order_relaxed);
+    uint32_t m = partition_min_pct_.load(std::memory_order_relaxed);
+    while (pct < m && !partition_min_pct_.compare_exchange_weak(m, pct, std::memory_order_relaxed)) {
+    }
+  }
   void want_sent() noexcept { wants_.fetch_add(1, std::memory_order_relaxed); }
   void launched() noexcept {   // every launch below the holder: counted only for the file
     if (enabled()) launches_.fetch_add(1, std::memory_order_relaxed);
@@ -57,6 +64,7 @@ class ShareStats {
   std::atomic<uint32_t> samples_{0}, directive_samples_{0};
   std::atomic<uint64_t> directives_{0}, reactions_{0}, waits_{0}, wait_ns_{0}, stopped_ns_{0}, max_wait_ns_{0}, forced_{0},
       credit_launches_{0}, overlap_launches_{0}, partition_launches_{0}, wants_{0}, launches_{0};
+  std::atomic<uint32_t> partition_min_pct_{100};
 };
 
 }  // namespace fikit::hook::share

@@ -27,8 +27,9 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  wait is bounded as in interference. (This case and the next with --overlap-probe off: they
                  test the bound and the partition, which a trial would set aside for its length.)
   mps_partition  the same pair with the daemon's defaults: while the HP is active the LP's long kernels
-                 run on its SM partition (a simulated green context; this HP is light: 80 % of the SMs) instead of
-                 waiting, within the bound (counted at the partition's width); the HP's wait stays bounded.
+                 run on its SM partition (a simulated green context; this HP is light: 80 % of the SMs, 35 %
+                 until the daemon has read its profile) instead of waiting, within the bound (counted at the
+                 partition's width); the HP's wait stays bounded.
   overlap_trial  MPS-like device, fresh daemon per job, a graph-like service (busy: confined, nothing of the
                  job runs beside it; its kernel fits the SMs the job's partition leaves): beside a job of small short kernels the daemon tries letting
                  everything run beside it and allows it (its active periods did not grow 50 %, the tolerance
@@ -68,7 +69,8 @@ import tempfile
 import time
 
 BOUND_US = 200            # the daemon's default run-bound
-PARTITION_LIGHT_PCT = 80  # the daemon's default partition below light services
+PARTITION_PCT = 35        # the daemon's default SM partition
+PARTITION_LIGHT_PCT = 80  # and below light services, once it has read their profiles
 SWITCH_US = 2             # the simulated device's default context switch
 ROUNDS = 3
 
@@ -242,7 +244,7 @@ def ratio_case(env, case):
     lp_kernel_us = flag(lp_flags, "--kernel-us", 10)
     ok = True
     default_waits, fikit_waits, bounds, fills, credit, overlap, reactions, stopped = [], [], [], 0, 0, 0, [], []
-    partitioned, lp_default, lp_fikit = [], [], []
+    partitioned, widths, lp_default, lp_fikit = [], [], [], []
     for i in range(ROUNDS):   # interleaved, so slow phases of the machine hit every setup
         alone = run(env, hp_plain, "HP alone")
         hp_period_us = alone.result["jct_us"]["p50"] / flag(hp_flags, "--kernels", 50)
@@ -275,9 +277,12 @@ def ratio_case(env, case):
               f"in flight at the HP's return <= {inflight_max:.0f} us", flush=True)
         # The hook's own invariant, whatever the host's load: what it lets into flight (kernels short
         # enough to overlap under MPS are not bounded, by design). A kernel on the partition counts
-        # the time it takes there: on 80 % of the SMs (this HP is light), 100/80 of its length.
+        # the time it takes there: on 80 % of the SMs (this HP is light), 100/80 of its length; on 35 %
+        # while the daemon has not yet read the HP's profile (its first registration: it reads the
+        # database off its event loop).
+        widths.append(s.get("partition_min_pct", 100))
         if case != "mps_overlap":
-            one = lp_kernel_us * 100 / PARTITION_LIGHT_PCT if case == "mps_partition" else lp_kernel_us
+            one = lp_kernel_us * 100 / widths[-1] if case == "mps_partition" else lp_kernel_us
             ok &= check(inflight_max <= BOUND_US + one,
                         f"round {i}: LP work in flight when the HP returned {inflight_max:.0f} us <= bound {BOUND_US} "
                         f"+ one kernel {one:.0f}")
@@ -306,6 +311,9 @@ def ratio_case(env, case):
                     f"FIKIT bounds the HP's wait: {med(fikit_waits):.1f} <= {med(bounds):.1f} ms")
         ok &= check(min(partitioned) > 0,
                     f"the LP's long kernels ran on its SM partition in every round ({', '.join(map(str, partitioned))})")
+        ok &= check(set(widths) <= {PARTITION_PCT, PARTITION_LIGHT_PCT} and PARTITION_LIGHT_PCT in widths,
+                    f"the partition is the daemon's, and the light service's once its profile is read (narrowest "
+                    f"per round: {', '.join(map(str, widths))} %)")
         print(f"LP kernels/s over its run (the HP's and a little more): default {med(lp_default):.0f}, "
               f"FIKIT {med(lp_fikit):.0f}", flush=True)
     elif case == "gap_fill":
