@@ -25,7 +25,7 @@ struct Config {
   uint32_t measure_runs = settings::fallback_of("FIKIT_MEASURE_RUNS");  // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
   uint32_t run_iterations = settings::fallback_of("FIKIT_RUN_ITERATIONS");  // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
   uint32_t measure_sample = settings::fallback_of("FIKIT_MEASURE_SAMPLE");  // FIKIT_MEASURE_SAMPLE: measure one iteration (or op) in this many (1: all)
-  bool measure_sample_set = false;      // FIKIT_MEASURE_SAMPLE was set: else windows measure one op in kWindowSample
+  bool measure_sample_set = false;      // FIKIT_MEASURE_SAMPLE was set: else windows measure one op in settings::kMeasureWindowSampleFallback
   SampleUnit measure_unit = SampleUnit(settings::fallback_of("FIKIT_MEASURE_UNIT"));  // FIKIT_MEASURE_UNIT=auto|iteration|window
   uint32_t measure_burst = settings::fallback_of("FIKIT_MEASURE_BURST");  // FIKIT_MEASURE_BURST: measured iterations come this many in a row
   uint32_t relearn_sample = settings::fallback_of("FIKIT_RELEARN_SAMPLE");  // FIKIT_RELEARN_SAMPLE: share mode times 1 in N launches of unknown kernels (0: off)

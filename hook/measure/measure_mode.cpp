@@ -62,7 +62,7 @@ class MeasureMode final : public Mode {
   MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs)
       : cfg_(cfg), ring_(std::move(ring)), timer_(timer), share_after_runs_(share_after_runs),
         windows_(measures_windows(cfg, *timer)),
-        sample_every_(windows_ && !cfg.measure_sample_set ? kWindowSample : std::max(cfg.measure_sample, 1u)),
+        sample_every_(windows_ && !cfg.measure_sample_set ? settings::kMeasureWindowSampleFallback : std::max(cfg.measure_sample, 1u)),
         burst_(cfg.measure_burst > 0 ? cfg.measure_burst : 1), owner_pid_(getpid()),
         // A run holds run_iterations measured iterations' worth of ops either way: with windows,
         // that many times sample_every_ synchronisations, each measured in part.
@@ -80,10 +80,6 @@ class MeasureMode final : public Mode {
           "CUPTI, whole iterations are measured");
     return false;
   }
-  // Windows measure one op in this many unless FIKIT_MEASURE_SAMPLE says: on an H200, one in 8
-  // cost an eager service's requests 1.10x at the median in two series, one in 16 1.007x
-  // (docs/performance-measure.md). A run holds as many measured ops either way.
-  static constexpr uint32_t kWindowSample = 16;
 
   // Whether this op is measured, into op.mode_context (read by before_launch): non-null when it is
   // (with windows, its window's serial). Only measured ops need kernel IDs (up to a stack walk each).

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -134,6 +135,36 @@ TEST_F(FikitRun, HelpNamesEveryFlagOfTheSettingsTable) {
     EXPECT_NE(help.out.find(std::string("  ") + s.flag + " "), std::string::npos) << s.flag;
     EXPECT_NE(help.out.find(s.env), std::string::npos) << s.env;
   }
+}
+
+// --help states the defaults the hook uses: a flag's text, up to the next flag, names its fallback
+// (and --measure-sample also the one for windows).
+TEST_F(FikitRun, HelpStatesTheSettingsTablesDefaults) {
+  const Result help = run({FIKIT_RUN_PATH, "--help"});
+  auto text_of = [&](const std::string& flag) {
+    const size_t at = help.out.find("\n  " + flag + " ");
+    if (at == std::string::npos) return std::string();
+    std::string text = help.out.substr(at + 1, help.out.find("\n  --", at + 1) - at - 1);
+    std::string words;   // the help wraps lines: one space between words
+    for (char c : text) {
+      if (c == '\n' || c == ' ') {
+        if (!words.empty() && words.back() != ' ') words += ' ';
+      } else {
+        words += c;
+      }
+    }
+    return words;
+  };
+  for (const auto& s : fikit::settings::kHookSettings) {
+    if (s.flag == nullptr || s.kind != fikit::settings::Kind::Number) continue;
+    const std::string text = text_of(s.flag);
+    const std::string fallback = s.fallback == 0 ? "(0:" : "default " + std::to_string(s.fallback);
+    const size_t at = text.find(fallback);
+    const bool whole = at != std::string::npos && !std::isdigit(static_cast<unsigned char>(text[at + fallback.size()]));
+    EXPECT_TRUE(whole) << s.flag << ": " << text;
+  }
+  EXPECT_NE(text_of("--measure-sample").find(std::to_string(fikit::settings::kMeasureWindowSampleFallback) + " for windows"),
+            std::string::npos);
 }
 
 TEST_F(FikitRun, BadUsageExitsTwoWithOneLine) {
