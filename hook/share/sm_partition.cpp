@@ -137,16 +137,21 @@ SmPartition::Entry* SmPartition::add(CUstream app) noexcept {
 
 CUstream SmPartition::enter(CUstream app, uint8_t pct) noexcept {
   if (failed_.load(std::memory_order_relaxed) || pct == 0) return nullptr;
-  Entry* e = made_.load(std::memory_order_acquire) ? find(app) : nullptr;
-  if (e == nullptr) {
+  GreenFns& f = fns();
+  if (!made_.load(std::memory_order_acquire)) {
     std::lock_guard lock(mutex_);
     if (!made_.load(std::memory_order_relaxed) && (failed_.load(std::memory_order_relaxed) || !make(pct))) return nullptr;
+  }
+  // A launch from another context (the program switched contexts) cannot use this partition, and
+  // must not make its stream's entry: a null stream is each context's own, and events made in the
+  // other context could never be recorded on the primary's.
+  CUcontext current = nullptr;
+  if (f.ctx_current(&current) != CUDA_SUCCESS || current != primary_) return nullptr;
+  Entry* e = find(app);
+  if (e == nullptr) {
+    std::lock_guard lock(mutex_);
     if ((e = add(app)) == nullptr) return nullptr;
   }
-  GreenFns& f = fns();
-  CUcontext current = nullptr;
-  // A launch from another context (the program switched contexts) cannot use this partition.
-  if (f.ctx_current(&current) != CUDA_SUCCESS || current != primary_) return nullptr;
   if (f.event_record(e->before, app) != CUDA_SUCCESS || f.stream_wait(e->shadow, e->before, 0) != CUDA_SUCCESS)
     return nullptr;
   return e->shadow;
