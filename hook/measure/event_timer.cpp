@@ -4,6 +4,12 @@
 // start (microseconds apart, where float is exact to well under a nanosecond), and its end from
 // its own start.
 //
+// Events of different contexts (one per GPU a program drives) have no common clock: each context
+// has a chain of its own, started at the host's time of its first op's start record, so that ops of
+// several GPUs still lie on one timeline (a chain's start is off by how long that op's start event
+// waited on its stream: nothing on an idle stream). A pair of the pool belongs to the context it was
+// made in and is made again when an op of another context takes it.
+//
 // An event pair reads an op long by what lies between its two records besides the op. Behind work
 // already queued on the stream that is the GPU's own launch and record steps (a few microseconds),
 // and the records also lengthen the gap between two queued kernels. On an idle stream the start
@@ -34,15 +40,34 @@ using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
 using EventRecordFn = CUresult (*)(CUevent, CUstream);
 using EventQueryFn = CUresult (*)(CUevent);
 using EventElapsedFn = CUresult (*)(float*, CUevent, CUevent);
+using EventDestroyFn = CUresult (*)(CUevent);
+using CtxCurrentFn = CUresult (*)(CUcontext*);
 
-// Arbitrary origin of the op timeline, far from 0 so ops that started before the first one timed
-// (on another stream) still get positive times.
+// Added to the host's clock on the op timeline, so that ops that started before the first one
+// timed (on another stream) still get positive times however soon after boot.
 constexpr uint64_t kOriginNs = uint64_t{1} << 40;
 
 class EventTimer final : public Timer {
  public:
-  EventTimer(OpRing& ring, EventCreateFn create, EventRecordFn record, EventQueryFn query, EventElapsedFn elapsed)
-      : ring_(ring), create_(create), record_(record), query_(query), elapsed_(elapsed) {}
+  struct Fns {
+    EventCreateFn create;
+    EventRecordFn record;
+    EventQueryFn query;
+    EventElapsedFn elapsed;
+    EventDestroyFn destroy;
+    CtxCurrentFn ctx_current;
+  };
+  EventTimer(OpRing& ring, const Fns& fns) : ring_(ring), f_(fns) {}
+
+  // A context's op timeline: its last timed op (the anchor), whose start event the next op of the
+  // context is measured from, and where that op started on the timeline.
+  struct Chain {
+    CUcontext context = nullptr;
+    bool has_anchor = false;
+    uint64_t anchor_seq = 0;
+    int64_t anchor_start = 0;
+    uint64_t last_seq = 0;   // the last op polled in it
+  };
 
   const char* name() const noexcept override { return "events"; }
   bool times_with_events() const noexcept override { return true; }
@@ -50,62 +75,79 @@ class EventTimer final : public Timer {
   void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept override {
     const CUstream stream = op.stream;
     slot.timed = false;
+    slot.context = nullptr;
     if (calibration_.load(std::memory_order_acquire) == kNotCalibrated) [[unlikely]] calibrate();
     // Op `seq` uses pair seq % kPairs, free once the op kPairs before it is done with: at most kPairs
     // timed ops are in flight (drivers limit events: the simulated GPU has 8192 a context).
     if (!pairs_ || (seq >= kPairs && !wait_for_pair(seq))) return;
     Pair& pair = pairs_[seq % kPairs];
-    // Created on first use of the pair, on the launching thread (whose context the op runs in);
-    // reused afterwards, so steady state creates nothing.
-    if (!pair.start && create_(&pair.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    CUcontext context = nullptr;
+    if (f_.ctx_current(&context) != CUDA_SUCCESS || context == nullptr) return;
+    // Made on first use of the pair, on the launching thread, in the op's context; reused by later
+    // ops of that context, so steady state creates nothing (a program alternating between GPUs
+    // finds its ops of each GPU on the same pairs). An op of another context makes the pair again.
+    if (pair.context != context) {
+      if (pair.start) f_.destroy(pair.start);
+      if (pair.end) f_.destroy(pair.end);
+      pair = Pair{};
+    }
+    if (!pair.start && f_.create(&pair.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
       pair.start = nullptr;
       return;
     }
-    if (!pair.end && create_(&pair.end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    if (!pair.end && f_.create(&pair.end, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
       pair.end = nullptr;
       return;
     }
+    pair.context = context;
     slot.start_event = pair.start;
     slot.end_event = pair.end;
-    slot.timed = record_(slot.start_event, stream) == CUDA_SUCCESS;
+    slot.context = context;
+    slot.recorded_at_ns = protocol::monotonic_ns();
+    slot.timed = f_.record(slot.start_event, stream) == CUDA_SUCCESS;
+    // A pair that cannot be recorded is forgotten, not destroyed (its context may be gone and its
+    // handles another's by now): the next op to take it makes it again.
+    if (!slot.timed) pair = Pair{};
     slot.host_ns = protocol::monotonic_ns();
   }
 
   void after(OpSlot& slot, uint64_t, const LaunchInfo& op, bool launched) noexcept override {
     slot.host_ns = protocol::monotonic_ns() - slot.host_ns;
-    if (slot.timed) slot.timed = launched && record_(slot.end_event, op.stream) == CUDA_SUCCESS;
+    if (slot.timed) slot.timed = launched && f_.record(slot.end_event, op.stream) == CUDA_SUCCESS;
   }
 
   Poll poll(OpSlot& slot, uint64_t seq, TimedOp& timing) noexcept override {
     if (!slot.timed) return Poll::Lost;
     // Ops timed while another thread calibrates wait for the calibration (milliseconds, once).
     if (calibration_.load(std::memory_order_acquire) == kCalibrating) return Poll::Pending;
-    const CUresult q = query_(slot.end_event);
+    forget_stale_anchors(seq);
+    Chain& chain = chain_of(slot.context, seq);
+    const CUresult q = f_.query(slot.end_event);
     if (q == CUDA_ERROR_NOT_READY) return Poll::Pending;
     if (q != CUDA_SUCCESS) {
-      // Its event is gone (the context with it?): the chain restarts at the next op timed, so the
-      // anchor does not keep the pool's pairs in use for good.
-      restart_chain();
+      // Its event is gone (the context with it?): the chain starts again at the context's next op
+      // timed, so the anchor does not keep the pool's pairs in use for good.
+      chain.has_anchor = false;
       return Poll::Lost;
     }
     int64_t start = 0;
     float ms = 0;
-    if (!has_anchor_) {
-      start = static_cast<int64_t>(next_origin_);
-    } else if (elapsed_(&ms, ring_.at(anchor_seq_).start_event, slot.start_event) == CUDA_SUCCESS) {
-      start = anchor_start_ + std::llround(static_cast<double>(ms) * 1e6);
+    if (!chain.has_anchor) {
+      start = static_cast<int64_t>(kOriginNs + slot.recorded_at_ns);
+    } else if (f_.elapsed(&ms, ring_.at(chain.anchor_seq).start_event, slot.start_event) == CUDA_SUCCESS) {
+      start = chain.anchor_start + std::llround(static_cast<double>(ms) * 1e6);
     } else {
-      restart_chain();   // not comparable with the anchor (another context?)
+      chain.has_anchor = false;   // not comparable with the anchor after all
       return Poll::Lost;
     }
-    if (elapsed_(&ms, slot.start_event, slot.end_event) != CUDA_SUCCESS) return Poll::Lost;
-    has_anchor_ = true;
-    anchor_seq_ = seq;
-    anchor_start_ = start;
+    if (f_.elapsed(&ms, slot.start_event, slot.end_event) != CUDA_SUCCESS) return Poll::Lost;
+    chain.has_anchor = true;
+    chain.anchor_seq = seq;
+    chain.anchor_start = start;
     const uint64_t raw_start = static_cast<uint64_t>(std::max<int64_t>(start, 0));
     const uint64_t raw_end =
         raw_start + static_cast<uint64_t>(std::max<int64_t>(std::llround(static_cast<double>(ms) * 1e6), 0));
-    uint64_t& prev_end = stream_end(slot.stream);
+    uint64_t& prev_end = stream_end(slot.context, slot.stream);
     const CorrectedOp op = correct_op(raw_start, raw_end, prev_end, slot.host_ns, cal_);
     prev_end = raw_end;
     timing.start_ns = op.start_ns;
@@ -144,13 +186,36 @@ class EventTimer final : public Timer {
     calibration_.store(ok ? kCalibrated : kUncalibrated, std::memory_order_release);
   }
 
-  // The end of the last timed op on `stream` (0: none yet); a few streams, the oldest forgotten.
-  uint64_t& stream_end(uint64_t stream) noexcept {
+  // The end of the last timed op on `stream` of `context` (0: none yet; each context has its own
+  // null stream); a few streams, the oldest forgotten.
+  uint64_t& stream_end(CUcontext context, uint64_t stream) noexcept {
     for (StreamEnd& e : stream_ends_)
-      if (e.stream == stream && e.used) return e.end_ns;
+      if (e.used && e.stream == stream && e.context == context) return e.end_ns;
     StreamEnd& e = stream_ends_[next_stream_end_++ % stream_ends_.size()];
-    e = StreamEnd{stream, 0, true};
+    e = StreamEnd{context, stream, 0, true};
     return e.end_ns;
+  }
+
+  // The chain of `context`; a context not seen yet takes a free one, or the one used longest ago.
+  Chain& chain_of(CUcontext context, uint64_t seq) noexcept {
+    Chain* oldest = &chains_[0];
+    for (Chain& c : chains_) {
+      if (c.context == context) {
+        c.last_seq = seq;
+        return c;
+      }
+      if (c.last_seq < oldest->last_seq) oldest = &c;
+    }
+    *oldest = Chain{context, false, 0, 0, seq};
+    return *oldest;
+  }
+
+  // An anchor keeps its op's pair from being reused: one a context left behind (a GPU the program
+  // stopped using) would hold every launch back once the pool came round to it. Past half the pool,
+  // the context's next op starts its chain again from the host's clock.
+  void forget_stale_anchors(uint64_t seq) noexcept {
+    for (Chain& c : chains_)
+      if (c.has_anchor && seq - c.anchor_seq > kPairs / 2) c.has_anchor = false;
   }
 
   // A launcher kPairs ops ahead of the measurement thread waits for it to catch up, at most
@@ -176,42 +241,35 @@ class EventTimer final : public Timer {
   void finished() noexcept override { done_.store(true, std::memory_order_relaxed); }
   void stop() noexcept override { done_.store(true, std::memory_order_relaxed); }
 
-  // After a visible jump, so that times of the new chain never overlap the old one's.
-  void restart_chain() noexcept {
-    if (has_anchor_) next_origin_ = static_cast<uint64_t>(anchor_start_) + 1000000000;
-    has_anchor_ = false;
-  }
-
   uint64_t oldest_needed(uint64_t next) const noexcept override {
-    return has_anchor_ && anchor_seq_ < next ? anchor_seq_ : next;
+    uint64_t oldest = next;
+    for (const Chain& c : chains_)
+      if (c.has_anchor) oldest = std::min(oldest, c.anchor_seq);
+    return oldest;
   }
 
  private:
   static constexpr uint64_t kPairs = 3072;
   enum : int { kNotCalibrated, kCalibrating, kCalibrated, kUncalibrated };
   struct StreamEnd {
+    CUcontext context = nullptr;
     uint64_t stream = 0, end_ns = 0;
     bool used = false;
   };
   static constexpr uint64_t kPairWaitNs = 100'000'000;
   struct Pair {
     CUevent start = nullptr, end = nullptr;
+    CUcontext context = nullptr;   // the events'
   };
   OpRing& ring_;
   std::unique_ptr<Pair[]> pairs_{new (std::nothrow) Pair[kPairs]};
-  EventCreateFn create_;
-  EventRecordFn record_;
-  EventQueryFn query_;
-  EventElapsedFn elapsed_;
+  Fns f_;
   std::atomic<bool> done_{false};              // the measurement thread is gone: nobody will release
   std::atomic<uint64_t> gave_up_at_{UINT64_MAX};  // released_below() when a wait last ran out
   std::atomic<int> calibration_{kNotCalibrated};
   EventCalibration cal_;                       // written once, before calibration_ leaves kCalibrating
-  // Measurement thread only.
-  bool has_anchor_ = false;
-  uint64_t anchor_seq_ = 0;
-  int64_t anchor_start_ = 0;
-  uint64_t next_origin_ = kOriginNs;
+  // Measurement thread only. Eight GPUs' contexts in one process, and then some.
+  std::array<Chain, 16> chains_{};
   std::array<StreamEnd, 32> stream_ends_{};
   uint64_t next_stream_end_ = 0;
 };
@@ -219,16 +277,20 @@ class EventTimer final : public Timer {
 }  // namespace
 
 Timer* make_event_timer(OpRing& ring) noexcept {
-  auto create = real_driver<EventCreateFn>("cuEventCreate");
-  auto record = real_driver<EventRecordFn>("cuEventRecord");
-  auto query = real_driver<EventQueryFn>("cuEventQuery");
-  auto elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime_v2");
-  if (!elapsed) elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime");
-  if (!create || !record || !query || !elapsed) {
+  EventTimer::Fns f{};
+  f.create = real_driver<EventCreateFn>("cuEventCreate");
+  f.record = real_driver<EventRecordFn>("cuEventRecord");
+  f.query = real_driver<EventQueryFn>("cuEventQuery");
+  f.elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime_v2");
+  if (!f.elapsed) f.elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime");
+  f.destroy = real_driver<EventDestroyFn>("cuEventDestroy_v2");
+  if (!f.destroy) f.destroy = real_driver<EventDestroyFn>("cuEventDestroy");
+  f.ctx_current = real_driver<CtxCurrentFn>("cuCtxGetCurrent");
+  if (!f.create || !f.record || !f.query || !f.elapsed || !f.destroy || !f.ctx_current) {
     log(LogLevel::Error, "measure: the driver lacks the event functions; kernels cannot be timed");
     return nullptr;
   }
-  return new (std::nothrow) EventTimer(ring, create, record, query, elapsed);
+  return new (std::nothrow) EventTimer(ring, f);
 }
 
 Timer* make_timer(TimingKind kind, bool in_place, OpRing& ring) noexcept {

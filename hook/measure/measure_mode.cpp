@@ -213,15 +213,16 @@ class MeasureMode final : public Mode {
   // nobody timed (the window's first op, or the first on another stream): its start is not known.
   // Decided here, in the order ops reach the builder, not in launch order (another thread's op of
   // the window can claim its slot first).
-  bool starts_window(uint64_t stream, uint64_t window) noexcept {
+  // (Streams by context too: each context has its own null stream.)
+  bool starts_window(CUcontext context, uint64_t stream, uint64_t window) noexcept {
     for (StreamWindow& w : stream_windows_) {
-      if (w.stream == stream && w.window != 0) {
+      if (w.stream == stream && w.context == context && w.window != 0) {
         const bool first = w.window != window;
         w.window = window;
         return first;
       }
     }
-    stream_windows_[next_stream_window_++ % stream_windows_.size()] = {stream, window};
+    stream_windows_[next_stream_window_++ % stream_windows_.size()] = {context, stream, window};
     return true;
   }
   static constexpr uint64_t kDrainMs = 500;        // at exit: how long to wait for the GPU's last ops
@@ -302,7 +303,7 @@ class MeasureMode final : public Mode {
         }
         pending_since = 0;
         std::optional<measure::Run> run;
-        const bool window_head = slot->launched && slot->window != 0 && starts_window(slot->stream, slot->window);
+        const bool window_head = slot->launched && slot->window != 0 && starts_window(slot->context, slot->stream, slot->window);
         if (slot->launched) ++launched_in_run_;
         if (p == Timer::Poll::Ready) {
           ++timed_in_run_;
@@ -424,6 +425,7 @@ class MeasureMode final : public Mode {
   uint64_t launched_in_run_ = 0;
   uint64_t drained_below_ = 0;
   struct StreamWindow {
+    CUcontext context = nullptr;       // the event timer's (nullptr: not known)
     uint64_t stream = 0, window = 0;   // the window of the stream's last op seen (0: none)
   };
   std::array<StreamWindow, 32> stream_windows_{};

@@ -28,10 +28,13 @@ struct OpSlot {
   bool timed = false;             // the timer armed itself for this op
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
   uint64_t window = 0;            // the window of measured ops it belongs to (measure_mode.cpp); 0: none
-  // Events timing: the pair of the event timer's pool this op was recorded with (event_timer.cpp).
+  // Events timing: the pair of the event timer's pool this op was recorded with, and their context
+  // (event_timer.cpp).
   CUevent start_event = nullptr, end_event = nullptr;
-  // Events timing: the host time of the op's launch call, between its two records (event_timer.cpp).
-  uint64_t host_ns = 0;
+  CUcontext context = nullptr;
+  // Events timing: the host time when its start event was recorded, and how long its launch call
+  // took, between its two records (event_timer.cpp).
+  uint64_t recorded_at_ns = 0, host_ns = 0;
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
   // back in gpu_start/gpu_end, published by gpu_state.

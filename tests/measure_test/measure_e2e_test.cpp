@@ -326,6 +326,50 @@ TEST_F(MeasureE2E, ManyOpsAreAllTimedWithEvents) {
       << slurp("err0");
 }
 
+// One thread driving two GPUs, a context each, switching per launch (as data-parallel programs
+// do): every op is timed, each duration within its bounds, each gap counted. An event pair is its
+// context's, and elapsed times exist only within a context: the timer keeps a chain per context.
+TEST_F(MeasureE2E, OpsAlternatingBetweenTwoDevicesAreAllTimed) {
+  auto args = kRhythm;
+  args.insert(args.end(), {"--iterations", "30", "--devices", "2"});
+  ASSERT_EQ(run(args, {{"FIKIT_SIMGPU_DEVICES", "2"}}), 0) << slurp("err0");
+  const auto want = expected();
+  ASSERT_EQ(want.size(), 3u) << slurp("out0");
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].ops_launched, 90u);
+  EXPECT_EQ(runs[0].ops_timed, 90u);
+  EXPECT_EQ(runs[0].iterations, 29u);
+  const uint64_t uncertainty = runs[0].timing_uncertainty_ns;
+  const auto got = by_position();
+  ASSERT_EQ(got.size(), 3u);
+  for (uint32_t p = 0; p < 3; ++p) {
+    const KernelProfile& k = got.at(p);
+    EXPECT_EQ(launches(k), 30u) << p;
+    expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
+    EXPECT_GE(k.dur_p50 + uncertainty, want[p].dur_lo) << p;
+    // Each gap lies between a kernel on one GPU and the next on the other: counted, on one timeline.
+    if (p < 2) {
+      EXPECT_EQ(k.gap_count + got.at(p + 1).dur_unresolved, 30u) << p;
+      expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi + uncertainty, "gap p50");
+    }
+  }
+  EXPECT_EQ(slurp("err0"), "") << "measure mode prints nothing when all is well";
+}
+
+// A GPU used once and then left: its context's last op must not hold the timer's pool of event pairs
+// (3072) once the other GPU's ops come round to it.
+TEST_F(MeasureE2E, AGpuLeftBehindDoesNotHoldTheTimerBack) {
+  ASSERT_EQ(run({"--iterations", "1200", "--spin-us", "1,1,1", "--period-us", "1,1,1", "--think-us", "0",
+                 "--devices", "2", "--devices-for", "1"},
+                {{"FIKIT_SIMGPU_DEVICES", "2"}}), 0)
+      << slurp("err0");
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].ops_launched, 3600u);
+  EXPECT_EQ(runs[0].ops_timed, 3600u);
+}
+
 TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {
   ASSERT_EQ(run({"--iterations", "12"}, {{"FIKIT_RUN_ITERATIONS", "4"}}), 0) << slurp("err0");
   // 11 boundaries: runs close after boundaries 4 and 8; the rest (iterations 9..12) at exit.

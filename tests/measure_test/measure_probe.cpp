@@ -33,12 +33,16 @@ constexpr const char* kPtx = R"(
 
 constexpr const char* kUsage =
     "usage: measure_probe [--iterations N] [--spin-us A,B,..] [--period-us A,B,..] [--think-us T]\n"
-    "                     [--bounds-every N] [--uploads N]\n"
+    "                     [--bounds-every N] [--uploads N] [--devices N]\n"
+    "                     [--devices-for N]\n"
     "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
     "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
     "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns)\n"
     "  over the iterations 0, N, 2N, .. (--bounds-every, default 1: all), C of them.\n"
     "  --uploads N: first N 4 KiB copies to the device, each waited for (a model's weights uploaded).\n"
+    "  --devices N: position K runs on device K mod N (its primary context made current for the\n"
+    "  launch, as a program driving several GPUs from one thread does); each is synchronised.\n"
+    "  --devices-for N: only the first N iterations use the other devices; then all run on device 0.\n"
     "  Exit: 0 ok, 1 CUDA error, 2 usage.\n";
 
 uint64_t now_ns() {
@@ -77,7 +81,8 @@ bool parse_list(const char* s, std::vector<uint64_t>& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint64_t iterations = 20, think_us = 500, bounds_every = 1, uploads = 0;
+  uint64_t iterations = 20, think_us = 500, bounds_every = 1, uploads = 0, devices = 1,
+           devices_for = UINT64_MAX;
   std::vector<uint64_t> spin_us{50, 200, 20}, period_us{300, 600, 250};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -90,6 +95,10 @@ int main(int argc, char** argv) {
       iterations = std::strtoull(v, nullptr, 10);
     } else if (a == "--bounds-every" && ok) {
       bounds_every = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
+    } else if (a == "--devices" && ok) {
+      devices = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
+    } else if (a == "--devices-for" && ok) {
+      devices_for = std::strtoull(v, nullptr, 10);
     } else if (a == "--uploads" && ok) {
       uploads = std::strtoull(v, nullptr, 10);
     } else if (a == "--think-us" && ok) {
@@ -113,16 +122,18 @@ int main(int argc, char** argv) {
   }
   const size_t positions = spin_us.size();
 
-  CUdevice dev;
-  CUcontext ctx;
-  CUmodule mod;
-  CUfunction spin;
+  std::vector<CUcontext> ctx(devices);
+  std::vector<CUfunction> spin(devices);
   CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-  CHECK(cuModuleLoadData(&mod, kPtx));
-  CHECK(cuModuleGetFunction(&spin, mod, "spin_kernel"));
+  for (uint64_t d = devices; d-- > 0;) {   // device 0's context is left current
+    CUdevice dev;
+    CUmodule mod;
+    CHECK(cuDeviceGet(&dev, static_cast<int>(d)));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx[d], dev));
+    CHECK(cuCtxSetCurrent(ctx[d]));
+    CHECK(cuModuleLoadData(&mod, kPtx));
+    CHECK(cuModuleGetFunction(&spin[d], mod, "spin_kernel"));
+  }
   if (uploads > 0) {
     std::vector<char> host(4096, 1);
     CUdeviceptr weights = 0;
@@ -141,8 +152,10 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < positions; ++k) {
       uint64_t ns = spin_us[k] * 1000;
       void* params[] = {&ns};
+      const size_t d = it < devices_for ? k % devices : 0;
+      if (devices > 1) CHECK(cuCtxSetCurrent(ctx[d]));
       const uint64_t begin = now_ns();
-      CHECK(cuLaunchKernel(spin, static_cast<unsigned>(k + 1), 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
+      CHECK(cuLaunchKernel(spin[d], static_cast<unsigned>(k + 1), 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
       const uint64_t end = now_ns();
       const uint64_t prev_ns = k > 0 ? spin_us[k - 1] * 1000 : 0;
       const uint64_t start_lo = k > 0 ? std::max(begin, prev_lo + prev_ns) : begin;
@@ -158,7 +171,10 @@ int main(int argc, char** argv) {
       prev_hi = start_hi;
       busy_until(begin + period_us[k] * 1000);
     }
-    CHECK(cuStreamSynchronize(nullptr));
+    for (uint64_t d = devices; d-- > 0;) {
+      if (devices > 1) CHECK(cuCtxSetCurrent(ctx[d]));
+      CHECK(cuStreamSynchronize(nullptr));
+    }
     busy_until(now_ns() + think_us * 1000);
   }
   // Nearest-rank median, as the profile store computes it.
