@@ -125,6 +125,15 @@ class MeasureE2E : public ::testing::Test {
     }
   }
 
+  // The probe's single run, with every one of its `ops` launched and timed.
+  fikit::profiledb::RunSummary one_run_all_timed(uint64_t ops) {
+    const auto runs = Database(db_).runs("probe");
+    EXPECT_EQ(runs.size(), 1u);
+    if (runs.empty()) return {};
+    EXPECT_EQ(runs[0].ops_launched, ops);
+    EXPECT_EQ(runs[0].ops_timed, ops);
+    return runs[0];
+  }
   std::string name_;
   std::filesystem::path dir_;
   std::string db_;
@@ -318,10 +327,7 @@ TEST_F(MeasureE2E, ManyOpsAreAllTimedWithEvents) {
   ASSERT_EQ(run({"--iterations", "2000", "--spin-us", "1,1,1", "--period-us", "1,1,1", "--think-us", "0"},
                 {{"FIKIT_LOG_LEVEL", "info"}}), 0)
       << slurp("err0");
-  const auto runs = Database(db_).runs("probe");
-  ASSERT_EQ(runs.size(), 1u);
-  EXPECT_EQ(runs[0].ops_launched, 6000u);
-  EXPECT_EQ(runs[0].ops_timed, 6000u);
+  one_run_all_timed(6000);
   EXPECT_NE(slurp("err0").find("measure: run 1 of task probe stored: 6000 of 6000 ops timed"), std::string::npos)
       << slurp("err0");
 }
@@ -335,12 +341,9 @@ TEST_F(MeasureE2E, OpsAlternatingBetweenTwoDevicesAreAllTimed) {
   ASSERT_EQ(run(args, {{"FIKIT_SIMGPU_DEVICES", "2"}}), 0) << slurp("err0");
   const auto want = expected();
   ASSERT_EQ(want.size(), 3u) << slurp("out0");
-  const auto runs = Database(db_).runs("probe");
-  ASSERT_EQ(runs.size(), 1u);
-  EXPECT_EQ(runs[0].ops_launched, 90u);
-  EXPECT_EQ(runs[0].ops_timed, 90u);
-  EXPECT_EQ(runs[0].iterations, 29u);
-  const uint64_t uncertainty = runs[0].timing_uncertainty_ns;
+  const auto stored = one_run_all_timed(90);
+  EXPECT_EQ(stored.iterations, 29u);
+  const uint64_t uncertainty = stored.timing_uncertainty_ns;
   const auto got = by_position();
   ASSERT_EQ(got.size(), 3u);
   for (uint32_t p = 0; p < 3; ++p) {
@@ -364,10 +367,7 @@ TEST_F(MeasureE2E, AGpuLeftBehindDoesNotHoldTheTimerBack) {
                  "--devices", "2", "--devices-for", "1"},
                 {{"FIKIT_SIMGPU_DEVICES", "2"}}), 0)
       << slurp("err0");
-  const auto runs = Database(db_).runs("probe");
-  ASSERT_EQ(runs.size(), 1u);
-  EXPECT_EQ(runs[0].ops_launched, 3600u);
-  EXPECT_EQ(runs[0].ops_timed, 3600u);
+  one_run_all_timed(3600);
 }
 
 TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {
