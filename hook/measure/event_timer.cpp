@@ -7,8 +7,7 @@
 // Events of different contexts (one per GPU a program drives) have no common clock: each context
 // has a chain of its own, started at the host's time of its first op's start record, so that ops of
 // several GPUs still lie on one timeline (a chain's start is off by how long that op's start event
-// waited on its stream: nothing on an idle stream). A pair of the pool belongs to the context it was
-// made in and is made again when an op of another context takes it.
+// waited on its stream: nothing on an idle stream), and a pool of event pairs of its own.
 //
 // An event pair reads an op long by what lies between its two records besides the op. Behind work
 // already queued on the stream that is the GPU's own launch and record steps (a few microseconds),
@@ -40,7 +39,6 @@ using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
 using EventRecordFn = CUresult (*)(CUevent, CUstream);
 using EventQueryFn = CUresult (*)(CUevent);
 using EventElapsedFn = CUresult (*)(float*, CUevent, CUevent);
-using EventDestroyFn = CUresult (*)(CUevent);
 using CtxCurrentFn = CUresult (*)(CUcontext*);
 
 // Added to the host's clock on the op timeline, so that ops that started before the first one
@@ -48,17 +46,16 @@ using CtxCurrentFn = CUresult (*)(CUcontext*);
 constexpr uint64_t kOriginNs = uint64_t{1} << 40;
 
 class EventTimer final : public Timer {
- public:
-  struct Fns {
-    EventCreateFn create;
-    EventRecordFn record;
-    EventQueryFn query;
-    EventElapsedFn elapsed;
-    EventDestroyFn destroy;
-    CtxCurrentFn ctx_current;
+  static constexpr uint64_t kPairs = 3072;
+  struct Pair {
+    CUevent start = nullptr, end = nullptr;
   };
-  EventTimer(OpRing& ring, const Fns& fns) : ring_(ring), f_(fns) {}
-
+  // A GPU's primary context each, on an eight-GPU machine.
+  static constexpr size_t kPools = 8;
+  struct Pool {
+    std::atomic<CUcontext> owner{nullptr};
+    std::unique_ptr<Pair[]> pairs{new (std::nothrow) Pair[kPairs]};
+  };
   // A context's op timeline: its last timed op (the anchor), whose start event the next op of the
   // context is measured from, and where that op started on the timeline.
   struct Chain {
@@ -69,6 +66,16 @@ class EventTimer final : public Timer {
     uint64_t last_seq = 0;   // the last op polled in it
   };
 
+ public:
+  struct Fns {
+    EventCreateFn create;
+    EventRecordFn record;
+    EventQueryFn query;
+    EventElapsedFn elapsed;
+    CtxCurrentFn ctx_current;
+  };
+  EventTimer(OpRing& ring, const Fns& fns) : ring_(ring), f_(fns) {}
+
   const char* name() const noexcept override { return "events"; }
   bool times_with_events() const noexcept override { return true; }
 
@@ -77,20 +84,17 @@ class EventTimer final : public Timer {
     slot.timed = false;
     slot.context = nullptr;
     if (calibration_.load(std::memory_order_acquire) == kNotCalibrated) [[unlikely]] calibrate();
-    // Op `seq` uses pair seq % kPairs, free once the op kPairs before it is done with: at most kPairs
-    // timed ops are in flight (drivers limit events: the simulated GPU has 8192 a context).
-    if (!pairs_ || (seq >= kPairs && !wait_for_pair(seq))) return;
-    Pair& pair = pairs_[seq % kPairs];
+    // Op `seq` uses pair seq % kPairs of its context's pool, free once the op kPairs before it is
+    // done with: at most kPairs timed ops are in flight (drivers limit events: the simulated GPU has
+    // 8192 a context).
+    if (seq >= kPairs && !wait_for_pair(seq)) return;
     CUcontext context = nullptr;
     if (f_.ctx_current(&context) != CUDA_SUCCESS || context == nullptr) return;
-    // Made on first use of the pair, on the launching thread, in the op's context; reused by later
-    // ops of that context, so steady state creates nothing (a program alternating between GPUs
-    // finds its ops of each GPU on the same pairs). An op of another context makes the pair again.
-    if (pair.context != context) {
-      if (pair.start) f_.destroy(pair.start);
-      if (pair.end) f_.destroy(pair.end);
-      pair = Pair{};
-    }
+    Pair* pool = pool_of(context);
+    if (pool == nullptr) return;
+    Pair& pair = pool[seq % kPairs];
+    // Made on first use of the pair, on the launching thread, in the op's context; reused
+    // afterwards, so steady state creates nothing.
     if (!pair.start && f_.create(&pair.start, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
       pair.start = nullptr;
       return;
@@ -99,7 +103,6 @@ class EventTimer final : public Timer {
       pair.end = nullptr;
       return;
     }
-    pair.context = context;
     slot.start_event = pair.start;
     slot.end_event = pair.end;
     slot.context = context;
@@ -196,6 +199,22 @@ class EventTimer final : public Timer {
     return e.end_ns;
   }
 
+  // The pool of event pairs of `context`: a pool per context, never handed to another, so that no
+  // event is ever destroyed from here (one of a context the program destroyed would be a dangling
+  // handle) and none leaks. Past kPools contexts, ops of the others go untimed (said once).
+  Pair* pool_of(CUcontext context) noexcept {
+    for (Pool& p : pools_) {
+      CUcontext owner = p.owner.load(std::memory_order_acquire);
+      if (owner == nullptr && p.owner.compare_exchange_strong(owner, context, std::memory_order_acq_rel))
+        owner = context;
+      if (owner == context) return p.pairs.get();
+    }
+    if (!warned_pools_.exchange(true, std::memory_order_relaxed))
+      log(LogLevel::Warn, "measure: ops of more than %zu CUDA contexts in one process: those of the others are not "
+          "timed", kPools);
+    return nullptr;
+  }
+
   // The chain of `context`; a context not seen yet takes a free one, or the one used longest ago.
   Chain& chain_of(CUcontext context, uint64_t seq) noexcept {
     Chain* oldest = &chains_[0];
@@ -249,7 +268,6 @@ class EventTimer final : public Timer {
   }
 
  private:
-  static constexpr uint64_t kPairs = 3072;
   enum : int { kNotCalibrated, kCalibrating, kCalibrated, kUncalibrated };
   struct StreamEnd {
     CUcontext context = nullptr;
@@ -257,12 +275,9 @@ class EventTimer final : public Timer {
     bool used = false;
   };
   static constexpr uint64_t kPairWaitNs = 100'000'000;
-  struct Pair {
-    CUevent start = nullptr, end = nullptr;
-    CUcontext context = nullptr;   // the events'
-  };
   OpRing& ring_;
-  std::unique_ptr<Pair[]> pairs_{new (std::nothrow) Pair[kPairs]};
+  Pool pools_[kPools];
+  std::atomic<bool> warned_pools_{false};
   Fns f_;
   std::atomic<bool> done_{false};              // the measurement thread is gone: nobody will release
   std::atomic<uint64_t> gave_up_at_{UINT64_MAX};  // released_below() when a wait last ran out
@@ -283,10 +298,8 @@ Timer* make_event_timer(OpRing& ring) noexcept {
   f.query = real_driver<EventQueryFn>("cuEventQuery");
   f.elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime_v2");
   if (!f.elapsed) f.elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime");
-  f.destroy = real_driver<EventDestroyFn>("cuEventDestroy_v2");
-  if (!f.destroy) f.destroy = real_driver<EventDestroyFn>("cuEventDestroy");
   f.ctx_current = real_driver<CtxCurrentFn>("cuCtxGetCurrent");
-  if (!f.create || !f.record || !f.query || !f.elapsed || !f.destroy || !f.ctx_current) {
+  if (!f.create || !f.record || !f.query || !f.elapsed || !f.ctx_current) {
     log(LogLevel::Error, "measure: the driver lacks the event functions; kernels cannot be timed");
     return nullptr;
   }

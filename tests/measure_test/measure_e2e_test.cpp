@@ -370,6 +370,25 @@ TEST_F(MeasureE2E, AGpuLeftBehindDoesNotHoldTheTimerBack) {
   one_run_all_timed(3600);
 }
 
+// The timer keeps event pairs for eight contexts: the ops of a ninth go untimed, said once, and the
+// others' are all timed.
+TEST_F(MeasureE2E, OpsOfANinthContextGoUntimedAndTheRestAreTimed) {
+  ASSERT_EQ(run({"--iterations", "20", "--spin-us", "5,5,5,5,5,5,5,5,5", "--period-us", "20,20,20,20,20,20,20,20,20",
+                 "--contexts", "9"}),
+            0)
+      << slurp("err0");
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].ops_launched, 180u);
+  EXPECT_EQ(runs[0].ops_timed, 160u);
+  const auto got = by_position();
+  EXPECT_EQ(got.size(), 8u) << "the ninth position's kernel was never timed";
+  EXPECT_EQ(got.count(8), 0u);
+  const std::string err = slurp("err0");
+  EXPECT_NE(err.find("ops of more than 8 CUDA contexts in one process"), std::string::npos) << err;
+  EXPECT_EQ(err.find("CUDA contexts", err.find("CUDA contexts") + 1), std::string::npos) << "said once: " << err;
+}
+
 TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {
   ASSERT_EQ(run({"--iterations", "12"}, {{"FIKIT_RUN_ITERATIONS", "4"}}), 0) << slurp("err0");
   // 11 boundaries: runs close after boundaries 4 and 8; the rest (iterations 9..12) at exit.

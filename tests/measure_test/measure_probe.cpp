@@ -34,7 +34,7 @@ constexpr const char* kPtx = R"(
 constexpr const char* kUsage =
     "usage: measure_probe [--iterations N] [--spin-us A,B,..] [--period-us A,B,..] [--think-us T]\n"
     "                     [--bounds-every N] [--uploads N] [--devices N]\n"
-    "                     [--devices-for N]\n"
+    "                     [--devices-for N] [--contexts N]\n"
     "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
     "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
     "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns)\n"
@@ -43,6 +43,8 @@ constexpr const char* kUsage =
     "  --devices N: position K runs on device K mod N (its primary context made current for the\n"
     "  launch, as a program driving several GPUs from one thread does); each is synchronised.\n"
     "  --devices-for N: only the first N iterations use the other devices; then all run on device 0.\n"
+    "  --contexts N: as --devices, over N contexts: the devices' primary ones, then contexts the probe\n"
+    "  creates, context I on device I mod the devices.\n"
     "  Exit: 0 ok, 1 CUDA error, 2 usage.\n";
 
 uint64_t now_ns() {
@@ -82,7 +84,7 @@ bool parse_list(const char* s, std::vector<uint64_t>& out) {
 
 int main(int argc, char** argv) {
   uint64_t iterations = 20, think_us = 500, bounds_every = 1, uploads = 0, devices = 1,
-           devices_for = UINT64_MAX;
+           devices_for = UINT64_MAX, contexts = 0;
   std::vector<uint64_t> spin_us{50, 200, 20}, period_us{300, 600, 250};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -97,6 +99,8 @@ int main(int argc, char** argv) {
       bounds_every = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
     } else if (a == "--devices" && ok) {
       devices = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
+    } else if (a == "--contexts" && ok) {
+      contexts = std::strtoull(v, nullptr, 10);
     } else if (a == "--devices-for" && ok) {
       devices_for = std::strtoull(v, nullptr, 10);
     } else if (a == "--uploads" && ok) {
@@ -122,17 +126,22 @@ int main(int argc, char** argv) {
   }
   const size_t positions = spin_us.size();
 
-  std::vector<CUcontext> ctx(devices);
-  std::vector<CUfunction> spin(devices);
+  contexts = std::max(contexts, devices);
+  std::vector<CUcontext> ctx(contexts);
+  std::vector<CUfunction> spin(contexts);
   CHECK(cuInit(0));
-  for (uint64_t d = devices; d-- > 0;) {   // device 0's context is left current
+  for (uint64_t c = contexts; c-- > 0;) {   // device 0's primary context is left current
     CUdevice dev;
     CUmodule mod;
-    CHECK(cuDeviceGet(&dev, static_cast<int>(d)));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx[d], dev));
-    CHECK(cuCtxSetCurrent(ctx[d]));
+    CHECK(cuDeviceGet(&dev, static_cast<int>(c % devices)));
+    if (c < devices) {
+      CHECK(cuDevicePrimaryCtxRetain(&ctx[c], dev));
+      CHECK(cuCtxSetCurrent(ctx[c]));
+    } else {
+      CHECK(cuCtxCreate(&ctx[c], nullptr, 0, dev));   // current now
+    }
     CHECK(cuModuleLoadData(&mod, kPtx));
-    CHECK(cuModuleGetFunction(&spin[d], mod, "spin_kernel"));
+    CHECK(cuModuleGetFunction(&spin[c], mod, "spin_kernel"));
   }
   if (uploads > 0) {
     std::vector<char> host(4096, 1);
@@ -152,8 +161,8 @@ int main(int argc, char** argv) {
     for (size_t k = 0; k < positions; ++k) {
       uint64_t ns = spin_us[k] * 1000;
       void* params[] = {&ns};
-      const size_t d = it < devices_for ? k % devices : 0;
-      if (devices > 1) CHECK(cuCtxSetCurrent(ctx[d]));
+      const size_t d = it < devices_for ? k % contexts : 0;
+      if (contexts > 1) CHECK(cuCtxSetCurrent(ctx[d]));
       const uint64_t begin = now_ns();
       CHECK(cuLaunchKernel(spin[d], static_cast<unsigned>(k + 1), 1, 1, 128, 1, 1, 0, nullptr, params, nullptr));
       const uint64_t end = now_ns();
@@ -171,8 +180,8 @@ int main(int argc, char** argv) {
       prev_hi = start_hi;
       busy_until(begin + period_us[k] * 1000);
     }
-    for (uint64_t d = devices; d-- > 0;) {
-      if (devices > 1) CHECK(cuCtxSetCurrent(ctx[d]));
+    for (uint64_t c = contexts; c-- > 0;) {
+      if (contexts > 1) CHECK(cuCtxSetCurrent(ctx[c]));
       CHECK(cuStreamSynchronize(nullptr));
     }
     busy_until(now_ns() + think_us * 1000);
