@@ -6,8 +6,9 @@
 //
 // Events of different contexts (one per GPU a program drives) have no common clock: each context
 // has a chain of its own, started at the host's time of its first op's start record, so that ops of
-// several GPUs still lie on one timeline (a chain's start is off by how long that op's start event
-// waited on its stream: nothing on an idle stream), and a pool of event pairs of its own.
+// several GPUs still lie on one timeline (a chain's start is off by the GPU's submission latency, and
+// by how long that op's start event waited on its stream: nothing on an idle stream), and a pool of
+// event pairs of its own.
 //
 // An event pair reads an op long by what lies between its two records besides the op. Behind work
 // already queued on the stream that is the GPU's own launch and record steps (a few microseconds),
@@ -106,12 +107,14 @@ class EventTimer final : public Timer {
     slot.start_event = pair.start;
     slot.end_event = pair.end;
     slot.context = context;
-    slot.recorded_at_ns = protocol::monotonic_ns();
     slot.timed = f_.record(slot.start_event, stream) == CUDA_SUCCESS;
     // A pair that cannot be recorded is forgotten, not destroyed (its context may be gone and its
     // handles another's by now): the next op to take it makes it again.
     if (!slot.timed) pair = Pair{};
     slot.host_ns = protocol::monotonic_ns();
+    // The record has been submitted: on an idle stream its event completes a GPU's submission
+    // latency (microseconds) after this.
+    slot.recorded_at_ns = slot.host_ns;
   }
 
   void after(OpSlot& slot, uint64_t, const LaunchInfo& op, bool launched) noexcept override {

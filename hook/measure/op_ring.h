@@ -32,8 +32,8 @@ struct OpSlot {
   // (event_timer.cpp).
   CUevent start_event = nullptr, end_event = nullptr;
   CUcontext context = nullptr;
-  // Events timing: the host time when its start event was recorded, and how long its launch call
-  // took, between its two records (event_timer.cpp).
+  // Events timing: the host time when its start event had been recorded, and how long its launch
+  // call took, between its two records (event_timer.cpp).
   uint64_t recorded_at_ns = 0, host_ns = 0;
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes

@@ -27,6 +27,8 @@ namespace {
 // Bounds on the medians the hook should find (see measure_probe.cpp).
 struct Expected {
   uint64_t dur_lo = 0, dur_hi = 0, gap_lo = 0, gap_hi = 0, count = 0;
+  // Over the iterations' 10th and 90th percentiles: bounds for the median of a sample of them.
+  uint64_t dur_hi_p90 = 0, gap_lo_p10 = 0, gap_hi_p90 = 0;
 };
 
 class MeasureE2E : public ::testing::Test {
@@ -104,7 +106,7 @@ class MeasureE2E : public ::testing::Test {
     size_t pos;
     Expected e;
     while (in >> word >> pos >> word >> e.dur_lo >> word >> e.dur_hi >> word >> e.gap_lo >> word >> e.gap_hi >> word >>
-           e.count)
+           e.count >> word >> e.dur_hi_p90 >> word >> e.gap_lo_p10 >> word >> e.gap_hi_p90)
       out.push_back(e);
     return out;
   }
@@ -245,12 +247,14 @@ TEST_F(MeasureE2E, WindowsSpreadTheMeasuringOverEveryIteration) {
   for (uint32_t p = 0; p < 3; ++p) {
     const KernelProfile& k = got.at(p);
     // 720 ops, one in 4 measured in windows of 8: about 60 a position, less the windows' first ops.
+    // The windows are a sample of the iterations: their medians lie within the iterations' bounds'
+    // 10th and 90th percentiles (on an idle host the two are the medians' bounds).
     EXPECT_GE(launches(k), 20u) << p;
     EXPECT_LE(launches(k), 120u) << p;
-    expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
+    expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi_p90, "duration p50");
     if (p < 2) {
       EXPECT_GE(k.gap_count, 10u) << p;
-      expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
+      expect_between(k.gap_p50, want[p].gap_lo_p10, want[p].gap_hi_p90, "gap p50");
     } else {
       EXPECT_EQ(k.gap_count, 0u) << "the last kernel of an iteration is followed by a sync";
       EXPECT_GE(k.boundary_count, 10u);
@@ -354,7 +358,10 @@ TEST_F(MeasureE2E, OpsAlternatingBetweenTwoDevicesAreAllTimed) {
     // Each gap lies between a kernel on one GPU and the next on the other: counted, on one timeline.
     if (p < 2) {
       EXPECT_EQ(k.gap_count + got.at(p + 1).dur_unresolved, 30u) << p;
-      expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi + uncertainty, "gap p50");
+      // (Each GPU's chain starts from the host's clock: off by a record call at most, within the
+      // uncertainty the run states.)
+      expect_between(k.gap_p50, want[p].gap_lo - std::min(want[p].gap_lo, uncertainty), want[p].gap_hi + uncertainty,
+                     "gap p50");
     }
   }
   EXPECT_EQ(slurp("err0"), "") << "measure mode prints nothing when all is well";

@@ -38,7 +38,8 @@ constexpr const char* kUsage =
     "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
     "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
     "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns)\n"
-    "  over the iterations 0, N, 2N, .. (--bounds-every, default 1: all), C of them.\n"
+    "  over the iterations 0, N, 2N, .. (--bounds-every, default 1: all), C of them, then the upper\n"
+    "  bounds' 90th percentiles and the lower bounds' 10th (dur_hi_p90, gap_lo_p10, gap_hi_p90).\n"
     "  --uploads N: first N 4 KiB copies to the device, each waited for (a model's weights uploaded).\n"
     "  --devices N: position K runs on device K mod N (its primary context made current for the\n"
     "  launch, as a program driving several GPUs from one thread does); each is synchronised.\n"
@@ -192,9 +193,18 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[(v.size() + 1) / 2 - 1];
   };
+  // The same at the 10th (lower bounds) and 90th (upper) percentiles: what the median of a sample of
+  // the iterations (windows the hook chose) stays within on a loaded host, where iterations differ.
+  const auto quantile = [](std::vector<uint64_t>& v, double q) -> unsigned long long {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+  };
   for (size_t k = 0; k < positions; ++k)
-    std::printf("position %zu dur_lo %llu dur_hi %llu gap_lo %llu gap_hi %llu count %llu\n", k,
-                static_cast<unsigned long long>(spin_us[k] * 1000), median(dur_hi[k]), median(gap_lo[k]),
-                median(gap_hi[k]), static_cast<unsigned long long>(dur_hi[k].size()));
+    std::printf("position %zu dur_lo %llu dur_hi %llu gap_lo %llu gap_hi %llu count %llu dur_hi_p90 %llu gap_lo_p10 %llu "
+                "gap_hi_p90 %llu\n",
+                k, static_cast<unsigned long long>(spin_us[k] * 1000), median(dur_hi[k]), median(gap_lo[k]),
+                median(gap_hi[k]), static_cast<unsigned long long>(dur_hi[k].size()), quantile(dur_hi[k], 0.9),
+                quantile(gap_lo[k], 0.1), quantile(gap_hi[k], 0.9));
   return 0;
 }
