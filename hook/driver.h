@@ -29,16 +29,29 @@ struct EventFns {
   CUresult (*elapsed)(float*, CUevent, CUevent) = nullptr;
   CUresult (*destroy)(CUevent) = nullptr;
   CUresult (*ctx_current)(CUcontext*) = nullptr;
+  CUresult (*ctx_id)(CUcontext, unsigned long long*) = nullptr;   // optional: CUDA 12 and later
   // Resolves them all; false when one is missing (a driver too old or not loaded).
   bool resolve() noexcept {
     create = real_driver<decltype(create)>("cuEventCreate");
     record = real_driver<decltype(record)>("cuEventRecord");
     query = real_driver<decltype(query)>("cuEventQuery");
-    elapsed = real_driver<decltype(elapsed)>("cuEventElapsedTime");
+    elapsed = real_driver<decltype(elapsed)>("cuEventElapsedTime_v2");
+    if (elapsed == nullptr) elapsed = real_driver<decltype(elapsed)>("cuEventElapsedTime");
     destroy = real_driver<decltype(destroy)>("cuEventDestroy_v2");
     if (destroy == nullptr) destroy = real_driver<decltype(destroy)>("cuEventDestroy");
     ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
+    ctx_id = real_driver<decltype(ctx_id)>("cuCtxGetId");
     return create && record && query && elapsed && destroy && ctx_current;
+  }
+  // What tells the calling thread's context apart for good, 0 when it has none: the driver's context
+  // ID (a destroyed context's address may be a new one's; its ID never is), else the address
+  // (drivers before CUDA 12). An event belongs to its context: made, recorded and compared there.
+  uint64_t current_context_key() const noexcept {
+    CUcontext context = nullptr;
+    if (ctx_current(&context) != CUDA_SUCCESS || context == nullptr) return 0;
+    unsigned long long id = 0;
+    if (ctx_id != nullptr && ctx_id(context, &id) == CUDA_SUCCESS && id != 0) return id;
+    return reinterpret_cast<uint64_t>(context);
   }
 };
 

@@ -36,12 +36,6 @@
 namespace fikit::hook::measure {
 namespace {
 
-using EventCreateFn = CUresult (*)(CUevent*, unsigned int);
-using EventRecordFn = CUresult (*)(CUevent, CUstream);
-using EventQueryFn = CUresult (*)(CUevent);
-using EventElapsedFn = CUresult (*)(float*, CUevent, CUevent);
-using CtxCurrentFn = CUresult (*)(CUcontext*);
-
 // Added to the host's clock on the op timeline, so that ops that started before the first one
 // timed (on another stream) still get positive times however soon after boot.
 constexpr uint64_t kOriginNs = uint64_t{1} << 40;
@@ -54,13 +48,14 @@ class EventTimer final : public Timer {
   // A GPU's primary context each, on an eight-GPU machine.
   static constexpr size_t kPools = 8;
   struct Pool {
-    std::atomic<CUcontext> owner{nullptr};
+    std::atomic<uint64_t> owner{0};   // the context's key + 1 (0: free)
     std::unique_ptr<Pair[]> pairs{new (std::nothrow) Pair[kPairs]};
   };
   // A context's op timeline: its last timed op (the anchor), whose start event the next op of the
   // context is measured from, and where that op started on the timeline.
   struct Chain {
-    CUcontext context = nullptr;
+    bool used = false;
+    uint64_t context = 0;   // its key (context_key)
     bool has_anchor = false;
     uint64_t anchor_seq = 0;
     int64_t anchor_start = 0;
@@ -68,14 +63,7 @@ class EventTimer final : public Timer {
   };
 
  public:
-  struct Fns {
-    EventCreateFn create;
-    EventRecordFn record;
-    EventQueryFn query;
-    EventElapsedFn elapsed;
-    CtxCurrentFn ctx_current;
-  };
-  EventTimer(OpRing& ring, const Fns& fns) : ring_(ring), f_(fns) {}
+  EventTimer(OpRing& ring, const EventFns& fns) : ring_(ring), f_(fns) {}
 
   const char* name() const noexcept override { return "events"; }
   bool times_with_events() const noexcept override { return true; }
@@ -83,16 +71,15 @@ class EventTimer final : public Timer {
   void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept override {
     const CUstream stream = op.stream;
     slot.timed = false;
-    slot.context = nullptr;
+    slot.context = 0;
     if (calibration_.load(std::memory_order_acquire) == kNotCalibrated) [[unlikely]] calibrate();
+    slot.context = f_.current_context_key();
+    if (slot.context == 0) return;
+    Pair* pool = pool_of(slot.context);
     // Op `seq` uses pair seq % kPairs of its context's pool, free once the op kPairs before it is
     // done with: at most kPairs timed ops are in flight (drivers limit events: the simulated GPU has
     // 8192 a context).
-    if (seq >= kPairs && !wait_for_pair(seq)) return;
-    CUcontext context = nullptr;
-    if (f_.ctx_current(&context) != CUDA_SUCCESS || context == nullptr) return;
-    Pair* pool = pool_of(context);
-    if (pool == nullptr) return;
+    if (pool == nullptr || (seq >= kPairs && !wait_for_pair(seq))) return;
     Pair& pair = pool[seq % kPairs];
     // Made on first use of the pair, on the launching thread, in the op's context; reused
     // afterwards, so steady state creates nothing.
@@ -106,11 +93,7 @@ class EventTimer final : public Timer {
     }
     slot.start_event = pair.start;
     slot.end_event = pair.end;
-    slot.context = context;
     slot.timed = f_.record(slot.start_event, stream) == CUDA_SUCCESS;
-    // A pair that cannot be recorded is forgotten, not destroyed (its context may be gone and its
-    // handles another's by now): the next op to take it makes it again.
-    if (!slot.timed) pair = Pair{};
     slot.host_ns = protocol::monotonic_ns();
     // The record has been submitted: on an idle stream its event completes a GPU's submission
     // latency (microseconds) after this.
@@ -194,7 +177,7 @@ class EventTimer final : public Timer {
 
   // The end of the last timed op on `stream` of `context` (0: none yet; each context has its own
   // null stream); a few streams, the oldest forgotten.
-  uint64_t& stream_end(CUcontext context, uint64_t stream) noexcept {
+  uint64_t& stream_end(uint64_t context, uint64_t stream) noexcept {
     for (StreamEnd& e : stream_ends_)
       if (e.used && e.stream == stream && e.context == context) return e.end_ns;
     StreamEnd& e = stream_ends_[next_stream_end_++ % stream_ends_.size()];
@@ -202,15 +185,15 @@ class EventTimer final : public Timer {
     return e.end_ns;
   }
 
-  // The pool of event pairs of `context`: a pool per context, never handed to another, so that no
-  // event is ever destroyed from here (one of a context the program destroyed would be a dangling
-  // handle) and none leaks. Past kPools contexts, ops of the others go untimed (said once).
-  Pair* pool_of(CUcontext context) noexcept {
+  // The pool of event pairs of context `key`: a pool per context, never handed to another, so that
+  // no event of one context is ever recorded for another, none is destroyed from here (one of a
+  // context the program destroyed would be a dangling handle) and none leaks. Past kPools contexts,
+  // ops of the others go untimed (said once).
+  Pair* pool_of(uint64_t key) noexcept {
     for (Pool& p : pools_) {
-      CUcontext owner = p.owner.load(std::memory_order_acquire);
-      if (owner == nullptr && p.owner.compare_exchange_strong(owner, context, std::memory_order_acq_rel))
-        owner = context;
-      if (owner == context) return p.pairs.get();
+      uint64_t owner = p.owner.load(std::memory_order_acquire);
+      if (owner == 0 && p.owner.compare_exchange_strong(owner, key + 1, std::memory_order_acq_rel)) owner = key + 1;
+      if (owner == key + 1) return p.pairs.get();
     }
     if (!warned_pools_.exchange(true, std::memory_order_relaxed))
       log(LogLevel::Warn, "measure: ops of more than %zu CUDA contexts in one process: those of the others are not "
@@ -218,18 +201,19 @@ class EventTimer final : public Timer {
     return nullptr;
   }
 
-  // The chain of `context`; a context not seen yet takes a free one, or the one used longest ago.
-  Chain& chain_of(CUcontext context, uint64_t seq) noexcept {
-    Chain* oldest = &chains_[0];
+  // The chain of context `key`; a context not seen yet takes a free one, else the one used longest
+  // ago (whose context then starts again from the host's clock).
+  Chain& chain_of(uint64_t key, uint64_t seq) noexcept {
+    Chain* pick = nullptr;
     for (Chain& c : chains_) {
-      if (c.context == context) {
+      if (c.used && c.context == key) {
         c.last_seq = seq;
         return c;
       }
-      if (c.last_seq < oldest->last_seq) oldest = &c;
+      if (pick == nullptr || (pick->used && (!c.used || c.last_seq < pick->last_seq))) pick = &c;
     }
-    *oldest = Chain{context, false, 0, 0, seq};
-    return *oldest;
+    *pick = Chain{true, key, false, 0, 0, seq};
+    return *pick;
   }
 
   // An anchor keeps its op's pair from being reused: one a context left behind (a GPU the program
@@ -273,7 +257,7 @@ class EventTimer final : public Timer {
  private:
   enum : int { kNotCalibrated, kCalibrating, kCalibrated, kUncalibrated };
   struct StreamEnd {
-    CUcontext context = nullptr;
+    uint64_t context = 0;
     uint64_t stream = 0, end_ns = 0;
     bool used = false;
   };
@@ -281,7 +265,7 @@ class EventTimer final : public Timer {
   OpRing& ring_;
   Pool pools_[kPools];
   std::atomic<bool> warned_pools_{false};
-  Fns f_;
+  EventFns f_;
   std::atomic<bool> done_{false};              // the measurement thread is gone: nobody will release
   std::atomic<uint64_t> gave_up_at_{UINT64_MAX};  // released_below() when a wait last ran out
   std::atomic<int> calibration_{kNotCalibrated};
@@ -295,14 +279,8 @@ class EventTimer final : public Timer {
 }  // namespace
 
 Timer* make_event_timer(OpRing& ring) noexcept {
-  EventTimer::Fns f{};
-  f.create = real_driver<EventCreateFn>("cuEventCreate");
-  f.record = real_driver<EventRecordFn>("cuEventRecord");
-  f.query = real_driver<EventQueryFn>("cuEventQuery");
-  f.elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime_v2");
-  if (!f.elapsed) f.elapsed = real_driver<EventElapsedFn>("cuEventElapsedTime");
-  f.ctx_current = real_driver<CtxCurrentFn>("cuCtxGetCurrent");
-  if (!f.create || !f.record || !f.query || !f.elapsed || !f.ctx_current) {
+  EventFns f;
+  if (!f.resolve()) {
     log(LogLevel::Error, "measure: the driver lacks the event functions; kernels cannot be timed");
     return nullptr;
   }

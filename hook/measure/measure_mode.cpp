@@ -214,7 +214,7 @@ class MeasureMode final : public Mode {
   // Decided here, in the order ops reach the builder, not in launch order (another thread's op of
   // the window can claim its slot first).
   // (Streams by context too: each context has its own null stream.)
-  bool starts_window(CUcontext context, uint64_t stream, uint64_t window) noexcept {
+  bool starts_window(uint64_t context, uint64_t stream, uint64_t window) noexcept {
     for (StreamWindow& w : stream_windows_) {
       if (w.stream == stream && w.context == context && w.window != 0) {
         const bool first = w.window != window;
@@ -425,7 +425,7 @@ class MeasureMode final : public Mode {
   uint64_t launched_in_run_ = 0;
   uint64_t drained_below_ = 0;
   struct StreamWindow {
-    CUcontext context = nullptr;       // the event timer's (nullptr: not known)
+    uint64_t context = 0;              // the event timer's key of it (0: not known)
     uint64_t stream = 0, window = 0;   // the window of the stream's last op seen (0: none)
   };
   std::array<StreamWindow, 32> stream_windows_{};

@@ -28,10 +28,10 @@ struct OpSlot {
   bool timed = false;             // the timer armed itself for this op
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
   uint64_t window = 0;            // the window of measured ops it belongs to (measure_mode.cpp); 0: none
-  // Events timing: the pair of the event timer's pool this op was recorded with, and their context
-  // (event_timer.cpp).
+  // Events timing: the pair of the event timer's pool this op was recorded with, and its context's
+  // key (event_timer.cpp; 0: not known).
   CUevent start_event = nullptr, end_event = nullptr;
-  CUcontext context = nullptr;
+  uint64_t context = 0;
   // Events timing: the host time when its start event had been recorded, and how long its launch
   // call took, between its two records (event_timer.cpp).
   uint64_t recorded_at_ns = 0, host_ns = 0;

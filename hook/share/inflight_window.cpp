@@ -56,8 +56,7 @@ void InflightWindow::launched(CUstream stream, uint64_t pred_ns, uint64_t bound_
 }
 
 bool InflightWindow::record(CUstream stream) noexcept {
-  CUcontext context = nullptr;
-  ev_.ctx_current(&context);
+  const uint64_t context = ev_.current_context_key();
   if (tail_ - head_ >= kSlots) {
     // Full: the newest checkpoint, recorded again here, covers this work too (only an event of
     // this context can be). Without that the work would stay pending and every launch would try.

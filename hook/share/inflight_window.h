@@ -48,7 +48,7 @@ class InflightWindow {
   static constexpr uint32_t kSlots = 64;
   struct Checkpoint {
     CUevent event = nullptr;
-    CUcontext context = nullptr;   // the event's
+    uint64_t context = 0;   // the event's (EventFns::current_context_key)
     uint64_t work_ns = 0;
   };
   bool try_lock() noexcept { return !lock_.test_and_set(std::memory_order_acquire); }

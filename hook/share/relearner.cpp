@@ -90,9 +90,9 @@ uint32_t Relearner::before(const LaunchInfo& op, bool known, bool unthrottled) n
 }
 
 bool Relearner::arm(Slot& s, const LaunchInfo& op) noexcept {
-  CUcontext context = nullptr;
-  if (ev_.ctx_current(&context) != CUDA_SUCCESS || context == nullptr) return false;
-  if (s.context != nullptr && s.context != context) return false;   // events are used in their own context
+  const uint64_t context = ev_.current_context_key();
+  if (context == 0) return false;
+  if (s.context != 0 && s.context != context) return false;   // events are used in their own context
   // Made on first use of the slot, on a launching thread (in the op's context), then reused.
   for (CUevent* e : {&s.start, &s.end, &s.next})
     if (*e == nullptr && ev_.create(e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {

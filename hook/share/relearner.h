@@ -66,7 +66,7 @@ class Relearner {
   struct Slot {
     std::atomic<uint8_t> state{kFree};
     CUevent start = nullptr, end = nullptr, next = nullptr;   // made on first use, reused
-    CUcontext context = nullptr;                              // the events'
+    uint64_t context = 0;                                     // the events' (EventFns::current_context_key)
     uint64_t kernel_id = 0;
     uint64_t since_ns = 0;     // when it began waiting for the next launch
     bool has_next = false;     // `next` was recorded: the gap is known

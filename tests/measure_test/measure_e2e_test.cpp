@@ -396,6 +396,15 @@ TEST_F(MeasureE2E, OpsOfANinthContextGoUntimedAndTheRestAreTimed) {
   EXPECT_EQ(err.find("CUDA contexts", err.find("CUDA contexts") + 1), std::string::npos) << "said once: " << err;
 }
 
+// The program resets its primary context mid-run (cudaDeviceReset) and goes on in the new one,
+// which the simulated driver, like a real one, may place at the old one's address: the timer tells
+// them apart by the driver's context ID, and the new one's ops are timed with events of their own
+// (the old one's died with it).
+TEST_F(MeasureE2E, AContextResetMidRunIsTimedAfresh) {
+  ASSERT_EQ(run({"--iterations", "20", "--reset-at", "10"}), 0) << slurp("err0");
+  one_run_all_timed(60);
+}
+
 TEST_F(MeasureE2E, RunIterationsSplitALongProcessIntoRuns) {
   ASSERT_EQ(run({"--iterations", "12"}, {{"FIKIT_RUN_ITERATIONS", "4"}}), 0) << slurp("err0");
   // 11 boundaries: runs close after boundaries 4 and 8; the rest (iterations 9..12) at exit.

@@ -34,7 +34,7 @@ constexpr const char* kPtx = R"(
 constexpr const char* kUsage =
     "usage: measure_probe [--iterations N] [--spin-us A,B,..] [--period-us A,B,..] [--think-us T]\n"
     "                     [--bounds-every N] [--uploads N] [--devices N]\n"
-    "                     [--devices-for N] [--contexts N]\n"
+    "                     [--devices-for N] [--contexts N] [--reset-at N]\n"
     "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
     "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
     "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns)\n"
@@ -46,6 +46,8 @@ constexpr const char* kUsage =
     "  --devices-for N: only the first N iterations use the other devices; then all run on device 0.\n"
     "  --contexts N: as --devices, over N contexts: the devices' primary ones, then contexts the probe\n"
     "  creates, context I on device I mod the devices.\n"
+    "  --reset-at N: before iteration N, reset device 0's primary context (as cudaDeviceReset does)\n"
+    "  and go on in the new one.\n"
     "  Exit: 0 ok, 1 CUDA error, 2 usage.\n";
 
 uint64_t now_ns() {
@@ -85,7 +87,7 @@ bool parse_list(const char* s, std::vector<uint64_t>& out) {
 
 int main(int argc, char** argv) {
   uint64_t iterations = 20, think_us = 500, bounds_every = 1, uploads = 0, devices = 1,
-           devices_for = UINT64_MAX, contexts = 0;
+           devices_for = UINT64_MAX, contexts = 0, reset_at = UINT64_MAX;
   std::vector<uint64_t> spin_us{50, 200, 20}, period_us{300, 600, 250};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -100,6 +102,8 @@ int main(int argc, char** argv) {
       bounds_every = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
     } else if (a == "--devices" && ok) {
       devices = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
+    } else if (a == "--reset-at" && ok) {
+      reset_at = std::strtoull(v, nullptr, 10);
     } else if (a == "--contexts" && ok) {
       contexts = std::strtoull(v, nullptr, 10);
     } else if (a == "--devices-for" && ok) {
@@ -156,6 +160,16 @@ int main(int argc, char** argv) {
 
   std::vector<std::vector<uint64_t>> dur_hi(positions), gap_lo(positions), gap_hi(positions);
   for (uint64_t it = 0; iterations == 0 || it < iterations; ++it) {
+    if (it == reset_at) {
+      CUdevice dev;
+      CUmodule mod;
+      CHECK(cuDeviceGet(&dev, 0));
+      CHECK(cuDevicePrimaryCtxReset(dev));
+      CHECK(cuDevicePrimaryCtxRetain(&ctx[0], dev));
+      CHECK(cuCtxSetCurrent(ctx[0]));
+      CHECK(cuModuleLoadData(&mod, kPtx));
+      CHECK(cuModuleGetFunction(&spin[0], mod, "spin_kernel"));
+    }
     // Earliest and latest start of the previous kernel of this iteration (the sync before the
     // first one drained the stream).
     uint64_t prev_lo = 0, prev_hi = 0;

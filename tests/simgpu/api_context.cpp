@@ -263,6 +263,20 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
 
+// What cudaDeviceReset calls: the primary context goes with all it holds, whoever retained it; the
+// next retain makes a new one (pooled: possibly at the old one's address, with a new cuCtxGetId).
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Context* primary = nullptr;
+  g_contexts.for_each_live([&](Context& c) { if (c.primary && c.device == dev) primary = &c; });
+  if (!primary) return CUDA_SUCCESS;
+  primary->primary_refs = 0;
+  return destroy_context(primary);
+}
+
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
@@ -339,6 +353,14 @@ CUresult cuCtxGetDevice(CUdevice* device) {
   Context* ctx = current_context();
   if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
   *device = ctx->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetId(CUcontext handle, unsigned long long* id) {
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  Context* ctx = handle ? checked_context(handle) : current_context();
+  if (!ctx || !ctx->live) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = ctx->id;
   return CUDA_SUCCESS;
 }
 

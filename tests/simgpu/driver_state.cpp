@@ -15,7 +15,7 @@
 namespace fikit::simgpu::driver {
 
 std::mutex g_mutex;
-Pool<Context, 64> g_contexts;
+Pool<Context, 64, true> g_contexts;
 Pool<Stream, 4096> g_streams;
 Pool<Event, 16384> g_events;
 Pool<Module, 1024> g_modules;
@@ -116,6 +116,12 @@ Context* stream_context(CUstream handle, Stream** stream, CUresult* err) {
   return s->ctx;
 }
 
+// Context objects are pooled (a new context may get a destroyed one's address), their IDs never.
+uint64_t next_context_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 CUresult create_context(int device, bool primary, Context** out) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   std::lock_guard guard(g_mutex);
@@ -133,6 +139,7 @@ CUresult create_context(int device, bool primary, Context** out) {
   ctx->slot = slot;
   ctx->gen = g_device->ctx[slot].gen;
   ctx->device = device;
+  ctx->id = next_context_id();
   ctx->primary = primary;
   *out = ctx;
   return CUDA_SUCCESS;
@@ -150,6 +157,7 @@ CUresult create_green_context(int device, uint32_t sms, Context** out) {
   ctx->slot = primary->slot;
   ctx->gen = primary->gen;
   ctx->device = device;
+  ctx->id = next_context_id();
   ctx->parent = primary;
   ctx->sm_limit = sms;
   *out = ctx;

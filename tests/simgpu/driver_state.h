@@ -21,6 +21,7 @@ struct Context {
   int slot = -1;           // CtxSlot index in the shared device
   uint32_t gen = 0;
   int device = 0;          // ordinal
+  uint64_t id = 0;         // cuCtxGetId: unique in the process, never reused
   bool primary = false;
   int primary_refs = 0;
   // A green context: it runs in its primary context's slot (one FIFO per process context, like all
@@ -86,7 +87,10 @@ struct Module {
 };
 
 // A fixed pool: handles are slot addresses, so looking one up never dereferences a foreign pointer.
-template <class T, size_t N>
+// Slots are handed out in turn, so a stale handle stays invalid for a while; with kReuseFirst the
+// lowest free slot goes first, as a real driver's allocator hands a destroyed context's address to
+// the next context (only a context's ID, cuCtxGetId, tells the two apart).
+template <class T, size_t N, bool kReuseFirst = false>
 class Pool {
  public:
   T* find(const void* handle) const {
@@ -98,6 +102,7 @@ class Pool {
   }
   // Caller holds g_mutex. The slot is reset to a fresh T before it is marked live.
   T* allocate() {
+    if (kReuseFirst) next_ = 0;
     for (size_t k = 0; k < N; ++k) {
       T& item = items_[(next_ + k) % N];
       if (item.live.load(std::memory_order_relaxed)) continue;
@@ -135,7 +140,7 @@ struct Settings {
 };
 
 extern std::mutex g_mutex;  // guards the pools' allocation and the objects' non-atomic fields
-extern Pool<Context, 64> g_contexts;
+extern Pool<Context, 64, true> g_contexts;
 extern Pool<Stream, 4096> g_streams;
 extern Pool<Event, 16384> g_events;
 extern Pool<Module, 1024> g_modules;
