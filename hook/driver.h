@@ -3,6 +3,8 @@
 // these calls bypass the hook's wrappers, so the hook never observes or schedules itself.
 #include <cuda.h>
 
+#include <cstdint>
+
 namespace fikit::hook {
 
 // The real driver's entry point called `name` (an exported libcuda symbol, e.g. "cuEventRecord"),
@@ -20,6 +22,16 @@ Fn real_driver(const char* name) noexcept {
 // a "potentially unsafe" call from another thread, cuEventQuery among them, invalidates that
 // capture: the hook's own threads make theirs relaxed, as PyTorch's NCCL watchdog does.
 CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode) noexcept;
+
+// What tells a context apart for good (0: none): the driver's context ID (a destroyed context's
+// address may be a new one's; its ID never is), else the address (drivers before CUDA 12, where
+// `ctx_id`, cuCtxGetId, is nullptr).
+inline uint64_t context_key(CUcontext context, CUresult (*ctx_id)(CUcontext, unsigned long long*)) noexcept {
+  if (context == nullptr) return 0;
+  unsigned long long id = 0;
+  if (ctx_id != nullptr && ctx_id(context, &id) == CUDA_SUCCESS && id != 0) return id;
+  return reinterpret_cast<uint64_t>(context);
+}
 
 // The real driver's event functions, which the hook's own timing and bookkeeping use.
 struct EventFns {
@@ -43,15 +55,12 @@ struct EventFns {
     ctx_id = real_driver<decltype(ctx_id)>("cuCtxGetId");
     return create && record && query && elapsed && destroy && ctx_current;
   }
-  // What tells the calling thread's context apart for good, 0 when it has none: the driver's context
-  // ID (a destroyed context's address may be a new one's; its ID never is), else the address
-  // (drivers before CUDA 12). An event belongs to its context: made, recorded and compared there.
+  // The calling thread's context_key (an event belongs to its context: made, recorded and compared
+  // there).
   uint64_t current_context_key() const noexcept {
     CUcontext context = nullptr;
-    if (ctx_current(&context) != CUDA_SUCCESS || context == nullptr) return 0;
-    unsigned long long id = 0;
-    if (ctx_id != nullptr && ctx_id(context, &id) == CUDA_SUCCESS && id != 0) return id;
-    return reinterpret_cast<uint64_t>(context);
+    if (ctx_current(&context) != CUDA_SUCCESS) return 0;
+    return context_key(context, ctx_id);
   }
 };
 

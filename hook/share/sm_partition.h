@@ -45,7 +45,9 @@ class SmPartition {
   std::mutex mutex_;
   std::atomic<bool> failed_{false}, made_{false};
   std::atomic<uint32_t> sms_{0};
-  CUcontext primary_ = nullptr;
+  // The primary context it was made in (context_key: after a reset, the new primary context may
+  // have the old one's address, never its ID; the partition is not used from it).
+  uint64_t primary_ = 0;
   void* green_ = nullptr;   // CUgreenCtx
   Entry entries_[kMaxStreams];
   std::atomic<size_t> count_{0};
