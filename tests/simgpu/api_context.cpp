@@ -251,11 +251,17 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// The device's primary context while it lives, else nullptr.
+static Context* live_primary(CUdevice dev) {
+  Context* primary = nullptr;
+  g_contexts.for_each_live([&](Context& c) { if (c.primary && c.device == dev) primary = &c; });
+  return primary;
+}
+
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  Context* primary = nullptr;
-  g_contexts.for_each_live([&](Context& c) { if (c.primary && c.device == dev) primary = &c; });
+  Context* primary = live_primary(dev);
   if (!primary) return CUDA_ERROR_INVALID_CONTEXT;
   if (--primary->primary_refs <= 0) return destroy_context(primary);
   return CUDA_SUCCESS;
@@ -268,8 +274,7 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRele
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  Context* primary = nullptr;
-  g_contexts.for_each_live([&](Context& c) { if (c.primary && c.device == dev) primary = &c; });
+  Context* primary = live_primary(dev);
   if (!primary) return CUDA_SUCCESS;
   primary->primary_refs = 0;
   return destroy_context(primary);
@@ -280,10 +285,8 @@ CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  bool found = false;
-  g_contexts.for_each_live([&](Context& c) { found |= c.primary && c.device == dev; });
   *flags = 0;
-  *active = found ? 1 : 0;
+  *active = live_primary(dev) ? 1 : 0;
   return CUDA_SUCCESS;
 }
 
