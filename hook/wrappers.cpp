@@ -250,15 +250,44 @@ CUresult event_synchronize(CUevent event) noexcept { return synchronizing<V, Syn
 template <Variant V, class... Args>
 CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::Memcpy>(args...); }
 
+// The context cuCtxDestroy names, and the device's primary context for its release or reset (0:
+// none alive, so nothing of the hook's can be in it).
+uint64_t teardown_key(CUcontext ctx) noexcept {
+  static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
+  return context_key(ctx, ctx_id);
+}
+uint64_t teardown_key(CUdevice dev) noexcept {
+  static const auto state = real_driver<CUresult (*)(CUdevice, unsigned*, int*)>("cuDevicePrimaryCtxGetState");
+  static const auto retain = real_driver<CUresult (*)(CUcontext*, CUdevice)>("cuDevicePrimaryCtxRetain");
+  static const auto release = real_driver<CUresult (*)(CUdevice)>("cuDevicePrimaryCtxRelease_v2");
+  unsigned flags = 0;
+  int active = 0;
+  CUcontext primary = nullptr;
+  if (state == nullptr || retain == nullptr || release == nullptr || state(dev, &flags, &active) != CUDA_SUCCESS ||
+      !active || retain(&primary, dev) != CUDA_SUCCESS)
+    return 0;
+  release(dev);   // the retain's: the program holds it too (it is active), so this destroys nothing
+  return teardown_key(primary);
+}
+
 // A context released or destroyed takes the events of the ops measured in it along: the mode reads
-// them first (a program that releases its primary context at the end of main stored no run).
-template <Variant V, class... Args>
-CUresult context_teardown(Args... args) noexcept {
+// them first (a program that releases its primary context at the end of main stored no run), and
+// lets go of what it made in it.
+// (A teardown the mode's own letting go causes, a green context's destroy releasing its primary
+// context inside a driver that calls its exported names, passes through.)
+thread_local bool t_in_teardown __attribute__((tls_model("initial-exec"))) = false;
+
+template <Variant V, class Target>
+CUresult context_teardown(Target target) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   // Only a mode already running has anything to read: this call does not start one.
   Mode* mode = detail::loaded_mode();
-  if (reinterpret_cast<uintptr_t>(mode) > detail::kStarting) mode->before_context_teardown();
-  return real(args...);
+  if (reinterpret_cast<uintptr_t>(mode) > detail::kStarting && !t_in_teardown) {
+    t_in_teardown = true;
+    mode->before_context_teardown(teardown_key(target));
+    t_in_teardown = false;
+  }
+  return real(target);
 }
 
 // ---- device memory (hook/memory/guard.h): claim, call, settle; frees give back ----

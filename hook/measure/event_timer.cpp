@@ -109,6 +109,12 @@ class EventTimer final : public Timer {
     if (!slot.timed) return Poll::Lost;
     // Ops timed while another thread calibrates wait for the calibration (milliseconds, once).
     if (calibration_.load(std::memory_order_acquire) == kCalibrating) return Poll::Pending;
+    // After a context's teardown its events are gone: no anchor is measured from (any context's:
+    // which chain was its is not known here; the others start again from the host's clock).
+    if (const uint64_t t = teardowns_.load(std::memory_order_acquire); t != teardowns_seen_) {
+      teardowns_seen_ = t;
+      for (Chain& c : chains_) c.has_anchor = false;
+    }
     forget_stale_anchors(seq);
     Chain& chain = chain_of(slot.context, seq);
     const CUresult q = f_.query(slot.end_event);
@@ -185,10 +191,10 @@ class EventTimer final : public Timer {
     return e.end_ns;
   }
 
-  // The pool of event pairs of context `key`: a pool per context, never handed to another, so that
-  // no event of one context is ever recorded for another, none is destroyed from here (one of a
-  // context the program destroyed would be a dangling handle) and none leaks. Past kPools contexts,
-  // ops of the others go untimed (said once).
+  // The pool of event pairs of context `key`: a pool per context, so that no event of one context is
+  // ever recorded for another; its events are destroyed only before their context's teardown
+  // (forget_context), while their handles are valid, and the pool is then free for another. Past
+  // kPools contexts at once, ops of the others go untimed (said once).
   Pair* pool_of(uint64_t key) noexcept {
     for (Pool& p : pools_) {
       uint64_t owner = p.owner.load(std::memory_order_acquire);
@@ -247,6 +253,21 @@ class EventTimer final : public Timer {
   void finished() noexcept override { done_.store(true, std::memory_order_relaxed); }
   void stop() noexcept override { done_.store(true, std::memory_order_relaxed); }
 
+  // The context's pool is emptied (its events destroyed while they are valid) and free for another.
+  void forget_context(uint64_t context_key) noexcept override {
+    for (Pool& p : pools_) {
+      if (p.owner.load(std::memory_order_acquire) != context_key + 1 || !p.pairs) continue;
+      for (uint64_t i = 0; i < kPairs; ++i) {
+        Pair& pair = p.pairs[i];
+        if (pair.start) f_.destroy(pair.start);
+        if (pair.end) f_.destroy(pair.end);
+        pair = Pair{};
+      }
+      p.owner.store(0, std::memory_order_release);
+    }
+    teardowns_.fetch_add(1, std::memory_order_acq_rel);
+  }
+
   uint64_t oldest_needed(uint64_t next) const noexcept override {
     uint64_t oldest = next;
     for (const Chain& c : chains_)
@@ -265,6 +286,7 @@ class EventTimer final : public Timer {
   OpRing& ring_;
   Pool pools_[kPools];
   std::atomic<bool> warned_pools_{false};
+  std::atomic<uint64_t> teardowns_{0};   // contexts forgotten (forget_context)
   EventFns f_;
   std::atomic<bool> done_{false};              // the measurement thread is gone: nobody will release
   std::atomic<uint64_t> gave_up_at_{UINT64_MAX};  // released_below() when a wait last ran out
@@ -272,6 +294,7 @@ class EventTimer final : public Timer {
   EventCalibration cal_;                       // written once, before calibration_ leaves kCalibrating
   // Measurement thread only. Eight GPUs' contexts in one process, and then some.
   std::array<Chain, 16> chains_{};
+  uint64_t teardowns_seen_ = 0;
   std::array<StreamEnd, 32> stream_ends_{};
   uint64_t next_stream_end_ = 0;
 };

@@ -151,7 +151,7 @@ class MeasureMode final : public Mode {
     if (sampled(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
   }
 
-  void before_context_teardown() noexcept override {
+  void before_context_teardown(uint64_t context_key) noexcept override {
     if (getpid() != owner_pid_ || thread_state_.load(std::memory_order_acquire) != kRunning ||
         !timer_->times_with_events())
       return;
@@ -161,6 +161,7 @@ class MeasureMode final : public Mode {
     while (consumed_.load(std::memory_order_acquire) < claimed && !finished_.load(std::memory_order_acquire) &&
            now_ms() < deadline)
       sleep_us(200);
+    if (context_key != 0) timer_->forget_context(context_key);
   }
 
   void shutdown() noexcept override {

@@ -115,6 +115,26 @@ bool InflightWindow::retire_locked() noexcept {
   return progressed;
 }
 
+void InflightWindow::forget_context(uint64_t context_key) noexcept {
+  if (ev_.query == nullptr) return;
+  while (!try_lock()) sched_yield();   // a launching thread records or retires: microseconds
+  retire_locked();
+  bool outstanding = false;
+  for (uint64_t i = head_; i < tail_; ++i) outstanding |= ring_[i % kSlots].context == context_key;
+  if (outstanding) {
+    head_ = tail_;
+    inflight_.store(0, std::memory_order_relaxed);
+    pending_.store(0, std::memory_order_relaxed);
+  }
+  last_stream_.store(nullptr, std::memory_order_relaxed);   // it may be the context's
+  for (Checkpoint& c : ring_) {
+    if (c.event == nullptr || c.context != context_key) continue;
+    ev_.destroy(c.event);
+    c = Checkpoint{};
+  }
+  unlock();
+}
+
 void InflightWindow::wait_progress(uint64_t deadline_ns) noexcept {
   const uint64_t start = monotonic_ns();
   for (;;) {

@@ -1,5 +1,6 @@
 #include "relearner.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,9 +146,14 @@ void Relearner::collect(bool final) noexcept {
         state = kReady;
       }
     }
-    if (state != kReady) continue;
+    // Taken while read, so that a context's teardown (forget_context) never destroys its events
+    // under a query.
+    if (state != kReady || !s.state.compare_exchange_strong(state, kClosing, std::memory_order_acq_rel)) continue;
     const CUresult q = ev_.query(s.has_next ? s.next : s.end);
-    if (q == CUDA_ERROR_NOT_READY && !final) continue;
+    if (q == CUDA_ERROR_NOT_READY && !final) {
+      s.state.store(kReady, std::memory_order_release);
+      continue;
+    }
     bool ok = q == CUDA_SUCCESS;
     const uint64_t dur = ok ? elapsed_ns(ev_, s.start, s.end, ok) : 0;
     if (ok && (l.kernels.size() < kMaxKernels || l.kernels.count(s.kernel_id))) {
@@ -164,6 +170,35 @@ void Relearner::collect(bool final) noexcept {
       taken_.fetch_add(1, std::memory_order_relaxed);
     }
     s.state.store(kFree, std::memory_order_release);
+  }
+}
+
+void Relearner::forget_context(uint64_t context_key) noexcept {
+  if (!enabled()) return;
+  for (Slot& s : slots_) {
+    // A slot is taken from whoever is not working on it (free, or a sample awaiting its next launch
+    // or its reading): its sample of the going context is dropped. One being read or closed is
+    // waited for (microseconds); one a launching thread is arming belongs to a launch in a context
+    // that is still current on that thread.
+    for (int spins = 0;; ++spins) {
+      uint8_t state = s.state.load(std::memory_order_acquire);
+      if (state == kClaimed || (state == kClosing && spins > 100000)) break;
+      if (state == kClosing) {
+        sched_yield();
+        continue;
+      }
+      if (!s.state.compare_exchange_strong(state, kClosing, std::memory_order_acq_rel)) continue;
+      if (s.context == context_key) {
+        for (CUevent* e : {&s.start, &s.end, &s.next}) {
+          if (*e != nullptr) ev_.destroy(*e);
+          *e = nullptr;
+        }
+        s.context = 0;
+        state = kFree;
+      }
+      s.state.store(state, std::memory_order_release);
+      break;
+    }
   }
 }
 

@@ -55,6 +55,9 @@ class Relearner {
   void after(uint32_t ticket, const LaunchInfo& op, CUresult result) noexcept;
   // After a host synchronisation on this thread: the last sample's kernel ended an iteration.
   void synchronized() noexcept;
+  // Before the context of `context_key` (driver.h) is released or destroyed: samples in it are
+  // dropped and their slots' events destroyed while valid.
+  void forget_context(uint64_t context_key) noexcept;
   // Process exit: store what was learned (bounded), stop the thread. In the owning process only.
   void stop() noexcept;
 

@@ -24,6 +24,9 @@ struct GreenFns {
   CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*stream_wait)(CUstream, CUevent, unsigned) = nullptr;
   CUresult (*stream_sync)(CUstream) = nullptr;
+  CUresult (*stream_destroy)(CUstream) = nullptr;
+  CUresult (*event_destroy)(CUevent) = nullptr;
+  CUresult (*green_destroy)(CUgreenCtx) = nullptr;
   bool resolve() noexcept {
     ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
     ctx_id = real_driver<decltype(ctx_id)>("cuCtxGetId");
@@ -41,7 +44,10 @@ struct GreenFns {
     event_record = real_driver<decltype(event_record)>("cuEventRecord");
     stream_wait = real_driver<decltype(stream_wait)>("cuStreamWaitEvent");
     stream_sync = real_driver<decltype(stream_sync)>("cuStreamSynchronize");
-    return stream_sync && primary_state && ctx_current && ctx_device && primary_retain && primary_release && device_resource && split &&
+    stream_destroy = real_driver<decltype(stream_destroy)>("cuStreamDestroy_v2");
+    event_destroy = real_driver<decltype(event_destroy)>("cuEventDestroy_v2");
+    green_destroy = real_driver<decltype(green_destroy)>("cuGreenCtxDestroy");
+    return stream_sync && stream_destroy && event_destroy && green_destroy && primary_state && ctx_current && ctx_device && primary_retain && primary_release && device_resource && split &&
            describe && green_create && green_stream && event_create && event_record && stream_wait;
   }
 };
@@ -157,6 +163,28 @@ CUstream SmPartition::enter(CUstream app, uint8_t pct) noexcept {
   if (f.event_record(e->before, app) != CUDA_SUCCESS || f.stream_wait(e->shadow, e->before, 0) != CUDA_SUCCESS)
     return nullptr;
   return e->shadow;
+}
+
+void SmPartition::forget_context(uint64_t context_key) noexcept {
+  std::lock_guard lock(mutex_);
+  if (!made_.load(std::memory_order_relaxed) || primary_ != context_key) return;
+  GreenFns& f = fns();
+  // Launches into it come from that context only, whose teardown this is: nobody else reads these.
+  made_.store(false, std::memory_order_release);
+  count_.store(0, std::memory_order_release);
+  for (Entry& e : entries_) {
+    if (!e.used.load(std::memory_order_relaxed)) continue;
+    e.used.store(false, std::memory_order_release);
+    f.event_destroy(e.before);
+    f.event_destroy(e.after);
+    f.stream_destroy(e.shadow);
+    e.app = e.shadow = nullptr;
+    e.before = e.after = nullptr;
+  }
+  f.green_destroy(static_cast<CUgreenCtx>(green_));
+  green_ = nullptr;
+  primary_ = 0;
+  sms_.store(0, std::memory_order_relaxed);
 }
 
 void SmPartition::leave(CUstream app, CUstream shadow) noexcept {

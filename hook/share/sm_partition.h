@@ -30,6 +30,10 @@ class SmPartition {
   // After the launch went on `shadow`: what comes next on `app` waits for it.
   void leave(CUstream app, CUstream shadow) noexcept;
   uint32_t sm_count() const noexcept { return sms_.load(std::memory_order_relaxed); }
+  // Before the context of `context_key` (driver.h) is released or destroyed: a partition made in it
+  // goes (its streams, events and green context, while their handles are valid), to be made again
+  // on the next launch sent there.
+  void forget_context(uint64_t context_key) noexcept;
 
  private:
   static constexpr size_t kMaxStreams = 64;
@@ -72,6 +76,9 @@ class SmPartitions {
   // Only the partition whose stream `shadow` is acts.
   void leave(CUstream app, CUstream shadow) noexcept {
     for (SmPartition& p : parts_) p.leave(app, shadow);
+  }
+  void forget_context(uint64_t context_key) noexcept {
+    for (SmPartition& p : parts_) p.forget_context(context_key);
   }
 
  private:

@@ -55,6 +55,10 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  the service gets every allocation, and status shows what each holds and the refusals.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
+  context_reset  a job below an idle service resets its device twice (cudaDeviceReset's
+                 cuDevicePrimaryCtxReset) and goes on, on a simulated device that aborts on any use of a
+                 handle that is no longer live: measured, then shared with its profile (the in-flight
+                 window's checkpoint events) and without (re-profiling's events); it finishes every time.
 """
 import argparse
 import json
@@ -643,10 +647,42 @@ def fork_case(env):
     return ok
 
 
+def context_reset(env):
+    env.env["FIKIT_SIMGPU_STRICT"] = "1"
+    probe = [env.a.probe, "--reset", "3", "300"]
+    ok = True
+
+    def job(mode, key, what, extra_env=None):
+        r = subprocess.run(env.fikit(mode, key, 5) + probe, env={**env.env, **(extra_env or {})}, capture_output=True,
+                           text=True, timeout=60)
+        return check(r.returncode == 0 and "rounds 3" in r.stdout,
+                     f"{what}: the job reset its device twice and finished (exit {r.returncode}) {r.stderr[-400:]}")
+
+    ok &= job("measure", "resetter", "measured")
+    env.start_daemon()
+    hp = subprocess.Popen(env.fikit("share", "idle-hp", 0) + [env.a.infer, "--requests", "100000", "--kernels", "5",
+                                                             "--think-us", "20000"],
+                          env=env.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        stats = os.path.join(env.work, "reset-stats.jsonl")
+        ok &= job("share", "resetter", "shared with its profile", {"FIKIT_SHARE_STATS": stats})
+        with open(stats) as f:
+            s = json.loads(f.readlines()[-1])
+        ok &= check(s.get("launches", 0) > 0, f"its launches went through the service's lane ({s.get('launches')})")
+        ok &= job("share", "unmeasured", "shared without a profile, re-profiling every launch",
+                  {"FIKIT_RELEARN_SAMPLE": "1"})
+    finally:
+        hp.kill()
+        hp.wait()
+    env.stop_daemon()
+    return ok
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule", "memory_reserve",
-                                                 "auto_progress", "overlap_trial"])
+                                                 "auto_progress", "overlap_trial", "context_reset"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -672,6 +708,8 @@ def main():
                 ok = memory_reserve(env)
             elif args.case == "auto_progress":
                 ok = auto_progress(env)
+            elif args.case == "context_reset":
+                ok = context_reset(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

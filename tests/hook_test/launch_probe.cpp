@@ -9,6 +9,10 @@
 //   launch_probe --all-devices LINGER_MS
 //                         a launch on every device (each one's primary context), then on each again,
 //                         stay LINGER_MS, exit
+//   launch_probe --reset ROUNDS LAUNCHES
+//                         ROUNDS times: LAUNCHES launches (site A grid 1) on a stream of device 0's
+//                         primary context, a synchronisation, then cuDevicePrimaryCtxReset (as
+//                         cudaDeviceReset does) but after the last; print "rounds ROUNDS", exit
 #include <cuda.h>
 
 #include <sys/wait.h>
@@ -130,13 +134,40 @@ bool all_devices(int linger_ms) {
   return true;
 }
 
+// A program that resets its device and goes on: every object it made, and any the hook made, in
+// the old primary context is gone.
+bool reset_rounds(int rounds, int launches) {
+  CHECK(cuInit(0));
+  CUdevice dev;
+  CHECK(cuDeviceGet(&dev, 0));
+  for (int round = 0; round < rounds; ++round) {
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction f;
+    CUstream s;
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&mod, kPtx));
+    CHECK(cuModuleGetFunction(&f, mod, "probe_kernel"));
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < launches; ++i)
+      if (!launch_site_a(f, s, 1)) return false;
+    CHECK(cuStreamSynchronize(s));
+    if (round + 1 < rounds) CHECK(cuDevicePrimaryCtxReset(dev));
+  }
+  std::printf("rounds %d\n", rounds);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--help") == 0) {
-    std::printf("usage: launch_probe [--ptsz | --fork LINGER_MS [DELAY_MS] | --all-devices LINGER_MS]\n");
+    std::printf("usage: launch_probe [--ptsz | --fork LINGER_MS [DELAY_MS] | --all-devices LINGER_MS |\n"
+                "                     --reset ROUNDS LAUNCHES]\n");
     return 0;
   }
+  if (argc > 3 && std::strcmp(argv[1], "--reset") == 0) return reset_rounds(std::atoi(argv[2]), std::atoi(argv[3])) ? 0 : 1;
   if (argc > 2 && std::strcmp(argv[1], "--all-devices") == 0) return all_devices(std::atoi(argv[2])) ? 0 : 1;
   const bool ptsz = argc > 1 && std::strcmp(argv[1], "--ptsz") == 0;
   const int linger = argc > 2 && std::strcmp(argv[1], "--fork") == 0 ? std::atoi(argv[2]) : -1;

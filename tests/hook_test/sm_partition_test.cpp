@@ -61,6 +61,29 @@ TEST_F(SmPartitionTest, AnotherContextsNullStreamDoesNotTakeThePrimarysEntry) {
   EXPECT_EQ(cuCtxDestroy(own), CUDA_SUCCESS);
 }
 
+// The program resets its device (cudaDeviceReset): the partition lets go of what it made in the old
+// primary context before it goes (on this simulated device, FIKIT_SIMGPU_STRICT, a handle used after
+// that aborts), and is made again in the new one.
+TEST_F(SmPartitionTest, AfterItsContextIsResetItIsMadeAgainInTheNewOne) {
+  SmPartition partition;
+  CUstream app = nullptr;
+  ASSERT_EQ(cuStreamCreate(&app, 0), CUDA_SUCCESS);
+  CUstream shadow = partition.enter(app, 35);
+  ASSERT_NE(shadow, nullptr);
+  partition.leave(app, shadow);
+  ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+
+  partition.forget_context(fikit::hook::context_key(primary_, &cuCtxGetId));
+  ASSERT_EQ(cuDevicePrimaryCtxReset(dev_), CUDA_SUCCESS);
+  ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary_, dev_), CUDA_SUCCESS);
+  ASSERT_EQ(cuCtxSetCurrent(primary_), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&app, 0), CUDA_SUCCESS);
+  shadow = partition.enter(app, 35);
+  EXPECT_NE(shadow, nullptr) << "made again in the new primary context";
+  if (shadow != nullptr) partition.leave(app, shadow);
+  EXPECT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
+}
+
 // Made first from a context of the program's own: no partition at all (its memory is not the green
 // context's), said once, and not tried again.
 TEST_F(SmPartitionTest, FirstUsedFromAnotherContextItIsNeverMade) {

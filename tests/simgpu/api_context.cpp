@@ -35,6 +35,7 @@ uint64_t env_u64(const char* name, uint64_t fallback) {
 CUresult init_once() {
   g_settings.kernel_ns = env_u64("FIKIT_SIMGPU_KERNEL_NS", 5000);
   g_settings.die_in_lock_at = env_u64("FIKIT_SIMGPU_TEST_DIE_IN_LOCK", 0);
+  g_settings.strict_handles = env_u64("FIKIT_SIMGPU_STRICT", 0) != 0;
   const uint64_t gbps = env_u64("FIKIT_SIMGPU_COPY_GBPS", 25);
   g_settings.copy_gbps = gbps == 0 ? 25.0 : static_cast<double>(gbps);
   // As the real MPS client reads it: 0 normal, 1 below normal (anything else: normal).

@@ -138,7 +138,10 @@ CUresult cuGreenCtxStreamCreate(CUstream* out, CUgreenCtx handle, unsigned int f
 CUresult cuStreamWaitEvent(CUstream handle, CUevent event, unsigned int flags) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   if (flags != 0 && flags != CU_EVENT_WAIT_EXTERNAL) return CUDA_ERROR_INVALID_VALUE;
-  if (!g_events.find(event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!g_events.find(event)) {
+    bad_handle("cuStreamWaitEvent", event);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   Stream* stream = nullptr;
   CUresult err = CUDA_SUCCESS;
   Context* ctx = stream_context(handle, &stream, &err);

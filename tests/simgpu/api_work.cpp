@@ -124,7 +124,10 @@ CUresult stream_target(CUstream handle, Context** ctx, uint64_t* target) {
 
 CUresult event_state(CUevent handle, Event** ev, uint64_t* seq, uint64_t* time_ns) {
   *ev = g_events.find(handle);
-  if (!*ev) return CUDA_ERROR_INVALID_HANDLE;
+  if (!*ev) {
+    bad_handle("an event's call", handle);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   if (!(*ev)->recorded) return CUDA_SUCCESS;  // never recorded: complete, as in CUDA
   DeviceLock lock(*g_device);
   if (!lock.ok()) return CUDA_ERROR_UNKNOWN;
@@ -218,7 +221,10 @@ CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int prior
 
 CUresult cuStreamDestroy_v2(CUstream handle) {
   Stream* s = g_streams.find(handle);
-  if (!s) return CUDA_ERROR_INVALID_HANDLE;
+  if (!s) {
+    bad_handle("cuStreamDestroy", handle);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   std::lock_guard guard(g_mutex);
   g_streams.release(s);  // its queued work still runs, as in CUDA
   return CUDA_SUCCESS;
@@ -315,7 +321,10 @@ CUresult cuEventCreate(CUevent* out, unsigned int flags) {
 
 CUresult cuEventDestroy_v2(CUevent handle) {
   Event* ev = g_events.find(handle);
-  if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+  if (!ev) {
+    bad_handle("cuEventDestroy", handle);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   std::lock_guard guard(g_mutex);
   if (ev->ctx->live) ev->ctx->free_events.push_back(ev->index);
   g_events.release(ev);
@@ -326,7 +335,10 @@ CUresult cuEventDestroy(CUevent handle) { return cuEventDestroy_v2(handle); }
 CUresult cuEventRecord(CUevent handle, CUstream stream_handle) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
   Event* ev = g_events.find(handle);
-  if (!ev) return CUDA_ERROR_INVALID_HANDLE;
+  if (!ev) {
+    bad_handle("cuEventRecord", handle);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
   Stream* stream = nullptr;
   CUresult err = CUDA_SUCCESS;
   Context* ctx = stream_context(stream_handle, &stream, &err);

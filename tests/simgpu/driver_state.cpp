@@ -96,6 +96,12 @@ void log_error(const char* fmt, ...) {
   (void)ignored;
 }
 
+void bad_handle(const char* call, const void* handle) {
+  if (!g_settings.strict_handles) return;
+  log_error("%s: handle %p is not live (destroyed, or its context is); FIKIT_SIMGPU_STRICT aborts", call, handle);
+  std::abort();
+}
+
 Context* stream_context(CUstream handle, Stream** stream, CUresult* err) {
   *stream = nullptr;
   Context* ctx = nullptr;
@@ -109,6 +115,7 @@ Context* stream_context(CUstream handle, Stream** stream, CUresult* err) {
   }
   Stream* s = g_streams.find(handle);
   if (!s || !s->ctx || !s->ctx->live) {
+    bad_handle("a stream's call", handle);
     *err = CUDA_ERROR_INVALID_HANDLE;
     return nullptr;
   }

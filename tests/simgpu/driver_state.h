@@ -133,6 +133,7 @@ struct Settings {
   uint32_t mps_priority = 0;    // CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal)
   char stats_path[512] = {};    // FIKIT_SIMGPU_STATS: one JSON line per context at its release
   uint64_t die_in_lock_at = 0;  // test only: SIGKILL this process inside the lock on that submit
+  bool strict_handles = false;
   // CUDA_VISIBLE_DEVICES as the real driver reads it (ordinals only): ordinal i is device visible[i].
   // A CUdevice is the device's index on the simulated machine.
   uint32_t visible[8] = {};
@@ -152,6 +153,9 @@ extern DeviceState* g_device;  // nullptr until cuInit succeeds
 
 Context*& current_context();  // this thread's current context
 void log_error(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+// A call named an event or stream handle that is not live: under FIKIT_SIMGPU_STRICT, says so and
+// aborts; otherwise returns (the caller returns CUDA's error).
+void bad_handle(const char* call, const void* handle);
 
 // The context a stream handle runs in; the special streams (0, legacy, per-thread) use the current
 // context. nullptr with *err set when the handle or the context is not valid.
