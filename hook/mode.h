@@ -54,11 +54,11 @@ class Mode {
   // daemon's memory cap holds from the first allocation, not the first launch (JAX allocates most
   // of the GPU before it launches anything).
   virtual void before_allocation() noexcept {}
-  // Before the program releases, resets or destroys the context of `context_key` (driver.h's
-  // context_key; 0: not known): what still needs it (measure mode: the events of ops not read yet)
-  // is done with it first, and the mode lets go of its own objects in it (events, streams, green
-  // contexts), whose handles would dangle after. A release that leaves the context alive costs the
-  // mode only making them again. Bounded.
+  // Before the program releases, resets or destroys a context: what still needs it (measure mode:
+  // the events of ops not read yet) is done with it first. When it is sure to go (reset, destroy:
+  // `context_key` is its driver.h context_key; 0 for a release, which may leave it alive), the mode
+  // also destroys its own objects in it (events, streams, green contexts), whose handles would
+  // dangle after, and makes them again should the program go on. Bounded.
   virtual void before_context_teardown(uint64_t context_key) noexcept { (void)context_key; }
   // Process exit: flush, say goodbye. Bounded (about a second at most).
   virtual void shutdown() noexcept = 0;

@@ -250,8 +250,8 @@ CUresult event_synchronize(CUevent event) noexcept { return synchronizing<V, Syn
 template <Variant V, class... Args>
 CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::Memcpy>(args...); }
 
-// The context cuCtxDestroy names, and the device's primary context for its release or reset (0:
-// none alive, so nothing of the hook's can be in it).
+// The context cuCtxDestroy destroys, and the device's primary context for its reset (0: none alive,
+// so nothing of the hook's can be in it).
 uint64_t teardown_key(CUcontext ctx) noexcept {
   static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
   return context_key(ctx, ctx_id);
@@ -259,7 +259,10 @@ uint64_t teardown_key(CUcontext ctx) noexcept {
 uint64_t teardown_key(CUdevice dev) noexcept {
   static const auto state = real_driver<CUresult (*)(CUdevice, unsigned*, int*)>("cuDevicePrimaryCtxGetState");
   static const auto retain = real_driver<CUresult (*)(CUcontext*, CUdevice)>("cuDevicePrimaryCtxRetain");
-  static const auto release = real_driver<CUresult (*)(CUdevice)>("cuDevicePrimaryCtxRelease_v2");
+  static const auto release = [] {
+    auto v2 = real_driver<CUresult (*)(CUdevice)>("cuDevicePrimaryCtxRelease_v2");
+    return v2 != nullptr ? v2 : real_driver<CUresult (*)(CUdevice)>("cuDevicePrimaryCtxRelease");
+  }();
   unsigned flags = 0;
   int active = 0;
   CUcontext primary = nullptr;
@@ -270,24 +273,39 @@ uint64_t teardown_key(CUdevice dev) noexcept {
   return teardown_key(primary);
 }
 
-// A context released or destroyed takes the events of the ops measured in it along: the mode reads
-// them first (a program that releases its primary context at the end of main stored no run), and
-// lets go of what it made in it.
 // (A teardown the mode's own letting go causes, a green context's destroy releasing its primary
 // context inside a driver that calls its exported names, passes through.)
 thread_local bool t_in_teardown __attribute__((tls_model("initial-exec"))) = false;
 
+// Mode::before_context_teardown, unless this thread is in it already. Only a mode already running
+// has anything to do: this call does not start one.
+void tell_mode_of_teardown(uint64_t context_key) noexcept {
+  Mode* mode = detail::loaded_mode();
+  if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) return;
+  t_in_teardown = true;
+  mode->before_context_teardown(context_key);
+  t_in_teardown = false;
+}
+
+// A context destroyed (cuCtxDestroy, cuDevicePrimaryCtxReset) takes the events of the ops measured
+// in it along: the mode reads them first, and destroys what it made in it while the handles are
+// valid (the program launches there no more).
 template <Variant V, class Target>
 CUresult context_teardown(Target target) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  // Only a mode already running has anything to read: this call does not start one.
-  Mode* mode = detail::loaded_mode();
-  if (reinterpret_cast<uintptr_t>(mode) > detail::kStarting && !t_in_teardown) {
-    t_in_teardown = true;
-    mode->before_context_teardown(teardown_key(target));
-    t_in_teardown = false;
-  }
+  tell_mode_of_teardown(teardown_key(target));
   return real(target);
+}
+
+// A release destroys the primary context only with its last reference, which nothing tells: other
+// threads (a library that retains and releases on its own) may go on launching in it. The mode reads
+// its measured ops first (a program that releases its primary context at the end of main stored no
+// run) and keeps the rest.
+template <Variant V>
+CUresult context_release(CUdevice dev) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  tell_mode_of_teardown(0);
+  return real(dev);
 }
 
 // ---- device memory (hook/memory/guard.h): claim, call, settle; frees give back ----

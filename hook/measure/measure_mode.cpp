@@ -161,7 +161,8 @@ class MeasureMode final : public Mode {
     while (consumed_.load(std::memory_order_acquire) < claimed && !finished_.load(std::memory_order_acquire) &&
            now_ms() < deadline)
       sleep_us(200);
-    if (context_key != 0) timer_->forget_context(context_key);
+    // (Not while ops not read yet may still need their events.)
+    if (context_key != 0 && consumed_.load(std::memory_order_acquire) >= claimed) timer_->forget_context(context_key);
   }
 
   void shutdown() noexcept override {
