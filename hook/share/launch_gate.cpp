@@ -75,10 +75,7 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
                     ? Admission{Route::Partition, partition_charge_ns(predicted_ns, v.partition_pct), v.partition_pct}
                     : Admission{Route::FullWidth, predicted_ns, 0};
     if (to_partition) {
-      if (window_.admit(admission.charge_ns, v.bound_ns)) {
-        stats.on_partition(admission.partition_pct);
-        break;
-      }
+      if (window_.admit(admission.charge_ns, v.bound_ns)) break;   // (counted once it is there: share_mode)
       wait_gpu = true;
     } else if (d.verdict == Verdict::Bounded) {
       // Before a service's predicted return, a launch goes whatever the bound if the work in
@@ -110,7 +107,6 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
     }
     if (now >= deadline) {
       stats.forced();
-      if (admission.route == Route::Partition) stats.on_partition(admission.partition_pct);
       uint64_t last = g_last_forced_log.load(std::memory_order_relaxed);
       if (now - last >= kForcedLogEveryNs && g_last_forced_log.compare_exchange_strong(last, now))
         log(LogLevel::Warn, "share mode: a launch waited %llu ms (FIKIT_MAX_WAIT_MS) and goes ahead anyway (%llu so "

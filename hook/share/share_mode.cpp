@@ -113,6 +113,8 @@ class ShareMode final : public Mode {
       if (admission.route == share::LaunchGate::Route::Partition) {
         op.rerouted_to = lane->partition.enter(op.stream, admission.partition_pct);
         t_launch.partition_charge_ns = admission.charge_ns;
+        // Counted where it runs: without a partition stream it goes where it was meant to.
+        if (op.rerouted_to != nullptr) client.stats().on_partition(admission.partition_pct);
       }
     }
     // Kernels the profile lacks are timed now and then (relearner.h), when nothing throttles them.
