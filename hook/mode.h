@@ -56,10 +56,12 @@ class Mode {
   virtual void before_allocation() noexcept {}
   // Before the program releases, resets or destroys a context: what still needs it (measure mode:
   // the events of ops not read yet) is done with it first. When it is sure to go (reset, destroy:
-  // `context_key` is its driver.h context_key; 0 for a release, which may leave it alive), the mode
+  // `context` and its driver.h `context_key`; nullptr and 0 for a release, which may leave it alive), the mode
   // also destroys its own objects in it (events, streams, green contexts), whose handles would
   // dangle after, and makes them again should the program go on. Bounded.
-  virtual void before_context_teardown(uint64_t context_key) noexcept { (void)context_key; }
+  virtual void before_context_teardown(CUcontext context, uint64_t context_key) noexcept {
+    (void)context, (void)context_key;
+  }
   // Process exit: flush, say goodbye. Bounded (about a second at most).
   virtual void shutdown() noexcept = 0;
 };

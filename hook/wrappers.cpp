@@ -250,13 +250,10 @@ CUresult event_synchronize(CUevent event) noexcept { return synchronizing<V, Syn
 template <Variant V, class... Args>
 CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::Memcpy>(args...); }
 
-// The context cuCtxDestroy destroys, and the device's primary context for its reset (0: none alive,
-// so nothing of the hook's can be in it).
-uint64_t teardown_key(CUcontext ctx) noexcept {
-  static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
-  return context_key(ctx, ctx_id);
-}
-uint64_t teardown_key(CUdevice dev) noexcept {
+// The context cuCtxDestroy destroys, and the device's primary context for its reset (nullptr: none
+// alive, so nothing of the hook's can be in it).
+CUcontext torn_down(CUcontext ctx) noexcept { return ctx; }
+CUcontext torn_down(CUdevice dev) noexcept {
   static const auto state = real_driver<CUresult (*)(CUdevice, unsigned*, int*)>("cuDevicePrimaryCtxGetState");
   static const auto retain = real_driver<CUresult (*)(CUcontext*, CUdevice)>("cuDevicePrimaryCtxRetain");
   static const auto release = [] {
@@ -268,9 +265,9 @@ uint64_t teardown_key(CUdevice dev) noexcept {
   CUcontext primary = nullptr;
   if (state == nullptr || retain == nullptr || release == nullptr || state(dev, &flags, &active) != CUDA_SUCCESS ||
       !active || retain(&primary, dev) != CUDA_SUCCESS)
-    return 0;
+    return nullptr;
   release(dev);   // the retain's: the program holds it too (it is active), so this destroys nothing
-  return teardown_key(primary);
+  return primary;
 }
 
 // (A teardown the mode's own letting go causes, a green context's destroy releasing its primary
@@ -279,11 +276,12 @@ thread_local bool t_in_teardown __attribute__((tls_model("initial-exec"))) = fal
 
 // Mode::before_context_teardown, unless this thread is in it already. Only a mode already running
 // has anything to do: this call does not start one.
-void tell_mode_of_teardown(uint64_t context_key) noexcept {
+void tell_mode_of_teardown(CUcontext context) noexcept {
+  static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
   Mode* mode = detail::loaded_mode();
   if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) return;
   t_in_teardown = true;
-  mode->before_context_teardown(context_key);
+  mode->before_context_teardown(context, context_key(context, ctx_id));
   t_in_teardown = false;
 }
 
@@ -293,7 +291,7 @@ void tell_mode_of_teardown(uint64_t context_key) noexcept {
 template <Variant V, class Target>
 CUresult context_teardown(Target target) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  tell_mode_of_teardown(teardown_key(target));
+  tell_mode_of_teardown(torn_down(target));
   return real(target);
 }
 
@@ -304,7 +302,7 @@ CUresult context_teardown(Target target) noexcept {
 template <Variant V>
 CUresult context_release(CUdevice dev) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  tell_mode_of_teardown(0);
+  tell_mode_of_teardown(nullptr);
   return real(dev);
 }
 

@@ -151,7 +151,7 @@ class MeasureMode final : public Mode {
     if (sampled(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
   }
 
-  void before_context_teardown(uint64_t context_key) noexcept override {
+  void before_context_teardown(CUcontext, uint64_t context_key) noexcept override {
     if (getpid() != owner_pid_ || thread_state_.load(std::memory_order_acquire) != kRunning ||
         !timer_->times_with_events())
       return;

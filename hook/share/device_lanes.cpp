@@ -157,17 +157,28 @@ Lane* DeviceLanes::current(bool* created, bool* answered) noexcept {
     const DeviceLanes* owner;
     CUcontext ctx;
     Lane* lane;
-  } cache __attribute__((tls_model("initial-exec"))) = {nullptr, nullptr, nullptr};
+    uint64_t forgotten;   // forgotten_ when it was filled: a destroyed context's handle may be reused
+  } cache __attribute__((tls_model("initial-exec"))) = {nullptr, nullptr, nullptr, 0};
   CUcontext ctx = nullptr;
   if (get_current == nullptr || get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return nullptr;
-  if (cache.owner == this && cache.ctx == ctx) return cache.lane;
+  const uint64_t forgotten = forgotten_.load(std::memory_order_acquire);
+  if (cache.owner == this && cache.ctx == ctx && cache.forgotten == forgotten) return cache.lane;
   Lane* lane = nullptr;
   const size_t n = known_count_.load(std::memory_order_acquire);
   for (size_t i = 0; i < n && lane == nullptr; ++i)
     if (known_[i].ctx.load(std::memory_order_acquire) == ctx) lane = known_[i].lane.load(std::memory_order_acquire);
   if (lane == nullptr) lane = slow_path(ctx, created, answered);
-  if (lane != nullptr) cache = {this, ctx, lane};
+  if (lane != nullptr) cache = {this, ctx, lane, forgotten};
   return lane;
+}
+
+void DeviceLanes::forget_context(CUcontext ctx) noexcept {
+  if (ctx == nullptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  const size_t n = known_count_.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i)
+    if (known_[i].ctx.load(std::memory_order_relaxed) == ctx) known_[i].ctx.store(kForgotten, std::memory_order_release);
+  forgotten_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 Lane* DeviceLanes::slow_path(CUcontext ctx, bool* created, bool* answered) noexcept {
@@ -212,10 +223,14 @@ Lane* DeviceLanes::slow_path(CUcontext ctx, bool* created, bool* answered) noexc
     warned_ = true;
     return nullptr;
   }
-  if (n < kMaxContexts) {
-    known_[n].lane.store(lane, std::memory_order_relaxed);
-    known_[n].ctx.store(ctx, std::memory_order_release);
-    known_count_.store(n + 1, std::memory_order_release);
+  // Remembered in a destroyed context's place, else a new one.
+  size_t at = n;
+  for (size_t i = 0; i < n && at == n; ++i)
+    if (known_[i].ctx.load(std::memory_order_relaxed) == kForgotten) at = i;
+  if (at < kMaxContexts) {
+    known_[at].lane.store(lane, std::memory_order_relaxed);
+    known_[at].ctx.store(ctx, std::memory_order_release);
+    if (at == n) known_count_.store(n + 1, std::memory_order_release);
   }
   return lane;
 }

@@ -61,6 +61,10 @@ class DeviceLanes {
   // `answered`, when a lane was made now: whether its daemon answered.
   Lane* current(bool* created = nullptr, bool* answered = nullptr) noexcept;
 
+  // Before the program destroys (or resets) `ctx`: a context made later may get its handle, and
+  // must find its own device's lane.
+  void forget_context(CUcontext ctx) noexcept;
+
   template <class F>
   void each(F&& f) noexcept {
     const size_t n = lane_count_.load(std::memory_order_acquire);
@@ -83,6 +87,8 @@ class DeviceLanes {
   };
   std::array<Known, kMaxContexts> known_{};
   std::atomic<size_t> known_count_{0};
+  static inline const CUcontext kForgotten = reinterpret_cast<CUcontext>(uintptr_t{1});   // a destroyed one's place
+  std::atomic<uint64_t> forgotten_{0};   // contexts forgotten so far: threads' cached lookups are stale
   bool warned_ = false;
 };
 

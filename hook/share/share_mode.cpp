@@ -169,8 +169,9 @@ class ShareMode final : public Mode {
   // What share mode made in the context goes first: the in-flight window's checkpoint events, the
   // SM partition (a green context of the primary context, its streams and events), re-profiling's
   // events. Work still in flight there is counted as done: it goes with the context.
-  void before_context_teardown(uint64_t context_key) noexcept override {
+  void before_context_teardown(CUcontext context, uint64_t context_key) noexcept override {
     if (context_key == 0 || owner_pid_ != getpid()) return;
+    lanes_.forget_context(context);
     lanes_.each([context_key](Lane& l) {
       l.window.forget_context(context_key);
       l.partition.forget_context(context_key);

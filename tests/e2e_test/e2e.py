@@ -42,7 +42,8 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  reads the profile again, and the LP fills the HP's gaps.
   two_gpus       a simulated machine with two devices, one daemon: the HP on device 0 and the LP on device 1
                  (CUDA_VISIBLE_DEVICES) are in separate domains: the LP never waits and never hears of the
-                 HP; with both on device 1 the LP is throttled as in interference.
+                 HP; with both on device 1 the LP is throttled as in interference. One process on both
+                 GPUs takes part in each domain, also through contexts of its own that it destroys.
   busy_rule      two services measured under Poisson arrivals (arrival waits are host time between
                  requests): a graph-like one (one 800 us kernel filling the device a request) counts
                  as busy, an eager one (50 x 5 us kernels with 20 us of host work before each) does not,
@@ -454,6 +455,21 @@ def two_gpus(env):
                 f"the probe launched on both devices ({line.strip()!r}, exit {p.returncode}) {err[-300:]}")
     ok &= check(len(multi) == 2 and len({t["device"] for t in multi}) == 2 and len({t["pid"] for t in multi}) == 1,
                 f"one process, a task on each GPU: {[(t['device'], t['pid']) for t in multi]}")
+
+    # Contexts of its own, one GPU after another, each destroyed before the next is made (which the
+    # driver may give the same handle): each launch is scheduled on its own GPU.
+    p = subprocess.Popen(env.fikit("share", "own", 3) + [env.a.probe, "--own-contexts", "1500"], env=env.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()
+    status = env.status()
+    out, err = p.communicate(timeout=60)
+    own = [t for t in status["tasks"] if t["key"] == "own"]
+    ok &= check(line.startswith("own contexts on 2 devices") and p.returncode == 0,
+                f"the probe made, used and destroyed a context on each device ({line.strip()!r}, exit {p.returncode}) "
+                f"{err[-300:]}")
+    ok &= check(len(own) == 2 and len({t["device"] for t in own}) == 2,
+                f"a task on each GPU, though the second context may have had the first one's handle: "
+                f"{[(t['device'], t['pid']) for t in own]}")
     env.stop_daemon()
     return ok
 

@@ -9,6 +9,9 @@
 //   launch_probe --all-devices LINGER_MS
 //                         a launch on every device (each one's primary context), then on each again,
 //                         stay LINGER_MS, exit
+//   launch_probe --own-contexts LINGER_MS
+//                         on each device in turn, a context of its own: made, a launch, destroyed (the
+//                         next may get its handle), then stay LINGER_MS, exit
 //   launch_probe --reset ROUNDS LAUNCHES
 //                         ROUNDS times: LAUNCHES launches (site A grid 1) on a stream of device 0's
 //                         primary context, a synchronisation, then cuDevicePrimaryCtxReset (as
@@ -134,6 +137,30 @@ bool all_devices(int linger_ms) {
   return true;
 }
 
+// Contexts a program makes and destroys itself, one GPU after another.
+bool own_contexts(int linger_ms) {
+  CHECK(cuInit(0));
+  int count = 0;
+  CHECK(cuDeviceGetCount(&count));
+  for (int d = 0; d < count; ++d) {
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction f;
+    CHECK(cuDeviceGet(&dev, d));
+    CHECK(cuCtxCreate(&ctx, nullptr, 0, dev));
+    CHECK(cuModuleLoadData(&mod, kPtx));
+    CHECK(cuModuleGetFunction(&f, mod, "probe_kernel"));
+    if (!launch_site_a(f, nullptr, 1)) return false;
+    CHECK(cuCtxSynchronize());
+    CHECK(cuCtxDestroy(ctx));
+  }
+  std::printf("own contexts on %d devices\n", count);
+  std::fflush(stdout);
+  usleep(useconds_t(linger_ms) * 1000);
+  return true;
+}
+
 // A program that resets its device and goes on: every object it made, and any the hook made, in
 // the old primary context is gone.
 bool reset_rounds(int rounds, int launches) {
@@ -164,9 +191,10 @@ bool reset_rounds(int rounds, int launches) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--help") == 0) {
     std::printf("usage: launch_probe [--ptsz | --fork LINGER_MS [DELAY_MS] | --all-devices LINGER_MS |\n"
-                "                     --reset ROUNDS LAUNCHES]\n");
+                "                     --own-contexts LINGER_MS | --reset ROUNDS LAUNCHES]\n");
     return 0;
   }
+  if (argc > 2 && std::strcmp(argv[1], "--own-contexts") == 0) return own_contexts(std::atoi(argv[2])) ? 0 : 1;
   if (argc > 3 && std::strcmp(argv[1], "--reset") == 0) return reset_rounds(std::atoi(argv[2]), std::atoi(argv[3])) ? 0 : 1;
   if (argc > 2 && std::strcmp(argv[1], "--all-devices") == 0) return all_devices(std::atoi(argv[2])) ? 0 : 1;
   const bool ptsz = argc > 1 && std::strcmp(argv[1], "--ptsz") == 0;
