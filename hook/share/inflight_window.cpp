@@ -119,13 +119,26 @@ void InflightWindow::forget_context(uint64_t context_key) noexcept {
   if (ev_.query == nullptr) return;
   while (!try_lock()) sched_yield();   // a launching thread records or retires: microseconds
   retire_locked();
-  bool outstanding = false;
-  for (uint64_t i = head_; i < tail_; ++i) outstanding |= ring_[i % kSlots].context == context_key;
-  if (outstanding) {
-    head_ = tail_;
-    inflight_.store(0, std::memory_order_relaxed);
-    pending_.store(0, std::memory_order_relaxed);
+  // Its outstanding checkpoints leave the ring with their work (it goes with the context); the
+  // others keep their order, moved down over the gaps (a slot owns the event it holds).
+  uint64_t kept = head_;
+  for (uint64_t i = head_; i < tail_; ++i) {
+    Checkpoint& c = ring_[i % kSlots];
+    if (c.context == context_key) {
+      uint64_t in = inflight_.load(std::memory_order_relaxed);
+      while (!inflight_.compare_exchange_weak(in, in > c.work_ns ? in - c.work_ns : 0, std::memory_order_relaxed)) {
+      }
+      ev_.destroy(c.event);
+      c = Checkpoint{};
+      continue;
+    }
+    if (kept != i) {
+      ring_[kept % kSlots] = c;
+      c = Checkpoint{};
+    }
+    ++kept;
   }
+  tail_ = kept;
   last_stream_.store(nullptr, std::memory_order_relaxed);   // it may be the context's
   for (Checkpoint& c : ring_) {
     if (c.event == nullptr || c.context != context_key) continue;

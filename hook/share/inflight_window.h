@@ -41,9 +41,9 @@ class InflightWindow {
     retire();
     return inflight_ns();
   }
-  // Before the context of `context_key` (driver.h) is released or destroyed: its checkpoint events
-  // are destroyed while valid; if work of it was outstanding, all work in flight counts as done (it
-  // goes with the context, and the ring keeps no order per context).
+  // Before the context of `context_key` (driver.h) is reset or destroyed: its checkpoint events are
+  // destroyed while valid, and the work they cover counts as done (it goes with the context). Work
+  // launched since the last checkpoint, of whatever context, stays counted.
   void forget_context(uint64_t context_key) noexcept;
   // Work that could not be tracked (a checkpoint could not be recorded): it was let go.
   uint64_t untracked_ns() const noexcept { return untracked_.load(std::memory_order_relaxed); }

@@ -802,6 +802,7 @@ TEST(ShareClient, AWaitingLaunchIsBoundedEvenIfTheDaemonSaysHoldForever) {
 // in flight only grows. fake_gpu_calls counts its event records and queries.
 std::atomic<bool> fake_gpu_done{false};
 std::atomic<uint64_t> fake_gpu_calls{0};
+CUcontext fake_context = nullptr;   // what cuCtxGetCurrent answers
 
 // A GPU that never finishes anything (fake event functions below): work in flight only grows.
 protocol::Directive run_with_credit(uint64_t credit_for_ns) {
@@ -917,6 +918,28 @@ TEST(InflightWindow, FarPastTheBoundALaunchRarelyCallsTheDriver) {
   window.inflight_now();
   EXPECT_EQ(window.inflight_now(), 0u);
   fake_gpu_done = false;
+  EXPECT_EQ(window.untracked_ns(), 0u);
+}
+
+// A context reset or destroyed takes its work along: its checkpoints leave the window, and the work
+// of the lane's other context stays counted until the GPU finishes it.
+TEST(InflightWindow, AContextsTeardownTakesOnlyItsOwnWorkOutOfTheWindow) {
+  hook::share::InflightWindow window;
+  ASSERT_TRUE(window.init());
+  CUcontext a = reinterpret_cast<CUcontext>(0x1000), b = reinterpret_cast<CUcontext>(0x2000);
+  // 100 us kernels under a 200 us bound: a checkpoint each (every quarter of the bound).
+  for (CUcontext ctx : {a, b, a, b, a}) {
+    fake_context = ctx;
+    window.launched(reinterpret_cast<CUstream>(1), 100'000, 200'000);
+  }
+  EXPECT_EQ(window.inflight_ns(), 500'000u);
+  window.forget_context(reinterpret_cast<uint64_t>(a));   // no cuCtxGetId here: the key is the address
+  EXPECT_EQ(window.inflight_now(), 200'000u) << "b's two kernels are still running";
+  fake_gpu_done = true;
+  window.inflight_now();
+  EXPECT_EQ(window.inflight_now(), 0u) << "and their checkpoints still retire them";
+  fake_gpu_done = false;
+  fake_context = nullptr;
   EXPECT_EQ(window.untracked_ns(), 0u);
 }
 
@@ -1059,7 +1082,7 @@ CUresult fake_event_query(CUevent) {
 }
 CUresult fake_event_elapsed(float* ms, CUevent, CUevent) { *ms = 0; return CUDA_SUCCESS; }
 CUresult fake_event_destroy(CUevent) { return CUDA_SUCCESS; }
-CUresult fake_ctx_current(CUcontext* c) { *c = nullptr; return CUDA_SUCCESS; }
+CUresult fake_ctx_current(CUcontext* c) { *c = fake_context; return CUDA_SUCCESS; }
 }  // namespace
 void* real_driver_symbol(const char* name) noexcept {
   const std::map<std::string, void*> fakes = {
