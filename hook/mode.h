@@ -62,6 +62,14 @@ class Mode {
   virtual void before_context_teardown(CUcontext context, uint64_t context_key) noexcept {
     (void)context, (void)context_key;
   }
+  // Around a release of the primary context of `context_key` (before_context_teardown ran first):
+  // what the mode's own threads might use of it is held still, and should the release have been its
+  // last reference (`gone`: the context no longer exists), the mode forgets its objects there without
+  // touching them (they went with it) and makes them again should the program go on.
+  virtual void before_context_release(uint64_t context_key) noexcept { (void)context_key; }
+  virtual void after_context_release(CUcontext context, uint64_t context_key, bool gone) noexcept {
+    (void)context, (void)context_key, (void)gone;
+  }
   // Process exit: flush, say goodbye. Bounded (about a second at most).
   virtual void shutdown() noexcept = 0;
 };

@@ -188,8 +188,8 @@ class CuptiTimer final : public Timer {
   }
 
   bool times_with_events() const noexcept override { return events_.load(std::memory_order_acquire) != nullptr; }
-  void forget_context(uint64_t context_key) noexcept override {
-    if (Timer* ev = events_.load(std::memory_order_acquire)) ev->forget_context(context_key);
+  void forget_context(uint64_t context_key, bool destroy) noexcept override {
+    if (Timer* ev = events_.load(std::memory_order_acquire)) ev->forget_context(context_key, destroy);
   }
 
   void stop() noexcept override {

@@ -254,13 +254,13 @@ class EventTimer final : public Timer {
   void stop() noexcept override { done_.store(true, std::memory_order_relaxed); }
 
   // The context's pool is emptied (its events destroyed while they are valid) and free for another.
-  void forget_context(uint64_t context_key) noexcept override {
+  void forget_context(uint64_t context_key, bool destroy) noexcept override {
     for (Pool& p : pools_) {
       if (p.owner.load(std::memory_order_acquire) != context_key + 1 || !p.pairs) continue;
       for (uint64_t i = 0; i < kPairs; ++i) {
         Pair& pair = p.pairs[i];
-        if (pair.start) f_.destroy(pair.start);
-        if (pair.end) f_.destroy(pair.end);
+        if (destroy && pair.start) f_.destroy(pair.start);
+        if (destroy && pair.end) f_.destroy(pair.end);
         pair = Pair{};
       }
       p.owner.store(0, std::memory_order_release);

@@ -165,6 +165,11 @@ class MeasureMode final : public Mode {
     if (context_key != 0 && consumed_.load(std::memory_order_acquire) >= claimed) timer_->forget_context(context_key);
   }
 
+  void after_context_release(CUcontext, uint64_t context_key, bool gone) noexcept override {
+    if (gone && getpid() == owner_pid_ && thread_state_.load(std::memory_order_acquire) == kRunning)
+      timer_->forget_context(context_key, /*destroy=*/false);
+  }
+
   void shutdown() noexcept override {
     // A forked child inherits the exit handlers but not the measurement thread: nothing to drain.
     if (getpid() != owner_pid_) return;

@@ -58,7 +58,8 @@ class Timer {
   // Launching thread, before the program releases, resets or destroys the context of `context_key`
   // (driver.h), once its ops were read: the events the timer made there go now, while their handles
   // are valid; ops of a context that lives on get new ones.
-  virtual void forget_context(uint64_t context_key) noexcept { (void)context_key; }
+  // With `destroy` false the context is gone already: its events are forgotten, never touched.
+  virtual void forget_context(uint64_t context_key, bool destroy = true) noexcept { (void)context_key, (void)destroy; }
   // How this run was timed, into its summary: the timer's name, the bias taken off ops and the
   // uncertainty of each duration and gap (profiledb::RunSummary).
   virtual void describe(profiledb::RunSummary& run) const noexcept { run.timer = name(); }

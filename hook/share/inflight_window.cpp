@@ -115,10 +115,19 @@ bool InflightWindow::retire_locked() noexcept {
   return progressed;
 }
 
+void InflightWindow::hold() noexcept {
+  while (!try_lock()) sched_yield();   // a launching thread records or retires: microseconds
+}
+
 void InflightWindow::forget_context(uint64_t context_key) noexcept {
   if (ev_.query == nullptr) return;
-  while (!try_lock()) sched_yield();   // a launching thread records or retires: microseconds
+  hold();
   retire_locked();
+  forget_held(context_key, /*destroy=*/true);
+  unhold();
+}
+
+void InflightWindow::forget_held(uint64_t context_key, bool destroy) noexcept {
   // Its outstanding checkpoints leave the ring with their work (it goes with the context); the
   // others keep their order, moved down over the gaps (a slot owns the event it holds).
   uint64_t kept = head_;
@@ -128,7 +137,7 @@ void InflightWindow::forget_context(uint64_t context_key) noexcept {
       uint64_t in = inflight_.load(std::memory_order_relaxed);
       while (!inflight_.compare_exchange_weak(in, in > c.work_ns ? in - c.work_ns : 0, std::memory_order_relaxed)) {
       }
-      ev_.destroy(c.event);
+      if (destroy) ev_.destroy(c.event);
       c = Checkpoint{};
       continue;
     }
@@ -142,10 +151,9 @@ void InflightWindow::forget_context(uint64_t context_key) noexcept {
   last_stream_.store(nullptr, std::memory_order_relaxed);   // it may be the context's
   for (Checkpoint& c : ring_) {
     if (c.event == nullptr || c.context != context_key) continue;
-    ev_.destroy(c.event);
+    if (destroy) ev_.destroy(c.event);
     c = Checkpoint{};
   }
-  unlock();
 }
 
 void InflightWindow::wait_progress(uint64_t deadline_ns) noexcept {

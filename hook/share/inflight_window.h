@@ -45,6 +45,11 @@ class InflightWindow {
   // destroyed while valid, and the work they cover counts as done (it goes with the context). Work
   // launched since the last checkpoint, of whatever context, stays counted.
   void forget_context(uint64_t context_key) noexcept;
+  // Around a release that may take a context along: held, no thread touches the checkpoints; while
+  // held, forget_held(key, false) forgets those of a context already gone without touching them.
+  void hold() noexcept;
+  void unhold() noexcept { unlock(); }
+  void forget_held(uint64_t context_key, bool destroy) noexcept;
   // Work that could not be tracked (a checkpoint could not be recorded): it was let go.
   uint64_t untracked_ns() const noexcept { return untracked_.load(std::memory_order_relaxed); }
 

@@ -134,6 +134,7 @@ void Relearner::synchronized() noexcept {
 }
 
 void Relearner::collect(bool final) noexcept {
+  std::lock_guard collecting(collect_mutex_);
   Learned& l = *learned_state_;
   const uint64_t now = monotonic_ns();
   for (Slot& s : slots_) {
@@ -173,7 +174,7 @@ void Relearner::collect(bool final) noexcept {
   }
 }
 
-void Relearner::forget_context(uint64_t context_key) noexcept {
+void Relearner::forget_context(uint64_t context_key, bool destroy) noexcept {
   if (!enabled()) return;
   for (Slot& s : slots_) {
     // A slot is taken from whoever is not working on it (free, or a sample awaiting its next launch
@@ -190,7 +191,7 @@ void Relearner::forget_context(uint64_t context_key) noexcept {
       if (!s.state.compare_exchange_strong(state, kClosing, std::memory_order_acq_rel)) continue;
       if (s.context == context_key) {
         for (CUevent* e : {&s.start, &s.end, &s.next}) {
-          if (*e != nullptr) ev_.destroy(*e);
+          if (destroy && *e != nullptr) ev_.destroy(*e);
           *e = nullptr;
         }
         s.context = 0;

@@ -57,7 +57,10 @@ class Relearner {
   void synchronized() noexcept;
   // Before the context of `context_key` (driver.h) is released or destroyed: samples in it are
   // dropped and their slots' events destroyed while valid.
-  void forget_context(uint64_t context_key) noexcept;
+  void forget_context(uint64_t context_key, bool destroy = true) noexcept;
+  // Around a release that may take a context along: the reading thread is held still.
+  void hold() noexcept { collect_mutex_.lock(); }
+  void unhold() noexcept { collect_mutex_.unlock(); }
   // Process exit: store what was learned (bounded), stop the thread. In the owning process only.
   void stop() noexcept;
 
@@ -94,6 +97,7 @@ class Relearner {
   std::atomic<bool> running_{false};
   std::atomic<bool> stopping_{false};
   std::mutex wake_mutex_;
+  std::mutex collect_mutex_;   // held by collect(), and around a release (hold)
   std::condition_variable wake_;
   std::thread thread_;
   struct Learned;

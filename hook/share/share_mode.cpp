@@ -179,6 +179,28 @@ class ShareMode final : public Mode {
     relearner_.forget_context(context_key);
   }
 
+  // A release: the receiver's in-flight probe and re-profiling's reader are held off the context's
+  // events until it is known whether the release took the context along.
+  void before_context_release(uint64_t) noexcept override {
+    if (owner_pid_ != getpid()) return;
+    lanes_.each([](Lane& l) { l.window.hold(); });
+    if (relearner_.enabled()) relearner_.hold();
+  }
+  void after_context_release(CUcontext context, uint64_t context_key, bool gone) noexcept override {
+    if (owner_pid_ != getpid()) return;
+    if (gone) {
+      lanes_.forget_context(context);
+      lanes_.each([context_key](Lane& l) {
+        l.window.forget_held(context_key, /*destroy=*/false);
+        l.partition.forget_context(context_key, /*destroy=*/false);
+      });
+    }
+    // (Forgotten while its reader is held: it would query them otherwise.)
+    if (gone) relearner_.forget_context(context_key, /*destroy=*/false);
+    if (relearner_.enabled()) relearner_.unhold();
+    lanes_.each([](Lane& l) { l.window.unhold(); });
+  }
+
   void after_sync(SyncKind) noexcept override {
     relearner_.synchronized();
     // This thread's work drained on the current context's GPU: the daemon decides from the last

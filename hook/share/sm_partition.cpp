@@ -165,7 +165,7 @@ CUstream SmPartition::enter(CUstream app, uint8_t pct) noexcept {
   return e->shadow;
 }
 
-void SmPartition::forget_context(uint64_t context_key) noexcept {
+void SmPartition::forget_context(uint64_t context_key, bool destroy) noexcept {
   std::lock_guard lock(mutex_);
   if (!made_.load(std::memory_order_relaxed) || primary_ != context_key) return;
   GreenFns& f = fns();
@@ -175,13 +175,15 @@ void SmPartition::forget_context(uint64_t context_key) noexcept {
   for (Entry& e : entries_) {
     if (!e.used.load(std::memory_order_relaxed)) continue;
     e.used.store(false, std::memory_order_release);
-    f.event_destroy(e.before);
-    f.event_destroy(e.after);
-    f.stream_destroy(e.shadow);
+    if (destroy) {
+      f.event_destroy(e.before);
+      f.event_destroy(e.after);
+      f.stream_destroy(e.shadow);
+    }
     e.app = e.shadow = nullptr;
     e.before = e.after = nullptr;
   }
-  f.green_destroy(static_cast<CUgreenCtx>(green_));
+  if (destroy) f.green_destroy(static_cast<CUgreenCtx>(green_));
   green_ = nullptr;
   primary_ = 0;
   sms_.store(0, std::memory_order_relaxed);

@@ -33,7 +33,8 @@ class SmPartition {
   // Before the context of `context_key` (driver.h) is released or destroyed: a partition made in it
   // goes (its streams, events and green context, while their handles are valid), to be made again
   // on the next launch sent there.
-  void forget_context(uint64_t context_key) noexcept;
+  // (`destroy` false: the context is gone already, and its objects with it.)
+  void forget_context(uint64_t context_key, bool destroy = true) noexcept;
 
  private:
   static constexpr size_t kMaxStreams = 64;
@@ -77,8 +78,8 @@ class SmPartitions {
   void leave(CUstream app, CUstream shadow) noexcept {
     for (SmPartition& p : parts_) p.leave(app, shadow);
   }
-  void forget_context(uint64_t context_key) noexcept {
-    for (SmPartition& p : parts_) p.forget_context(context_key);
+  void forget_context(uint64_t context_key, bool destroy = true) noexcept {
+    for (SmPartition& p : parts_) p.forget_context(context_key, destroy);
   }
 
  private:

@@ -57,9 +57,10 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
   context_reset  a job below an idle service resets its device twice (cudaDeviceReset's
-                 cuDevicePrimaryCtxReset) and goes on, on a simulated device that aborts on any use of a
-                 handle that is no longer live: measured, then shared with its profile (the in-flight
-                 window's checkpoint events) and without (re-profiling's events); it finishes every time.
+                 cuDevicePrimaryCtxReset), or releases its primary context's last reference, and goes on,
+                 on a simulated device that aborts on any use of a handle that is no longer live: measured,
+                 then shared with its profile (the in-flight window's checkpoint events) and without
+                 (re-profiling's events); it finishes every time.
 """
 import argparse
 import json
@@ -665,12 +666,11 @@ def fork_case(env):
 
 def context_reset(env):
     env.env["FIKIT_SIMGPU_STRICT"] = "1"
-    probe = [env.a.probe, "--reset", "3", "300"]
     ok = True
 
-    def job(mode, key, what, extra_env=None):
-        r = subprocess.run(env.fikit(mode, key, 5) + probe, env={**env.env, **(extra_env or {})}, capture_output=True,
-                           text=True, timeout=60)
+    def job(mode, key, what, extra_env=None, how="--reset"):
+        r = subprocess.run(env.fikit(mode, key, 5) + [env.a.probe, how, "3", "300"],
+                           env={**env.env, **(extra_env or {})}, capture_output=True, text=True, timeout=60)
         return check(r.returncode == 0 and "rounds 3" in r.stdout,
                      f"{what}: the job reset its device twice and finished (exit {r.returncode}) {r.stderr[-400:]}")
 
@@ -688,6 +688,10 @@ def context_reset(env):
         ok &= check(s.get("launches", 0) > 0, f"its launches went through the service's lane ({s.get('launches')})")
         ok &= job("share", "unmeasured", "shared without a profile, re-profiling every launch",
                   {"FIKIT_RELEARN_SAMPLE": "1"})
+        # Its last reference released instead: the context goes inside the release.
+        ok &= job("share", "resetter", "released, with its profile", how="--release")
+        ok &= job("share", "unmeasured", "released, re-profiling every launch", {"FIKIT_RELEARN_SAMPLE": "1"},
+                  how="--release")
     finally:
         hp.kill()
         hp.wait()

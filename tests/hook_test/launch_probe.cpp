@@ -16,6 +16,8 @@
 //                         ROUNDS times: LAUNCHES launches (site A grid 1) on a stream of device 0's
 //                         primary context, a synchronisation, then cuDevicePrimaryCtxReset (as
 //                         cudaDeviceReset does) but after the last; print "rounds ROUNDS", exit
+//   launch_probe --release ROUNDS LAUNCHES
+//                         the same with cuDevicePrimaryCtxRelease, the last reference going
 #include <cuda.h>
 
 #include <sys/wait.h>
@@ -163,7 +165,7 @@ bool own_contexts(int linger_ms) {
 
 // A program that resets its device and goes on: every object it made, and any the hook made, in
 // the old primary context is gone.
-bool reset_rounds(int rounds, int launches) {
+bool reset_rounds(int rounds, int launches, bool release) {
   CHECK(cuInit(0));
   CUdevice dev;
   CHECK(cuDeviceGet(&dev, 0));
@@ -180,7 +182,8 @@ bool reset_rounds(int rounds, int launches) {
     for (int i = 0; i < launches; ++i)
       if (!launch_site_a(f, s, 1)) return false;
     CHECK(cuStreamSynchronize(s));
-    if (round + 1 < rounds) CHECK(cuDevicePrimaryCtxReset(dev));
+    if (round + 1 < rounds && release) CHECK(cuDevicePrimaryCtxRelease(dev));
+    if (round + 1 < rounds && !release) CHECK(cuDevicePrimaryCtxReset(dev));
   }
   std::printf("rounds %d\n", rounds);
   return true;
@@ -191,11 +194,12 @@ bool reset_rounds(int rounds, int launches) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--help") == 0) {
     std::printf("usage: launch_probe [--ptsz | --fork LINGER_MS [DELAY_MS] | --all-devices LINGER_MS |\n"
-                "                     --own-contexts LINGER_MS | --reset ROUNDS LAUNCHES]\n");
+                "                     --own-contexts LINGER_MS | --reset|--release ROUNDS LAUNCHES]\n");
     return 0;
   }
   if (argc > 2 && std::strcmp(argv[1], "--own-contexts") == 0) return own_contexts(std::atoi(argv[2])) ? 0 : 1;
-  if (argc > 3 && std::strcmp(argv[1], "--reset") == 0) return reset_rounds(std::atoi(argv[2]), std::atoi(argv[3])) ? 0 : 1;
+  if (argc > 3 && (std::strcmp(argv[1], "--reset") == 0 || std::strcmp(argv[1], "--release") == 0))
+    return reset_rounds(std::atoi(argv[2]), std::atoi(argv[3]), std::strcmp(argv[1], "--release") == 0) ? 0 : 1;
   if (argc > 2 && std::strcmp(argv[1], "--all-devices") == 0) return all_devices(std::atoi(argv[2])) ? 0 : 1;
   const bool ptsz = argc > 1 && std::strcmp(argv[1], "--ptsz") == 0;
   const int linger = argc > 2 && std::strcmp(argv[1], "--fork") == 0 ? std::atoi(argv[2]) : -1;
