@@ -166,7 +166,9 @@ class MeasureMode final : public Mode {
   }
 
   void after_context_release(CUcontext, uint64_t context_key, bool gone) noexcept override {
-    if (gone && getpid() == owner_pid_ && thread_state_.load(std::memory_order_acquire) == kRunning)
+    // (Not while ops not read yet may still need their pairs: the drain before ran out.)
+    if (gone && getpid() == owner_pid_ && thread_state_.load(std::memory_order_acquire) == kRunning &&
+        consumed_.load(std::memory_order_acquire) >= ring_->claimed())
       timer_->forget_context(context_key, /*destroy=*/false);
   }
 

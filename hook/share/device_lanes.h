@@ -67,7 +67,12 @@ class DeviceLanes {
 
   template <class F>
   void each(F&& f) noexcept {
-    const size_t n = lane_count_.load(std::memory_order_acquire);
+    each_of_first(count(), f);
+  }
+  // The lanes made so far, and the first n of them (lanes are only ever added).
+  size_t count() const noexcept { return lane_count_.load(std::memory_order_acquire); }
+  template <class F>
+  void each_of_first(size_t n, F&& f) noexcept {
     for (size_t i = 0; i < n; ++i) f(*lanes_[i]);
   }
 

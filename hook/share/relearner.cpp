@@ -175,7 +175,7 @@ void Relearner::collect(bool final) noexcept {
 }
 
 void Relearner::forget_context(uint64_t context_key, bool destroy) noexcept {
-  if (!enabled()) return;
+  // (Also once stopped: stop() reads what is left, and must not find the context's events.)
   for (Slot& s : slots_) {
     // A slot is taken from whoever is not working on it (free, or a sample awaiting its next launch
     // or its reading): its sample of the going context is dropped. One being read or closed is

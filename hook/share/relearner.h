@@ -58,7 +58,8 @@ class Relearner {
   // Before the context of `context_key` (driver.h) is released or destroyed: samples in it are
   // dropped and their slots' events destroyed while valid.
   void forget_context(uint64_t context_key, bool destroy = true) noexcept;
-  // Around a release that may take a context along: the reading thread is held still.
+  // Around a release that may take a context along: the reading thread is held still (whether or
+  // not the relearner runs: stop() may come in between).
   void hold() noexcept { collect_mutex_.lock(); }
   void unhold() noexcept { collect_mutex_.unlock(); }
   // Process exit: store what was learned (bounded), stop the thread. In the owning process only.

@@ -38,6 +38,9 @@ struct InLaunch {
   uint64_t partition_charge_ns;        // a launch sent to the partition: what it counts against the bound
 };
 constinit thread_local InLaunch t_launch __attribute__((tls_model("initial-exec"))) = {0, {}, 0};
+// Lanes whose windows this thread holds around a primary context's release (two releases at once, on
+// two threads, hold in turn).
+constinit thread_local size_t t_held_lanes __attribute__((tls_model("initial-exec"))) = 0;
 
 Lane* lane_of(const LaunchInfo& op) noexcept { return static_cast<Lane*>(op.mode_context); }
 
@@ -181,24 +184,26 @@ class ShareMode final : public Mode {
 
   // A release: the receiver's in-flight probe and re-profiling's reader are held off the context's
   // events until it is known whether the release took the context along.
+  // (The lanes held are those made before: another GPU's first launch may add one meanwhile.)
   void before_context_release(uint64_t) noexcept override {
     if (owner_pid_ != getpid()) return;
-    lanes_.each([](Lane& l) { l.window.hold(); });
-    if (relearner_.enabled()) relearner_.hold();
+    t_held_lanes = lanes_.count();
+    lanes_.each_of_first(t_held_lanes, [](Lane& l) { l.window.hold(); });
+    relearner_.hold();
   }
   void after_context_release(CUcontext context, uint64_t context_key, bool gone) noexcept override {
     if (owner_pid_ != getpid()) return;
     if (gone) {
       lanes_.forget_context(context);
-      lanes_.each([context_key](Lane& l) {
+      lanes_.each_of_first(t_held_lanes, [context_key](Lane& l) {
         l.window.forget_held(context_key, /*destroy=*/false);
         l.partition.forget_context(context_key, /*destroy=*/false);
       });
+      // (Forgotten while its reader is held: it would query them otherwise.)
+      relearner_.forget_context(context_key, /*destroy=*/false);
     }
-    // (Forgotten while its reader is held: it would query them otherwise.)
-    if (gone) relearner_.forget_context(context_key, /*destroy=*/false);
-    if (relearner_.enabled()) relearner_.unhold();
-    lanes_.each([](Lane& l) { l.window.unhold(); });
+    relearner_.unhold();
+    lanes_.each_of_first(t_held_lanes, [](Lane& l) { l.window.unhold(); });
   }
 
   void after_sync(SyncKind) noexcept override {
