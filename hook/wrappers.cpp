@@ -303,18 +303,16 @@ template <Variant V>
 CUresult context_release(CUdevice dev) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
-  static const auto state = real_driver<CUresult (*)(CUdevice, unsigned*, int*)>("cuDevicePrimaryCtxGetState");
   Mode* mode = detail::loaded_mode();
-  if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown || state == nullptr) return real(dev);
+  if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) return real(dev);
   tell_mode_of_teardown(nullptr);
   t_in_teardown = true;
   const CUcontext primary = torn_down(dev);
   const uint64_t key = context_key(primary, ctx_id);
   if (key != 0) mode->before_context_release(key);
   const CUresult result = real(dev);
-  unsigned flags = 0;
-  int active = 1;
-  const bool gone = key != 0 && result == CUDA_SUCCESS && state(dev, &flags, &active) == CUDA_SUCCESS && !active;
+  // Gone: no primary context now, or another one (a thread retained it again right after).
+  const bool gone = key != 0 && result == CUDA_SUCCESS && context_key(torn_down(dev), ctx_id) != key;
   if (key != 0) mode->after_context_release(primary, key, gone);
   t_in_teardown = false;
   return result;
