@@ -24,9 +24,10 @@ Fn real_driver(const char* name) noexcept {
 CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode) noexcept;
 
 // What tells a context apart for good (0: none): the driver's context ID (a destroyed context's
-// address may be a new one's; its ID never is), else the address (drivers before CUDA 12, where
-// `ctx_id`, cuCtxGetId, is nullptr).
-inline uint64_t context_key(CUcontext context, CUresult (*ctx_id)(CUcontext, unsigned long long*)) noexcept {
+// address may be a new one's; its ID never is), else the address (drivers before CUDA 12, which
+// have no cuCtxGetId).
+inline uint64_t context_key(CUcontext context) noexcept {
+  static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
   if (context == nullptr) return 0;
   unsigned long long id = 0;
   if (ctx_id != nullptr && ctx_id(context, &id) == CUDA_SUCCESS && id != 0) return id;
@@ -41,7 +42,6 @@ struct EventFns {
   CUresult (*elapsed)(float*, CUevent, CUevent) = nullptr;
   CUresult (*destroy)(CUevent) = nullptr;
   CUresult (*ctx_current)(CUcontext*) = nullptr;
-  CUresult (*ctx_id)(CUcontext, unsigned long long*) = nullptr;   // optional: CUDA 12 and later
   // Resolves them all; false when one is missing (a driver too old or not loaded).
   bool resolve() noexcept {
     create = real_driver<decltype(create)>("cuEventCreate");
@@ -52,7 +52,6 @@ struct EventFns {
     destroy = real_driver<decltype(destroy)>("cuEventDestroy_v2");
     if (destroy == nullptr) destroy = real_driver<decltype(destroy)>("cuEventDestroy");
     ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
-    ctx_id = real_driver<decltype(ctx_id)>("cuCtxGetId");
     return create && record && query && elapsed && destroy && ctx_current;
   }
   // The calling thread's context_key (an event belongs to its context: made, recorded and compared
@@ -60,7 +59,7 @@ struct EventFns {
   uint64_t current_context_key() const noexcept {
     CUcontext context = nullptr;
     if (ctx_current(&context) != CUDA_SUCCESS) return 0;
-    return context_key(context, ctx_id);
+    return context_key(context);
   }
 };
 

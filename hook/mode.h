@@ -55,10 +55,10 @@ class Mode {
   // of the GPU before it launches anything).
   virtual void before_allocation() noexcept {}
   // Before the program releases, resets or destroys a context: what still needs it (measure mode:
-  // the events of ops not read yet) is done with it first. When it is sure to go (reset, destroy:
-  // `context` and its driver.h `context_key`; nullptr and 0 for a release, which may leave it alive), the mode
-  // also destroys its own objects in it (events, streams, green contexts), whose handles would
-  // dangle after, and makes them again should the program go on. Bounded.
+  // the events of ops not read yet) is done with it first. When it is sure to go (a reset or a
+  // destroy: `context` and its driver.h context_key; nullptr and 0 for a release, which may leave it
+  // alive), the mode also destroys its own objects in it (events, streams, green contexts), whose
+  // handles would dangle after, and makes them again should the program go on. Bounded.
   virtual void before_context_teardown(CUcontext context, uint64_t context_key) noexcept {
     (void)context, (void)context_key;
   }

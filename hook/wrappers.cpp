@@ -277,11 +277,10 @@ thread_local bool t_in_teardown __attribute__((tls_model("initial-exec"))) = fal
 // Mode::before_context_teardown, unless this thread is in it already. Only a mode already running
 // has anything to do: this call does not start one.
 void tell_mode_of_teardown(CUcontext context) noexcept {
-  static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
   Mode* mode = detail::loaded_mode();
   if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) return;
   t_in_teardown = true;
-  mode->before_context_teardown(context, context_key(context, ctx_id));
+  mode->before_context_teardown(context, context_key(context));
   t_in_teardown = false;
 }
 
@@ -302,17 +301,16 @@ CUresult context_teardown(Target target) noexcept {
 template <Variant V>
 CUresult context_release(CUdevice dev) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
   Mode* mode = detail::loaded_mode();
   if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) return real(dev);
   tell_mode_of_teardown(nullptr);
   t_in_teardown = true;
   const CUcontext primary = torn_down(dev);
-  const uint64_t key = context_key(primary, ctx_id);
+  const uint64_t key = context_key(primary);
   if (key != 0) mode->before_context_release(key);
   const CUresult result = real(dev);
   // Gone: no primary context now, or another one (a thread retained it again right after).
-  const bool gone = key != 0 && result == CUDA_SUCCESS && context_key(torn_down(dev), ctx_id) != key;
+  const bool gone = key != 0 && result == CUDA_SUCCESS && context_key(torn_down(dev)) != key;
   if (key != 0) mode->after_context_release(primary, key, gone);
   t_in_teardown = false;
   return result;

@@ -71,7 +71,6 @@ class EventTimer final : public Timer {
   void before(OpSlot& slot, uint64_t seq, const LaunchInfo& op) noexcept override {
     const CUstream stream = op.stream;
     slot.timed = false;
-    slot.context = 0;
     if (calibration_.load(std::memory_order_acquire) == kNotCalibrated) [[unlikely]] calibrate();
     slot.context = f_.current_context_key();
     if (slot.context == 0) return;

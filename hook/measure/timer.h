@@ -55,10 +55,10 @@ class Timer {
   // Whether ops not read yet hold events of their context: then they are read before the program
   // releases or destroys a context (MeasureMode::before_context_teardown). CUPTI's records do not.
   virtual bool times_with_events() const noexcept { return false; }
-  // Launching thread, before the program releases, resets or destroys the context of `context_key`
-  // (driver.h), once its ops were read: the events the timer made there go now, while their handles
-  // are valid; ops of a context that lives on get new ones.
-  // With `destroy` false the context is gone already: its events are forgotten, never touched.
+  // Launching thread, before the program resets or destroys the context of `context_key` (driver.h),
+  // once its ops were read: the events the timer made there go now, while their handles are valid;
+  // ops of the context, should it live on, get new ones. With `destroy` false (a release took the
+  // context along) they went with it: forgotten, never touched.
   virtual void forget_context(uint64_t context_key, bool destroy = true) noexcept { (void)context_key, (void)destroy; }
   // How this run was timed, into its summary: the timer's name, the bias taken off ops and the
   // uncertainty of each duration and gap (profiledb::RunSummary).

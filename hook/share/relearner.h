@@ -55,8 +55,9 @@ class Relearner {
   void after(uint32_t ticket, const LaunchInfo& op, CUresult result) noexcept;
   // After a host synchronisation on this thread: the last sample's kernel ended an iteration.
   void synchronized() noexcept;
-  // Before the context of `context_key` (driver.h) is released or destroyed: samples in it are
-  // dropped and their slots' events destroyed while valid.
+  // Before the context of `context_key` (driver.h) is reset or destroyed: samples in it are dropped
+  // and their slots' events destroyed while valid (`destroy` false: a release took the context
+  // along, and the events with it: forgotten, never touched).
   void forget_context(uint64_t context_key, bool destroy = true) noexcept;
   // Around a release that may take a context along: the reading thread is held still (whether or
   // not the relearner runs: stop() may come in between).

@@ -10,7 +10,6 @@ namespace {
 
 struct GreenFns {
   CUresult (*ctx_current)(CUcontext*) = nullptr;
-  CUresult (*ctx_id)(CUcontext, unsigned long long*) = nullptr;   // optional (CUDA 12)
   CUresult (*ctx_device)(CUdevice*) = nullptr;
   CUresult (*primary_retain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*primary_release)(CUdevice) = nullptr;
@@ -29,7 +28,6 @@ struct GreenFns {
   CUresult (*green_destroy)(CUgreenCtx) = nullptr;
   bool resolve() noexcept {
     ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
-    ctx_id = real_driver<decltype(ctx_id)>("cuCtxGetId");
     ctx_device = real_driver<decltype(ctx_device)>("cuCtxGetDevice");
     primary_retain = real_driver<decltype(primary_retain)>("cuDevicePrimaryCtxRetain");
     primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease_v2");
@@ -100,7 +98,7 @@ bool SmPartition::make(uint8_t pct) noexcept {
   if ((r = f.describe(&desc, &part, 1)) != CUDA_SUCCESS) return fail("cuDevResourceGenerateDesc", r);
   CUgreenCtx green = nullptr;
   if ((r = f.green_create(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM)) != CUDA_SUCCESS) return fail("cuGreenCtxCreate", r);
-  primary_ = context_key(current, f.ctx_id);
+  primary_ = context_key(current);
   green_ = green;
   sms_.store(part.sm.smCount, std::memory_order_relaxed);
   made_.store(true, std::memory_order_release);
@@ -154,7 +152,7 @@ CUstream SmPartition::enter(CUstream app, uint8_t pct) noexcept {
   // must not make its stream's entry: a null stream is each context's own, and events made in the
   // other context could never be recorded on the primary's.
   CUcontext current = nullptr;
-  if (f.ctx_current(&current) != CUDA_SUCCESS || context_key(current, f.ctx_id) != primary_) return nullptr;
+  if (f.ctx_current(&current) != CUDA_SUCCESS || context_key(current) != primary_) return nullptr;
   Entry* e = find(app);
   if (e == nullptr) {
     std::lock_guard lock(mutex_);

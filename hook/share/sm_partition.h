@@ -30,10 +30,10 @@ class SmPartition {
   // After the launch went on `shadow`: what comes next on `app` waits for it.
   void leave(CUstream app, CUstream shadow) noexcept;
   uint32_t sm_count() const noexcept { return sms_.load(std::memory_order_relaxed); }
-  // Before the context of `context_key` (driver.h) is released or destroyed: a partition made in it
+  // Before the context of `context_key` (driver.h) is reset or destroyed: a partition made in it
   // goes (its streams, events and green context, while their handles are valid), to be made again
-  // on the next launch sent there.
-  // (`destroy` false: the context is gone already, and its objects with it.)
+  // on the next launch sent there (`destroy` false: a release took the context along, and them with
+  // it).
   void forget_context(uint64_t context_key, bool destroy = true) noexcept;
 
  private:

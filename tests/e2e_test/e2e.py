@@ -445,28 +445,27 @@ def two_gpus(env):
     ok &= check(s.get("reaction_us", {}).get("n", 0) > 0,
                 f"on one GPU the HP's returns moved the LP out of Run ({s.get('reaction_us', {}).get('n')} times)")
 
+    def probe_tasks(key, *args):
+        """Runs the probe under `key`; once it says what it did, the daemon's tasks of `key`."""
+        p = subprocess.Popen(env.fikit("share", key, 3) + [env.a.probe, *args], env=env.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        status = env.status()
+        _, err = p.communicate(timeout=60)
+        return line, p.returncode, err, [t for t in status["tasks"] if t["key"] == key]
+
     # One process on both GPUs: a task in each domain, the same pid.
-    p = subprocess.Popen(env.fikit("share", "multi", 3) + [env.a.probe, "--all-devices", "1500"], env=env.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    status = env.status()
-    out, err = p.communicate(timeout=60)
-    multi = [t for t in status["tasks"] if t["key"] == "multi"]
-    ok &= check(line.startswith("launched on 2 devices") and p.returncode == 0,
-                f"the probe launched on both devices ({line.strip()!r}, exit {p.returncode}) {err[-300:]}")
+    line, rc, err, multi = probe_tasks("multi", "--all-devices", "1500")
+    ok &= check(line.startswith("launched on 2 devices") and rc == 0,
+                f"the probe launched on both devices ({line.strip()!r}, exit {rc}) {err[-300:]}")
     ok &= check(len(multi) == 2 and len({t["device"] for t in multi}) == 2 and len({t["pid"] for t in multi}) == 1,
                 f"one process, a task on each GPU: {[(t['device'], t['pid']) for t in multi]}")
 
     # Contexts of its own, one GPU after another, each destroyed before the next is made (which the
     # driver may give the same handle): each launch is scheduled on its own GPU.
-    p = subprocess.Popen(env.fikit("share", "own", 3) + [env.a.probe, "--own-contexts", "1500"], env=env.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = p.stdout.readline()
-    status = env.status()
-    out, err = p.communicate(timeout=60)
-    own = [t for t in status["tasks"] if t["key"] == "own"]
-    ok &= check(line.startswith("own contexts on 2 devices") and p.returncode == 0,
-                f"the probe made, used and destroyed a context on each device ({line.strip()!r}, exit {p.returncode}) "
+    line, rc, err, own = probe_tasks("own", "--own-contexts", "1500")
+    ok &= check(line.startswith("own contexts on 2 devices") and rc == 0,
+                f"the probe made, used and destroyed a context on each device ({line.strip()!r}, exit {rc}) "
                 f"{err[-300:]}")
     ok &= check(len(own) == 2 and len({t["device"] for t in own}) == 2,
                 f"a task on each GPU, though the second context may have had the first one's handle: "

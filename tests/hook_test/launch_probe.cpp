@@ -69,6 +69,24 @@ double now_ms() {
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+// The probe kernel, in the current context.
+bool load_kernel(CUfunction* f) {
+  CUmodule mod;
+  CHECK(cuModuleLoadData(&mod, kPtx));
+  CHECK(cuModuleGetFunction(f, mod, "probe_kernel"));
+  return true;
+}
+
+// Device `d`'s primary context made current, and the probe kernel in it.
+bool primary_with_kernel(int d, CUfunction* f) {
+  CUdevice dev;
+  CUcontext ctx;
+  CHECK(cuDeviceGet(&dev, d));
+  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+  CHECK(cuCtxSetCurrent(ctx));
+  return load_kernel(f);
+}
+
 // The reproduction of a forked child that inherits the hook's threads and exit handlers.
 bool fork_and_exit(CUfunction f, CUstream s, int linger_ms, int delay_ms) {
   usleep(useconds_t(delay_ms) * 1000);
@@ -86,17 +104,10 @@ bool fork_and_exit(CUfunction f, CUstream s, int linger_ms, int delay_ms) {
 }
 
 bool run(bool ptsz, int fork_linger_ms, int fork_delay_ms) {
-  CUdevice dev;
-  CUcontext ctx;
-  CUmodule mod;
   CUfunction f;
   CUstream s;
   CHECK(cuInit(0));
-  CHECK(cuDeviceGet(&dev, 0));
-  CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-  CHECK(cuCtxSetCurrent(ctx));
-  CHECK(cuModuleLoadData(&mod, kPtx));
-  CHECK(cuModuleGetFunction(&f, mod, "probe_kernel"));
+  if (!primary_with_kernel(0, &f)) return false;
   CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   if (ptsz) {
     unsigned long long arg = 0;
@@ -120,15 +131,8 @@ bool all_devices(int linger_ms) {
   CHECK(cuDeviceGetCount(&count));
   for (int round = 0; round < 2; ++round) {
     for (int d = 0; d < count; ++d) {
-      CUdevice dev;
-      CUcontext ctx;
-      CUmodule mod;
       CUfunction f;
-      CHECK(cuDeviceGet(&dev, d));
-      CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-      CHECK(cuCtxSetCurrent(ctx));
-      CHECK(cuModuleLoadData(&mod, kPtx));
-      CHECK(cuModuleGetFunction(&f, mod, "probe_kernel"));
+      if (!primary_with_kernel(d, &f)) return false;
       if (!launch_site_a(f, nullptr, 1)) return false;
       CHECK(cuCtxSynchronize());
     }
@@ -147,13 +151,10 @@ bool own_contexts(int linger_ms) {
   for (int d = 0; d < count; ++d) {
     CUdevice dev;
     CUcontext ctx;
-    CUmodule mod;
     CUfunction f;
     CHECK(cuDeviceGet(&dev, d));
     CHECK(cuCtxCreate(&ctx, nullptr, 0, dev));
-    CHECK(cuModuleLoadData(&mod, kPtx));
-    CHECK(cuModuleGetFunction(&f, mod, "probe_kernel"));
-    if (!launch_site_a(f, nullptr, 1)) return false;
+    if (!load_kernel(&f) || !launch_site_a(f, nullptr, 1)) return false;
     CHECK(cuCtxSynchronize());
     CHECK(cuCtxDestroy(ctx));
   }
@@ -170,14 +171,9 @@ bool reset_rounds(int rounds, int launches, bool release) {
   CUdevice dev;
   CHECK(cuDeviceGet(&dev, 0));
   for (int round = 0; round < rounds; ++round) {
-    CUcontext ctx;
-    CUmodule mod;
     CUfunction f;
     CUstream s;
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, kPtx));
-    CHECK(cuModuleGetFunction(&f, mod, "probe_kernel"));
+    if (!primary_with_kernel(0, &f)) return false;
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     for (int i = 0; i < launches; ++i)
       if (!launch_site_a(f, s, 1)) return false;

@@ -73,7 +73,7 @@ TEST_F(SmPartitionTest, AfterItsContextIsResetItIsMadeAgainInTheNewOne) {
   partition.leave(app, shadow);
   ASSERT_EQ(cuCtxSynchronize(), CUDA_SUCCESS);
 
-  partition.forget_context(fikit::hook::context_key(primary_, &cuCtxGetId));
+  partition.forget_context(fikit::hook::context_key(primary_));
   ASSERT_EQ(cuDevicePrimaryCtxReset(dev_), CUDA_SUCCESS);
   ASSERT_EQ(cuDevicePrimaryCtxRetain(&primary_, dev_), CUDA_SUCCESS);
   ASSERT_EQ(cuCtxSetCurrent(primary_), CUDA_SUCCESS);
