@@ -42,7 +42,7 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_RUN_ITERATIONS", "--run-iterations", Kind::Number, 0, 1000000000, 0, nullptr, "synchronisations",
      "measured iterations that make one run, N x FIKIT_MEASURE_SAMPLE synchronisations (0: the process's lifetime)"},
     {"FIKIT_MEASURE_SAMPLE", "--measure-sample", Kind::Number, 1, 1000, 8, nullptr, "",
-     "measure one iteration in N, or one op in N in windows (unset: kMeasureWindowSampleFallback)"},
+     "measure one iteration in N (unset: 8), or one op in N in windows (unset: 16)"},
     {"FIKIT_MEASURE_UNIT", nullptr, Kind::Choice, 0, 0, 0, "auto|iteration|window", "",
      "what FIKIT_MEASURE_SAMPLE's one in N is: a whole iteration, or an op in windows of 8 over every iteration (auto: windows when timing with events)"},
     {"FIKIT_MEASURE_BURST", nullptr, Kind::Number, 1, 1000, 1, nullptr, "iterations",
@@ -76,6 +76,12 @@ consteval uint32_t fallback_of(std::string_view env) {
 // at the median in two series, one in 16 1.007x (docs/performance-measure.md). A run holds as many
 // measured ops either way.
 inline constexpr uint32_t kMeasureWindowSampleFallback = 16;
+// (The table's text states both fallbacks as numbers: a user reads it.)
+static_assert(kMeasureWindowSampleFallback == 16 && fallback_of("FIKIT_MEASURE_SAMPLE") == 8 && [] {
+  for (const Setting& s : kHookSettings)
+    if (std::string_view(s.env) == "FIKIT_MEASURE_SAMPLE") return std::string_view(s.meaning).ends_with("(unset: 16)");
+  return false;
+}());
 
 // The task key used when FIKIT_TASK_KEY is unset: basename of the executable, '-', and the top 32 bits
 // of the 64-bit FNV-1a hash of the whole command line (NUL-separated arguments, as /proc/self/cmdline)
