@@ -8,8 +8,9 @@
 namespace fikit::hook::share {
 namespace {
 
+// Besides the event functions every user of events shares (driver.h).
 struct GreenFns {
-  CUresult (*ctx_current)(CUcontext*) = nullptr;
+  EventFns ev;
   CUresult (*ctx_device)(CUdevice*) = nullptr;
   CUresult (*primary_retain)(CUcontext*, CUdevice) = nullptr;
   CUresult (*primary_release)(CUdevice) = nullptr;
@@ -19,15 +20,11 @@ struct GreenFns {
   CUresult (*describe)(CUdevResourceDesc*, CUdevResource*, unsigned) = nullptr;
   CUresult (*green_create)(CUgreenCtx*, CUdevResourceDesc, CUdevice, unsigned) = nullptr;
   CUresult (*green_stream)(CUstream*, CUgreenCtx, unsigned, int) = nullptr;
-  CUresult (*event_create)(CUevent*, unsigned) = nullptr;
-  CUresult (*event_record)(CUevent, CUstream) = nullptr;
   CUresult (*stream_wait)(CUstream, CUevent, unsigned) = nullptr;
   CUresult (*stream_sync)(CUstream) = nullptr;
   CUresult (*stream_destroy)(CUstream) = nullptr;
-  CUresult (*event_destroy)(CUevent) = nullptr;
   CUresult (*green_destroy)(CUgreenCtx) = nullptr;
   bool resolve() noexcept {
-    ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
     ctx_device = real_driver<decltype(ctx_device)>("cuCtxGetDevice");
     primary_retain = real_driver<decltype(primary_retain)>("cuDevicePrimaryCtxRetain");
     primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease_v2");
@@ -38,15 +35,13 @@ struct GreenFns {
     describe = real_driver<decltype(describe)>("cuDevResourceGenerateDesc");
     green_create = real_driver<decltype(green_create)>("cuGreenCtxCreate");
     green_stream = real_driver<decltype(green_stream)>("cuGreenCtxStreamCreate");
-    event_create = real_driver<decltype(event_create)>("cuEventCreate");
-    event_record = real_driver<decltype(event_record)>("cuEventRecord");
     stream_wait = real_driver<decltype(stream_wait)>("cuStreamWaitEvent");
     stream_sync = real_driver<decltype(stream_sync)>("cuStreamSynchronize");
     stream_destroy = real_driver<decltype(stream_destroy)>("cuStreamDestroy_v2");
-    event_destroy = real_driver<decltype(event_destroy)>("cuEventDestroy_v2");
     green_destroy = real_driver<decltype(green_destroy)>("cuGreenCtxDestroy");
-    return stream_sync && stream_destroy && event_destroy && green_destroy && primary_state && ctx_current && ctx_device && primary_retain && primary_release && device_resource && split &&
-           describe && green_create && green_stream && event_create && event_record && stream_wait;
+    return ev.resolve() && stream_sync && stream_destroy && green_destroy && primary_state && ctx_device &&
+           primary_retain && primary_release && device_resource && split && describe && green_create && green_stream &&
+           stream_wait;
   }
 };
 
@@ -72,10 +67,10 @@ bool SmPartition::make(uint8_t pct) noexcept {
         "wait instead", what, int(r));
     return false;
   };
-  if (f.ctx_current == nullptr || f.green_stream == nullptr) return fail("the driver has no green contexts", CUDA_ERROR_NOT_SUPPORTED);
+  if (f.ev.ctx_current == nullptr || f.green_stream == nullptr) return fail("the driver has no green contexts", CUDA_ERROR_NOT_SUPPORTED);
   CUcontext current = nullptr;
   CUdevice dev = 0;
-  CUresult r = f.ctx_current(&current);
+  CUresult r = f.ev.ctx_current(&current);
   if (r != CUDA_SUCCESS || current == nullptr) return fail("no current context", r);
   if ((r = f.ctx_device(&dev)) != CUDA_SUCCESS) return fail("cuCtxGetDevice", r);
   // Only the primary context's memory is the green context's too. Retained only while active (so
@@ -127,8 +122,8 @@ SmPartition::Entry* SmPartition::add(CUstream app) noexcept {
     CUstream shadow = nullptr;
     CUevent before = nullptr, after = nullptr;
     if (f.green_stream(&shadow, static_cast<CUgreenCtx>(green_), CU_STREAM_NON_BLOCKING, 0) != CUDA_SUCCESS ||
-        f.event_create(&before, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-        f.event_create(&after, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        f.ev.create(&before, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+        f.ev.create(&after, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
       return nullptr;   // a few handles may leak on this failure path; it is not retried for this stream
     e.app = app;
     e.shadow = shadow;
@@ -152,13 +147,13 @@ CUstream SmPartition::enter(CUstream app, uint8_t pct) noexcept {
   // must not make its stream's entry: a null stream is each context's own, and events made in the
   // other context could never be recorded on the primary's.
   CUcontext current = nullptr;
-  if (f.ctx_current(&current) != CUDA_SUCCESS || context_key(current) != primary_) return nullptr;
+  if (f.ev.ctx_current(&current) != CUDA_SUCCESS || context_key(current) != primary_) return nullptr;
   Entry* e = find(app);
   if (e == nullptr) {
     std::lock_guard lock(mutex_);
     if ((e = add(app)) == nullptr) return nullptr;
   }
-  if (f.event_record(e->before, app) != CUDA_SUCCESS || f.stream_wait(e->shadow, e->before, 0) != CUDA_SUCCESS)
+  if (f.ev.record(e->before, app) != CUDA_SUCCESS || f.stream_wait(e->shadow, e->before, 0) != CUDA_SUCCESS)
     return nullptr;
   return e->shadow;
 }
@@ -174,8 +169,8 @@ void SmPartition::forget_context(uint64_t context_key, bool destroy) noexcept {
     if (!e.used.load(std::memory_order_relaxed)) continue;
     e.used.store(false, std::memory_order_release);
     if (destroy) {
-      f.event_destroy(e.before);
-      f.event_destroy(e.after);
+      f.ev.destroy(e.before);
+      f.ev.destroy(e.after);
       f.stream_destroy(e.shadow);
     }
     e.app = e.shadow = nullptr;
@@ -193,7 +188,7 @@ void SmPartition::leave(CUstream app, CUstream shadow) noexcept {
   GreenFns& f = fns();
   // Should the hop fail, the application's next work could start before the launch ended: waiting
   // here for it keeps the order, at the cost of this thread's time.
-  if (f.event_record(e->after, shadow) != CUDA_SUCCESS || f.stream_wait(app, e->after, 0) != CUDA_SUCCESS) {
+  if (f.ev.record(e->after, shadow) != CUDA_SUCCESS || f.stream_wait(app, e->after, 0) != CUDA_SUCCESS) {
     log(LogLevel::Warn, "share mode: a launch on the SM partition is waited for on the host (the stream hop failed)");
     (void)f.stream_sync(shadow);
   }
