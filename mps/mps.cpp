@@ -1,5 +1,7 @@
 #include "mps.h"
 
+#include "owned_files.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -74,12 +76,6 @@ int run_control(const std::vector<std::string>& argv, const std::string& dir, co
   }
 }
 
-bool make_private_dir(const std::string& path) {
-  if (mkdir(path.c_str(), 0700) == 0) return true;
-  struct stat st;
-  return errno == EEXIST && stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 }  // namespace
 
 std::string default_directory() {
@@ -88,13 +84,21 @@ std::string default_directory() {
 }
 
 bool daemon_running(const std::string& pipe_dir) {
+  // A folder another user could write (or planted, with a pid file naming any live process) would
+  // point programs at that user's pipes: only this user's or root's count (owned_files.h).
+  if (!protocol::trusted_folder(pipe_dir)) return false;
   // The pid file NVIDIA's control daemon keeps in its pipe folder: no need to talk to the daemon.
-  std::ifstream pid_file(pipe_dir + "/nvidia-cuda-mps-control.pid");
-  long pid = 0;
-  if (pid_file >> pid) return pid > 0 && (kill(pid_t(pid), 0) == 0 || errno == EPERM);
+  const std::string pid_path = pipe_dir + "/nvidia-cuda-mps-control.pid";
+  struct stat pid_st;
+  if (lstat(pid_path.c_str(), &pid_st) == 0) {
+    if (!S_ISREG(pid_st.st_mode) || !protocol::trusted(pid_st)) return false;
+    std::ifstream pid_file(pid_path);
+    long pid = 0;
+    if (pid_file >> pid) return pid > 0 && (kill(pid_t(pid), 0) == 0 || errno == EPERM);
+  }
   const std::string path = pipe_dir + "/control";
   struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return false;
+  if (lstat(path.c_str(), &st) != 0 || !protocol::trusted(st)) return false;
   if (S_ISSOCK(st.st_mode)) {
     // A socket answers while its daemon lives; a file left by one that died refuses the connection.
     // (Whatever its type: a live one of another type says so with EPROTOTYPE.)
@@ -176,14 +180,17 @@ std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* exist
 
 bool OwnedDaemon::start(const std::string& dir, const std::string& control, bool* adopted, std::string& error) {
   *adopted = false;
+  // The folders first: a daemon "running" in a folder another user made is not adopted.
+  std::string why;
+  if (!protocol::make_private_folder(dir, why) || !protocol::make_private_folder(pipe_dir_of(dir), why) ||
+      !protocol::make_private_folder(log_dir_of(dir), why)) {
+    error = "the MPS folders under " + dir + ": " + why;
+    return false;
+  }
   if (daemon_running(pipe_dir_of(dir))) {
     dir_ = dir;
     *adopted = true;
     return true;
-  }
-  if (!make_private_dir(dir) || !make_private_dir(pipe_dir_of(dir)) || !make_private_dir(log_dir_of(dir))) {
-    error = "cannot create the MPS folders under " + dir + ": " + std::strerror(errno);
-    return false;
   }
   const int rc = run_control({control, "-d"}, dir, "", 10'000);
   if (rc != 0) {

@@ -17,7 +17,8 @@ inline std::string log_dir_of(const std::string& dir) { return dir + "/log"; }
 
 // Whether an MPS control daemon runs for `pipe_dir`: the process in its pid file
 // (nvidia-cuda-mps-control.pid) is alive; without one, its `control` socket or pipe answers.
-// Files left by a daemon that died do not count.
+// Files left by a daemon that died do not count, nor does a folder or pid file of another user than
+// this one or root, or one others may write (it may be planted: owned_files.h).
 bool daemon_running(const std::string& pipe_dir);
 
 // The control daemon a program started now would be a client of: its pipe folder is
@@ -52,8 +53,8 @@ class OwnedDaemon {
   ~OwnedDaemon() { stop(); }
 
   // Starts `control` (nvidia-cuda-mps-control, found on PATH unless a path) with -d and the pipe
-  // and log folders under `dir` (made mode 700 if missing). A daemon already running there is used
-  // and left alone at exit (`*adopted`). False with `error` set when none could be started.
+  // and log folders under `dir` (made mode 700 if missing; refused if another user's). A daemon
+  // already running there is used and left alone at exit (`*adopted`). False with `error` set when none could be started.
   bool start(const std::string& dir, const std::string& control, bool* adopted, std::string& error);
   // Asks the daemon it started to quit (echo quit | nvidia-cuda-mps-control), bounded in time.
   void stop() noexcept;

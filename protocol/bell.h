@@ -37,7 +37,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 std::string default_bell_path(uint16_t port);
 // The daemon: creates (or replaces) the board at `path` for `epoch`, mode 0600. nullptr with `error`.
 BellBoard* create_bell(const std::string& path, uint64_t epoch, std::string& error);
-// A client: maps the board at `path` if it is one of the daemon with `epoch`; nullptr otherwise.
+// A client: maps the board at `path` if it is one of the daemon with `epoch` and a file of this
+// process's user or root that no one else may write (owned_files.h: another user could truncate
+// it under the mapping, and every program that touched it then would die of SIGBUS); nullptr otherwise.
 BellBoard* map_bell(const std::string& path, uint64_t epoch) noexcept;
 void unmap_bell(BellBoard* board) noexcept;
 

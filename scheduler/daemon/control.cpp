@@ -1,5 +1,7 @@
 #include "control.h"
 
+#include "owned_files.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -69,9 +71,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 }  // namespace
 
 std::string default_control_path(uint16_t port) {
+  // Root's in /run, where only root creates folders: a folder planted in /tmp under root's name
+  // kept the daemon from starting. A user's in their runtime folder (no one else's either); only
+  // without one in /tmp, where a planted folder is refused with what to do (owned_files.h).
   const char* runtime = std::getenv("XDG_RUNTIME_DIR");
-  const std::string dir = runtime != nullptr && *runtime == '/' ? std::string(runtime) + "/fikit"
-                                                                 : "/tmp/fikit-" + std::to_string(getuid());
+  const std::string dir = geteuid() == 0                                   ? std::string("/run/fikit")
+                          : runtime != nullptr && *runtime == '/'          ? std::string(runtime) + "/fikit"
+                                                                           : "/tmp/fikit-" + std::to_string(geteuid());
   return dir + "/scheduler-" + std::to_string(port) + ".sock";
 }
 
@@ -79,12 +85,10 @@ ControlServer::ControlServer(asio::io_context& io, const std::string& path, Hand
     : path_(path), handler_(std::move(handler)), acceptor_(io), limiter_(io.get_executor(), kMaxConnections) {
   if (path_.size() >= sizeof(sockaddr_un{}.sun_path))
     throw std::runtime_error("control socket path too long: " + path_);
-  const std::string dir = parent_of(path_);
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
-    throw std::runtime_error("cannot create " + dir + " for the control socket: " + std::strerror(errno));
+  std::string why;
+  if (!protocol::make_private_folder(parent_of(path_), why))
+    throw std::runtime_error("the control socket's folder: " + why + " (or give --control a path in a folder of this user)");
   struct stat st;
-  if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
-    throw std::runtime_error(dir + " is not a folder of this user: refusing to put the control socket there");
   // A socket file left by a daemon that died; the UDP port was free, so no live daemon owns it.
   if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) unlink(path_.c_str());
   const mode_t old = umask(0177);   // the socket file: owner only

@@ -1,6 +1,6 @@
 #pragma once
 // The daemon's control socket: a Unix-domain stream socket in a folder only its user can enter
-// (default $XDG_RUNTIME_DIR/fikit/, else /tmp/fikit-<uid>/), so that only that user (and root) can
+// (default: root's /run/fikit/, a user's $XDG_RUNTIME_DIR/fikit/, else /tmp/fikit-<uid>/), so that only that user (and root) can
 // read the daemon's state. One request per connection: a command line in ("status", "status-json"),
 // the answer out, then the daemon closes. Nothing here is reachable from the network.
 #include <boost/asio/io_context.hpp>

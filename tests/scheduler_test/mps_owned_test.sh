@@ -60,3 +60,22 @@ grep -q quit "$work/mps/log/control.log" || fail "the MPS control daemon was not
 for _ in $(seq 50); do alive "$pid" || break; sleep 0.02; done
 alive "$pid" && fail "the MPS control daemon still runs"
 echo "ok:   stopped with fikit-scheduler"
+
+# Trust v3, F15: another user plants FIKIT's MPS folder (mode 777, a pid file naming a live process).
+# fikit-run must not make the program a client of it, and fikit-scheduler --mps must not adopt it.
+if [ "$(id -u)" = 0 ]; then
+  planted=$work/planted
+  mkdir -p "$planted/pipe" "$planted/log"
+  echo $$ > "$planted/pipe/nvidia-cuda-mps-control.pid"
+  chown -R 65534 "$planted"
+  chmod -R 777 "$planted"
+  FIKIT_MPS_DIR="$planted" "$run" --mode off --priority 4 -- sh -c 'echo "pipe=${CUDA_MPS_PIPE_DIRECTORY:-}"' >"$work/env"
+  [ "$(cat "$work/env")" = "pipe=" ] || fail "fikit-run made the program a client of a planted folder: $(cat "$work/env")"
+  echo "ok:   fikit-run ignores a planted MPS folder"
+  rc=0
+  "$sched" --listen 127.0.0.1:0 --control "$work/ctl2.sock" --bell off --db "$work/p.db" --log-level warn \
+    --mps "$planted" --mps-control "$work/fake-mps-control" 2>"$work/sched.err" || rc=$?
+  [ "$rc" = 4 ] || { cat "$work/sched.err"; fail "fikit-scheduler --mps on a planted folder exited $rc, not 4"; }
+  grep -q "belongs to uid 65534" "$work/sched.err" || { cat "$work/sched.err"; fail "the refusal does not say whose folder it is"; }
+  echo "ok:   fikit-scheduler --mps refuses a planted folder: $(grep -o 'belongs to uid 65534[^:]*' "$work/sched.err")"
+fi

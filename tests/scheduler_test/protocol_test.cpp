@@ -13,6 +13,7 @@
 #include <random>
 
 #include "auth.h"
+#include "bell.h"
 #include "memory_size.h"
 #include "protocol.h"
 
@@ -363,6 +364,42 @@ TEST_F(KeyFile, ReadableByOthersOrMalformedIsRefusedWithTheReason) {
   EXPECT_FALSE(load_key_file(path("nothex"), k, error));
   EXPECT_FALSE(load_key_file(path("missing"), k, error));
   EXPECT_NE(error.find("missing"), std::string::npos) << error;
+}
+
+// Trust v3, F14: another user planted the bell board (a valid one, with the daemon's epoch: any
+// registered client hears it) and truncated it once root's service and job had mapped it: both died
+// of SIGBUS. A client now maps only a board of its own user or root that nobody else may write, and
+// a daemon run as root replaces a planted one.
+using SharedFile = KeyFile;
+TEST_F(SharedFile, ABellBoardOfAnotherUserOrWritableByOthersIsNeverMapped) {
+  constexpr uint64_t kEpoch = 0xabc;
+  std::string error;
+  BellBoard* own = create_bell(path("bell"), kEpoch, error);
+  ASSERT_NE(own, nullptr) << error;
+  BellBoard* mapped = map_bell(path("bell"), kEpoch);
+  ASSERT_NE(mapped, nullptr) << "the daemon's own board";
+  unmap_bell(mapped);
+  EXPECT_EQ(map_bell(path("bell"), kEpoch + 1), nullptr) << "another daemon's";
+  chmod(path("bell").c_str(), 0622);
+  EXPECT_EQ(map_bell(path("bell"), kEpoch), nullptr) << "writable by others";
+  chmod(path("bell").c_str(), 0600);
+  unmap_bell(own);
+  if (geteuid() != 0) GTEST_SKIP() << "the rest needs root: it plants a board as another user";
+  ASSERT_EQ(chown(path("bell").c_str(), 65534, 65534), 0);
+  EXPECT_EQ(map_bell(path("bell"), kEpoch), nullptr) << "planted by another user";
+  ASSERT_EQ(truncate(path("bell").c_str(), 0), 0);   // the attack's second step: harms no one
+  EXPECT_EQ(map_bell(path("bell"), kEpoch), nullptr);
+  // In a sticky folder such as /dev/shm: root's daemon replaces the planted file with its own.
+  chmod(dir_.c_str(), 01777);
+  own = create_bell(path("bell"), kEpoch, error);
+  ASSERT_NE(own, nullptr) << error;
+  struct stat st;
+  ASSERT_EQ(stat(path("bell").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  mapped = map_bell(path("bell"), kEpoch);
+  EXPECT_NE(mapped, nullptr);
+  unmap_bell(mapped);
+  unmap_bell(own);
 }
 
 TEST(Auth, RandomIdsAreNonZeroAndDiffer) {
