@@ -21,7 +21,9 @@ namespace {
 constexpr uint64_t kMs = 1'000'000;
 constexpr int kReceivePollMs = 10;                    // the receiver's housekeeping period
 constexpr uint64_t kFirstBackoffNs = 50 * kMs;        // registration retries: 50 ms, doubling...
-constexpr uint64_t kMaxBackoffNs = 5'000 * kMs;       // ...up to 5 s, each +-50 % at random
+// ...up to 1 s, each +-50 % at random: a daemon back from a stall of any length hears from every
+// client within 1.5 s (a refusal sets its own, longer wait).
+constexpr uint64_t kMaxBackoffNs = 1'000 * kMs;
 constexpr uint32_t kMaxUnconfirmedRings = 100;
 constexpr uint64_t kGrewRetryNs = 200 * kMs;         // a register saying the profile grew, until answered
 
@@ -238,6 +240,7 @@ void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
 }
 
 void Client::set_disconnected(const char* why) noexcept {
+  lost_.store(true, std::memory_order_release);
   const bool was = connected_.exchange(false);
   memory::set_scheduler_cap(opts_.device_ordinal, 0);   // unscheduled: only the process's own limit
   cell_.wake_all();   // waiting launches pass through now
@@ -279,6 +282,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
       bell_.store(protocol::map_bell(opts_.bell_path, m.header.epoch), std::memory_order_release);
     backoff_ns_ = 0;
     profile_grew_.store(false, std::memory_order_release);
+    lost_.store(false, std::memory_order_release);
     const bool was = connected_.exchange(true, std::memory_order_acq_rel);
     if (!was) {
       if (r->priority != opts_.priority)
@@ -310,6 +314,18 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
   if (m.header.epoch != epoch_.load() || m.header.task != task_.load() || !window_.accept(m.header.seq)) return;
   last_heard_ns_.store(now, std::memory_order_release);
   if (const auto* d = std::get_if<protocol::Directive>(&m.body)) {
+    // A new directive for this very task: the daemon still has it. After the daemon's own stall it
+    // sends every task one at once, so a client that took the silence for its death is scheduled
+    // again without waiting for its next register (a reregister() waits for its answer instead).
+    if (lost_.load(std::memory_order_acquire) && !connected()) {
+      lost_.store(false, std::memory_order_release);
+      backoff_ns_ = 0;
+      connected_.store(true, std::memory_order_release);
+      log(LogLevel::Info, "share mode: scheduler %s:%u answers again: scheduled as task %u", opts_.host,
+          unsigned(opts_.port), m.header.task);
+      registrations_.fetch_add(1, std::memory_order_release);
+      futex_wake_all(&registrations_);
+    }
     const protocol::State before = cell_.state();
     if (!cell_.store(*d, false)) return;
     apply_memory_cap(*d);

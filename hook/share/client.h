@@ -132,6 +132,7 @@ class Client {
   ShareStats stats_;
   std::atomic<bool> stopping_{false}, stopped_{false};
   std::atomic<bool> connected_{false};
+  std::atomic<bool> lost_{false};            // disconnected by silence or the daemon's word, not by reregister()
   std::atomic<protocol::TaskMode> mode_{protocol::TaskMode::Share};
   std::atomic<uint64_t> seq_{1};            // every datagram this client sends
   std::atomic<uint64_t> epoch_{0};          // the daemon's, from its registration answer

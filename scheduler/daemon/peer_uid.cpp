@@ -1,63 +1,104 @@
 #include "peer_uid.h"
 
-#include <cstdio>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
 #include <cstring>
-#include <fstream>
 
 namespace fikit::scheduler {
 namespace {
 
-// /proc/net/udp writes an IPv4 address as the 8 hex digits of its 32-bit value in host order, an
-// IPv6 one as four such words: the same bytes as the address in memory, each word printed as a
-// native-endian integer.
-std::string proc_address(const uint8_t* bytes, size_t n) {
-  std::string out;
-  char word[9];
-  for (size_t i = 0; i < n; i += 4) {
-    uint32_t v;
-    std::memcpy(&v, bytes + i, 4);
-    std::snprintf(word, sizeof word, "%08X", v);
-    out += word;
+namespace ip = boost::asio::ip;
+
+// One address in inet_diag's form: the family and the bytes in network order.
+struct DiagAddress {
+  uint8_t family = AF_INET;
+  uint32_t words[4] = {};
+};
+
+DiagAddress diag_address(const ip::address& a) {
+  DiagAddress d;
+  if (a.is_v4()) {
+    const auto b = a.to_v4().to_bytes();
+    std::memcpy(d.words, b.data(), b.size());
+  } else if (a.to_v6().is_v4_mapped()) {   // an IPv4 socket's datagram on a dual-stack daemon socket
+    const auto b = ip::make_address_v4(ip::v4_mapped, a.to_v6()).to_bytes();
+    std::memcpy(d.words, b.data(), b.size());
+  } else {
+    d.family = AF_INET6;
+    const auto b = a.to_v6().to_bytes();
+    std::memcpy(d.words, b.data(), b.size());
   }
-  return out;
+  return d;
 }
 
-std::optional<uint32_t> owner_in(const std::string& table, const std::string& address, unsigned port) {
-  std::ifstream in(table);
-  std::string line;
-  std::getline(in, line);   // the header
-  char local[64], remote[64];
-  unsigned sl = 0, st = 0, uid = 0;
-  for (; std::getline(in, line);) {
-    // "sl: local rem st tx:rx tr:when retrnsmt uid ..."
-    if (std::sscanf(line.c_str(), " %u: %63s %63s %x %*s %*s %*s %u", &sl, local, remote, &st, &uid) != 5) continue;
-    const char* colon = std::strchr(local, ':');
-    if (colon == nullptr) continue;
-    unsigned local_port = 0;
-    if (std::sscanf(colon + 1, "%x", &local_port) != 1 || local_port != port) continue;
-    const std::string local_address(local, size_t(colon - local));
-    // A socket bound to the wildcard address sends from any local address.
-    if (local_address == address || local_address.find_first_not_of('0') == std::string::npos) return uid;
+// Asks for the UDP socket whose local end is `local`:`local_port` and whose remote end is (or may
+// be, when unconnected) `remote`:`remote_port`. The kernel's UDP lookup takes the remote end as
+// the id's source and the local one as its destination ("swapped for historical reasons", it says);
+// `swap` asks the other way round, for a kernel that reads them as named.
+std::optional<uint32_t> ask_kernel(const DiagAddress& local, uint16_t local_port, const DiagAddress& remote,
+                                   uint16_t remote_port, bool swap) {
+  const int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return std::nullopt;
+  // The answer comes within the call on any kernel that has sock_diag; never wait long for one.
+  const timeval timeout{0, 100'000};
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } msg{};
+  msg.header.nlmsg_len = sizeof msg;
+  msg.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  msg.header.nlmsg_flags = NLM_F_REQUEST;
+  msg.header.nlmsg_seq = 1;
+  msg.request.sdiag_family = local.family;
+  msg.request.sdiag_protocol = IPPROTO_UDP;
+  msg.request.idiag_states = ~0u;
+  inet_diag_sockid& id = msg.request.id;
+  const DiagAddress& src = swap ? local : remote;
+  const DiagAddress& dst = swap ? remote : local;
+  id.idiag_sport = htons(swap ? local_port : remote_port);
+  id.idiag_dport = htons(swap ? remote_port : local_port);
+  std::memcpy(id.idiag_src, src.words, sizeof id.idiag_src);
+  std::memcpy(id.idiag_dst, dst.words, sizeof id.idiag_dst);
+  id.idiag_cookie[0] = id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  std::optional<uint32_t> uid;
+  if (sendto(fd, &msg, sizeof msg, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) == ssize_t(sizeof msg)) {
+    alignas(nlmsghdr) uint8_t buf[4096];
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    // One answer: the socket (SOCK_DIAG_BY_FAMILY), or an error (none such).
+    const auto* h = reinterpret_cast<const nlmsghdr*>(buf);
+    if (n > 0 && NLMSG_OK(h, size_t(n)) && h->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+        h->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+      const auto* found = static_cast<const inet_diag_msg*>(NLMSG_DATA(h));
+      // The socket asked for, and no other: its local port is the sender's.
+      if (ntohs(found->id.idiag_sport) == local_port) uid = found->idiag_uid;
+    }
   }
-  return std::nullopt;
+  close(fd);
+  return uid;
 }
 
 }  // namespace
 
-std::optional<uint32_t> local_udp_owner(const Endpoint& peer, const std::string& proc_net) {
-  const auto address = peer.address();
-  if (!address.is_loopback()) return std::nullopt;
-  if (address.is_v4()) {
-    const auto bytes = address.to_v4().to_bytes();
-    return owner_in(proc_net + "/udp", proc_address(bytes.data(), bytes.size()), peer.port());
-  }
-  const auto v6 = address.to_v6();
-  if (v6.is_v4_mapped()) {
-    const auto bytes = boost::asio::ip::make_address_v4(boost::asio::ip::v4_mapped, v6).to_bytes();
-    return owner_in(proc_net + "/udp", proc_address(bytes.data(), bytes.size()), peer.port());
-  }
-  const auto bytes = v6.to_bytes();
-  return owner_in(proc_net + "/udp6", proc_address(bytes.data(), bytes.size()), peer.port());
+std::optional<uint32_t> local_udp_owner(const Endpoint& peer, const Endpoint& daemon) {
+  const ip::address address = peer.address();
+  if (!address.is_loopback() && !(address.is_v6() && address.to_v6().is_v4_mapped() &&
+                                  ip::make_address_v4(ip::v4_mapped, address.to_v6()).is_loopback()))
+    return std::nullopt;
+  const DiagAddress local = diag_address(address);
+  // A daemon bound to the unspecified address: the sender reached it at its own loopback address.
+  const DiagAddress remote = daemon.address().is_unspecified() ? local : diag_address(daemon.address());
+  if (remote.family != local.family) return std::nullopt;
+  if (auto uid = ask_kernel(local, peer.port(), remote, daemon.port(), false)) return uid;
+  return ask_kernel(local, peer.port(), remote, daemon.port(), true);
 }
 
 }  // namespace fikit::scheduler

@@ -43,7 +43,8 @@ struct Server::Impl {
     if (!ec) socket.bind(ep, ec);
     if (ec) throw std::runtime_error("cannot listen on " + opts.host + ":" + std::to_string(opts.port) + ": " + ec.message());
     socket.non_blocking(true, ec);   // poll_while_notified() reads without blocking
-    bound_port = socket.local_endpoint().port();
+    local = socket.local_endpoint();
+    bound_port = local.port();
     if (!opts.bell_path.empty()) {
       std::string error;
       bell = protocol::create_bell(opts.bell_path, sessions.epoch(), error);
@@ -154,7 +155,8 @@ struct Server::Impl {
     uint32_t existing = 0;
     // Who owns a new session: the local user of its socket, or its remote address (peer_uid.h).
     std::string owner;
-    if (sessions.is_new(h.session)) owner = owner_of(local_udp_owner(sender, opts.proc_net), sender);
+    if (sessions.is_new(h.session))
+      owner = owner_of(opts.owner_lookup ? opts.owner_lookup(sender, local) : local_udp_owner(sender, local), sender);
     const Refusal refusal = sessions.check_register(h, reg.device, sender, authenticated, owner, &existing);
     if (refusal != Refusal::None) {
       const uint16_t reason = refusal_reason(refusal);
@@ -259,7 +261,7 @@ struct Server::Impl {
         authenticated = reply_to.authenticated;
         h.session = reply_to.session;
         h.epoch = sessions.epoch();
-        h.seq = ++sessionless_seq;
+        h.seq = sessions.next_sequence();
       }
       send_to(to, h, a.body, authenticated);
     }
@@ -351,12 +353,12 @@ struct Server::Impl {
   LogLimiter limiter;
   uint64_t started;
   uint16_t bound_port = 0;
+  udp::endpoint local;   // the bound address and port
   std::array<uint8_t, protocol::kMaxDatagram + 1> in{};
   std::array<uint8_t, protocol::kMaxDatagram> out{};
   udp::endpoint sender;
   std::vector<policy::Action> actions;
   uint64_t armed_for = policy::Policy::kNever;
-  uint64_t sessionless_seq = 0;
   uint64_t malformed = 0, bad_mac = 0, wrong_direction = 0, refused_gpus = 0;
   std::atomic<bool> running{false};
 };

@@ -4,6 +4,7 @@
 // session (sessions.h) before the policy sees them; the policy's messages go back the same way.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,7 +28,9 @@ struct ServerOptions {
   policy::Settings settings;
   std::string mps;                    // for status: the MPS control daemon fikit-scheduler runs ("": none)
   Quotas quotas;                      // per-user limits (sessions.h); unauthenticated_tasks set from the key
-  std::string proc_net = "/proc/net"; // where local senders' sockets are listed (peer_uid.h)
+  // Who owns a local sender's socket (peer_uid.h; tests give their own): the sender, the daemon's
+  // bound endpoint.
+  std::function<std::optional<uint32_t>(const Endpoint&, const Endpoint&)> owner_lookup;
 };
 
 class Server {

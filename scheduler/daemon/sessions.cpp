@@ -22,7 +22,7 @@ const char* to_string(Refusal r) noexcept {
 std::string owner_of(const std::optional<uint32_t>& local_uid, const Endpoint& from) {
   if (local_uid) return "uid:" + std::to_string(*local_uid);
   if (!from.address().is_loopback()) return "addr:" + from.address().to_string();
-  return {};
+  return kUnknownOwner;
 }
 
 uint16_t refusal_reason(Refusal r) noexcept {
@@ -88,8 +88,10 @@ Refusal Sessions::check_register(const protocol::Header& h, const protocol::Devi
   }
   // A new task: within its owner's limits, and the slots kept for the key's holders.
   if (!who.empty()) {
-    const bool local = who.rfind("uid:", 0) == 0;
-    const size_t limit = local ? quotas_.tasks_per_user : quotas_.tasks_per_source;
+    const bool local = who.rfind("uid:", 0) == 0 || who == kUnknownOwner;
+    const size_t limit = who == kUnknownOwner ? quotas_.tasks_unknown_owner
+                         : local             ? quotas_.tasks_per_user
+                                             : quotas_.tasks_per_source;
     if (limit != 0 && tasks_of(who) >= limit) return refuse(local ? Refusal::UserQuota : Refusal::SourceQuota);
     auto gpus = gpus_by_owner_.find(who);
     if (quotas_.gpus_per_user != 0 && gpus != gpus_by_owner_.end() && gpus->second.count(device) == 0 &&
@@ -140,7 +142,7 @@ bool Sessions::address(uint32_t task, Endpoint* to, protocol::Header* h, bool* a
   *authenticated = s.authenticated;
   h->session = t->second;
   h->epoch = epoch_;
-  h->seq = s.next_seq++;
+  h->seq = next_sequence();
   h->task = task;
   return true;
 }

@@ -50,9 +50,14 @@ struct Quotas {
   size_t tasks_per_source = 64;
   size_t gpus_per_user = 16;         // the hook's lanes: 16 GPUs a process
   size_t unauthenticated_tasks = 0;  // with a key: what sessions without it may hold in all
+  // Local senders whose socket the kernel no longer lists (closed right after sending: a way to
+  // have no owner) share this many tasks between them. A real client keeps its socket open.
+  size_t tasks_unknown_owner = 8;
 };
-// Who owns a new session: "uid:N" for a local user, "addr:A" for a remote address, "" unknown (no
-// per-owner limit applies).
+// The owner of local senders whose user could not be told.
+inline constexpr const char* kUnknownOwner = "unknown";
+// Who owns a new session: "uid:N" for a local user, "addr:A" for a remote address, kUnknownOwner
+// for a local sender whose socket is not found.
 std::string owner_of(const std::optional<uint32_t>& local_uid, const Endpoint& from);
 // The error reason a registration refusal is answered with (protocol::RefusalReason values).
 uint16_t refusal_reason(Refusal r) noexcept;
@@ -75,11 +80,17 @@ class Sessions {
   // Any other client message.
   Refusal check(const protocol::Header& h, const Endpoint& from, bool authenticated);
 
-  // Where to send a message for `task`, with the header fields the session expects (its next
-  // daemon sequence number); false when the task has no session (any more).
+  // Where to send a message for `task`, with the header fields the session expects (the daemon's
+  // next sequence number); false when the task has no session (any more).
   bool address(uint32_t task, Endpoint* to, protocol::Header* h, bool* authenticated);
   // Forgets dropped tasks, and sessions left without tasks.
   void forget(const std::vector<uint32_t>& tasks);
+
+  // The daemon's sequence numbers: one counter for every session and for answers outside one, so a
+  // session forgotten (its lease ran out while the client or the daemon was stopped) and bound again
+  // under the same ID never repeats a number its client has seen: the client's replay window takes
+  // the new answers (docs/protocol.md, "Sequence numbers").
+  uint64_t next_sequence() { return ++last_seq_; }
 
   size_t size() const { return sessions_.size(); }
   size_t tasks_of(const std::string& owner) const;
@@ -91,7 +102,6 @@ class Sessions {
     std::string owner;
     bool authenticated = false;
     protocol::ReplayWindow window;      // the client's sequence numbers
-    uint64_t next_seq = 1;              // the daemon's, to this session
     std::map<protocol::DeviceUuid, uint32_t> tasks;   // one task per device the client uses
   };
   Refusal refuse(Refusal r);
@@ -100,6 +110,7 @@ class Sessions {
   void count(const Session& s, const protocol::DeviceUuid& device, int delta);
 
   uint64_t epoch_;
+  uint64_t last_seq_ = 0;
   Quotas quotas_;
   std::map<std::string, size_t> tasks_by_owner_;
   std::map<std::string, std::map<protocol::DeviceUuid, size_t>> gpus_by_owner_;

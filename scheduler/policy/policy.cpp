@@ -261,6 +261,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
 }
 
 uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration& reg, std::vector<Action>& out) {
+  notice_time(now);
   Task* task = find(existing);
   if (task == nullptr) {
     if (tasks_.size() >= kMaxTasks) {
@@ -332,6 +333,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
 }
 
 void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, std::vector<Action>& out) {
+  notice_time(now);
   Task* t = find(id);
   if (t == nullptr) {
     if (!std::holds_alternative<protocol::Goodbye>(body))
@@ -361,7 +363,19 @@ void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, s
   schedule(now, out, cause, answer);
 }
 
+void Policy::notice_time(uint64_t now) {
+  if (next_wake_ != kNever) {
+    const uint64_t since = std::max(next_wake_, last_event_ns_);
+    if (now > since && now - since > settings_.lease_ns / 2) {
+      for (auto& [id, t] : tasks_) t.last_heard = std::max(t.last_heard, now);
+      resend_all_ = true;
+    }
+  }
+  last_event_ns_ = std::max(last_event_ns_, now);
+}
+
 void Policy::on_tick(uint64_t now, std::vector<Action>& out) {
+  notice_time(now);
   std::vector<uint32_t> expired;
   for (const auto& [id, t] : tasks_)
     if (now > t.last_heard && now - t.last_heard > settings_.lease_ns) expired.push_back(id);
@@ -374,6 +388,7 @@ void Policy::on_tick(uint64_t now, std::vector<Action>& out) {
 
 void Policy::update_profile(uint64_t now, const std::string& key, std::shared_ptr<const Profile> profile,
                             std::vector<Action>& out) {
+  notice_time(now);
   if (!profile) return;
   bool any = false;
   for (auto& [id, t] : tasks_) {
@@ -671,7 +686,7 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
     Directive d = directive_for(now, t);
     if (d.state == State::Run) end_wait(now, t);   // it runs: whatever it waited for is launched
     const bool changed = !same(d, t.directive, now);
-    if (!changed && id != always_to) continue;
+    if (!changed && id != always_to && !resend_all_) continue;
     if (changed) {
       d.generation = t.directive.generation + 1;
       d.cause_ns = d.state != t.directive.state ? cause_ns : 0;
@@ -680,6 +695,7 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
     }
     out.push_back({id, t.directive});
   }
+  resend_all_ = false;
 }
 
 bool Policy::notifications_expected() const {

@@ -344,6 +344,13 @@ class Policy {
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }
+  // Every event passes `now` here first: when the policy was not called for half a lease past a
+  // time it had asked to be woken at, the daemon itself was stopped or starved, and its silence is
+  // not the clients'. Every task then gets a fresh lease (those whose clients live are heard within
+  // a quarter of it; only the dead go, a lease later) instead of all being dropped at once, and
+  // the next schedule() sends every task its directive: a client that took the daemon's silence
+  // for its death hears at once that its task is still there.
+  void notice_time(uint64_t now);
   void end_wait(uint64_t now, Task& t);   // its want is granted (a fill, or Run)
 
   Settings settings_;
@@ -354,6 +361,8 @@ class Policy {
   uint32_t holder_ = 0;              // 0: none
   Gap gap_;
   uint64_t next_wake_ = kNever;
+  uint64_t last_event_ns_ = 0;       // notice_time()
+  bool resend_all_ = false;          // notice_time() saw the daemon's own stall
   std::vector<uint32_t> dropped_;
   BellSlots own_bell_slots_{};
   BellSlots& bell_slot_used_;

@@ -54,6 +54,8 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  takes the whole device and the service's allocations fail; under fikit-scheduler
                  --reserve-memory 3GiB the job is refused at 5 GiB (the driver's out-of-memory error),
                  the service gets every allocation, and status shows what each holds and the refusals.
+  stall          the daemon is stopped (SIGSTOP) for 8 s, then the job and the service for 3 s each (leases of
+                 1 s): each time both programs are registered again within 2 s and stay registered.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
   context_reset  a job below an idle service resets its device twice (cudaDeviceReset's
@@ -663,6 +665,68 @@ def fork_case(env):
     return ok
 
 
+def stall(env):
+    """Trust v3, F1: a daemon or a client stopped (SIGSTOP) longer than the lease. Each task is forgotten
+    and registers again; before, the client dropped every answer of the session the daemon made anew
+    (its sequence started at 1 again) and nothing was scheduled for good. Now every live program is
+    registered again within 2 s of the stall's end and stays registered (the same task for two leases)."""
+    env.start_daemon()
+    procs = {
+        "hp": subprocess.Popen(env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "1000000", "--kernels", "5",
+                                                             "--think-us", "2000"],
+                               env=env.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+        "lp": subprocess.Popen(env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "120", "--kernel-us", "50",
+                                                             "--sync-every", "100"],
+                               env=env.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True),
+    }
+
+    def tasks():
+        st = env.status(quiet=True)
+        return {t["key"]: t["id"] for t in st["tasks"]} if st else {}
+
+    def registered_within(seconds):
+        """The tasks once both are there (polled), and how long that took."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            t = tasks()
+            if set(t) == {"hp", "lp"}:
+                return t, time.monotonic() - t0
+            time.sleep(0.02)
+        return tasks(), None
+
+    ok = True
+    try:
+        first, _ = registered_within(10)
+        ok &= check(set(first) == {"hp", "lp"}, f"both programs registered: {first}")
+        lease_s = 1.0   # the daemon's default lease
+        # A stall of 8 s outlasts every backoff of the clients' registrations (1 s at most).
+        for who, pid, stopped_s in (("the daemon", env.daemon.pid, 8), ("the job", procs["lp"].pid, 3),
+                                    ("the service", procs["hp"].pid, 3)):
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stopped_s)
+            os.kill(pid, signal.SIGCONT)
+            if who == "the daemon":
+                time.sleep(0.05)   # its lease timers fire first: every task is dropped, then registers again
+            again, took = registered_within(2.0)
+            ok &= check(took is not None, f"after {who} was stopped for {stopped_s} s both tasks are registered again "
+                        f"within 2 s ({'%.2f s' % took if took is not None else 'not within 2 s'}): {again}")
+            time.sleep(2.5 * lease_s)
+            later = tasks()
+            ok &= check(later == again and set(later) == {"hp", "lp"},
+                        f"and stay registered as the same tasks for two leases: {again} then {later}")
+            for name, p in procs.items():
+                ok &= check(p.poll() is None, f"{name} still runs")
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.communicate()
+    env.stop_daemon()
+    if not ok:
+        with open(os.path.join(env.work, "scheduler.log")) as f:
+            print("the daemon's log:\n" + f.read()[-4000:])
+    return ok
+
+
 def context_reset(env):
     env.env["FIKIT_SIMGPU_STRICT"] = "1"
     ok = True
@@ -701,7 +765,7 @@ def context_reset(env):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "busy_rule", "memory_reserve",
-                                                 "auto_progress", "overlap_trial", "context_reset"])
+                                                 "auto_progress", "overlap_trial", "context_reset", "stall"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -729,6 +793,8 @@ def main():
                 ok = auto_progress(env)
             elif args.case == "context_reset":
                 ok = context_reset(env)
+            elif args.case == "stall":
+                ok = stall(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

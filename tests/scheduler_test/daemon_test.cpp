@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -219,22 +220,15 @@ TEST(Daemon, RegistrationBindsASessionAndAnswersWithItsDirective) {
   EXPECT_EQ(d.snapshot().task_count(), 1u);
 }
 
-// A /proc/net folder whose udp table says which user owns which local port (the daemon reads it
-// at each new session, so it may be written after the peers' sockets exist).
-std::string proc_net_dir() {
-  const auto dir = std::filesystem::temp_directory_path() / ("fikit-procnet-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  return dir.string();
-}
-void write_proc_net(const std::string& dir, const std::vector<std::pair<uint16_t, uint32_t>>& port_uid) {
-  std::ostringstream udp;
-  udp << "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
-  int sl = 0;
-  for (auto [port, uid] : port_uid)
-    udp << "  " << sl++ << ": 0100007F:" << std::hex << std::uppercase << port << std::dec
-        << " 0100007F:BAB8 01 00000000:00000000 00:00000000 00000000  " << uid << "        0 1234 2 0 0\n";
-  std::ofstream(dir + "/udp") << udp.str();
-  std::ofstream(dir + "/udp6") << "  sl  local_address\n";
+// Owners by the sender's local port, as the kernel would tell them (peer_uid.h is tested on real
+// sockets on its own); a port not listed has none, as a socket closed at once.
+using OwnerMap = std::shared_ptr<std::map<uint16_t, uint32_t>>;
+void own_by_port(scheduler::ServerOptions& o, const OwnerMap& owners) {
+  o.owner_lookup = [owners](const scheduler::Endpoint& peer, const scheduler::Endpoint&) -> std::optional<uint32_t> {
+    auto it = owners->find(peer.port());
+    if (it == owners->end()) return std::nullopt;
+    return it->second;
+  };
 }
 
 // What a registration got: the task (Registered) or the refusal's reason (Error), or neither.
@@ -274,12 +268,12 @@ Answer register_new_session(Peer& p, const char* key, const protocol::DeviceUuid
 // before). Its user gets its share (64 tasks) and is refused the rest, with the reason; another
 // user's service and job still register.
 TEST(Daemon, AFloodOfRegistrationsFromOneUserLeavesOthersTheirShare) {
-  const std::string dir = proc_net_dir();
   scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
-  o.proc_net = dir;
+  auto owners = std::make_shared<std::map<uint16_t, uint32_t>>();
+  own_by_port(o, owners);
   Daemon d(o);
   Peer attack(d.port()), svc(d.port()), train(d.port());
-  write_proc_net(dir, {{attack.local_port(), 1000}, {svc.local_port(), 1001}, {train.local_port(), 1001}});
+  *owners = {{attack.local_port(), 1000}, {svc.local_port(), 1001}, {train.local_port(), 1001}};
   int registered = 0, refused = 0;
   for (int i = 0; i < 100; ++i) {
     const Answer a = register_new_session(attack, "squatter");
@@ -295,7 +289,29 @@ TEST(Daemon, AFloodOfRegistrationsFromOneUserLeavesOthersTheirShare) {
   const auto s = d.snapshot();
   EXPECT_EQ(s.sessions.user_quota, 36u);
   EXPECT_EQ(s.task_count(), 66u);
-  std::filesystem::remove_all(dir);
+}
+
+// Trust v3, F3: registers sent from sockets closed at once have no owner the kernel can tell. They
+// took every slot (no quota applied to no owner); now they share a small one (8 tasks), and a
+// service and a job whose sockets are known still register.
+TEST(Daemon, SendersWithoutAnOwnerShareASmallQuota) {
+  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+  auto owners = std::make_shared<std::map<uint16_t, uint32_t>>();
+  own_by_port(o, owners);
+  Daemon d(o);
+  Peer attack(d.port()), svc(d.port()), train(d.port());
+  *owners = {{svc.local_port(), 1001}, {train.local_port(), 1001}};   // the attacker's socket: gone
+  int registered = 0, refused = 0;
+  for (int i = 0; i < 40; ++i) {
+    const Answer a = register_new_session(attack, "ownerless");
+    registered += a.registered;
+    refused += a.refused == protocol::RefusalReason::UserQuota;
+  }
+  EXPECT_EQ(registered, 8);
+  EXPECT_EQ(refused, 32);
+  ASSERT_TRUE(svc.register_as("service", 0));
+  ASSERT_TRUE(train.register_as("job", 5));
+  EXPECT_EQ(d.snapshot().task_count(), 10u);
 }
 
 // Attack: registrations naming made-up GPU UUIDs took every scheduling domain, for good. Now a user's
@@ -591,6 +607,26 @@ TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
   }
   std::string error;
   EXPECT_FALSE(scheduler::control_request(path, "status", 200, error));   // gone with the daemon
+  std::filesystem::remove_all(dir);
+}
+
+// Trust v3, F16: another user made the control socket's folder first (a planted /tmp/fikit-0 kept
+// root's daemon from starting). Root's default folder is in /run, where only root creates folders;
+// a folder of another user is refused with whose it is.
+TEST(Daemon, ControlFolderOfAnotherUserIsRefused) {
+  if (geteuid() == 0) EXPECT_EQ(scheduler::default_control_path(47800), "/run/fikit/scheduler-47800.sock");
+  else EXPECT_EQ(scheduler::default_control_path(47800).find("/run/fikit/"), std::string::npos);
+  if (geteuid() != 0) GTEST_SKIP() << "the rest needs root: it makes a folder as another user";
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/fikit-planted-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0777), 0);
+  ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
+  boost::asio::io_context io;
+  try {
+    scheduler::ControlServer control(io, dir + "/s.sock", [](const std::string&) { return std::string(); });
+    ADD_FAILURE() << "a control socket was made in another user's folder";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to uid 65534"), std::string::npos) << e.what();
+  }
   std::filesystem::remove_all(dir);
 }
 

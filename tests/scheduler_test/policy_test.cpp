@@ -112,6 +112,11 @@ class PolicyTest : public ::testing::Test {
     policy().on_tick(now, out);
     record(now);
   }
+  // The daemon's timer up to `until`: a tick at every wake the policy asks for, as the daemon does
+  // (a tick skipped for half a lease reads as the daemon's own stall).
+  void timers_until(uint64_t until) {
+    for (int i = 0; i < 10'000 && policy().next_wake() <= until; ++i) tick(policy().next_wake());
+  }
   // Grace 20 ms, loose bound 1 ms, the given return margin; a holder quiet for less than 100 ms
   // is not taken for idle, and a task below that says nothing for seconds keeps its lease.
   void rhythm_settings(uint64_t return_margin_ns) {
@@ -809,12 +814,33 @@ TEST_F(PolicyTest, AQuietHolderCountsAsIdle) {
 TEST_F(PolicyTest, ASilentTaskLosesItsLeaseAndItsRole) {
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
   notify(T0, hp, k1, true);
+  timers_until(T0 + 900'000'000);
   send(T0 + 900'000'000, lp, protocol::Heartbeat{});
   tick(T0 + settings.lease_ns + 1);
   EXPECT_FALSE(policy().has_task(hp));
   EXPECT_EQ(policy().take_dropped(), std::vector<uint32_t>{hp});
   EXPECT_EQ(policy().holder(), lp);
   EXPECT_EQ(last[lp].role, protocol::kRoleHolder);
+  EXPECT_EQ(policy().counters().lease_expiries, 1u);
+}
+
+// Trust v3, F1: the daemon stopped for 8 s (SIGSTOP, or starved) wakes to every lease long past.
+// Its silence is not the clients': nobody is dropped, and a client that is heard again keeps its
+// task; one still silent a lease later goes. A timer that fires on time still drops a silent task.
+TEST_F(PolicyTest, TheDaemonsOwnStallCostsNoTaskItsLease) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  send(T0 + 200'000'000, hp, protocol::Heartbeat{});
+  send(T0 + 200'000'000, lp, protocol::Heartbeat{});
+  const uint64_t back = T0 + 8'200'000'000;   // stopped from T0 + 0.2 s to T0 + 8.2 s
+  send(back, lp, protocol::Heartbeat{});       // its queued heartbeat is read first
+  tick(back + 1);
+  EXPECT_TRUE(policy().has_task(hp));
+  EXPECT_TRUE(policy().has_task(lp));
+  EXPECT_EQ(policy().counters().lease_expiries, 0u);
+  send(back + 300'000'000, lp, protocol::Heartbeat{});
+  tick(back + settings.lease_ns + 1);   // on time: the service's client never came back
+  EXPECT_FALSE(policy().has_task(hp));
+  EXPECT_TRUE(policy().has_task(lp));
   EXPECT_EQ(policy().counters().lease_expiries, 1u);
 }
 

@@ -95,6 +95,35 @@ TEST(Sessions, ForgettingTheLastTaskEndsTheSession) {
   EXPECT_EQ(s.check(header(1, 4, 8), kA, false), Refusal::UnknownSession);
 }
 
+// Trust v3, F1: a lease that ran out while the client (or the daemon) was stopped forgets the
+// session; the client registers again under the same ID and must accept the answers. Its replay
+// window has seen the daemon's numbers so far: the new ones must lie above them.
+TEST(Sessions, ASessionBoundAgainAfterItWasForgottenGoesOnAboveEveryNumberItsClientSaw) {
+  Sessions s(kEpoch);
+  protocol::ReplayWindow client;   // the client's window on the daemon's numbers
+  Endpoint to;
+  protocol::Header h;
+  bool auth = false;
+  s.bind(header(1, 1), device(0), kA, false, "", 7);
+  s.bind(header(2, 1), device(0), kB, false, "", 8);   // another session's traffic in between
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_TRUE(s.address(7, &to, &h, &auth));
+    EXPECT_TRUE(client.accept(h.seq));
+    ASSERT_TRUE(s.address(8, &to, &h, &auth));
+  }
+  s.forget({7});
+  EXPECT_EQ(s.check(header(1, 500, 7), kA, false), Refusal::UnknownSession);
+  s.bind(header(1, 501), device(0), kA, false, "", 9);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(s.address(9, &to, &h, &auth));
+    EXPECT_TRUE(client.accept(h.seq)) << "answer " << i << " after the session was bound again";
+  }
+  // Sessionless answers (errors to an unknown session) come from the same counter.
+  const uint64_t next = s.next_sequence();
+  ASSERT_TRUE(s.address(9, &to, &h, &auth));
+  EXPECT_GT(h.seq, next);
+}
+
 // Per-owner limits: a user's sessions together, a remote address's, the GPUs they name, and the
 // slots kept for the key's holders. Refusals are counted by limit; a task that leaves frees its count.
 TEST(Sessions, AnOwnerCannotTakeMoreThanItsShare) {
@@ -147,7 +176,7 @@ TEST(Sessions, RemoteAddressesHaveTheirOwnShareAndTheKeysHoldersAReserve) {
   const Endpoint remote(boost::asio::ip::make_address("10.0.0.7"), 40003);
   const std::string addr = owner_of(std::nullopt, remote);
   EXPECT_EQ(addr, "addr:10.0.0.7");
-  EXPECT_EQ(owner_of(std::nullopt, kA), "") << "a local sender whose socket is not listed: no owner limit";
+  EXPECT_EQ(owner_of(std::nullopt, kA), kUnknownOwner) << "a local sender whose socket is not found";
   ASSERT_EQ(s.check_register(header(1, 1), device(0), remote, false, addr, &existing), Refusal::None);
   s.bind(header(1, 1), device(0), remote, false, addr, 1);
   EXPECT_EQ(s.check_register(header(2, 1), device(0), remote, false, addr, &existing), Refusal::SourceQuota);
@@ -172,34 +201,73 @@ TEST(Sessions, RemoteAddressesHaveTheirOwnShareAndTheKeysHoldersAReserve) {
 namespace fikit::scheduler {
 namespace {
 
-// The local sender's user is the owner of the socket it sends from, over IPv4 and IPv6 loopback; a
-// remote sender has none.
-TEST(PeerUid, TheOwnerOfALoopbackSendersSocket) {
-  const int v4 = socket(AF_INET, SOCK_DGRAM, 0), v6 = socket(AF_INET6, SOCK_DGRAM, 0);
-  sockaddr_in a4{};
-  a4.sin_family = AF_INET;
-  a4.sin_port = htons(9);
-  inet_pton(AF_INET, "127.0.0.1", &a4.sin_addr);
-  ASSERT_EQ(connect(v4, reinterpret_cast<sockaddr*>(&a4), sizeof a4), 0);
-  sockaddr_in6 a6{};
-  a6.sin6_family = AF_INET6;
-  a6.sin6_port = htons(9);
-  inet_pton(AF_INET6, "::1", &a6.sin6_addr);
-  const bool have_v6 = connect(v6, reinterpret_cast<sockaddr*>(&a6), sizeof a6) == 0;
-  sockaddr_storage local{};
-  socklen_t len = sizeof local;
-  getsockname(v4, reinterpret_cast<sockaddr*>(&local), &len);
-  const uint16_t port4 = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
-  EXPECT_EQ(local_udp_owner(Endpoint(boost::asio::ip::make_address("127.0.0.1"), port4)), getuid());
-  if (have_v6) {
-    len = sizeof local;
-    getsockname(v6, reinterpret_cast<sockaddr*>(&local), &len);
-    const uint16_t port6 = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
-    EXPECT_EQ(local_udp_owner(Endpoint(boost::asio::ip::make_address("::1"), port6)), getuid());
+// A UDP socket bound to a free loopback port, standing for the daemon's.
+struct Bound {
+  int fd;
+  Endpoint at;
+  explicit Bound(const char* address) {
+    const auto a = boost::asio::ip::make_address(address);
+    fd = socket(a.is_v4() ? AF_INET : AF_INET6, SOCK_DGRAM, 0);
+    Endpoint e(a, 0);
+    if (bind(fd, e.data(), e.size()) == 0) {
+      socklen_t len = e.capacity();
+      getsockname(fd, e.data(), &len);
+      e.resize(len);
+    }
+    at = e;
   }
-  EXPECT_FALSE(local_udp_owner(Endpoint(boost::asio::ip::make_address("10.1.2.3"), port4)));
-  close(v4);
-  close(v6);
+  ~Bound() { close(fd); }
+};
+
+// A socket that sends to `daemon` (connected, as the hook's, or not: sendto) and where it sends from.
+Endpoint sender(int fd, const Endpoint& daemon, bool connected) {
+  if (connected)
+    EXPECT_EQ(connect(fd, daemon.data(), daemon.size()), 0);
+  else
+    EXPECT_EQ(sendto(fd, "x", 1, 0, daemon.data(), daemon.size()), 1);
+  Endpoint local;
+  socklen_t len = local.capacity();
+  getsockname(fd, local.data(), &len);
+  local.resize(len);
+  return Endpoint(daemon.address(), local.port());
+}
+
+// The local sender's user is the owner of the socket it sends from, over IPv4 and IPv6 loopback,
+// connected or not; a socket closed already, and a remote sender, have none.
+TEST(PeerUid, TheOwnerOfALoopbackSendersSocket) {
+  for (const char* address : {"127.0.0.1", "::1"}) {
+    Bound daemon(address);
+    if (daemon.at.port() == 0) {
+      ASSERT_STREQ(address, "::1") << "no IPv4 loopback";
+      continue;   // no IPv6 here
+    }
+    for (bool connected : {true, false}) {
+      const int fd = socket(daemon.at.protocol().family(), SOCK_DGRAM, 0);
+      const Endpoint from = sender(fd, daemon.at, connected);
+      EXPECT_EQ(local_udp_owner(from, daemon.at), getuid()) << address << (connected ? " connected" : " sendto");
+      // A daemon listening on every address is reached at the loopback one.
+      const Endpoint any(daemon.at.address().is_v4() ? boost::asio::ip::address(boost::asio::ip::address_v4::any())
+                                                      : boost::asio::ip::address(boost::asio::ip::address_v6::any()),
+                         daemon.at.port());
+      EXPECT_EQ(local_udp_owner(from, any), getuid()) << address;
+      close(fd);
+      EXPECT_FALSE(local_udp_owner(from, daemon.at)) << "a closed socket has no owner";
+    }
+  }
+  Bound daemon("127.0.0.1");
+  EXPECT_FALSE(local_udp_owner(Endpoint(boost::asio::ip::make_address("10.1.2.3"), 40000), daemon.at));
+}
+
+// Another user's socket is told apart from the daemon's user (root only: it makes a socket as nobody).
+TEST(PeerUid, AnotherUsersSocketIsTheirs) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to make a socket as another user";
+  Bound daemon("127.0.0.1");
+  ASSERT_EQ(seteuid(65534), 0);
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);   // the socket's owner is its creator's
+  ASSERT_EQ(seteuid(0), 0);
+  const Endpoint from = sender(fd, daemon.at, true);
+  EXPECT_EQ(local_udp_owner(from, daemon.at), 65534u);
+  close(fd);
 }
 
 }  // namespace
