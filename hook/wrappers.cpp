@@ -290,8 +290,13 @@ void tell_mode_of_teardown(CUcontext context) noexcept {
 template <Variant V, class Target>
 CUresult context_teardown(Target target) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  tell_mode_of_teardown(torn_down(target));
-  return real(target);
+  const CUcontext context = torn_down(target);
+  tell_mode_of_teardown(context);
+  const uint64_t key = memory::accounting() ? context_key(context) : 0;
+  const CUresult result = real(target);
+  // Its allocations went with it (before, 2 of 6 later allocations under the same limit succeeded).
+  if (result == CUDA_SUCCESS && key != 0) memory::forget_context(key);
+  return result;
 }
 
 // A release destroys the primary context only with its last reference, which nothing tells: other
@@ -302,7 +307,13 @@ template <Variant V>
 CUresult context_release(CUdevice dev) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   Mode* mode = detail::loaded_mode();
-  if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) return real(dev);
+  if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) {
+    if (!memory::accounting() || t_in_teardown) return real(dev);
+    const uint64_t key = context_key(torn_down(dev));   // a memory limit without a mode
+    const CUresult result = real(dev);
+    if (key != 0 && result == CUDA_SUCCESS && context_key(torn_down(dev)) != key) memory::forget_context(key);
+    return result;
+  }
   tell_mode_of_teardown(nullptr);
   t_in_teardown = true;
   const CUcontext primary = torn_down(dev);
@@ -312,6 +323,7 @@ CUresult context_release(CUdevice dev) noexcept {
   // Gone: no primary context now, or another one (a thread retained it again right after).
   const bool gone = key != 0 && result == CUDA_SUCCESS && context_key(torn_down(dev)) != key;
   if (key != 0) mode->after_context_release(primary, key, gone);
+  if (gone) memory::forget_context(key);
   t_in_teardown = false;
   return result;
 }
@@ -327,17 +339,31 @@ void learn_cap(int device) noexcept {
   }
 }
 
-// The driver allocates `bytes` on `device` (-1: the current context's) and hands back `key`.
-template <class Call>
-CUresult accounted(uint64_t bytes, int device, memory::Kind kind, Call call) noexcept {
+// The driver allocates `bytes` on `device` (-1: the current context's) and hands back `key`. When it
+// took more than the claim and the rest does not fit the cap, `undo` frees it and the program
+// gets the driver's out-of-memory error.
+struct NoUndo {
+  void operator()(uint64_t) const noexcept {}
+};
+template <class Call, class Undo = NoUndo>
+CUresult accounted(uint64_t bytes, int device, memory::Kind kind, Call call, Undo undo = {}) noexcept {
   if (device < 0) device = memory::current_device();
   learn_cap(device);
   memory::Claim claim;
   if (memory::claim(bytes, device, claim) != CUDA_SUCCESS) return CUDA_ERROR_OUT_OF_MEMORY;
   uint64_t key = 0, actual = bytes;
   const CUresult result = call(key, actual);
-  memory::settle(claim, result, kind, key, actual);
+  if (memory::settle(claim, result, kind, key, actual) != CUDA_SUCCESS) {
+    undo(key);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   return result;
+}
+
+// width x height, saturated (a product past 64 bits is refused by any cap, not wrapped to a small one).
+uint64_t saturated_product(uint64_t a, uint64_t b) noexcept {
+  uint64_t p = 0;
+  return __builtin_mul_overflow(a, b, &p) ? UINT64_MAX : p;
 }
 
 // cuMemAlloc, cuMemAllocManaged (managed memory may all come to reside on the device: counted like
@@ -354,18 +380,27 @@ CUresult mem_alloc(CUdeviceptr* dptr, size_t bytes, Tail... tail) noexcept {
   });
 }
 
-// The pitch is the driver's choice: claimed at the row width, settled at what it chose.
+// The pitch is the driver's choice: claimed at the row rounded up to 512 bytes (the pitch
+// alignment of current GPUs), settled at what it chose; a wider pitch must fit the cap too, or the
+// allocation is freed and refused.
 template <Variant V>
 CUresult mem_alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned element) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   if (!memory::accounting() || dptr == nullptr || pitch == nullptr) [[likely]]
     return real(dptr, pitch, width, height, element);
-  return accounted(uint64_t(width) * height, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t& actual) {
-    const CUresult r = real(dptr, pitch, width, height, element);
-    key = *dptr;
-    actual = uint64_t(*pitch) * height;
-    return r;
-  });
+  constexpr uint64_t kPitchAlignment = 512;
+  const uint64_t row = width > UINT64_MAX - kPitchAlignment ? UINT64_MAX : (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+  return accounted(
+      saturated_product(row, height), -1, memory::Kind::Linear,
+      [&](uint64_t& key, uint64_t& actual) {
+        const CUresult r = real(dptr, pitch, width, height, element);
+        key = *dptr;
+        actual = saturated_product(*pitch, height);
+        return r;
+      },
+      [](uint64_t key) {
+        if (auto free = real_of<Variant::fikit_cuMemFree_v2>()) free(CUdeviceptr(key));
+      });
 }
 
 // Virtual memory management (PyTorch's expandable segments): physical memory on the device the
@@ -438,15 +473,19 @@ CUresult mipmapped_array_create(CUmipmappedArray* array, const CUDA_ARRAY3D_DESC
 }
 
 // A free gives its bytes back before the driver call: once the driver has the memory back, another
-// thread's allocation may get the same address, and must find it free in the ledger.
+// thread's allocation may get the same address, and must find it free in the ledger. A free the
+// driver refuses (a bad stream, a handle still mapped) puts them back: the memory is still held.
 template <Variant V, memory::Kind Kind, class Handle, class... Rest>
 CUresult freeing(Handle handle, Rest... rest) noexcept {
   FIKIT_REAL_OR_FAIL(V);
-  if (memory::accounting()) {
-    if constexpr (std::is_pointer_v<Handle>) memory::release(Kind, reinterpret_cast<uintptr_t>(handle));
-    else memory::release(Kind, uint64_t(handle));
-  }
-  return real(handle, rest...);
+  if (!memory::accounting()) [[likely]] return real(handle, rest...);
+  uint64_t key = 0;
+  if constexpr (std::is_pointer_v<Handle>) key = reinterpret_cast<uintptr_t>(handle);
+  else key = uint64_t(handle);
+  const memory::Ledger::Entry entry = memory::release(Kind, key);
+  const CUresult result = real(handle, rest...);
+  if (result != CUDA_SUCCESS) memory::restore(Kind, key, entry);
+  return result;
 }
 
 template <Variant V>

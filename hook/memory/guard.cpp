@@ -24,6 +24,15 @@ std::atomic<bool> g_may_be_capped{false};
 
 bool valid(int device) noexcept { return device >= 0 && device < kMax; }
 
+// The calling thread's current context, as driver.h keys contexts (0: none).
+uint64_t current_context() noexcept {
+  using GetCurrentFn = CUresult (*)(CUcontext*);
+  static auto get_current = real_driver<GetCurrentFn>("cuCtxGetCurrent");
+  CUcontext context = nullptr;
+  if (get_current == nullptr || get_current(&context) != CUDA_SUCCESS) return 0;
+  return context_key(context);
+}
+
 uint64_t device_total(int device) noexcept {
   using TotalMemFn = CUresult (*)(size_t*, CUdevice);
   static auto total_mem = real_driver<TotalMemFn>("cuDeviceTotalMem_v2");
@@ -116,22 +125,39 @@ CUresult claim(uint64_t bytes, int device, Claim& out) noexcept {
   }
   out.device = device;
   out.bytes = bytes;
+  out.context = current_context();
   return CUDA_SUCCESS;
 }
 
-void settle(const Claim& claim, CUresult result, Kind kind, uint64_t key, uint64_t actual) noexcept {
-  if (claim.device < 0) return;
+CUresult settle(const Claim& claim, CUresult result, Kind kind, uint64_t key, uint64_t actual) noexcept {
+  if (claim.device < 0) return CUDA_SUCCESS;
   if (result != CUDA_SUCCESS) {
     g_ledger.unclaim(claim.device, claim.bytes);
-    return;
+    return CUDA_SUCCESS;
   }
-  if (actual > claim.bytes) g_ledger.add(claim.device, actual - claim.bytes);
-  else actual = claim.bytes;
-  g_ledger.record(kind, key, claim.device, actual);
+  if (actual > claim.bytes) {
+    // (A pitch of 128 GiB for a narrow row was settled uncapped before: one call passed any limit.)
+    if (!g_ledger.claim(claim.device, actual - claim.bytes, effective_cap(claim.device))) {
+      g_ledger.unclaim(claim.device, claim.bytes);
+      g_refusals[claim.device].fetch_add(1, std::memory_order_relaxed);
+      log_refusal(claim.device, actual);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+  } else {
+    actual = claim.bytes;
+  }
+  g_ledger.record(kind, key, claim.device, actual, kind == Kind::Handle ? 0 : claim.context);
+  return CUDA_SUCCESS;
 }
 
-void release(Kind kind, uint64_t key) noexcept {
-  if (accounting()) g_ledger.release(kind, key);
+Ledger::Entry release(Kind kind, uint64_t key) noexcept {
+  return accounting() ? g_ledger.take(kind, key) : Ledger::Entry{};
+}
+
+void restore(Kind kind, uint64_t key, const Ledger::Entry& entry) noexcept { g_ledger.restore(kind, key, entry); }
+
+void forget_context(uint64_t context) noexcept {
+  if (accounting()) g_ledger.forget_context(context);
 }
 
 void clamp_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept {

@@ -26,14 +26,21 @@ bool first_on_device(int device) noexcept;
 struct Claim {
   int device = -1;      // -1: not accounted (no context, or accounting is off)
   uint64_t bytes = 0;
+  uint64_t context = 0; // the current context's key (its teardown frees the allocation)
 };
 // Before the driver call: claims `bytes` on `device` (-1: the current context's). CUDA_SUCCESS, or
 // CUDA_ERROR_OUT_OF_MEMORY when the cap refuses it (counted; logged once per process).
 CUresult claim(uint64_t bytes, int device, Claim& out) noexcept;
 // After it: a failed call gives the claim back; a successful one records `key` with `actual`
-// bytes (at least the claim: the driver may round up, e.g. a pitch).
-void settle(const Claim& claim, CUresult result, Kind kind, uint64_t key, uint64_t actual) noexcept;
-void release(Kind kind, uint64_t key) noexcept;
+// bytes. More than the claim (the driver chose a wider pitch) must fit the cap as well: when it
+// does not, CUDA_ERROR_OUT_OF_MEMORY says the caller must free the allocation (nothing recorded).
+CUresult settle(const Claim& claim, CUresult result, Kind kind, uint64_t key, uint64_t actual) noexcept;
+// A free: the entry leaves the ledger before the driver call (another thread may be given the
+// address at once); put it back with restore() when the driver refused the free.
+Ledger::Entry release(Kind kind, uint64_t key) noexcept;
+void restore(Kind kind, uint64_t key, const Ledger::Entry& entry) noexcept;
+// A context destroyed or reset (driver.h context_key): what was allocated in it is gone.
+void forget_context(uint64_t context) noexcept;
 
 // cuMemGetInfo (on `device`, the current context's) and cuDeviceTotalMem answered within the cap.
 void clamp_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept;

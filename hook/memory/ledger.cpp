@@ -22,30 +22,57 @@ void Ledger::add(int device, uint64_t bytes) noexcept {
   if (valid(device)) used_[device].fetch_add(bytes, std::memory_order_relaxed);
 }
 
-bool Ledger::record(Kind kind, uint64_t key, int device, uint64_t bytes) noexcept {
+bool Ledger::record(Kind kind, uint64_t key, int device, uint64_t bytes, uint64_t context) noexcept {
   if (!valid(device)) return false;
-  bool inserted = false;
+  Entry stale{};
   try {
     std::lock_guard guard(mutex_);
-    inserted = table_.emplace(Key{key, kind}, Entry{device, bytes}).second;
+    auto [it, inserted] = table_.try_emplace(Key{key, kind}, Entry{device, bytes, context});
+    if (!inserted) {
+      stale = it->second;
+      it->second = Entry{device, bytes, context};
+    }
   } catch (...) {
-    inserted = false;
+    unclaim(device, bytes);
+    return false;
   }
-  if (!inserted) unclaim(device, bytes);
-  return inserted;
+  if (stale.bytes != 0) unclaim(stale.device, stale.bytes);
+  return true;
 }
 
-uint64_t Ledger::release(Kind kind, uint64_t key) noexcept {
+Ledger::Entry Ledger::take(Kind kind, uint64_t key) noexcept {
   Entry entry{};
   {
     std::lock_guard guard(mutex_);
     auto it = table_.find(Key{key, kind});
-    if (it == table_.end()) return 0;
+    if (it == table_.end()) return entry;
     entry = it->second;
     table_.erase(it);
   }
   unclaim(entry.device, entry.bytes);
-  return entry.bytes;
+  return entry;
+}
+
+void Ledger::restore(Kind kind, uint64_t key, const Entry& entry) noexcept {
+  if (entry.bytes == 0 || !valid(entry.device)) return;
+  add(entry.device, entry.bytes);   // the driver kept it: it counts whatever the cap says now
+  (void)record(kind, key, entry.device, entry.bytes, entry.context);
+}
+
+uint64_t Ledger::forget_context(uint64_t context) noexcept {
+  if (context == 0) return 0;
+  uint64_t freed = 0;
+  std::lock_guard guard(mutex_);
+  for (auto it = table_.begin(); it != table_.end();) {
+    if (it->second.context != context) {
+      ++it;
+      continue;
+    }
+    unclaim(it->second.device, it->second.bytes);
+    freed += it->second.bytes;
+    it = table_.erase(it);
+  }
+  return freed;
 }
 
 uint64_t Ledger::used(int device) const noexcept {

@@ -23,12 +23,25 @@ class Ledger {
   void unclaim(int device, uint64_t bytes) noexcept;
   // Adds `bytes` without a cap (the driver gave more than was claimed, e.g. a pitch).
   void add(int device, uint64_t bytes) noexcept;
-  // The allocation `key` of `kind` holds `bytes` of a claim on `device`. False when it cannot be
-  // remembered (out of host memory, or the key is already known): the claim was taken back.
-  bool record(Kind kind, uint64_t key, int device, uint64_t bytes) noexcept;
-  // The allocation is freed: its bytes leave its device's count. Returns them (0: not known, e.g.
-  // allocated before accounting started).
-  uint64_t release(Kind kind, uint64_t key) noexcept;
+  struct Entry {
+    int device = -1;
+    uint64_t bytes = 0;
+    uint64_t context = 0;   // the context it lives and dies with (driver.h context_key; 0: none)
+  };
+  // The allocation `key` of `kind` holds `bytes` of a claim on `device`, in `context`. A key still
+  // listed is a stale entry (the driver reuses the address of memory that went with a context the
+  // hook missed): it is replaced, its bytes given back. False when it cannot be remembered (out of
+  // host memory): the claim was taken back.
+  bool record(Kind kind, uint64_t key, int device, uint64_t bytes, uint64_t context = 0) noexcept;
+  // The allocation is being freed: its entry leaves the table and its bytes its device's count.
+  // Returns it (bytes 0: not known, e.g. allocated before accounting started). A free the driver
+  // then refuses puts it back with restore().
+  Entry take(Kind kind, uint64_t key) noexcept;
+  void restore(Kind kind, uint64_t key, const Entry& entry) noexcept;
+  uint64_t release(Kind kind, uint64_t key) noexcept { return take(kind, key).bytes; }
+  // A context was destroyed (or its device reset): the driver freed what was allocated in it.
+  // Returns the bytes given back.
+  uint64_t forget_context(uint64_t context) noexcept;
 
   uint64_t used(int device) const noexcept;
   size_t allocations() const noexcept;
@@ -37,10 +50,6 @@ class Ledger {
   void reset_after_fork() noexcept;
 
  private:
-  struct Entry {
-    int device;
-    uint64_t bytes;
-  };
   struct Key {
     uint64_t value;
     Kind kind;

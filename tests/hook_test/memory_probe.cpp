@@ -14,6 +14,14 @@
 //                                          once everything is freed
 //   memory_probe fork MIB                  holds MIB, forks; the child makes its own context:
 //                                          "child FREE RESULT" (it allocates MIB); "parent FREE"
+//   memory_probe narrow ROWS               cuMemAllocPitch of 4-byte rows (the driver pads each to
+//                                          512): "narrow RESULT HELD"
+//   memory_probe teardown MIB              fills the limit in a context of its own in MIB chunks and
+//                                          destroys it, then in the device's primary context and
+//                                          resets the device; after each, six allocations of MIB/2
+//                                          in the first context: "destroy SUCCEEDED", "reset SUCCEEDED"
+//   memory_probe badfree MIB               cuMemFreeAsync on a stream that does not exist (refused),
+//                                          then cuMemFree: "badfree RESULT HELD_AFTER HELD_AT_END"
 #include <cuda.h>
 
 #include <sys/wait.h>
@@ -248,6 +256,58 @@ int fork_child(size_t bytes) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 4;
 }
 
+int narrow(size_t rows) {
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  const CUresult r = cuMemAllocPitch(&p, &pitch, 4, rows, 4);
+  std::printf("narrow %d %zu\n", int(r), used());
+  if (r == CUDA_SUCCESS) cuMemFree(p);
+  return 0;
+}
+
+// Allocates `chunk`s in `ctx` until one fails; returns them (the context's teardown frees them).
+void fill_context(CUcontext ctx, size_t chunk) {
+  cuCtxSetCurrent(ctx);
+  CUdeviceptr p = 0;
+  for (int i = 0; i < 1000 && cuMemAlloc(&p, chunk) == CUDA_SUCCESS; ++i) {
+  }
+}
+
+// Six allocations of `bytes` in the probe's own context, freed again: how many succeeded.
+int six_in_own_context(size_t bytes) {
+  cuCtxSetCurrent(g_ctx);
+  int ok = 0;
+  CUdeviceptr held[6] = {};
+  for (auto& p : held) ok += cuMemAlloc(&p, bytes) == CUDA_SUCCESS;
+  for (CUdeviceptr p : held)
+    if (p != 0) cuMemFree(p);
+  return ok;
+}
+
+int teardown(size_t chunk) {
+  CUcontext other = nullptr;
+  if (cuCtxCreate(&other, nullptr, 0, g_dev) != CUDA_SUCCESS) return 3;
+  fill_context(other, chunk);
+  cuCtxDestroy(other);
+  std::printf("destroy %d\n", six_in_own_context(chunk / 2));
+  CUcontext primary = nullptr;
+  if (cuDevicePrimaryCtxRetain(&primary, g_dev) != CUDA_SUCCESS) return 3;
+  fill_context(primary, chunk);
+  cuDevicePrimaryCtxReset(g_dev);
+  std::printf("reset %d\n", six_in_own_context(chunk / 2));
+  return 0;
+}
+
+int badfree(size_t bytes) {
+  CUdeviceptr p = 0;
+  if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) return 3;
+  const CUresult r = cuMemFreeAsync(p, reinterpret_cast<CUstream>(uintptr_t{0x5eed0}));
+  const size_t after = used();
+  cuMemFree(p);
+  std::printf("badfree %d %zu %zu\n", int(r), after, used());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -261,6 +321,9 @@ int main(int argc, char** argv) {
   else if (cmd == "paths") rc = paths(size_t(arg(2, 1 << 20)));
   else if (cmd == "random") rc = random_ops(unsigned(arg(2, 1)), int(arg(3, 100)), int(arg(4, 2)));
   else if (cmd == "fork") rc = fork_child(size_t(arg(2, 1)) << 20);
+  else if (cmd == "narrow") rc = narrow(size_t(arg(2, 1)));
+  else if (cmd == "teardown") rc = teardown(size_t(arg(2, 1)) << 20);
+  else if (cmd == "badfree") rc = badfree(size_t(arg(2, 1)) << 20);
   std::fflush(stdout);
   return rc;
 }

@@ -245,6 +245,36 @@ TEST(HookSim, AForkedChildStartsFromItsOwnUsage) {
   EXPECT_EQ(lines.at("parent")[0], std::to_string(16 * kMiB)) << r.out;
 }
 
+// Trust v3, F4: rows of 4 bytes that the driver pads to 512 were claimed at 4 bytes and settled
+// uncapped: one call held 128 GiB under a 1 GiB limit. Now the padded size is claimed.
+TEST(HookSim, ANarrowPitchIsClaimedAtWhatTheDriverTakes) {
+  const Result r = run("FIKIT_MEMORY_LIMIT=32MiB", std::string(FIKIT_MEMORY_PROBE_PATH) + " narrow 131072");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(probe_lines(r.out).at("narrow"), (std::vector<std::string>{"2", "0"})) << r.out;
+  const Result fits = run("FIKIT_MEMORY_LIMIT=128MiB", std::string(FIKIT_MEMORY_PROBE_PATH) + " narrow 131072");
+  EXPECT_EQ(probe_lines(fits.out).at("narrow"), (std::vector<std::string>{"0", std::to_string(64 * kMiB)})) << fits.out;
+}
+
+// Trust v3, F9: a destroyed context and a reset device take their allocations along; the limit
+// must give their bytes back (before, 2 of the 6 allocations after each succeeded).
+TEST(HookSim, AContextsTeardownGivesItsAllocationsBack) {
+  const Result r = run("FIKIT_MEMORY_LIMIT=64MiB", std::string(FIKIT_MEMORY_PROBE_PATH) + " teardown 16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = probe_lines(r.out);
+  EXPECT_EQ(lines.at("destroy")[0], "6") << r.out;
+  EXPECT_EQ(lines.at("reset")[0], "6") << r.out;
+}
+
+// A free the driver refuses leaves the memory held, and counted; a later free gives it back.
+TEST(HookSim, AFreeTheDriverRefusedStillCounts) {
+  const Result r = run("FIKIT_MEMORY_LIMIT=64MiB", std::string(FIKIT_MEMORY_PROBE_PATH) + " badfree 8");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto f = probe_lines(r.out).at("badfree");
+  EXPECT_NE(f[0], "0") << "the driver refused the free: " << r.out;
+  EXPECT_EQ(f[1], std::to_string(8 * kMiB)) << r.out;
+  EXPECT_EQ(f[2], "0") << r.out;
+}
+
 TEST(HookSim, WithoutALimitTheDeviceIsAsTheDriverSaysAndBadLimitsAreNamed) {
   const std::string info = std::string(FIKIT_MEMORY_PROBE_PATH) + " info";
   const Result plain = run("", info);

@@ -117,7 +117,13 @@ CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemo
   return cuMemAllocFromPoolAsync(dptr, bytesize, pool, s);
 }
 CUresult cuMemFree_v2(CUdeviceptr dptr) { return release(dptr); }
-CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream) { return dptr == 0 ? CUDA_ERROR_INVALID_VALUE : release(dptr); }
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
+  if (dptr == 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* stream = nullptr;
+  CUresult err = CUDA_SUCCESS;
+  if (stream_context(s, &stream, &err) == nullptr) return err;   // a bad stream frees nothing
+  return release(dptr);
+}
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return cuMemFreeAsync(dptr, s); }
 
 // Virtual memory management: the handle is the physical memory (not mappable here).
