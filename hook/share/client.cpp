@@ -242,7 +242,9 @@ void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
 void Client::set_disconnected(const char* why) noexcept {
   lost_.store(true, std::memory_order_release);
   const bool was = connected_.exchange(false);
-  memory::set_scheduler_cap(opts_.device_ordinal, 0);   // unscheduled: only the process's own limit
+  // The daemon's last cap stays: a job that grew while the daemon was stopped or restarting kept
+  // what it took for good, the reserve with it (the service's allocations failed 12 of 12). A
+  // service (priority 0) is never capped.
   cell_.wake_all();   // waiting launches pass through now
   if (was)
     log(LogLevel::Warn, "share mode: scheduler %s:%u not answering (%s): running unscheduled until it is back",

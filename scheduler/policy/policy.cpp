@@ -163,20 +163,16 @@ uint64_t Policy::predicted_return(uint64_t now, const Task& t) const {
 
 uint64_t Policy::memory_cap_for(const Task& t) const {
   if (settings_.reserve_memory.is_zero() || t.priority == 0) return 0;
-  // The GPU's size: as the priority-0 tasks report it (with a key, only key holders are priority 0),
-  // else the smallest any task reports: one that claims a larger GPU cannot enlarge what the others
-  // may take, and one that sees less (an MPS client under a pinned-memory limit) only shrinks it.
-  uint64_t top_total = 0, low_total = 0, top_used = 0, low_used = 0, low = 0;
+  // The GPU's size: the smallest any task reports. A task that claims a larger GPU cannot enlarge
+  // what the jobs may take (a fake priority-0 task claiming 1 TiB lifted every job's cap to
+  // 1021 GiB); one that sees less (an MPS client under a pinned-memory limit, or a liar) only
+  // shrinks it: a lie costs the jobs, never the service's reserve.
+  uint64_t total = 0, top_used = 0, low_used = 0, low = 0;
   for (const auto& [id, u] : tasks_) {
-    if (u.priority == 0) {
-      top_total = std::max(top_total, u.memory_total);
-      top_used += u.memory_used;
-    } else {
-      if (u.memory_total != 0) low_total = low_total == 0 ? u.memory_total : std::min(low_total, u.memory_total);
-      low_used += u.memory_used, ++low;
-    }
+    if (u.memory_total != 0) total = total == 0 ? u.memory_total : std::min(total, u.memory_total);
+    if (u.priority == 0) top_used += u.memory_used;
+    else low_used += u.memory_used, ++low;
   }
-  const uint64_t total = top_total != 0 ? top_total : low_total;
   if (total == 0) return 0;   // no client said how large the GPU is
   // What the tasks below priority 0 may hold together: the GPU less the reserve, or less what the
   // priority-0 tasks hold when that is more. Splitting what is free of it equally means that they

@@ -608,6 +608,19 @@ def memory_reserve(env):
     ok &= check(jt.get("memory_used") == 5 << 30 and jt.get("memory_cap") == 5 << 30 and jt.get("memory_refusals", 0) >= 1,
                 f"status: the job holds 5 GiB of its 5 GiB cap, refusals counted: "
                 f"{ {k: jt.get(k) for k in ('memory_used', 'memory_cap', 'memory_refusals')} }")
+    # Trust v3, F6: the daemon stalls (longer than the lease: the job runs unscheduled) while the job
+    # grows by 256 MiB every 100 ms. Its cap stays: before, it dropped to none and the job kept the
+    # 8 GiB it took once the daemon was back.
+    job = subprocess.Popen(env.fikit("share", "job", 5) + [probe, "grow", "256", "40", "100"], env=env.env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.0)
+    env.daemon.send_signal(signal.SIGSTOP)
+    time.sleep(2.0)
+    env.daemon.send_signal(signal.SIGCONT)
+    out, _ = job.communicate(timeout=60)
+    g = re.search(r"grow (\d+) (\d+)", out)
+    ok &= check(g is not None and int(g[1]) <= 20,
+                f"while the daemon was stopped the job kept its 5 GiB cap (20 chunks of 256 MiB at most): {out.strip()}")
     env.stop_daemon()
     return ok
 

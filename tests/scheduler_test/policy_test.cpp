@@ -971,7 +971,7 @@ TEST_F(PolicyTest, TasksBelowPriorityZeroShareWhatTheReserveLeaves) {
   const uint32_t job2 = reg(T0 + us(30), "lp7", 7, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 30 * GiB);
   EXPECT_EQ(last.at(job2).memory_cap, 20 * GiB);
-  // One that claims a larger GPU does not enlarge what the others may take: the service's size counts.
+  // One that claims a larger GPU does not enlarge what the others may take: the smallest size counts.
   const uint32_t liar = reg(T0 + us(40), "a", 6, TaskMode::Share, Backend::Mps, false, 1024 * GiB);
   EXPECT_LE(last.at(job).memory_cap + last.at(job2).memory_cap + last.at(liar).memory_cap, 50 * GiB);
   const auto status = policy().status(T0 + us(50));
@@ -989,6 +989,17 @@ TEST_F(PolicyTest, WithoutAServiceTheSmallestGpuAnyTaskReportsCounts) {
   EXPECT_EQ(last.at(job).memory_cap, 30 * GiB) << "60 free, split in two";
   reg(T0 + us(20), "b", 7, TaskMode::Share, Backend::Mps, false, 40 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 6784ull << 20) << "20 free of 40, split in three, in steps of 64 MiB";
+}
+
+// Trust v3, F7: without a key anyone registers at priority 0; a fake service claiming a 1 TiB GPU
+// lifted every job's cap to 1021 GiB (the priority-0 report counted). The smallest report counts.
+TEST_F(PolicyTest, AFakeServiceClaimingALargerGpuLiftsNoCap) {
+  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
+  reg(T0 + us(10), "fake", 0, TaskMode::Share, Backend::Mps, false, 1024 * GiB);
+  EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
 }
 
 TEST_F(PolicyTest, AMeasuredTaskIsCappedTooAndNoReserveMeansNoCap) {
