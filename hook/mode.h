@@ -9,6 +9,11 @@
 
 namespace fikit::hook {
 
+// How long a mode's first read of the profile database may delay the program's first CUDA call
+// when another program holds the database locked (SQLite's busy timeout): the read is then given up
+// (share mode reads again in the background; auto mode measures).
+inline constexpr int kFirstReadTimeoutMs = 20;
+
 enum class OpKind : uint8_t { Kernel, Graph, MemcpyHtoD, MemcpyDtoH, MemcpyDtoD, Memset };
 enum class SyncKind : uint8_t { Stream, Context, Event, Memcpy };
 

@@ -464,7 +464,8 @@ Mode* make_measure_mode(const Config& cfg) noexcept { return start_measuring(cfg
 Mode* make_auto_mode(const Config& cfg) noexcept {
   uint64_t runs = 0;
   try {
-    profiledb::Database db(db_path_of(cfg), profiledb::Database::Open::ReadOnly);
+    // (The default busy timeout, 5 s, stalled the program's first CUDA call on a locked database.)
+    profiledb::Database db(db_path_of(cfg), profiledb::Database::Open::ReadOnly, kFirstReadTimeoutMs);
     if (auto task = db.task(cfg.task_key)) runs = task->runs_measured;
   } catch (const profiledb::DbError& e) {
     // No database yet is the normal first run; anything else is worth a line, then we measure.

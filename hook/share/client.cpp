@@ -98,6 +98,7 @@ bool Client::wait_registered_for(uint32_t timeout_ms) noexcept {
   for (;;) {
     const uint32_t seen = registrations_.load(std::memory_order_acquire);
     if (connected()) return true;
+    if (refusal_.load(std::memory_order_relaxed) >= 0) return false;   // refused: its log says why at once
     const uint64_t now = monotonic_ns();
     if (now >= until) return false;
     futex_wait(&registrations_, seen, until - now);
@@ -307,6 +308,8 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     } else if (e->code == protocol::ErrorCode::TooManyTasks) {
       schedule_register(now, uint64_t(e->retry_after_ms) * kMs);
       refusal_.store(int32_t(e->reason), std::memory_order_relaxed);
+      registrations_.fetch_add(1, std::memory_order_release);   // a waiting start() hears it
+      futex_wake_all(&registrations_);
       if (backoff_ns_ == kFirstBackoffNs)   // the first refusal in a row
         log(LogLevel::Warn, "share mode: the scheduler refused this task (%s): running unscheduled, asking again in "
             "%u s", protocol::to_string(e->reason), unsigned(e->retry_after_ms / 1000));

@@ -24,7 +24,6 @@
 namespace fikit::hook {
 namespace {
 
-constexpr int kFirstReadTimeoutMs = 20;
 
 using share::Client;
 using share::Lane;

@@ -96,6 +96,11 @@ std::shared_ptr<const policy::Profile> AsyncProfiles::load(std::string_view task
   return it != read_.end() ? it->second : std::make_shared<policy::Profile>();
 }
 
+size_t AsyncProfiles::kept() const {
+  std::lock_guard lock(mutex_);
+  return read_.size();
+}
+
 size_t AsyncProfiles::pending() const {
   std::lock_guard lock(mutex_);
   return queue_.size() + in_progress_;
@@ -121,7 +126,14 @@ void AsyncProfiles::run() {
       wake_.wait_for(lock, kLockedRetry, [this] { return stopping_; });
       continue;
     }
-    read_[key] = profile;
+    auto [it, added] = read_.insert_or_assign(key, profile);
+    if (added) {
+      read_order_.push_back(key);
+      if (read_order_.size() > kMaxKept) {
+        read_.erase(read_order_.front());   // read again, in the background, if asked for again
+        read_order_.pop_front();
+      }
+    }
     lock.unlock();
     ready_(key, profile);
     lock.lock();

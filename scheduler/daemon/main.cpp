@@ -50,6 +50,9 @@ std::string usage_text() {
                "  --reserved-priorities N\n"
                "                       with a key: priorities 0..N-1 need it; unauthenticated tasks that\n"
                "                       ask for them get priority N (default 1)\n"
+               "  --user-tasks N       tasks one local user (or remote address) may hold (default 64);\n"
+               "                       beyond it a registration is refused with the reason\n"
+               "  --user-gpus N        GPUs one user's tasks may name (default 16)\n"
                "  --control PATH       control socket for `status` (default for root /run/fikit/\n"
                "                       scheduler-PORT.sock; for a user $XDG_RUNTIME_DIR/fikit/..., else\n"
                "                       /tmp/fikit-UID/...; a folder of another user is refused)\n"
@@ -167,6 +170,8 @@ int main(int argc, char** argv) {
   server.host = opts.listen_host;
   server.port = opts.listen_port;
   server.settings = opts.policy;
+  server.quotas.tasks_per_user = server.quotas.tasks_per_source = opts.user_tasks;
+  server.quotas.gpus_per_user = opts.user_gpus;
   server.metrics_host = opts.metrics_host;
   server.metrics_port = opts.metrics_port;
   server.control_path = opts.control_path.empty() ? fikit::scheduler::default_control_path(opts.listen_port)

@@ -79,7 +79,7 @@ constexpr DurationSetting kDurations[] = {
 constexpr const char* kOtherSettings[] = {
     "gap-estimator", "duration-estimator", "return-credit", "overlap-probe", "overlap-tolerance", "mps-overlap-busy",
     "partition", "partition-light", "light-busy", "reserve-memory",
-    "mps", "mps-control", "reserved-priorities", "listen", "metrics", "metrics-remote", "db", "key-file",
+    "mps", "mps-control", "reserved-priorities", "user-tasks", "user-gpus", "listen", "metrics", "metrics-remote", "db", "key-file",
     "control", "bell", "log-level"};
 
 }  // namespace
@@ -198,6 +198,18 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
       return false;
     }
     opts.reserved_priorities = int(n);
+    return true;
+  }
+  if (key == "user-tasks" || key == "user-gpus") {
+    // A user (or remote address) beyond these is refused with the reason; 4 users of 64 tasks fill a
+    // GPU's 256 slots, so a machine shared by many users wants a lower one, or a key.
+    unsigned n = 0;
+    const unsigned most = key == "user-tasks" ? unsigned(policy::Policy::kMaxTasks) : 255u;
+    if (!parse_uint(value, most, n) || n == 0) {
+      error = key + ": '" + value + "' is not a number 1.." + std::to_string(most);
+      return false;
+    }
+    (key == "user-tasks" ? opts.user_tasks : opts.user_gpus) = n;
     return true;
   }
   if (key == "listen") {

@@ -19,6 +19,8 @@ struct Options {
   std::string control_path;         // empty: default_control_path(listen_port)
   std::string bell_path;            // empty: protocol::default_bell_path(listen_port); "off": none
   int reserved_priorities = -1;     // -1: 1 with a key, 0 without
+  unsigned user_tasks = 64;         // tasks one local user (or remote address) may hold (sessions.h Quotas)
+  unsigned user_gpus = 16;          // GPUs one user's tasks may name
   std::string metrics_host;         // empty: no metrics endpoint (the default)
   uint16_t metrics_port = 0;
   bool metrics_remote = false;      // a non-loopback metrics address is allowed (an explicit choice)

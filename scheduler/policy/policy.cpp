@@ -262,7 +262,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
   if (task == nullptr) {
     if (tasks_.size() >= kMaxTasks) {
       ++counters_.refused_registrations;
-      out.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 1000}});
+      out.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 1000, protocol::RefusalReason::TaskLimit}});
       return 0;
     }
     // 0 means "none" on the wire; after a wrap, IDs still in use are skipped.

@@ -160,6 +160,25 @@ TEST(HookSim, ALockedProfileDatabaseDelaysTheFirstCallAFewMillisecondsAtMost) {
   EXPECT_NE(r.err.find("locked by another program"), std::string::npos) << r.err;
 }
 
+// Trust v3, F13: auto mode (fikit-run's default) read how many runs were measured with the 5-s busy
+// timeout: 0.2 to 6.2 s at the first CUDA call. It gives up after 20 ms now, and measures.
+TEST(HookSim, AutoModeOnALockedDatabaseDoesNotStallTheFirstCall) {
+  const std::string db = temp_path("locked-auto-db");
+  sqlite3* holder = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(holder, "CREATE TABLE t(a); PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);",
+                         nullptr, nullptr, nullptr), SQLITE_OK);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = run("FIKIT_MODE=auto FIKIT_TASK_KEY=locked FIKIT_DB=" + db + " FIKIT_SCHEDULER=127.0.0.1:1",
+                       FIKIT_PROBE_PATH);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  sqlite3_exec(holder, "COMMIT;", nullptr, nullptr, nullptr);
+  sqlite3_close(holder);
+  unlink(db.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LT(took, std::chrono::milliseconds(3000)) << "the busy timeout (5 s) stalled the program";
+}
+
 
 // ---- device memory (hook/memory/): memory_probe under FIKIT_MEMORY_LIMIT ----
 

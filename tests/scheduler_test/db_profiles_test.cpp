@@ -123,5 +123,25 @@ TEST_F(DbProfilesTest, ALockedDatabaseDelaysTheProfileNeverTheCaller) {
   EXPECT_EQ(source.load("svc", TaskMode::Share)->size(), 1u) << "what was read answers the next load at once";
 }
 
+// Trust v3, F12: another user registers under key after key; every profile read was kept for the
+// daemon's life (5 to 18 MB in a minute). At most kMaxKept are kept; a live task's is read again.
+TEST_F(DbProfilesTest, TheProfilesKeptAreBoundedWhateverKeysComeAndGo) {
+  store("svc", 10, 10);
+  AsyncProfiles source(path_, [](const std::string&, std::shared_ptr<const policy::Profile>) {});
+  EXPECT_TRUE(source.load("svc", TaskMode::Share)->empty());
+  for (size_t i = 0; i < 2 * AsyncProfiles::kMaxKept; ++i) source.load("churn-" + std::to_string(i), TaskMode::Share);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (source.pending() != 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(source.pending(), 0u);
+  EXPECT_LE(source.kept(), AsyncProfiles::kMaxKept);
+  EXPECT_GE(source.kept(), AsyncProfiles::kMaxKept / 2);
+  // The service's profile, dropped with the oldest, is read again when asked for.
+  source.load("svc", TaskMode::Share);
+  while (source.pending() != 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(source.load("svc", TaskMode::Share)->size(), 1u);
+}
+
 }  // namespace
 }  // namespace fikit::scheduler

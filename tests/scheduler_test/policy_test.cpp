@@ -905,6 +905,8 @@ TEST_F(PolicyTest, TooManyTasksAreRefusedWithARetryTime) {
   const auto& e = std::get<protocol::Error>(out[0].body);
   EXPECT_EQ(e.code, protocol::ErrorCode::TooManyTasks);
   EXPECT_GT(e.retry_after_ms, 0u);
+  // The client's log says which limit (it said "no fikit-scheduler answered" before).
+  EXPECT_EQ(e.reason, protocol::RefusalReason::TaskLimit);
 }
 
 TEST_F(PolicyTest, ReRegisteringKeepsTheTaskAndMovesItsPriority) {

@@ -77,7 +77,8 @@ Options:
                       the driver says whether this process is an MPS client)
   --max-wait-ms N     the longest one launch may wait for the scheduler; sets FIKIT_MAX_WAIT_MS
                       (default 1000)
-  --memory-limit SIZE the device memory PROGRAM may hold on each GPU, e.g. 20GiB, 512MiB, 30%;
+  --memory-limit SIZE the device memory each process of PROGRAM may hold on each GPU (a child
+                      process has a limit of its own), e.g. 20GiB, 512MiB, 30%;
                       sets FIKIT_MEMORY_LIMIT. An allocation over it fails with CUDA's own
                       out-of-memory error, and the program's cuMemGetInfo answers within it
                       (docs/memory.md). Under MPS a size (not a share) also sets
