@@ -91,14 +91,14 @@ bool daemon_running(const std::string& pipe_dir) {
   const std::string pid_path = pipe_dir + "/nvidia-cuda-mps-control.pid";
   struct stat pid_st;
   if (lstat(pid_path.c_str(), &pid_st) == 0) {
-    if (!S_ISREG(pid_st.st_mode) || !protocol::trusted(pid_st)) return false;
+    if (!S_ISREG(pid_st.st_mode) || !protocol::trusted_owner(pid_st)) return false;
     std::ifstream pid_file(pid_path);
     long pid = 0;
     if (pid_file >> pid) return pid > 0 && (kill(pid_t(pid), 0) == 0 || errno == EPERM);
   }
   const std::string path = pipe_dir + "/control";
   struct stat st;
-  if (lstat(path.c_str(), &st) != 0 || !protocol::trusted(st)) return false;
+  if (lstat(path.c_str(), &st) != 0 || !protocol::trusted_owner(st)) return false;
   if (S_ISSOCK(st.st_mode)) {
     // A socket answers while its daemon lives; a file left by one that died refuses the connection.
     // (Whatever its type: a live one of another type says so with EPROTOTYPE.)

@@ -9,8 +9,10 @@
 namespace fikit::protocol {
 
 bool trusted(const struct stat& st) noexcept {
-  return (st.st_uid == geteuid() || st.st_uid == 0) && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+  return trusted_owner(st) && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
 }
+
+bool trusted_owner(const struct stat& st) noexcept { return st.st_uid == geteuid() || st.st_uid == 0; }
 
 bool trusted_folder(const std::string& path) noexcept {
   struct stat st;

@@ -12,6 +12,10 @@ namespace fikit::protocol {
 
 // Owned by this process's effective user or root, and not writable by group or others.
 bool trusted(const struct stat& st) noexcept;
+// Owned by this process's effective user or root, whatever its mode: for a file in a trusted_folder()
+// that its maker leaves open to others on purpose (NVIDIA's MPS control daemon makes its pid file
+// and control socket mode 666 in the pipe folder), which no other user can plant or replace there.
+bool trusted_owner(const struct stat& st) noexcept;
 // `path` (not followed if a link) is a folder of this user or root that nobody else may write, or
 // a sticky one (where no one replaces another's files: each file read there must be trusted()).
 bool trusted_folder(const std::string& path) noexcept;

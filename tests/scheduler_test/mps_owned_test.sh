@@ -2,7 +2,8 @@
 # fikit-scheduler --mps DIR starts an MPS control daemon with its own pipe and log folders and stops
 # it on SIGTERM; fikit-run makes a program its client (CUDA_MPS_PIPE_DIRECTORY, client priority).
 # A fake nvidia-cuda-mps-control stands in for NVIDIA's: -d starts a sleeper that keeps the pid
-# file real MPS keeps; "quit" on stdin stops it and says so in the log folder.
+# file real MPS keeps (mode 666, as NVIDIA's driver 580 leaves it: a rule that wanted it private
+# broke --mps on a real GPU); "quit" on stdin stops it and says so in the log folder.
 # Usage: mps_owned_test.sh FIKIT_SCHEDULER FIKIT_RUN
 set -euo pipefail
 sched=$1 run=$2
@@ -23,6 +24,7 @@ if [ "${1:-}" = "-d" ]; then
   [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && [ -d "$CUDA_MPS_PIPE_DIRECTORY" ] || exit 3
   setsid sleep 600 </dev/null >/dev/null 2>&1 &
   echo $! > "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
+  chmod 666 "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"   # as NVIDIA's (driver 580) leaves it
   echo "started in $CUDA_MPS_PIPE_DIRECTORY" >> "$CUDA_MPS_LOG_DIRECTORY/control.log"
   exit 0
 fi
