@@ -139,7 +139,7 @@ struct EncodeBody {
     if (!valid_directive_fields(m)) { ok = false; return; }
     write_directive(w, m);
   }
-  void operator()(const Heartbeat& m) { w.u64(m.memory_used); w.u32(m.memory_refusals); w.zeros(4); }
+  void operator()(const Heartbeat& m) { w.u64(m.memory_used); w.u32(m.memory_refusals); w.u32(m.memory_cap_mib); }
   void operator()(const Goodbye&) {}
   void operator()(const Error& m) {
     if (uint16_t(m.reason) > kLastRefusalReason || (m.reason != RefusalReason::None && m.code != ErrorCode::TooManyTasks)) {
@@ -229,8 +229,7 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
     case Type::Idle: if (n != 8) return DecodeError::BadSize; body = Idle{r.u64()}; break;
     case Type::Heartbeat: {
       if (n != 16) return DecodeError::BadSize;
-      Heartbeat m; m.memory_used = r.u64(); m.memory_refusals = r.u32();
-      if (!r.zeros(4)) return DecodeError::BadField;
+      Heartbeat m; m.memory_used = r.u64(); m.memory_refusals = r.u32(); m.memory_cap_mib = r.u32();
       body = m;
       break;
     }

@@ -138,9 +138,10 @@ struct Notify { uint64_t kernel_id = 0; uint64_t launched_ns = 0; uint8_t flags 
 // whether that ends an iteration or is a pause inside one.
 struct Idle { uint64_t last_kernel_id = 0; };
 struct Want { uint64_t kernel_id = 0; uint64_t predicted_ns = 0; uint8_t flags = 0; };
-// A sign of life; with what the task's allocations hold on its GPU (0: not accounted) and how many
-// it refused over its limit.
-struct Heartbeat { uint64_t memory_used = 0; uint32_t memory_refusals = 0; };
+// A sign of life; with what the task's allocations hold on its GPU (0: not accounted), how many it
+// refused over its limit, and the daemon's memory cap it applies, in MiB rounded up (0: none): the
+// daemon counts a cap it sent as in force until a heartbeat says it arrived (docs/memory.md).
+struct Heartbeat { uint64_t memory_used = 0; uint32_t memory_refusals = 0; uint32_t memory_cap_mib = 0; };
 struct Goodbye {};
 struct Error {
   ErrorCode code = ErrorCode::BadRequest;

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 
+#include "clock.h"
 #include "driver.h"
 #include "log.h"
+#include "share/futex.h"
 
 namespace fikit::hook::memory {
 namespace {
@@ -14,6 +16,12 @@ constexpr int kMax = Ledger::kMaxDevices;
 Ledger g_ledger;
 std::atomic<bool> g_accounting{false};
 std::atomic<uint64_t> g_scheduler_cap[kMax] = {};
+// Bumped at every change of a scheduler cap: an allocation the daemon's cap refused waits on it.
+std::atomic<uint32_t> g_cap_changes{0};
+// How long such an allocation waits for a larger cap: the daemon gives a job its share once the
+// other jobs' hooks have confirmed their lower caps, a round trip on loopback (microseconds; this
+// covers a loaded host), never longer than a refusal would take a program to handle.
+constexpr uint64_t kCapWaitNs = 200'000'000;
 std::atomic<uint32_t> g_refusals[kMax] = {};
 // FIKIT_MEMORY_LIMIT resolved on each device (a share needs the device's size): kUnknown until then.
 constexpr uint64_t kUnknown = UINT64_MAX;
@@ -118,10 +126,23 @@ CUresult claim(uint64_t bytes, int device, Claim& out) noexcept {
   if (!accounting()) return CUDA_SUCCESS;
   if (device < 0) device = current_device();
   if (!valid(device)) return CUDA_SUCCESS;   // the driver will say what is wrong
-  if (!g_ledger.claim(device, bytes, effective_cap(device))) {
-    g_refusals[device].fetch_add(1, std::memory_order_relaxed);
-    log_refusal(device, bytes);
-    return CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t deadline = 0;
+  for (;;) {
+    const uint32_t changes = g_cap_changes.load(std::memory_order_acquire);
+    const uint64_t cap = effective_cap(device);
+    if (g_ledger.claim(device, bytes, cap)) break;
+    // Refused by the daemon's cap (not the process's own limit): a job that just joined waits for
+    // the share the daemon gives it once the other jobs have confirmed theirs.
+    const uint64_t own = own_limit(device), scheduler = g_scheduler_cap[device].load(std::memory_order_relaxed);
+    const bool scheduler_binds = scheduler != 0 && (own == 0 || scheduler < own);
+    const uint64_t now = monotonic_ns();
+    if (deadline == 0) deadline = now + kCapWaitNs;
+    if (!scheduler_binds || now >= deadline) {
+      g_refusals[device].fetch_add(1, std::memory_order_relaxed);
+      log_refusal(device, bytes);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    share::futex_wait(&g_cap_changes, changes, deadline - now);
   }
   out.device = device;
   out.bytes = bytes;
@@ -175,8 +196,15 @@ void clamp_total(int device, size_t* total_bytes) noexcept {
   if (cap != 0) *total_bytes = std::min<uint64_t>(*total_bytes, cap);
 }
 
-void set_scheduler_cap(int device, uint64_t cap) noexcept {
-  if (valid(device)) g_scheduler_cap[device].store(cap, std::memory_order_relaxed);
+bool set_scheduler_cap(int device, uint64_t cap) noexcept {
+  if (!valid(device) || g_scheduler_cap[device].exchange(cap, std::memory_order_relaxed) == cap) return false;
+  g_cap_changes.fetch_add(1, std::memory_order_release);
+  share::futex_wake_all(&g_cap_changes);
+  return true;
+}
+
+uint64_t scheduler_cap(int device) noexcept {
+  return valid(device) ? g_scheduler_cap[device].load(std::memory_order_relaxed) : 0;
 }
 
 uint64_t used(int device) noexcept { return g_ledger.used(device); }

@@ -47,7 +47,9 @@ void clamp_info(int device, size_t* free_bytes, size_t* total_bytes) noexcept;
 void clamp_total(int device, size_t* total_bytes) noexcept;
 
 // The share client, per GPU: the cap of the daemon's last directive (0: none), and what it reports.
-void set_scheduler_cap(int device, uint64_t cap) noexcept;
+// Returns whether the cap changed (the client then confirms it to the daemon at once).
+bool set_scheduler_cap(int device, uint64_t cap) noexcept;
+uint64_t scheduler_cap(int device) noexcept;
 uint64_t used(int device) noexcept;
 uint32_t refusals(int device) noexcept;
 uint64_t own_limit(int device) noexcept;   // FIKIT_MEMORY_LIMIT on that device (0: none)

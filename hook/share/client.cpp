@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -236,8 +237,16 @@ void Client::silence_reason(char* out, size_t size) const noexcept {
 
 void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
   // The reserve is kept for priority-0 tasks, which the daemon never caps: whatever answers on its
-  // port cannot make a service's allocations fail.
-  if (opts_.priority > 0) memory::set_scheduler_cap(opts_.device_ordinal, d.memory_cap);
+  // port cannot make a service's allocations fail. A new cap is confirmed at once: the daemon counts
+  // the old one as this task's until then, and gives a job that joined meanwhile its share after.
+  if (opts_.priority > 0 && memory::set_scheduler_cap(opts_.device_ordinal, d.memory_cap)) send_heartbeat();
+}
+
+void Client::send_heartbeat() noexcept {
+  const uint64_t cap = memory::scheduler_cap(opts_.device_ordinal);
+  const uint32_t cap_mib = uint32_t(std::min<uint64_t>((cap + (1 << 20) - 1) >> 20, UINT32_MAX));
+  send(protocol::Type::Heartbeat, protocol::Heartbeat{memory::used(opts_.device_ordinal),
+                                                      memory::refusals(opts_.device_ordinal), cap_mib});
 }
 
 void Client::set_disconnected(const char* why) noexcept {
@@ -358,8 +367,7 @@ void Client::receiver_loop() noexcept {
       // Heartbeats keep the lease; their answers (the current directive) keep us alive.
       if (now - last_heartbeat >= lease / 4) {
         last_heartbeat = now;
-        send(protocol::Type::Heartbeat, protocol::Heartbeat{memory::used(opts_.device_ordinal),
-                                                            memory::refusals(opts_.device_ordinal)});
+        send_heartbeat();
       }
       // New kernels in the profile: registering again makes the daemon read it (repeated until answered).
       if (profile_grew_.load(std::memory_order_acquire) && now >= next_grew_ns_) {

@@ -118,6 +118,7 @@ class Client {
   void set_disconnected(const char* why) noexcept;
   // The daemon's memory cap for this task's GPU (hook/memory/guard.h).
   void apply_memory_cap(const protocol::Directive& d) noexcept;
+  void send_heartbeat() noexcept;   // with what its allocations hold and the cap it applies
   bool wait_registered_for(uint32_t timeout_ms) noexcept;
   void schedule_register(uint64_t now, uint64_t at_least_ns) noexcept;   // receiver thread
   bool owner() const noexcept;

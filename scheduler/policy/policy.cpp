@@ -181,8 +181,21 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
   const uint64_t budget = total > kept ? total - kept : 0;
   const uint64_t free = budget > low_used ? budget - low_used : 0;
   const uint64_t step = std::max<uint64_t>(settings_.memory_step_bytes, 1);
-  const uint64_t cap = (t.memory_used + free / low) / step * step;   // steps: fewer directives as usage moves
-  return std::max<uint64_t>({cap, t.memory_used, 1});                // 0 would mean "no cap"
+  uint64_t cap = (t.memory_used + free / low) / step * step;   // steps: fewer directives as usage moves
+  // Never more than the others leave, counting the caps they hold or were sent as theirs: a job's
+  // report lags its allocations, so jobs that started together each got a share of memory another
+  // had already taken (4 jobs at once: the service's allocations failed 12 of 12). A newcomer gets
+  // its share once the others have confirmed their lower caps, which their hooks do at once (its
+  // own hook's allocation waits that long, docs/memory.md).
+  uint64_t others = 0;
+  for (const auto& [id, u] : tasks_)
+    if (id != t.id && u.priority != 0) others += memory_committed(u);
+  cap = std::min(cap, budget > others ? budget - others : 0);
+  return std::max<uint64_t>({cap, t.memory_used, 1});          // 0 would mean "no cap"
+}
+
+uint64_t Policy::memory_committed(const Task& t) const {
+  return std::max({t.memory_used, t.cap_pending, t.cap_confirmed});
 }
 
 // A task whose measured requests keep the GPU busy at most light_busy_max_pct of their time (not a
@@ -349,6 +362,14 @@ void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, s
   } else if (const auto* h = std::get_if<protocol::Heartbeat>(&body)) {
     t->memory_used = h->memory_used;
     t->memory_refusals = h->memory_refusals;
+    // The cap it applies now is the last one sent (a hook that says nothing of its cap: once a
+    // lease has passed since, it has heard it or been dropped).
+    const uint64_t sent = t->directive.memory_cap;
+    const uint32_t sent_mib = uint32_t(std::min<uint64_t>((sent + (1 << 20) - 1) >> 20, UINT32_MAX));
+    if (t->cap_pending != 0 && (h->memory_cap_mib == sent_mib || (h->memory_cap_mib == 0 && now - t->cap_sent_at > settings_.lease_ns))) {
+      t->cap_confirmed = sent;
+      t->cap_pending = 0;
+    }
     answer = id;   // the current directive answers it: the client's sign of life, and a repair of lost pushes
   } else if (std::holds_alternative<protocol::Goodbye>(body)) {
     drop(id);
@@ -687,6 +708,10 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       d.generation = t.directive.generation + 1;
       d.cause_ns = d.state != t.directive.state ? cause_ns : 0;
       ++counters_.directives;
+      if (d.memory_cap != t.directive.memory_cap) {
+        t.cap_pending = std::max(t.cap_pending, d.memory_cap);
+        t.cap_sent_at = now;
+      }
       t.directive = d;
     }
     out.push_back({id, t.directive});

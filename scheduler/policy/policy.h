@@ -282,6 +282,9 @@ class Policy {
     WaitHistogram waits;
     uint64_t memory_total = 0, memory_limit = 0, memory_used = 0;
     uint32_t memory_refusals = 0;
+    // Memory caps in force: the last one its hook said it applies, and the largest sent since (0:
+    // none pending). Until the hook confirms, the task may hold any of them (memory_committed).
+    uint64_t cap_confirmed = 0, cap_pending = 0, cap_sent_at = 0;
   };
   // The holder's predicted idle gap, handed to one filler as credit.
   enum class Miss : uint8_t { Late, NoWant, Unprofiled, TooLong };
@@ -309,6 +312,9 @@ class Policy {
   bool light(const Task& u) const;
   // The device memory `t` may hold (Settings::reserve_memory); 0: no cap.
   uint64_t memory_cap_for(const Task& t) const;
+  // What a task below priority 0 may hold as far as the daemon can tell: what it holds, the cap its
+  // hook confirmed, or a larger one sent since (it may believe any of them), whichever is most.
+  uint64_t memory_committed(const Task& t) const;
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;

@@ -608,6 +608,21 @@ def memory_reserve(env):
     ok &= check(jt.get("memory_used") == 5 << 30 and jt.get("memory_cap") == 5 << 30 and jt.get("memory_refusals", 0) >= 1,
                 f"status: the job holds 5 GiB of its 5 GiB cap, refusals counted: "
                 f"{ {k: jt.get(k) for k in ('memory_used', 'memory_cap', 'memory_refusals')} }")
+    # Trust v3, F5: four jobs start together and fill: together they keep to the 5 GiB the reserve
+    # leaves (before, each got a share of memory another had taken before it reported it, and the
+    # service's allocations failed 12 of 12).
+    jobs = [subprocess.Popen(env.fikit("share", "job%d" % i, 5) + [probe, "fill", "64", "2500"], env=env.env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(4)]
+    firsts = [j.stdout.readline() and j.stdout.readline() for j in jobs]   # "before ...", then "fill N RESULT"
+    svc = subprocess.run(env.fikit("share", "svc", 0) + [probe, "grow", "256", "12", "50"], env=env.env,
+                         capture_output=True, text=True, timeout=60)
+    for j in jobs:
+        j.communicate(timeout=60)
+    taken = [int(m[1]) for m in (re.match(r"fill (\d+) (\d+)", f) for f in firsts) if m]
+    ok &= check(len(taken) == 4 and sum(taken) <= chunks_in(5),
+                f"four jobs started together hold {sum(taken)} chunks of 64 MiB together ({taken}), at most 5 GiB")
+    g = re.search(r"grow (\d+) (\d+)", svc.stdout)
+    ok &= check(g is not None and g[2] == "0", f"and the service gets every allocation beside them: {svc.stdout.strip()}")
     # Trust v3, F6: the daemon stalls (longer than the lease: the job runs unscheduled) while the job
     # grows by 256 MiB every 100 ms. Its cap stays: before, it dropped to none and the job kept the
     # 8 GiB it took once the daemon was back.

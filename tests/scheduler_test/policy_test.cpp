@@ -968,10 +968,13 @@ TEST_F(PolicyTest, TasksBelowPriorityZeroShareWhatTheReserveLeaves) {
   send(T0 + us(10), svc, protocol::Heartbeat{30 * GiB, 0});
   EXPECT_EQ(last.at(job).memory_cap, 50 * GiB);
   // A second job: what is free (50 - 10 held) is split in two, so that both growing at once between
-  // two heartbeats still cannot pass 50 together.
-  send(T0 + us(20), job, protocol::Heartbeat{10 * GiB, 0});
+  // two heartbeats still cannot pass 50 together. The first job's hook confirms each cap it applies;
+  // the newcomer gets its part once the first has confirmed its lower cap.
+  send(T0 + us(20), job, protocol::Heartbeat{10 * GiB, 0, 50 * 1024});
   const uint32_t job2 = reg(T0 + us(30), "lp7", 7, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 30 * GiB);
+  EXPECT_LE(last.at(job2).memory_cap, 64ull << 20) << "the first job may still take 50 GiB";
+  send(T0 + us(35), job, protocol::Heartbeat{10 * GiB, 0, 30 * 1024});
   EXPECT_EQ(last.at(job2).memory_cap, 20 * GiB);
   // One that claims a larger GPU does not enlarge what the others may take: the smallest size counts.
   const uint32_t liar = reg(T0 + us(40), "a", 6, TaskMode::Share, Backend::Mps, false, 1024 * GiB);
@@ -991,6 +994,39 @@ TEST_F(PolicyTest, WithoutAServiceTheSmallestGpuAnyTaskReportsCounts) {
   EXPECT_EQ(last.at(job).memory_cap, 30 * GiB) << "60 free, split in two";
   reg(T0 + us(20), "b", 7, TaskMode::Share, Backend::Mps, false, 40 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 6784ull << 20) << "20 free of 40, split in three, in steps of 64 MiB";
+}
+
+// Trust v3, F5: four jobs start together and each takes what it is given before it reports. Every
+// cap a job was sent and did not confirm may be what it holds: at no moment may those add up to
+// more than the reserve leaves (before, 4 jobs at once took the reserve and the service's
+// allocations failed 12 of 12). Once the hooks confirm, the jobs share it.
+TEST_F(PolicyTest, JobsThatStartTogetherNeverTakeTheReserve) {
+  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  std::map<uint32_t, uint64_t> most;   // the largest cap each job was sent: what it may hold
+  auto check = [&](const char* when) {
+    uint64_t sum = 0;
+    for (auto& [id, cap] : most) {
+      cap = std::max(cap, last.at(id).memory_cap);
+      sum += cap < (1 << 20) ? 0 : cap;   // a cap of a byte (0 would mean none) holds nothing
+    }
+    EXPECT_LE(sum, 60 * GiB) << when;
+  };
+  std::vector<uint32_t> jobs;
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(reg(T0 + us(i), "job" + std::to_string(i), 5, TaskMode::Share, Backend::Mps, true, 80 * GiB));
+    most[jobs.back()] = 0;
+    check("after a registration");
+  }
+  // The hooks confirm what they apply (and hold nothing yet), round after round.
+  for (int round = 0; round < 4; ++round)
+    for (uint32_t id : jobs) {
+      const uint64_t cap = last.at(id).memory_cap;
+      most[id] = cap;   // it confirms this one, holding nothing: from now on it holds to it
+      send(T0 + us(100 + 10 * round), id, protocol::Heartbeat{0, 0, uint32_t((cap + (1 << 20) - 1) >> 20)});
+      check("after a confirmation");
+    }
+  for (uint32_t id : jobs) EXPECT_EQ(last.at(id).memory_cap, 15 * GiB) << "60 GiB in four";
 }
 
 // Trust v3, F7: without a key anyone registers at priority 0; a fake service claiming a 1 TiB GPU

@@ -134,9 +134,10 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   m = decoded(encoded(header(), Error{ErrorCode::TooManyTasks, 1500, RefusalReason::UserQuota}));
   EXPECT_EQ(std::get<Error>(m.body).retry_after_ms, 1500u);
   EXPECT_EQ(std::get<Error>(m.body).reason, RefusalReason::UserQuota);
-  m = decoded(encoded(header(), Heartbeat{3ull << 30, 7}));
+  m = decoded(encoded(header(), Heartbeat{3ull << 30, 7, 5120}));
   EXPECT_EQ(std::get<Heartbeat>(m.body).memory_used, 3ull << 30);
   EXPECT_EQ(std::get<Heartbeat>(m.body).memory_refusals, 7u);
+  EXPECT_EQ(std::get<Heartbeat>(m.body).memory_cap_mib, 5120u);
   auto buf = encoded(header(), Goodbye{});
   EXPECT_EQ(buf.size(), kHeaderSize);
   decoded(buf);
