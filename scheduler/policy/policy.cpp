@@ -171,7 +171,7 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
   for (const auto& [id, u] : tasks_) {
     if (u.memory_total != 0) total = total == 0 ? u.memory_total : std::min(total, u.memory_total);
     if (u.priority == 0) top_used += u.memory_used;
-    else low_used += u.memory_used, ++low;
+    else low_used += reported_use(u), ++low;
   }
   if (total == 0) return 0;   // no client said how large the GPU is
   // What the tasks below priority 0 may hold together: the GPU less the reserve, or less what the
@@ -181,7 +181,8 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
   const uint64_t budget = total > kept ? total - kept : 0;
   const uint64_t free = budget > low_used ? budget - low_used : 0;
   const uint64_t step = std::max<uint64_t>(settings_.memory_step_bytes, 1);
-  uint64_t cap = (t.memory_used + free / low) / step * step;   // steps: fewer directives as usage moves
+  const uint64_t held = reported_use(t);
+  uint64_t cap = (held + free / low) / step * step;   // steps: fewer directives as usage moves
   // Never more than the others leave, counting the caps they hold or were sent as theirs: a job's
   // report lags its allocations, so jobs that started together each got a share of memory another
   // had already taken (4 jobs at once: the service's allocations failed 12 of 12). A newcomer gets
@@ -191,11 +192,18 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
   for (const auto& [id, u] : tasks_)
     if (id != t.id && u.priority != 0) others += memory_committed(u);
   cap = std::min(cap, budget > others ? budget - others : 0);
-  return std::max<uint64_t>({cap, t.memory_used, 1});          // 0 would mean "no cap"
+  return std::max<uint64_t>({cap, held, 1});          // 0 would mean "no cap"
+}
+
+uint64_t Policy::reported_use(const Task& t) const {
+  // A hook holds a job to the caps it was given: a report above the largest is not believed (one
+  // task reporting 1 TiB held cut every other job's cap to a byte). Such a task counts as one that
+  // holds its whole cap, as an honest one that filled it would.
+  return t.cap_ever != 0 ? std::min(t.memory_used, t.cap_ever) : t.memory_used;
 }
 
 uint64_t Policy::memory_committed(const Task& t) const {
-  return std::max({t.memory_used, t.cap_pending, t.cap_confirmed});
+  return std::max({reported_use(t), t.cap_pending, t.cap_confirmed});
 }
 
 // A task whose measured requests keep the GPU busy at most light_busy_max_pct of their time (not a
@@ -710,6 +718,7 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       ++counters_.directives;
       if (d.memory_cap != t.directive.memory_cap) {
         t.cap_pending = std::max(t.cap_pending, d.memory_cap);
+        t.cap_ever = std::max(t.cap_ever, d.memory_cap);
         t.cap_sent_at = now;
       }
       t.directive = d;

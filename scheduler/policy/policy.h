@@ -285,6 +285,7 @@ class Policy {
     // Memory caps in force: the last one its hook said it applies, and the largest sent since (0:
     // none pending). Until the hook confirms, the task may hold any of them (memory_committed).
     uint64_t cap_confirmed = 0, cap_pending = 0, cap_sent_at = 0;
+    uint64_t cap_ever = 0;           // the largest cap it was ever sent (reported_use)
   };
   // The holder's predicted idle gap, handed to one filler as credit.
   enum class Miss : uint8_t { Late, NoWant, Unprofiled, TooLong };
@@ -315,6 +316,8 @@ class Policy {
   // What a task below priority 0 may hold as far as the daemon can tell: what it holds, the cap its
   // hook confirmed, or a larger one sent since (it may believe any of them), whichever is most.
   uint64_t memory_committed(const Task& t) const;
+  // What a task below priority 0 reports holding, believed up to the largest cap it was sent.
+  uint64_t reported_use(const Task& t) const;
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;

@@ -1029,6 +1029,21 @@ TEST_F(PolicyTest, JobsThatStartTogetherNeverTakeTheReserve) {
   for (uint32_t id : jobs) EXPECT_EQ(last.at(id).memory_cap, 15 * GiB) << "60 GiB in four";
 }
 
+// Trust v3, F8: a job reporting far more than it could hold (1 TiB) cut every other job's cap to a
+// byte. A report is believed up to the largest cap the task was sent: it counts as a job that holds
+// its whole share (what an honest job that filled it would cost the others: half of what is left).
+TEST_F(PolicyTest, AReportAboveEveryCapTheTaskHadIsNotBelieved) {
+  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  const uint32_t job = reg(T0, "job", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  send(T0 + us(5), job, protocol::Heartbeat{0, 0, 60 * 1024});
+  const uint32_t liar = reg(T0 + us(10), "liar", 9, TaskMode::Share, Backend::Mps, false, 80 * GiB);
+  send(T0 + us(15), job, protocol::Heartbeat{0, 0, uint32_t(last.at(job).memory_cap >> 20)});
+  send(T0 + us(20), liar, protocol::Heartbeat{1024 * GiB, 0, uint32_t(last.at(liar).memory_cap >> 20)});
+  EXPECT_EQ(last.at(job).memory_cap, 15 * GiB) << "as beside a job that holds its 30 GiB: half of the 30 left";
+  EXPECT_LE(last.at(liar).memory_cap, 30 * GiB);
+}
+
 // Trust v3, F7: without a key anyone registers at priority 0; a fake service claiming a 1 TiB GPU
 // lifted every job's cap to 1021 GiB (the priority-0 report counted). The smallest report counts.
 TEST_F(PolicyTest, AFakeServiceClaimingALargerGpuLiftsNoCap) {
