@@ -3,6 +3,7 @@
 #include "owned_files.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -176,6 +177,69 @@ std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* exist
     out.append(std::to_string(i)).append("=").append(std::to_string(mib)).append("M");
   }
   return out;
+}
+
+bool publish_reserve(const std::string& dir, const std::string& text, std::string& error) {
+  const std::string path = reserve_file_of(dir), tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text << "\n";
+    if (!out) {
+      error = "cannot write " + tmp + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  if (chmod(tmp.c_str(), 0644) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
+    error = "cannot put " + path + " in place: " + std::strerror(errno);
+    unlink(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+void unpublish_reserve(const std::string& dir) noexcept { unlink(reserve_file_of(dir).c_str()); }
+
+std::optional<std::string> published_reserve(const std::string& dir) {
+  const std::string path = reserve_file_of(dir);
+  struct stat st;
+  if (!protocol::trusted_folder(dir) || lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || !protocol::trusted(st))
+    return std::nullopt;
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text.empty()) return std::nullopt;
+  return text;
+}
+
+std::optional<uint64_t> smallest_gpu_memory() {
+  // NVML answers without creating a CUDA context (a context would cost the program's start ~0.3 s).
+  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (nvml == nullptr) return std::nullopt;
+  struct Memory {
+    unsigned long long total, free, used;
+  };
+  using InitFn = int (*)();
+  using CountFn = int (*)(unsigned*);
+  using HandleFn = int (*)(unsigned, void**);
+  using MemoryFn = int (*)(void*, Memory*);
+  auto init = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlInit_v2"));
+  auto shutdown = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlShutdown"));
+  auto count = reinterpret_cast<CountFn>(dlsym(nvml, "nvmlDeviceGetCount_v2"));
+  auto handle = reinterpret_cast<HandleFn>(dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
+  auto memory = reinterpret_cast<MemoryFn>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
+  std::optional<uint64_t> smallest;
+  unsigned n = 0;
+  if (init && shutdown && count && handle && memory && init() == 0) {
+    if (count(&n) == 0)
+      for (unsigned i = 0; i < n; ++i) {
+        void* device = nullptr;
+        Memory m{};
+        if (handle(i, &device) == 0 && memory(device, &m) == 0 && m.total != 0)
+          smallest = smallest ? std::min<uint64_t>(*smallest, m.total) : m.total;
+      }
+    shutdown();
+  }
+  dlclose(nvml);
+  return smallest;
 }
 
 bool OwnedDaemon::start(const std::string& dir, const std::string& control, bool* adopted, std::string& error) {

@@ -43,6 +43,19 @@ std::optional<std::string> client_priority(int priority, const char* existing);
 std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* existing, const char* visible,
                                                const std::string& dev_dir = "/dev");
 
+// The reserve fikit-scheduler --mps keeps for priority-0 tasks (--reserve-memory), published in its
+// MPS folder (DIR/reserve, mode 644: "3221225472B" or "25%") so that fikit-run can give the jobs it
+// starts an MPS pinned-memory limit that keeps it: then the MPS server holds a job to it even when
+// the job's program escapes the hook (docs/memory.md).
+inline std::string reserve_file_of(const std::string& dir) { return dir + "/reserve"; }
+bool publish_reserve(const std::string& dir, const std::string& text, std::string& error);
+void unpublish_reserve(const std::string& dir) noexcept;
+// What DIR/reserve says, if the file is there and trusted (owned_files.h).
+std::optional<std::string> published_reserve(const std::string& dir);
+// The smallest GPU on this machine, in bytes, as NVML tells (nullopt without NVML: the simulated
+// GPU, a machine without NVIDIA's driver).
+std::optional<uint64_t> smallest_gpu_memory();
+
 // An MPS control daemon fikit-scheduler starts and always stops. Not copyable; stop() runs from the
 // destructor too.
 class OwnedDaemon {

@@ -11,6 +11,7 @@
 #    2 s, the same tasks two leases later.
 # 5. Under MPS, a job whose program escapes the hook (env -u LD_PRELOAD) is held to its
 #    --memory-limit by the MPS server (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), against a plain client.
+# 6. And to what the daemon's --reserve-memory leaves, with no --memory-limit; a service is not.
 # Always stops the MPS control daemon it started.
 set -uo pipefail
 prefix=$(cd "$1" && pwd)
@@ -35,7 +36,7 @@ say() { echo "$*" | tee -a "$out/trust.txt"; }
 
 say "gpu: $(nvidia-smi -L | head -1); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
 "$bin/fikit-scheduler" --listen 127.0.0.1:$port --control "$ctl" --db "$work/p.db" --mps "$mps" \
-  --log-level info 2>"$work/daemon.log" &
+  --reserve-memory 60GiB --log-level info 2>"$work/daemon.log" &
 daemon=$!
 for _ in $(seq 100); do "$bin/fikit-scheduler" status --control "$ctl" >"$work/status" 2>/dev/null && break; sleep 0.1; done
 say "1. status: $(grep -i 'mps' "$work/status" | head -1)"
@@ -94,6 +95,9 @@ say "3. --memory-limit 1GiB, 256 MiB chunks: $("${nomps[@]}" "$bin/fikit-run" --
 # 5. Under MPS a job that escapes the hook (no LD_PRELOAD) is still held by the driver to its limit.
 say "5. MPS client, no FIKIT:                  $(CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log python3 "$work/mem.py" fill 1024 2>&1 | tail -1)"
 say "   fikit-run --memory-limit 8GiB, then env -u LD_PRELOAD: $("$bin/fikit-run" --mode off --priority 5 --memory-limit 8GiB -- env -u LD_PRELOAD python3 "$work/mem.py" fill 1024 2>&1 | tail -1)"
+# 6. The daemon's --reserve-memory 60GiB: a job fikit-run starts is pinned to what it leaves.
+say "6. fikit-run (reserve 60GiB), then env -u LD_PRELOAD: $("$bin/fikit-run" --mode off --priority 5 -- env -u LD_PRELOAD python3 "$work/mem.py" fill 1024 2>&1 | tr '\n' ' ')"
+say "   the same job at priority 0: $("$bin/fikit-run" --mode off --priority 0 -- env -u LD_PRELOAD python3 "$work/mem.py" fill 1024 2>&1 | tail -1)"
 
 # 4. A service and a job on the GPU; the daemon stopped for 8 s.
 tasks() { "$bin/fikit-scheduler" status --control "$ctl" --json 2>/dev/null |

@@ -205,6 +205,20 @@ int main(int argc, char** argv) {
                              adopted ? "already running: left running at exit" : "started by fikit-scheduler");
     spdlog::info("MPS {}: fikit-run makes programs its clients", server.mps);
   }
+  // The reserve, for fikit-run: jobs it starts as MPS clients get a pinned-memory limit that keeps
+  // it, which the MPS server enforces whether or not the job's program goes through the hook.
+  struct Published {
+    std::string dir;
+    ~Published() {
+      if (!dir.empty()) fikit::mps::unpublish_reserve(dir);
+    }
+  } published;
+  if (!opts.mps_dir.empty() && !opts.policy.reserve_memory.is_zero()) {
+    const auto& r = opts.policy.reserve_memory;
+    const std::string text = r.is_share() ? fmt::format("{:.4f}%", r.ppm / 10'000.0) : fmt::format("{}B", r.bytes);
+    if (fikit::mps::publish_reserve(opts.mps_dir, text, error)) published.dir = opts.mps_dir;
+    else spdlog::warn("--reserve-memory: {}: jobs get no MPS pinned-memory limit from it", error);
+  }
   // Profiles are read off the event loop; a read reaches the daemon through it (Server::profile_ready).
   std::atomic<fikit::scheduler::Server*> ready_to{nullptr};
   fikit::scheduler::AsyncProfiles profiles(opts.db_path, [&ready_to](const std::string& key, auto profile) {

@@ -38,7 +38,7 @@ FAKE
 chmod +x "$work/fake-mps-control"
 
 "$sched" --listen 127.0.0.1:0 --control "$work/ctl.sock" --bell off --db "$work/p.db" --log-level warn \
-  --mps "$work/mps" --mps-control "$work/fake-mps-control" &
+  --mps "$work/mps" --mps-control "$work/fake-mps-control" --reserve-memory 3GiB &
 daemon=$!
 for _ in $(seq 100); do "$sched" status --control "$work/ctl.sock" >"$work/status" 2>/dev/null && break; sleep 0.05; done
 grep -q "MPS: control daemon at $work/mps/pipe (started by fikit-scheduler)" "$work/status" || { cat "$work/status"; fail "status does not name the MPS daemon"; }
@@ -46,6 +46,10 @@ pid=$(cat "$work/mps/pipe/nvidia-cuda-mps-control.pid")
 alive "$pid" || fail "the MPS control daemon is not running"
 [ "$(stat -c %a "$work/mps/pipe")" = 700 ] || fail "the pipe folder is not private"
 echo "ok:   --mps started the control daemon (pid $pid) in $work/mps/pipe"
+# The reserve is published for fikit-run (jobs' MPS pinned-memory limits), readable, not writable by others.
+[ "$(cat "$work/mps/reserve")" = 3221225472B ] || fail "the reserve file says: $(cat "$work/mps/reserve" 2>&1)"
+[ "$(stat -c %a "$work/mps/reserve")" = 644 ] || fail "the reserve file's mode is $(stat -c %a "$work/mps/reserve")"
+echo "ok:   the reserve is published in $work/mps/reserve"
 
 # fikit-run: the program becomes a client of it, at the client priority of its FIKIT priority.
 FIKIT_MPS_DIR="$work/mps" "$run" --mode off --priority 4 -- sh -c 'echo "$CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY $CUDA_MPS_CLIENT_PRIORITY"' >"$work/env"
@@ -59,6 +63,7 @@ kill -TERM "$daemon"
 wait "$daemon" || fail "fikit-scheduler exited with $? on SIGTERM"
 daemon=
 grep -q quit "$work/mps/log/control.log" || fail "the MPS control daemon was not told to quit"
+[ -e "$work/mps/reserve" ] && fail "the reserve file outlived the daemon"
 for _ in $(seq 50); do alive "$pid" || break; sleep 0.02; done
 alive "$pid" && fail "the MPS control daemon still runs"
 echo "ok:   stopped with fikit-scheduler"

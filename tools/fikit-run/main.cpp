@@ -170,11 +170,29 @@ int main(int argc, char** argv) {
     // MPS's own cap as well, where a size is given (a share needs the GPU's size, which only the hook
     // learns): the driver then enforces it whatever path the program allocates by.
     fikit::protocol::MemorySize limit;
+    uint64_t pinned_bytes = 0;
     if (memory_limit != nullptr && *memory_limit != '\0' &&
         fikit::protocol::parse_memory_size(memory_limit, limit) == nullptr && !limit.is_share())
-      if (auto pinned = fikit::mps::pinned_memory_limit(limit.bytes, std::getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
-                                                        std::getenv("CUDA_VISIBLE_DEVICES")))
+      pinned_bytes = limit.bytes;
+    // A job below a service of fikit-scheduler --mps --reserve-memory: at most what the reserve
+    // leaves of the smallest GPU, so that a program that escapes the hook still cannot take it.
+    std::string pinned_why = "its --memory-limit";
+    if (priority > 0 && mps.fikit_owned)
+      if (auto reserve_text = fikit::mps::published_reserve(fikit::mps::default_directory())) {
+        fikit::protocol::MemorySize reserve;
+        const auto total = fikit::mps::smallest_gpu_memory();
+        if (fikit::protocol::parse_memory_size(*reserve_text, reserve) == nullptr && total &&
+            reserve.on_device(*total) < *total) {
+          const uint64_t left = *total - reserve.on_device(*total);
+          if (pinned_bytes == 0 || left < pinned_bytes) pinned_bytes = left, pinned_why = "what the reserve leaves";
+        }
+      }
+    if (pinned_bytes != 0)
+      if (auto pinned = fikit::mps::pinned_memory_limit(pinned_bytes, std::getenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"),
+                                                        std::getenv("CUDA_VISIBLE_DEVICES"))) {
         set_env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", *pinned);
+        if (verbose) std::fprintf(stderr, "fikit-run: MPS pinned-memory limit %s (%s)\n", pinned->c_str(), pinned_why.c_str());
+      }
     if (verbose)
       std::fprintf(stderr, "fikit-run: backend MPS (control daemon at %s), client priority %s\n", mps.pipe_dir.c_str(),
                    std::getenv("CUDA_MPS_CLIENT_PRIORITY"));
