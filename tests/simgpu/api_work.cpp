@@ -55,7 +55,7 @@ CUresult put(CUstream handle, const GraphOp& op) {
     GraphOp confined = op;
     confined.threads = uint32_t(std::min<uint64_t>(op.threads, cap));
     confined.duration_ns = op.duration_ns * part / full;
-    return enqueue(ctx, stream, confined.kind, confined.duration_ns, 0, confined.threads);
+    return enqueue(ctx, stream, confined.kind, confined.duration_ns, 0, confined.threads, confined.block_threads);
   }
   // Data moves at submit time (documented): the simulator tracks no dependencies between copies.
   if (op.kind == OpKind::Copy) std::memmove(op.dst, op.src, op.bytes);
@@ -67,7 +67,7 @@ CUresult put(CUstream handle, const GraphOp& op) {
       for (size_t i = 0; i < op.bytes / 4; ++i) p[i] = op.value;
     }
   }
-  return enqueue(ctx, stream, op.kind, op.duration_ns, 0, op.threads);
+  return enqueue(ctx, stream, op.kind, op.duration_ns, 0, op.threads, op.block_threads);
 }
 
 CUresult launch(CUfunction hfunc, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
@@ -81,7 +81,7 @@ CUresult launch(CUfunction hfunc, unsigned gx, unsigned gy, unsigned gz, unsigne
   if (!f->param_sizes.empty() && !params && !extra) return CUDA_ERROR_INVALID_VALUE;
   const uint64_t threads = uint64_t(gx) * gy * gz * bx * by * bz;
   GraphOp op{OpKind::Kernel, kernel_duration_ns(*f, params, extra), uint32_t(std::min<uint64_t>(threads, UINT32_MAX)),
-             nullptr, nullptr, 0, 0, 0};
+             nullptr, nullptr, 0, 0, 0, uint32_t(bx) * by * bz};
   return put(stream, op);
 }
 

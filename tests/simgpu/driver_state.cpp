@@ -184,7 +184,8 @@ CUresult destroy_context(Context* ctx) {
   return CUDA_SUCCESS;
 }
 
-CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event, uint32_t threads) {
+CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event, uint32_t threads,
+                 uint32_t block_threads) {
   for (;;) {
     uint64_t wake;
     {
@@ -192,7 +193,7 @@ CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns
       if (!lock.ok()) return CUDA_ERROR_UNKNOWN;
       if (g_device->ctx[ctx->slot].gen != ctx->gen) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
       if (g_settings.die_in_lock_at && ++g_submits == g_settings.die_in_lock_at) raise(SIGKILL);
-      Op op{lock.now(), duration_ns, event, threads, kind};
+      Op op{lock.now(), duration_ns, event, threads, kind, block_threads};
       const uint64_t seq = submit(*g_device, ctx->slot, op);
       if (seq != UINT64_MAX) {
         // A green context's work is its primary context's as far as synchronising goes.

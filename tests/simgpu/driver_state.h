@@ -42,6 +42,7 @@ struct GraphOp {
   size_t bytes;        // Copy / Set (bytes written)
   uint32_t value;      // Set
   uint8_t elem_size;   // Set: 1 or 4
+  uint32_t block_threads = 0;   // Kernel: threads per block
 };
 
 struct Graph {
@@ -169,7 +170,7 @@ CUresult create_green_context(int device, uint32_t sms, Context** out);
 
 // Submits one op (waiting while the context's ring is full) and tracks it on the stream.
 CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns, uint32_t event = 0,
-                 uint32_t threads = 0);
+                 uint32_t threads = 0, uint32_t block_threads = 0);
 // Waits until every op before sequence number `target` of `ctx` has completed.
 CUresult wait_for(Context* ctx, uint64_t target);
 // CUDA_SUCCESS when done, CUDA_ERROR_NOT_READY when not.

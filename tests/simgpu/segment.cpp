@@ -131,15 +131,23 @@ OpenResult open_segment(const char* name, const SegmentConfig& config, DeviceSta
       continue;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(DeviceState)) {
+    if (fstat(fd, &st) != 0) {
       close(fd);
-      return OpenResult::LayoutMismatch;
+      return OpenResult::SystemError;
     }
-    DeviceState* dev = map_fd(fd);
+    DeviceState* dev = static_cast<size_t>(st.st_size) == sizeof(DeviceState) ? map_fd(fd) : nullptr;
     close(fd);
-    if (!dev) return OpenResult::SystemError;
-    if (!layout_matches(dev)) {
-      munmap(dev, sizeof(DeviceState));
+    if (dev == nullptr || !layout_matches(dev)) {
+      // A segment another build of the simulator made (its layout differs): left behind by a run of
+      // that build, since its processes see only their own. Replaced, unless another process of
+      // this build replaced it meanwhile (the path then names a new file).
+      if (dev != nullptr) munmap(dev, sizeof(DeviceState));
+      struct stat now;
+      if (attempt < 2 && stat(path, &now) == 0 && now.st_ino == st.st_ino && now.st_dev == st.st_dev &&
+          (unlink(path) == 0 || errno == ENOENT)) {
+        std::fprintf(stderr, "fikit-simgpu: replaced %s, made by another build of the simulator\n", path);
+        continue;
+      }
       return OpenResult::LayoutMismatch;
     }
     *out = dev;

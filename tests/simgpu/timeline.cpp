@@ -29,7 +29,15 @@ bool startable(const CtxSlot& s, uint32_t device, uint64_t t) {
          head_op(s).kind != OpKind::EventMarker && head_op(s).submit_ns <= t;
 }
 
-void start(DeviceState& st, int i, uint64_t at, uint64_t exec_start) {
+// MPS: an op whose predecessor in its context ended less than kMpsDependencyNs ago: the blocks
+// other contexts have waiting are placed before it.
+bool fresh(const CtxSlot& s, uint64_t t) {
+  return !s.running && s.stats.ops_done != 0 && s.last_end_ns + kMpsDependencyNs > t && head_op(s).submit_ns <= s.last_end_ns;
+}
+
+// The head op of context `i` goes on the device at `exec_start` (its wait counted from when it was
+// ready). Time-slice: it runs to run_end_ns. MPS: its blocks are placed by place_blocks().
+void start(DeviceState& st, int i, uint64_t exec_start) {
   CtxSlot& s = st.ctx[i];
   DeviceSim& d = st.dev[s.device];
   const Op& op = head_op(s);
@@ -38,13 +46,42 @@ void start(DeviceState& st, int i, uint64_t at, uint64_t exec_start) {
   s.stats.wait_ns += wait;
   s.stats.max_wait_ns = std::max(s.stats.max_wait_ns, wait);
   s.running = 1;
-  s.running_threads = st.sharing == Sharing::Mps ? uint32_t(std::min<uint64_t>(op.threads, kDeviceThreads)) : 0;
-  s.run_end_ns = exec_start + op.duration_ns;
-  d.free_threads -= s.running_threads;
+  s.running_threads = 0;
+  s.run_end_ns = s.op_end_ns = exec_start + op.duration_ns;
+  s.batch_count = 0;
+  if (st.sharing == Sharing::Mps) {
+    // Blocks of at most the device, as many as the op's threads make; the time of one block is the
+    // op's alone-time over the waves it takes alone.
+    const uint64_t threads = std::min<uint64_t>(op.threads, kDeviceThreads * 1024ull);
+    const uint64_t per_block = std::clamp<uint64_t>(op.block_threads != 0 ? op.block_threads : threads, 1, kDeviceThreads);
+    const uint64_t blocks = threads == 0 ? 1 : (threads + per_block - 1) / per_block;
+    const uint64_t per_wave = std::max<uint64_t>(1, kDeviceThreads / per_block);
+    const uint64_t waves = (blocks + per_wave - 1) / per_wave;
+    s.blocks_left = uint32_t(blocks);
+    s.block_threads = threads == 0 ? 0 : uint32_t(per_block);
+    s.block_ns = op.duration_ns / waves;
+    s.op_end_ns = exec_start;
+  }
   ++d.running_count;
   d.busy_ns += op.duration_ns;
   ++d.ops_run;
-  (void)at;
+}
+
+// MPS: places as many of the running op's remaining blocks as the free threads hold, as one batch
+// ending a block's time from `t`. Returns how many it placed.
+uint32_t place_blocks(DeviceState& st, CtxSlot& s, uint64_t t) {
+  DeviceSim& d = st.dev[s.device];
+  if (s.blocks_left == 0 || s.batch_count >= kMaxBatches) return 0;
+  const uint64_t fit = s.block_threads == 0 ? s.blocks_left : std::min<uint64_t>(s.blocks_left, d.free_threads / s.block_threads);
+  if (fit == 0) return 0;
+  const uint32_t threads = uint32_t(fit * s.block_threads);
+  s.batches[s.batch_count++] = Batch{t + s.block_ns, threads};
+  s.blocks_left -= uint32_t(fit);
+  s.running_threads += threads;
+  d.free_threads -= threads;
+  s.op_end_ns = std::max(s.op_end_ns, t + s.block_ns);
+  s.run_end_ns = std::min(s.run_end_ns, t + s.block_ns);
+  return uint32_t(fit);
 }
 
 void finish(DeviceState& st, CtxSlot& s) {
@@ -53,12 +90,35 @@ void finish(DeviceState& st, CtxSlot& s) {
   --d.running_count;
   s.running = 0;
   s.running_threads = 0;
+  s.batch_count = 0;
+  s.blocks_left = 0;
   if (!live(s)) return;   // released while its op ran: the op is gone with it
   s.stats.busy_ns += head_op(s).duration_ns;
   ++s.stats.ops_done;
-  s.last_end_ns = s.run_end_ns;
+  s.last_end_ns = st.sharing == Sharing::Mps ? s.op_end_ns : s.run_end_ns;
   ++s.head;
   complete_event_markers(s);
+}
+
+// MPS: batches that ended by `t` give their threads back; an op whose blocks are all placed and
+// ended is done.
+void retire_batches(DeviceState& st, CtxSlot& s, uint64_t t) {
+  DeviceSim& d = st.dev[s.device];
+  if (!live(s)) s.blocks_left = 0;   // released: its blocks on the device end, the rest are gone
+  uint32_t kept = 0;
+  uint64_t next = UINT64_MAX;
+  for (uint32_t b = 0; b < s.batch_count; ++b) {
+    if (s.batches[b].end_ns <= t) {
+      d.free_threads += s.batches[b].threads;
+      s.running_threads -= std::min(s.running_threads, s.batches[b].threads);
+    } else {
+      next = std::min(next, s.batches[b].end_ns);
+      s.batches[kept++] = s.batches[b];
+    }
+  }
+  s.batch_count = kept;
+  s.run_end_ns = next;
+  if (kept == 0 && s.blocks_left == 0) finish(st, s);
 }
 
 // Time-slice: when the device is free, the next context round-robin after the one that ran last
@@ -75,32 +135,47 @@ void dispatch_time_slice(DeviceState& st, uint32_t device, uint64_t t) {
     if (!same && !first) ++d.switches;
     d.resident = i;
     d.resident_gen = st.ctx[i].gen;
-    start(st, i, t, t + (same || first ? 0 : st.switch_ns));
+    start(st, i, t + (same || first ? 0 : st.switch_ns));
     return;
   }
 }
 
-// MPS: ready head ops in order of client priority, then of the time they became ready; each starts
-// if its threads fit, and the first that does not fit stops the dispatch (no backfilling past it).
+// MPS: the ops with blocks to place (started or ready to start), in order of client priority, then
+// of the time they became ready, an op whose dependency just ended after all others (fresh()); each
+// places what fits of its blocks (an op starts with its first block), and what does not fit leaves
+// the room to the next (greedy, like the block scheduler).
 void dispatch_mps(DeviceState& st, uint32_t device, uint64_t t) {
   DeviceSim& d = st.dev[device];
+  uint64_t tried = 0;   // contexts whose blocks did not fit this round
   for (;;) {
     int best = -1;
     uint64_t best_ready = 0;
+    uint32_t best_rank = 0;
     for (int i = 0; i < kMaxContexts; ++i) {
       const CtxSlot& s = st.ctx[i];
-      if (!startable(s, device, t)) continue;
+      if (tried & (uint64_t{1} << i)) continue;
+      const bool placing = s.running && s.device == device && s.blocks_left > 0 && live(s);
+      if (!placing && !startable(s, device, t)) continue;
       const uint64_t ready = std::max(head_op(s).submit_ns, s.last_end_ns);
-      if (best < 0 || s.priority < st.ctx[best].priority ||
-          (s.priority == st.ctx[best].priority && ready < best_ready)) {
+      const uint32_t rank = (placing || !fresh(s, t) ? 0 : 2) + s.priority;
+      if (best < 0 || rank < best_rank || (rank == best_rank && ready < best_ready)) {
         best = i;
         best_ready = ready;
+        best_rank = rank;
       }
     }
     if (best < 0) return;
-    const uint64_t need = std::min<uint64_t>(head_op(st.ctx[best]).threads, kDeviceThreads);
-    if (need > d.free_threads) return;
-    start(st, best, t, t);
+    CtxSlot& s = st.ctx[best];
+    tried |= uint64_t{1} << best;
+    if (!s.running) {
+      // It starts with its first block: none fits, it waits (its wait is counted when one does).
+      const Op& op = head_op(s);
+      const uint64_t per_block = std::clamp<uint64_t>(op.block_threads != 0 ? op.block_threads : op.threads, 0, kDeviceThreads);
+      if (op.threads != 0 && per_block > d.free_threads) continue;
+      start(st, best, t);
+    }
+    place_blocks(st, s, t);
+    if (s.blocks_left == 0 && s.batch_count == 0) finish(st, s);   // nothing to run (no threads, no time)
   }
 }
 
@@ -111,8 +186,11 @@ void advance_device(DeviceState& st, uint32_t device, uint64_t now) {
     if (st.ctx[i].device == device) complete_event_markers(st.ctx[i]);
   for (;;) {
     // Completions due by `cur`, then whatever may start at `cur`.
-    for (CtxSlot& s : st.ctx)
-      if (s.running && s.device == device && s.run_end_ns <= cur) finish(st, s);
+    for (CtxSlot& s : st.ctx) {
+      if (!s.running || s.device != device || s.run_end_ns > cur) continue;
+      if (st.sharing == Sharing::Mps) retire_batches(st, s, cur);
+      else finish(st, s);
+    }
     if (st.sharing == Sharing::Mps) dispatch_mps(st, device, cur); else dispatch_time_slice(st, device, cur);
     // The next event: a running op ending, or a later submission arriving.
     uint64_t next = kNever;

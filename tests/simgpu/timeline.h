@@ -9,7 +9,8 @@
 namespace fikit::simgpu {
 
 inline constexpr uint64_t kMagic = 0x5550474d49534b46ull;  // "FKSIMGPU"
-inline constexpr uint32_t kLayoutVersion = 3;   // 2: several devices, MPS-like sharing, wait statistics; 3: memory
+inline constexpr uint32_t kLayoutVersion = 4;   // 2: several devices, MPS-like sharing, wait statistics; 3: memory;
+                                                // 4: MPS places kernels block by block
 inline constexpr int kMaxContexts = 64;
 inline constexpr int kMaxDevices = 8;
 inline constexpr uint32_t kRingOps = 4096;    // pending ops per context, like a bounded pushbuffer
@@ -23,9 +24,18 @@ enum class OpKind : uint8_t { Kernel = 1, Copy = 2, Set = 3, EventMarker = 4 };
 // How the contexts of one device share it.
 //   TimeSlice: one op at a time, round-robin between contexts, a switch cost between contexts (the
 //              default compute mode without MPS).
-//   Mps:       contexts run side by side as long as their ops' threads fit (kDeviceThreads); ops that
-//              do not fit wait; higher client priority (0 before 1) is dispatched first; nothing is
-//              ever preempted; no switch cost.
+//   Mps:       contexts run side by side, block by block, as a GPU's block scheduler places them: a
+//              kernel's blocks go onto the device as far as their threads fit (kDeviceThreads), the
+//              rest as running blocks end; a block, once placed, runs to its end (a resident block is
+//              never evicted); client priority (0 before 1) orders only the blocks not placed yet,
+//              greedily (a lower client's blocks take room the higher one's do not fit in); no switch
+//              cost. A kernel of B blocks that takes D alone runs its blocks for D / (its waves alone).
+//              An op that waits for the one before it in its context can place blocks only
+//              kMpsDependencyNs after that one ends (the GPU's front end resolves the dependency
+//              first): the blocks another client has waiting take the room freed meanwhile. That is
+//              why MPS client priority cannot protect a service of many small kernels from a job
+//              whose blocks hold SMs for milliseconds (an H100: 52.5x p99).
+inline constexpr uint64_t kMpsDependencyNs = 3000;
 enum class Sharing : uint32_t { TimeSlice = 0, Mps = 1 };
 
 struct Op {
@@ -34,7 +44,15 @@ struct Op {
   uint32_t event;    // EventMarker: index into CtxSlot::events
   uint32_t threads;  // Kernel: blocks x threads per block (what it occupies under MPS); others 0
   OpKind kind;
+  uint32_t block_threads = 0;   // Kernel: threads per block (0: one block of all its threads)
 };
+
+// MPS: blocks of the running op placed together, and when they end.
+struct Batch {
+  uint64_t end_ns;
+  uint32_t threads;
+};
+inline constexpr int kMaxBatches = 16;   // more waves than this wait for a batch to end
 
 struct EventSlot {
   uint64_t seq;      // op sequence number of the latest record; UINT64_MAX = never recorded
@@ -65,7 +83,12 @@ struct CtxSlot {
   uint64_t last_end_ns;  // completion time of the last completed op
   uint32_t running;      // 1 while the head op is on the device (may outlive the slot's release)
   uint32_t running_threads;
-  uint64_t run_end_ns;
+  uint64_t run_end_ns;   // time-slice: when the op ends; MPS: when its next batch ends
+  // MPS: the running op's blocks not placed yet, their size and time, and the batches on the device.
+  uint32_t blocks_left, block_threads;
+  uint64_t block_ns, op_end_ns;
+  uint32_t batch_count;
+  Batch batches[kMaxBatches];
   uint64_t memory_used;  // device memory its process allocated in it (given back when it is released)
   CtxStats stats;
   Op ring[kRingOps];

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -228,6 +229,24 @@ using ProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAd
 void* own_symbol(const char* name) {
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   return lib ? dlsym(lib, name) : nullptr;
+}
+
+// A segment left by another build of the simulator (another layout: a test run of an older
+// checkout) is replaced, not refused: cuInit failed on it before, for every test that named it.
+TEST(SegmentTest, ASegmentOfAnotherLayoutIsReplaced) {
+  const std::string name = "fikit-test-layout-" + std::to_string(getpid());
+  for (size_t size : {size_t(100), sizeof(DeviceState)}) {
+    FILE* f = std::fopen(("/dev/shm/" + name).c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::vector<char> junk(size, 7);   // the right size, but not this layout's magic and version
+    std::fwrite(junk.data(), 1, junk.size(), f);
+    std::fclose(f);
+    DeviceState* dev = nullptr;
+    EXPECT_EQ(open_segment(name.c_str(), SegmentConfig{}, &dev), OpenResult::Ok) << size;
+    ASSERT_NE(dev, nullptr);
+    EXPECT_EQ(dev->version, kLayoutVersion);
+    EXPECT_TRUE(remove_segment(name.c_str()));
+  }
 }
 
 TEST(ProcAddressTest, HonoursPerThreadFlagAndVersions) {
