@@ -69,6 +69,10 @@ const char* parse_memory_size(std::string_view text, MemorySize& out) noexcept {
   if (factor == 0) return "unknown unit (B, KiB, MiB, GiB, TiB or K, M, G, T; KB, MB, GB, TB count in 1000s; or %)";
   const unsigned __int128 bytes = whole * factor + (unsigned __int128)frac * factor / frac_scale;
   if (bytes > (unsigned __int128)UINT64_MAX) return "a size larger than 2^64 bytes";
+  // `--memory-limit 30` meant 30 bytes, and every allocation then failed: a number without a unit
+  // must be a plain byte count of at least 1 MiB (a unit says what was meant).
+  if (unit.empty() && bytes != 0 && bytes < (1u << 20))
+    return "a number without a unit below 1 MiB (it would be bytes: write the unit, e.g. 30GiB, 30MiB or 30B)";
   out = MemorySize{uint64_t(bytes), 0};
   return nullptr;
 }

@@ -19,7 +19,8 @@ struct MemorySize {
   }
 };
 
-// "20GiB", "512MiB", "1.5G", "30%", "12.5%", "1073741824" (bytes). Units, any case: B; K, Ki, KiB
+// "20GiB", "512MiB", "1.5G", "30%", "12.5%", "1073741824" (bytes: a number without a unit must be
+// at least 1 MiB, or 0; "30" is refused, "30B" is not). Units, any case: B; K, Ki, KiB
 // (and M, G, T alike) are powers of 1024, as nvidia-smi and MPS count; KB, MB, GB, TB powers of
 // 1000. A share is more than 0 % and at most 100 %. Returns nullptr on success, else what is wrong
 // (a static string: "unknown unit ...", ...).

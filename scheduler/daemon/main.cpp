@@ -59,12 +59,13 @@ std::string usage_text() {
                "  --bell PATH|off      the bell board where holders ring when they start launching, so\n"
                "                       lower tasks stop at once (default /dev/shm/fikit-bell-PORT; mode 600:\n"
                "                       clients of other users hear of the holder by datagram only)\n"
-               "  --metrics HOST:PORT|off\n"
-               "                       serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (default off;\n"
+               "  --metrics HOST:PORT|:PORT|off\n"
+               "                       serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (:PORT:\n"
+               "                       127.0.0.1; default off;\n"
                "                       whoever can connect reads every task's key: docs/security.md)\n"
                "  --metrics-remote on|off\n"
                "                       allow a --metrics address off loopback, for a cluster's scraper (default off)\n"
-               "  --mps on|off|DIR     run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and\n"
+               "  --mps on|off|/DIR     run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and\n"
                "                       log folders in DIR (on: %s, or $FIKIT_MPS_DIR), stopped with it;\n"
                "                       fikit-run makes programs its clients: the recommended setup\n"
                "                       (docs/scheduling.md). One already running there is used and left\n"
@@ -145,6 +146,11 @@ int keygen_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && argv[1][0] != '-' && std::strcmp(argv[1], "status") != 0 && std::strcmp(argv[1], "keygen") != 0) {
+    const std::string near = fikit::cli::nearest(argv[1], {"status", "keygen"});
+    return fikit::cli::usage_error("fikit-scheduler", "unknown command '" + std::string(argv[1]) + "'" +
+                                                          (near.empty() ? "" : "; did you mean " + near + "?"));
+  }
   if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return status_command(argc, argv);
   if (argc >= 2 && std::strcmp(argv[1], "keygen") == 0) return keygen_command(argc, argv);
 

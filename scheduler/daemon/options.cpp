@@ -180,6 +180,11 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
       error = "mps: give on, off or a folder";
       return false;
     }
+    // A folder must be an absolute path: `--mps yes` made a folder ./yes before failing.
+    if (value != "on" && value != "off" && value.front() != '/') {
+      error = "mps: '" + value + "' is not on, off or an absolute path to a folder";
+      return false;
+    }
     opts.mps_dir = value == "off" ? std::string() : value == "on" ? mps::default_directory() : value;
     return true;
   }
@@ -224,7 +229,9 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
       opts.metrics_host.clear();
       return true;
     }
-    if (!parse_host_port(value, opts.metrics_host, opts.metrics_port) || opts.metrics_port == 0) {
+    // ":PORT" is loopback, the safe default (docs/security.md).
+    const std::string address = !value.empty() && value.front() == ':' ? "127.0.0.1" + value : value;
+    if (!parse_host_port(address, opts.metrics_host, opts.metrics_port) || opts.metrics_port == 0) {
       error = "metrics: '" + value + "' is not HOST:PORT (port 1 to 65535; " + protocol::kAddressForm + ") or off";
       return false;
     }

@@ -1152,6 +1152,16 @@ TEST(Options, MetricsOffLoopbackNeedMetricsRemote) {
 }
 
 // "::1:47800" cannot be split (which colon ends the address?): refused, saying how to write it.
+// "--metrics :9400" is loopback (it was refused as not HOST:PORT).
+TEST(Options, MetricsOnAPortAloneIsLoopback) {
+  scheduler::Options o;
+  std::string error;
+  ASSERT_TRUE(scheduler::apply_setting(o, "metrics", ":9400", error)) << error;
+  EXPECT_EQ(o.metrics_host, "127.0.0.1");
+  EXPECT_EQ(o.metrics_port, 9400);
+  EXPECT_FALSE(scheduler::apply_setting(o, "metrics", ":", error));
+}
+
 TEST(Options, AnUnbracketedIpv6AddressIsRefusedWithTheFormThatWorks) {
   for (const char* key : {"listen", "metrics"}) {
     std::string error;

@@ -429,6 +429,7 @@ TEST(MemorySize, UnitsSharesAndWhatIsWrong) {
   const std::pair<const char*, const char*> bad[] = {
       {"", "no size"},   {"GiB", "not a size"},   {"-5G", "negative"}, {"20XB", "unknown unit"},
       {"0%", "0 %"},     {"101%", "above 100"},   {"99999999999T", "2^64"},
+      {"30", "without a unit"}, {"1048575", "without a unit"},
       {"18446744073709551616", "2^64"}};
   for (const auto& [text, why] : bad) {
     const char* error = parse_memory_size(text, m);

@@ -1,6 +1,8 @@
 // fikit-profile: look at what measure mode recorded. Argument parsing, dispatch and exit codes;
 // the renderings live in report.cpp.
 #include <algorithm>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -160,6 +162,12 @@ int run(const Args& a) {
   const auto& cmd = a.command;
   if (cmd == "list") {
     if (!a.positional.empty()) throw UsageError{"list takes no arguments"};
+    // Nothing measured yet is an answer, not an error (the database appears with the first measurement).
+    if (access(a.db.c_str(), F_OK) != 0 && errno == ENOENT) {
+      std::printf("no task measured yet (no profile database at %s: the first run under fikit-run makes it)\n",
+                  a.db.c_str());
+      return 0;
+    }
     Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
     report::write_task_list(std::cout, db.tasks());
   } else if (cmd == "show") {
@@ -176,7 +184,9 @@ int run(const Args& a) {
                    "measured program's log says why ops went untimed (FIKIT_LOG_LEVEL=info)\n", task.key.c_str());
   } else if (cmd == "export") {
     const auto& key = key_of(a);
-    if (!a.format || (*a.format != "csv" && *a.format != "json")) throw UsageError{"export needs --format csv|json"};
+    if (!a.format) throw UsageError{"export needs --format csv|json"};
+    if (*a.format != "csv" && *a.format != "json")
+      throw UsageError{"--format '" + *a.format + "' is not csv or json"};
     Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
     const auto task = require_task(db, key);
     const auto kernels = db.kernels(key);
