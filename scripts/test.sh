@@ -13,4 +13,19 @@ if [ "${1:-}" = "--sanitize" ]; then
 fi
 scripts/setup.sh
 scripts/build.sh "${cmake_args[@]}"
-ctest --test-dir "${FIKIT_BUILD_DIR:-build}" --output-on-failure -j"$(nproc)" "$@"
+build=${FIKIT_BUILD_DIR:-build}
+# While the suite runs, a listener on fikit-scheduler's default port proves that no test reaches a
+# daemon a user runs there; and the simulated GPUs this build tree's tests made are removed at the
+# end, whatever happened (their names carry the tree's token: tests/CMakeLists.txt).
+guard="$build/default-port-guard"
+guarded=0
+python3 tests/default_port_guard.py start "$guard" && guarded=1
+cleanup() {
+  rc=$?
+  token=$(cat "$build/fikit-test-token" 2>/dev/null || true)
+  if [ -n "$token" ]; then rm -f /dev/shm/fikit-test-"$token"-* /dev/shm/fikit-test-"$token"-*-*; fi
+  if [ "$guarded" = 1 ] && ! python3 tests/default_port_guard.py stop "$guard"; then rc=1; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)" "$@"

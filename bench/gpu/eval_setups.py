@@ -184,7 +184,9 @@ class Launcher:
             env["CUDA_MPS_CLIENT_PRIORITY"] = MPS_PRIORITY[role]
         env.update(setup.env)
         if setup.hook:
-            cmd = self.fikit_run(setup.hook, setup.task_key(program), FIKIT_PRIORITY[role], port or 47800) + cmd
+            # Without a daemon of the harness's own (measuring alone), port 9 (discard): never the default
+            # 47800, where a daemon of the user's may run.
+            cmd = self.fikit_run(setup.hook, setup.task_key(program), FIKIT_PRIORITY[role], port or 9) + cmd
             if setup.hook == "share" and stats_name:
                 env["FIKIT_SHARE_STATS"] = os.path.join(self.share_stats_dir, stats_name + ".json")
         return self.pinning.wrap(role, cmd), env

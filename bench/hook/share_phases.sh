@@ -62,7 +62,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 status=0
-port=47800
+port=48900   # never fikit-scheduler's default (47800) nor its metrics (47801)
 for rep in $(seq 1 "$reps"); do
   for b in "${builds[@]}"; do
    for v in "${variants[@]}"; do
