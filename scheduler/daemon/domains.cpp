@@ -27,13 +27,7 @@ policy::Policy* Domains::for_device(const protocol::DeviceUuid& device) {
 void Domains::free_empty() {
   for (Domain& d : domains_) {
     if (!d.policy || d.policy->task_count() != 0) continue;
-    const policy::Counters& c = d.policy->counters();
-    freed_.registrations += c.registrations, freed_.capped_registrations += c.capped_registrations;
-    freed_.refused_registrations += c.refused_registrations, freed_.notifications += c.notifications;
-    freed_.wants += c.wants, freed_.directives += c.directives, freed_.gaps_predicted += c.gaps_predicted;
-    freed_.gaps_too_short += c.gaps_too_short, freed_.fills += c.fills, freed_.early_stops += c.early_stops;
-    freed_.lease_expiries += c.lease_expiries, freed_.measure_holds_ended += c.measure_holds_ended;
-    freed_.clamped_predictions += c.clamped_predictions;
+    freed_ += d.policy->counters();
     d.policy.reset();
   }
 }

@@ -81,22 +81,8 @@ nlohmann::ordered_json counters_json(const policy::Counters& p) {
 }  // namespace
 
 policy::Counters DaemonSnapshot::totals() const {
-  policy::Counters t;
-  std::vector<const policy::Counters*> all{&freed};
-  for (const auto& d : domains) all.push_back(&d.counters);
-  for (const policy::Counters* counters : all) {
-    const policy::Counters& c = *counters;
-    t.registrations += c.registrations, t.capped_registrations += c.capped_registrations;
-    t.refused_registrations += c.refused_registrations, t.notifications += c.notifications;
-    t.wants += c.wants, t.directives += c.directives, t.gaps_predicted += c.gaps_predicted;
-    t.gaps_too_short += c.gaps_too_short, t.fills += c.fills, t.early_stops += c.early_stops;
-    t.lease_expiries += c.lease_expiries, t.measure_holds_ended += c.measure_holds_ended;
-    t.clamped_predictions += c.clamped_predictions;
-    t.unfilled_no_want += c.unfilled_no_want, t.unfilled_unprofiled += c.unfilled_unprofiled;
-    t.unfilled_too_long += c.unfilled_too_long, t.unfilled_late += c.unfilled_late;
-    t.overlap_trials += c.overlap_trials, t.overlap_allowed += c.overlap_allowed;
-    t.overlap_refused += c.overlap_refused;
-  }
+  policy::Counters t = freed;
+  for (const auto& d : domains) t += d.counters;
   return t;
 }
 

@@ -125,18 +125,29 @@ struct Action {
   protocol::Body body;
 };
 
+// The policy's counters, once: the struct and the sum of two (a freed GPU's counters carried into
+// the daemon's totals) come from this list, so no counter can be left out of either (7 were: the
+// unfilled-gap and overlap totals fell to 0 when a GPU's last task left).
+//   unfilled_*: predicted gaps that ended with no filler, by why: no task below was waiting for one;
+//   the kernels waiting are not in their task's profile (unknown kernels never fill); every kernel
+//   waiting was longer than the gap; or the gap ended before a grant could reach a filler.
+//   overlap_*: trying overlap (Settings::overlap_probe): trials begun, trials and rechecks that ended
+//   allowed, and those refused (a trial or check whose periods grew, or one period past the limit).
+#define FIKIT_POLICY_COUNTERS(X)                                                                     \
+  X(registrations) X(capped_registrations) X(refused_registrations) X(notifications) X(wants)         \
+  X(directives) X(gaps_predicted) X(gaps_too_short) X(fills) X(early_stops) X(lease_expiries)        \
+  X(measure_holds_ended) X(clamped_predictions) X(unfilled_no_want) X(unfilled_unprofiled)           \
+  X(unfilled_too_long) X(unfilled_late) X(overlap_trials) X(overlap_allowed) X(overlap_refused)
 struct Counters {
-  uint64_t registrations = 0, capped_registrations = 0, refused_registrations = 0;
-  uint64_t notifications = 0, wants = 0, directives = 0;
-  uint64_t gaps_predicted = 0, gaps_too_short = 0, fills = 0, early_stops = 0;
-  uint64_t lease_expiries = 0, measure_holds_ended = 0, clamped_predictions = 0;
-  // Predicted gaps that ended with no filler, by why: no task below was waiting for one; the kernels
-  // waiting are not in their task's profile (unknown kernels never fill); every kernel waiting was
-  // longer than the gap; or the gap ended before a grant could reach a filler.
-  uint64_t unfilled_no_want = 0, unfilled_unprofiled = 0, unfilled_too_long = 0, unfilled_late = 0;
-  // Trying overlap (Settings::overlap_probe): trials begun, trials and rechecks that ended allowed,
-  // and those refused (a trial or check whose periods grew, or one period past the limit).
-  uint64_t overlap_trials = 0, overlap_allowed = 0, overlap_refused = 0;
+#define FIKIT_COUNTER_FIELD(name) uint64_t name = 0;
+  FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_FIELD)
+#undef FIKIT_COUNTER_FIELD
+  Counters& operator+=(const Counters& o) noexcept {
+#define FIKIT_COUNTER_ADD(name) name += o.name;
+    FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_ADD)
+#undef FIKIT_COUNTER_ADD
+    return *this;
+  }
 };
 
 // Whether the tasks below a task may run everything beside it (Settings::overlap_probe).
