@@ -1,9 +1,9 @@
 #include "mps.h"
 
+#include "nvml.h"
 #include "owned_files.h"
 
 #include <dirent.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -210,37 +210,7 @@ std::optional<std::string> published_reserve(const std::string& dir) {
   return text;
 }
 
-std::optional<uint64_t> smallest_gpu_memory() {
-  // NVML answers without creating a CUDA context (a context would cost the program's start ~0.3 s).
-  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (nvml == nullptr) return std::nullopt;
-  struct Memory {
-    unsigned long long total, free, used;
-  };
-  using InitFn = int (*)();
-  using CountFn = int (*)(unsigned*);
-  using HandleFn = int (*)(unsigned, void**);
-  using MemoryFn = int (*)(void*, Memory*);
-  auto init = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlInit_v2"));
-  auto shutdown = reinterpret_cast<InitFn>(dlsym(nvml, "nvmlShutdown"));
-  auto count = reinterpret_cast<CountFn>(dlsym(nvml, "nvmlDeviceGetCount_v2"));
-  auto handle = reinterpret_cast<HandleFn>(dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
-  auto memory = reinterpret_cast<MemoryFn>(dlsym(nvml, "nvmlDeviceGetMemoryInfo"));
-  std::optional<uint64_t> smallest;
-  unsigned n = 0;
-  if (init && shutdown && count && handle && memory && init() == 0) {
-    if (count(&n) == 0)
-      for (unsigned i = 0; i < n; ++i) {
-        void* device = nullptr;
-        Memory m{};
-        if (handle(i, &device) == 0 && memory(device, &m) == 0 && m.total != 0)
-          smallest = smallest ? std::min<uint64_t>(*smallest, m.total) : m.total;
-      }
-    shutdown();
-  }
-  dlclose(nvml);
-  return smallest;
-}
+std::optional<uint64_t> smallest_gpu_memory() { return nvml::Nvml::get().smallest_gpu_memory(); }
 
 bool OwnedDaemon::start(const std::string& dir, const std::string& control, bool* adopted, std::string& error) {
   *adopted = false;

@@ -12,6 +12,7 @@
 # 5. Under MPS, a job whose program escapes the hook (env -u LD_PRELOAD) is held to its
 #    --memory-limit by the MPS server (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), against a plain client.
 # 6. And to what the daemon's --reserve-memory leaves, with no --memory-limit; a service is not.
+# 7. A job whose hook lies (1 TiB held) is counted at what NVML says its process holds.
 # Always stops the MPS control daemon it started.
 set -uo pipefail
 prefix=$(cd "$1" && pwd)
@@ -98,6 +99,14 @@ say "   fikit-run --memory-limit 8GiB, then env -u LD_PRELOAD: $("$bin/fikit-run
 # 6. The daemon's --reserve-memory 60GiB: a job fikit-run starts is pinned to what it leaves.
 say "6. fikit-run (reserve 60GiB), then env -u LD_PRELOAD: $("$bin/fikit-run" --mode off --priority 5 -- env -u LD_PRELOAD python3 "$work/mem.py" fill 1024 2>&1 | tr '\n' ' ')"
 say "   the same job at priority 0: $("$bin/fikit-run" --mode off --priority 0 -- env -u LD_PRELOAD python3 "$work/mem.py" fill 1024 2>&1 | tail -1)"
+
+# 7. A job reporting 1 TiB held while its process holds 2 GiB: counted at what NVML says.
+python3 "$(dirname "$0")/probes/forged_report.py" $port 2048 3 >"$work/forged.out" 2>&1 &
+forged=$!
+sleep 2
+say "7. forged report: $(head -1 "$work/forged.out"); the daemon counts $("$bin/fikit-scheduler" status --control "$ctl" --json 2>/dev/null |
+  python3 -c 'import json,sys; print([t["memory_used"] for t in json.load(sys.stdin)["tasks"] if t["key"] == "forged-report"])') bytes"
+wait "$forged"
 
 # 4. A service and a job on the GPU; the daemon stopped for 8 s.
 tasks() { "$bin/fikit-scheduler" status --control "$ctl" --json 2>/dev/null |

@@ -38,6 +38,12 @@ policy::Policy* Domains::for_task(uint32_t task) {
   return domains_[index - 1].policy.get();
 }
 
+const protocol::DeviceUuid* Domains::device_of(uint32_t task) const {
+  const uint32_t index = task / policy::Policy::kIdSpan;
+  if (index == 0 || index > domains_.size() || !domains_[index - 1].policy) return nullptr;
+  return &domains_[index - 1].device;
+}
+
 uint64_t Domains::next_wake() const {
   uint64_t wake = policy::Policy::kNever;
   each([&](const Domain& d) { wake = std::min(wake, d.policy->next_wake()); });

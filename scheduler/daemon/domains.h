@@ -30,6 +30,8 @@ class Domains {
   const policy::Counters& freed_counters() const { return freed_; }
   // The domain a task ID belongs to (nullptr: none).
   policy::Policy* for_task(uint32_t task);
+  // The GPU of `task`'s domain (nullptr: no such domain).
+  const protocol::DeviceUuid* device_of(uint32_t task) const;
 
   struct Domain {
     protocol::DeviceUuid device;

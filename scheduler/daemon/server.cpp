@@ -15,6 +15,7 @@
 #include "domains.h"
 #include "log_limiter.h"
 #include "metrics.h"
+#include "nvml.h"
 #include "peer_uid.h"
 #include "sessions.h"
 
@@ -25,7 +26,8 @@ using asio::ip::udp;
 
 namespace {
 // Kinds of rate-limited log lines.
-enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota, kLogReserve };
+enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota, kLogReserve,
+               kLogMemory };
 // A refused registration is tried again no sooner than this (the client's backoff keeps to it).
 constexpr uint32_t kRefusedRetryMs = 10'000;
 }  // namespace
@@ -136,12 +138,30 @@ struct Server::Impl {
                     to_string(refusal));
         return;
       } else if (policy::Policy* policy = domains.for_task(msg.header.task)) {
+        if (auto* hb = std::get_if<protocol::Heartbeat>(&msg.body)) check_reported_memory(now, msg.header.task, *policy, *hb);
         policy->on_message(now, msg.header.task, msg.body, actions);
       }
     }
     dispatch(reply_to);
     after_event();
     if (std::holds_alternative<protocol::Notify>(msg.body)) poll_while_notified();
+  }
+
+  // A task's report of what its allocations hold, against what the driver says its process holds
+  // (NVML, where the daemon can see the process): more is not believed (a task reporting 1 TiB cut
+  // the other jobs' caps). Less is kept: the driver also counts the context's own memory.
+  void check_reported_memory(uint64_t now, uint32_t task, const policy::Policy& policy, protocol::Heartbeat& hb) {
+    if (hb.memory_used == 0) return;
+    const protocol::DeviceUuid* device = domains.device_of(task);
+    const uint32_t pid = policy.pid_of(task);
+    if (device == nullptr || pid == 0) return;
+    const std::optional<uint64_t> held =
+        opts.driver_memory ? opts.driver_memory(*device, pid) : nvml::Nvml::get().process_memory(device_name(*device), pid, now);
+    if (held && hb.memory_used > *held) {
+      log_limited(kLogMemory, spdlog::level::warn, "task {} (pid {}) reported {} bytes of device memory where the "
+                  "driver says its process holds {}: counted at the driver's", task, pid, hb.memory_used, *held);
+      hb.memory_used = *held;
+    }
   }
 
   struct Reply {

@@ -31,6 +31,9 @@ struct ServerOptions {
   // Who owns a local sender's socket (peer_uid.h; tests give their own): the sender, the daemon's
   // bound endpoint.
   std::function<std::optional<uint32_t>(const Endpoint&, const Endpoint&)> owner_lookup;
+  // What the driver says a task's process holds on its GPU (NVML by default; tests give their own):
+  // a heartbeat reporting more is believed only that far (docs/memory.md).
+  std::function<std::optional<uint64_t>(const protocol::DeviceUuid&, uint32_t pid)> driver_memory;
 };
 
 class Server {

@@ -226,6 +226,10 @@ class Policy {
   const Settings& settings() const { return settings_; }
   uint32_t holder() const { return holder_; }
   bool has_task(uint32_t id) const { return tasks_.count(id) != 0; }
+  uint32_t pid_of(uint32_t id) const {   // 0: no such task
+    auto it = tasks_.find(id);
+    return it == tasks_.end() ? 0 : it->second.pid;
+  }
   size_t task_count() const { return tasks_.size(); }
 
  private:

@@ -291,6 +291,34 @@ TEST(Daemon, AFloodOfRegistrationsFromOneUserLeavesOthersTheirShare) {
   EXPECT_EQ(s.task_count(), 66u);
 }
 
+// Trust v3, F8: a task reporting more device memory than its process holds (1 TiB) cut the other
+// jobs' caps. Where the driver can be asked (NVML; here a stand-in), the report counts at most
+// what the driver says the process holds; a process it does not list keeps its report.
+TEST(Daemon, AReportAboveWhatTheDriverSaysIsCountedAtTheDrivers) {
+  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+  o.driver_memory = [](const protocol::DeviceUuid&, uint32_t pid) -> std::optional<uint64_t> {
+    if (pid == 4242) return 2ull << 30;
+    return std::nullopt;
+  };
+  Daemon d(o);
+  Peer liar(d.port()), unlisted(d.port());
+  ASSERT_TRUE(register_new_session(liar, "liar").registered);   // pid 4242
+  ASSERT_TRUE(unlisted.register_as("unlisted", 5));
+  liar.send(protocol::Heartbeat{1ull << 40, 0, 0});
+  unlisted.send(protocol::Heartbeat{3ull << 30, 0, 0});
+  const auto until = std::chrono::steady_clock::now() + 2s;
+  auto used = [&](const char* key) -> uint64_t {
+    for (const auto& dom : d.snapshot().domains)
+      for (const auto& t : dom.tasks)
+        if (t.key == key) return t.memory_used;
+    return 0;
+  };
+  while ((used("liar") == 0 || used("unlisted") == 0) && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(used("liar"), 2ull << 30);
+  EXPECT_EQ(used("unlisted"), 3ull << 30);
+}
+
 // Trust v3, F3: registers sent from sockets closed at once have no owner the kernel can tell. They
 // took every slot (no quota applied to no owner); now they share a small one (8 tasks), and a
 // service and a job whose sockets are known still register.
