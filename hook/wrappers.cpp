@@ -4,6 +4,7 @@
 // no system call. Only then does it look at the stream and the operation.
 #include <cuda.h>
 
+#include <tuple>
 #include <type_traits>
 
 #include "driver.h"
@@ -373,7 +374,10 @@ template <Variant V, class... Tail>
 CUresult mem_alloc(CUdeviceptr* dptr, size_t bytes, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, tail...);
-  return accounted(bytes, -1, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
+  // From a pool: on the pool's GPU, which need not be the current context's.
+  int device = -1;
+  if constexpr (sizeof...(Tail) == 2) device = memory::pool_device(std::get<0>(std::tuple<Tail...>(tail...)));
+  return accounted(bytes, device, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
     const CUresult r = real(dptr, bytes, tail...);
     key = *dptr;
     return r;
@@ -401,6 +405,31 @@ CUresult mem_alloc_pitch(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t 
       [](uint64_t key) {
         if (auto free = real_of<Variant::fikit_cuMemFree_v2>()) free(CUdeviceptr(key));
       });
+}
+
+// Memory pools: the GPU of each, for the allocations made from it.
+template <Variant V>
+CUresult pool_create(CUmemoryPool* pool, const CUmemPoolProps* props) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult r = real(pool, props);
+  if (r == CUDA_SUCCESS && memory::accounting() && pool != nullptr && props != nullptr &&
+      props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+    memory::note_pool(*pool, props->location.id);
+  return r;
+}
+template <Variant V>
+CUresult device_pool(CUmemoryPool* pool, CUdevice dev) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult r = real(pool, dev);
+  if (r == CUDA_SUCCESS && memory::accounting() && pool != nullptr) memory::note_pool(*pool, dev);
+  return r;
+}
+template <Variant V>
+CUresult pool_destroy(CUmemoryPool pool) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult r = real(pool);
+  if (r == CUDA_SUCCESS && memory::accounting()) memory::forget_pool(pool);
+  return r;
 }
 
 // Virtual memory management (PyTorch's expandable segments): physical memory on the device the

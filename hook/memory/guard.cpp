@@ -94,6 +94,42 @@ int current_device() noexcept {
   return device;
 }
 
+// Pools are few (one default a GPU, and what the program makes): a small table, lock-free.
+constexpr int kMaxPools = 64;
+std::atomic<uintptr_t> g_pools[kMaxPools] = {};
+std::atomic<int> g_pool_devices[kMaxPools] = {};
+
+void note_pool(CUmemoryPool pool, int device) noexcept {
+  const auto key = reinterpret_cast<uintptr_t>(pool);
+  if (key == 0 || !valid(device)) return;
+  for (int i = 0; i < kMaxPools; ++i)
+    if (g_pools[i].load(std::memory_order_acquire) == key) {
+      g_pool_devices[i].store(device, std::memory_order_release);
+      return;
+    }
+  for (int i = 0; i < kMaxPools; ++i) {
+    uintptr_t empty = 0;
+    g_pool_devices[i].store(device, std::memory_order_release);
+    if (g_pools[i].compare_exchange_strong(empty, key, std::memory_order_acq_rel)) return;
+  }
+  // More pools than the table holds: their allocations count on the current context's GPU.
+}
+
+void forget_pool(CUmemoryPool pool) noexcept {
+  const auto key = reinterpret_cast<uintptr_t>(pool);
+  for (auto& p : g_pools) {
+    uintptr_t expected = key;
+    if (key != 0 && p.compare_exchange_strong(expected, 0, std::memory_order_acq_rel)) return;
+  }
+}
+
+int pool_device(CUmemoryPool pool) noexcept {
+  const auto key = reinterpret_cast<uintptr_t>(pool);
+  for (int i = 0; i < kMaxPools && key != 0; ++i)
+    if (g_pools[i].load(std::memory_order_acquire) == key) return g_pool_devices[i].load(std::memory_order_acquire);
+  return -1;
+}
+
 uint64_t own_limit(int device) noexcept {
   if (!valid(device)) return 0;
   uint64_t limit = g_own_limit[device].load(std::memory_order_relaxed);

@@ -55,6 +55,10 @@ uint32_t refusals(int device) noexcept;
 uint64_t own_limit(int device) noexcept;   // FIKIT_MEMORY_LIMIT on that device (0: none)
 
 int current_device() noexcept;              // the current context's device ordinal, -1 if none
+// Memory pools' GPUs, as the program made or asked for them (a pool not seen: -1).
+void note_pool(CUmemoryPool pool, int device) noexcept;
+void forget_pool(CUmemoryPool pool) noexcept;
+int pool_device(CUmemoryPool pool) noexcept;
 void reset_after_fork() noexcept;
 
 }  // namespace fikit::hook::memory

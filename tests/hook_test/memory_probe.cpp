@@ -20,6 +20,10 @@
 //                                          destroys it, then in the device's primary context and
 //                                          resets the device; after each, six allocations of MIB/2
 //                                          in the first context: "destroy SUCCEEDED", "reset SUCCEEDED"
+//   memory_probe pool MIB                  (two devices) from device 1's default pool, with device 0's
+//                                          context current: four allocations of MIB; "pool OK FREE0
+//                                          FREE1": how many succeeded, and what cuMemGetInfo says is
+//                                          free on each device with its context current
 //   memory_probe badfree MIB               cuMemFreeAsync on a stream that does not exist (refused),
 //                                          then cuMemFree: "badfree RESULT HELD_AFTER HELD_AT_END"
 #include <cuda.h>
@@ -298,6 +302,26 @@ int teardown(size_t chunk) {
   return 0;
 }
 
+int pool(size_t bytes) {
+  CUdevice dev1 = 0;
+  CUcontext ctx1 = nullptr;
+  if (cuDeviceGet(&dev1, 1) != CUDA_SUCCESS || cuCtxCreate(&ctx1, nullptr, 0, dev1) != CUDA_SUCCESS) return 3;
+  cuCtxSetCurrent(g_ctx);
+  CUmemoryPool pool1 = nullptr;
+  if (cuDeviceGetDefaultMemPool(&pool1, dev1) != CUDA_SUCCESS) return 3;
+  int ok = 0;
+  for (int i = 0; i < 4; ++i) {
+    CUdeviceptr p = 0;
+    ok += cuMemAllocFromPoolAsync(&p, bytes, pool1, nullptr) == CUDA_SUCCESS;
+  }
+  size_t free0 = 0, free1 = 0, total = 0;
+  cuMemGetInfo(&free0, &total);
+  cuCtxSetCurrent(ctx1);
+  cuMemGetInfo(&free1, &total);
+  std::printf("pool %d %zu %zu\n", ok, free0, free1);
+  return 0;
+}
+
 int badfree(size_t bytes) {
   CUdeviceptr p = 0;
   if (cuMemAlloc(&p, bytes) != CUDA_SUCCESS) return 3;
@@ -324,6 +348,7 @@ int main(int argc, char** argv) {
   else if (cmd == "narrow") rc = narrow(size_t(arg(2, 1)));
   else if (cmd == "teardown") rc = teardown(size_t(arg(2, 1)) << 20);
   else if (cmd == "badfree") rc = badfree(size_t(arg(2, 1)) << 20);
+  else if (cmd == "pool") rc = pool(size_t(arg(2, 1)) << 20);
   std::fflush(stdout);
   return rc;
 }

@@ -89,6 +89,12 @@ size_t array_bytes(size_t w, size_t h, size_t d, CUarray_format format, unsigned
   return w * (h ? h : 1) * (d ? d : 1) * (channels ? channels : 1) * element;
 }
 
+struct SimPool {
+  int device;
+};
+SimPool g_default_pools[kMaxDevices];
+bool pool_device_ok(CUdevice dev) { return g_device && dev >= 0 && uint32_t(dev) < g_device->device_count; }
+
 }  // namespace
 
 extern "C" {
@@ -126,6 +132,29 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) { return cuMemFreeAsync(dptr, s); }
 
+// Memory pools: a pool is its device (allocations from it come from the current context's memory,
+// as every allocation here); a device's default pool is the same handle every time.
+CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* props) {
+  if (pool == nullptr || props == nullptr || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      !pool_device_ok(props->location.id))
+    return CUDA_ERROR_INVALID_VALUE;
+  *pool = reinterpret_cast<CUmemoryPool>(new SimPool{props->location.id});
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
+  if (pool == nullptr || !pool_device_ok(dev)) return CUDA_ERROR_INVALID_VALUE;
+  g_default_pools[dev].device = dev;
+  *pool = reinterpret_cast<CUmemoryPool>(&g_default_pools[dev]);
+  return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  auto* p = reinterpret_cast<SimPool*>(pool);
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p >= g_default_pools && p < g_default_pools + kMaxDevices) return CUDA_SUCCESS;   // a default pool stays
+  delete p;
+  return CUDA_SUCCESS;
+}
 // Virtual memory management: the handle is the physical memory (not mappable here).
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                      unsigned long long flags) {
