@@ -370,13 +370,22 @@ uint64_t saturated_product(uint64_t a, uint64_t b) noexcept {
 // cuMemAlloc, cuMemAllocManaged (managed memory may all come to reside on the device: counted like
 // device memory, docs/memory.md), cuMemAllocAsync and cuMemAllocFromPoolAsync: `bytes` at *dptr;
 // the tail (flags, pool, stream) is forwarded as is.
+template <class... T>
+struct only_a_stream : std::false_type {};
+template <>
+struct only_a_stream<CUstream> : std::true_type {};
+
 template <Variant V, class... Tail>
 CUresult mem_alloc(CUdeviceptr* dptr, size_t bytes, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, tail...);
   // From a pool: on the pool's GPU, which need not be the current context's.
   int device = -1;
-  if constexpr (sizeof...(Tail) == 2) device = memory::pool_device(std::get<0>(std::tuple<Tail...>(tail...)));
+  if constexpr (sizeof...(Tail) == 2) {
+    device = memory::pool_device(std::get<0>(std::tuple<Tail...>(tail...)));
+  } else if constexpr (only_a_stream<Tail...>::value) {
+    device = memory::stream_device(std::get<0>(std::tuple<Tail...>(tail...)));   // the stream's GPU's pool
+  }
   return accounted(bytes, device, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
     const CUresult r = real(dptr, bytes, tail...);
     key = *dptr;

@@ -130,6 +130,20 @@ int pool_device(CUmemoryPool pool) noexcept {
   return -1;
 }
 
+int stream_device(CUstream stream) noexcept {
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return -1;
+  using StreamCtxFn = CUresult (*)(CUstream, CUcontext*);
+  using CtxDeviceFn = CUresult (*)(CUdevice*, CUcontext);
+  static auto stream_ctx = real_driver<StreamCtxFn>("cuStreamGetCtx");
+  static auto ctx_device = real_driver<CtxDeviceFn>("cuCtxGetDevice_v2");   // CUDA 12.8 on: no switch needed
+  CUcontext ctx = nullptr;
+  CUdevice device = 0;
+  if (stream_ctx == nullptr || ctx_device == nullptr || stream_ctx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr ||
+      ctx_device(&device, ctx) != CUDA_SUCCESS || !valid(device))
+    return -1;
+  return device;
+}
+
 uint64_t own_limit(int device) noexcept {
   if (!valid(device)) return 0;
   uint64_t limit = g_own_limit[device].load(std::memory_order_relaxed);

@@ -59,6 +59,8 @@ int current_device() noexcept;              // the current context's device ordi
 void note_pool(CUmemoryPool pool, int device) noexcept;
 void forget_pool(CUmemoryPool pool) noexcept;
 int pool_device(CUmemoryPool pool) noexcept;
+// The GPU of a stream's context (-1: the null stream's, i.e. the current context's, or not known).
+int stream_device(CUstream stream) noexcept;
 void reset_after_fork() noexcept;
 
 }  // namespace fikit::hook::memory

@@ -21,9 +21,10 @@
 //                                          resets the device; after each, six allocations of MIB/2
 //                                          in the first context: "destroy SUCCEEDED", "reset SUCCEEDED"
 //   memory_probe pool MIB                  (two devices) from device 1's default pool, with device 0's
-//                                          context current: four allocations of MIB; "pool OK FREE0
-//                                          FREE1": how many succeeded, and what cuMemGetInfo says is
-//                                          free on each device with its context current
+//                                          context current: three allocations of MIB, and one on a
+//                                          stream of device 1's context; "pool OK FREE0 FREE1 RESULT":
+//                                          how many of the three succeeded, what cuMemGetInfo says is
+//                                          free on each device with its context current, the fourth's
 //   memory_probe badfree MIB               cuMemFreeAsync on a stream that does not exist (refused),
 //                                          then cuMemFree: "badfree RESULT HELD_AFTER HELD_AT_END"
 #include <cuda.h>
@@ -310,15 +311,22 @@ int pool(size_t bytes) {
   CUmemoryPool pool1 = nullptr;
   if (cuDeviceGetDefaultMemPool(&pool1, dev1) != CUDA_SUCCESS) return 3;
   int ok = 0;
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < 3; ++i) {
     CUdeviceptr p = 0;
     ok += cuMemAllocFromPoolAsync(&p, bytes, pool1, nullptr) == CUDA_SUCCESS;
   }
+  // And on a stream of device 1's context, still with device 0's context current.
+  cuCtxSetCurrent(ctx1);
+  CUstream stream1 = nullptr;
+  cuStreamCreate(&stream1, 0);
+  cuCtxSetCurrent(g_ctx);
+  CUdeviceptr p = 0;
+  const CUresult on_stream = cuMemAllocAsync(&p, bytes, stream1);
   size_t free0 = 0, free1 = 0, total = 0;
   cuMemGetInfo(&free0, &total);
   cuCtxSetCurrent(ctx1);
   cuMemGetInfo(&free1, &total);
-  std::printf("pool %d %zu %zu\n", ok, free0, free1);
+  std::printf("pool %d %zu %zu %d\n", ok, free0, free1, int(on_stream));
   return 0;
 }
 

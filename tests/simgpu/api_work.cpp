@@ -214,6 +214,15 @@ CUresult cuMemsetD32Async_ptsz(CUdeviceptr dst, unsigned int v, size_t n, CUstre
 // ---- streams ---------------------------------------------------------------------------------
 
 CUresult cuStreamCreate(CUstream* out, unsigned int flags) { return create_stream(out, flags, 0); }
+CUresult cuStreamGetCtx(CUstream handle, CUcontext* pctx) {
+  if (pctx == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Stream* stream = nullptr;
+  CUresult err = CUDA_SUCCESS;
+  Context* ctx = stream_context(handle, &stream, &err);
+  if (ctx == nullptr) return err;
+  *pctx = reinterpret_cast<CUcontext>(ctx);
+  return CUDA_SUCCESS;
+}
 
 CUresult cuStreamCreateWithPriority(CUstream* out, unsigned int flags, int priority) {
   return create_stream(out, flags, priority);

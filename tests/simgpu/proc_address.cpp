@@ -89,6 +89,7 @@ const Entry kEntries[] = {
     {"cuMemsetD8Async", 3020, FN(cuMemsetD8Async), FN(cuMemsetD8Async_ptsz)},
     {"cuMemsetD32Async", 3020, FN(cuMemsetD32Async), FN(cuMemsetD32Async_ptsz)},
     {"cuStreamCreate", 2000, FN(cuStreamCreate), nullptr},
+    {"cuStreamGetCtx", 9020, FN(cuStreamGetCtx), FN(cuStreamGetCtx)},
     {"cuStreamCreateWithPriority", 5050, FN(cuStreamCreateWithPriority), nullptr},
     {"cuStreamDestroy", 2000, FN(cuStreamDestroy), nullptr},
     {"cuStreamDestroy", 4000, FN(cuStreamDestroy_v2), nullptr},
