@@ -85,8 +85,14 @@ ControlServer::ControlServer(asio::io_context& io, const std::string& path, Hand
     : path_(path), handler_(std::move(handler)), acceptor_(io), limiter_(io.get_executor(), kMaxConnections) {
   if (path_.size() >= sizeof(sockaddr_un{}.sun_path))
     throw std::runtime_error("control socket path too long: " + path_);
+  // A folder it makes, or one of this user's; a sticky one such as /tmp too (--control /tmp/x.sock),
+  // where no other user can replace the socket once made.
   std::string why;
-  if (!protocol::make_private_folder(parent_of(path_), why))
+  const std::string folder = parent_of(path_);
+  struct stat folder_st;
+  const bool sticky = lstat(folder.c_str(), &folder_st) == 0 && S_ISDIR(folder_st.st_mode) &&
+                      (folder_st.st_mode & S_ISVTX) != 0 && protocol::trusted_folder(folder);
+  if (!sticky && !protocol::make_private_folder(folder, why))
     throw std::runtime_error("the control socket's folder: " + why + " (or give --control a path in a folder of this user)");
   struct stat st;
   // A socket file left by a daemon that died; the UDP port was free, so no live daemon owns it.

@@ -109,6 +109,38 @@ std::string format_text(const DaemonSnapshot& s) {
       fmt::format("fikit-scheduler on {}, up {:.1f} s, epoch {:016x}, {}\n", s.listen, s.uptime_ns / 1e9, s.epoch, auth);
   out += s.mps.empty() ? std::string("MPS: none started by fikit-scheduler (tasks say their backend: column mps)\n")
                        : "MPS: " + s.mps + "\n";
+  // The tasks first, by key (what a user named them); the daemon's counters after.
+  size_t key_width = 3;
+  for (const auto& d : s.domains)
+    for (const auto& t : d.tasks) key_width = std::max(key_width, t.key.size());
+  for (const auto& d : s.domains) {
+    out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
+                       d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
+                       d.counters.early_stops);
+    out += fmt::format("{:<{}}  {:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}\n",
+                       "key", key_width, "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
+                       "notifies", "wants", "kernels", "busy", "pause", "partition", "beside", "memory");
+    for (const auto& t : d.tasks) {
+      const std::string prio =
+          t.priority == t.requested_priority ? std::to_string(t.priority)
+                                             : std::to_string(t.priority) + "<" + std::to_string(t.requested_priority);
+      // The holder never waits: its bound means nothing. A pause only once its return is predicted.
+      const std::string bound =
+          (t.directive.role & protocol::kRoleHolder) ? std::string("-") : duration_text(t.directive.bound_ns);
+      const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
+      // How busy its profile says it keeps the GPU while active ("-": nothing measured).
+      const std::string busy = t.kernels != 0 ? std::to_string(t.busy_pct) + "%" : std::string("-");
+      // What the MPS tasks below it may run beside it, once there are any ("-": none below, or it measures).
+      const std::string beside = t.below_mps ? policy::to_string(t.overlap) : "-";
+      out += fmt::format("{:<{}}  {:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}\n",
+                         t.key, key_width, t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
+                         t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
+                         t.active ? "yes" : "no", protocol::to_string(t.directive.state),
+                         bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
+                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), beside, memory_text(t));
+    }
+  }
+  out += "\ncounters, all GPUs:\n";
   out += fmt::format("tasks {} on {} GPU(s); in all: gap fills {} (gaps predicted {}, too short {}), early stops {}, "
                      "directives sent {}\n", s.task_count(), s.domains.size(), p.fills, p.gaps_predicted,
                      p.gaps_too_short, p.early_stops, p.directives);
@@ -129,33 +161,6 @@ std::string format_text(const DaemonSnapshot& s) {
                      s.malformed + s.bad_mac + s.wrong_direction + c.total(), s.malformed, s.bad_mac,
                      s.wrong_direction, c.unknown_session, c.stale_epoch, c.wrong_address, c.wrong_auth, c.replayed,
                      c.wrong_task);
-  for (const auto& d : s.domains) {
-    out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
-                       d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
-                       d.counters.early_stops);
-    out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}  {}\n",
-                       "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
-                       "notifies", "wants", "kernels", "busy", "pause", "partition", "beside", "memory", "key");
-    for (const auto& t : d.tasks) {
-      const std::string prio =
-          t.priority == t.requested_priority ? std::to_string(t.priority)
-                                             : std::to_string(t.priority) + "<" + std::to_string(t.requested_priority);
-      // The holder never waits: its bound means nothing. A pause only once its return is predicted.
-      const std::string bound =
-          (t.directive.role & protocol::kRoleHolder) ? std::string("-") : duration_text(t.directive.bound_ns);
-      const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
-      // How busy its profile says it keeps the GPU while active ("-": nothing measured).
-      const std::string busy = t.kernels != 0 ? std::to_string(t.busy_pct) + "%" : std::string("-");
-      // What the MPS tasks below it may run beside it, once there are any ("-": none below, or it measures).
-      const std::string beside = t.below_mps ? policy::to_string(t.overlap) : "-";
-      out += fmt::format("{:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}  {}\n",
-                         t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
-                         t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
-                         t.active ? "yes" : "no", protocol::to_string(t.directive.state),
-                         bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
-                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), beside, memory_text(t), t.key);
-    }
-  }
   return out;
 }
 
