@@ -41,7 +41,15 @@ std::string usage_text() {
                "idle (keeping a bounded amount of work in flight) and fill its predicted idle gaps\n"
                "(BestPrioFit) until it launches again (early stop). See docs/scheduling.md.\n"
                "\n"
-               "Options:\n"
+               "What you set:\n"
+               "  --mps on|off|/DIR     run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and\n"
+               "                       log folders in DIR (on: %s, or $FIKIT_MPS_DIR), stopped with it;\n"
+               "                       fikit-run makes programs its clients: the recommended setup\n"
+               "                       (docs/scheduling.md). One already running there is used and left\n"
+               "                       running (default off)\n"
+               "  --reserve-memory SIZE device memory kept for priority-0 tasks on each GPU: tasks below them\n"
+               "                       cannot allocate into it, whatever their own limits (e.g. 20GiB, 25%%;\n"
+               "                       0: none; default 0). Under --mps the MPS server holds jobs to it too\n"
                "  --listen HOST:PORT   UDP address to serve (default 127.0.0.1:47800; a non-loopback\n"
                "                       address needs --key-file)\n"
                "  --db PATH            profile database (default %s)\n"
@@ -65,24 +73,21 @@ std::string usage_text() {
                "                       whoever can connect reads every task's key: docs/security.md)\n"
                "  --metrics-remote on|off\n"
                "                       allow a --metrics address off loopback, for a cluster's scraper (default off)\n"
-               "  --mps on|off|/DIR     run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and\n"
-               "                       log folders in DIR (on: %s, or $FIKIT_MPS_DIR), stopped with it;\n"
-               "                       fikit-run makes programs its clients: the recommended setup\n"
-               "                       (docs/scheduling.md). One already running there is used and left\n"
-               "                       running (default off)\n"
                "  --mps-control PATH   the program that starts and stops it (default nvidia-cuda-mps-control)\n"
                "  --config FILE        'key = value' settings (keys as the flags, without --)\n"
                "  --log-level LEVEL    error|warn|info|debug|trace (default info)\n"
                "  -h, --help           this help\n"
                "  --version            the version\n"
-               "Scheduling settings (durations take ns, us, ms or s; plain numbers are us):\n%s"
+               "\n"
+               "Tuning (the defaults are what the measurements in docs/results.md chose; change them to\n"
+               "experiment; durations take ns, us, ms or s, plain numbers are us):\n%s"
                "\n"
                "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage, config or key error,\n"
                "3 cannot listen, 4 --mps: no MPS control daemon could be started.\n";
   const std::string db = fikit::profiledb::Database::default_path(), mps = fikit::mps::default_directory(),
                     settings = fikit::scheduler::settings_help();
   std::string text(std::strlen(format) + db.size() + mps.size() + settings.size(), '\0');
-  text.resize(std::snprintf(text.data(), text.size() + 1, format, db.c_str(), mps.c_str(), settings.c_str()));
+  text.resize(std::snprintf(text.data(), text.size() + 1, format, mps.c_str(), db.c_str(), settings.c_str()));
   return text;
 }
 

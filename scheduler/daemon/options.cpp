@@ -351,8 +351,6 @@ std::string settings_help() {
        "      active periods stay within overlap-tolerance of those with them confined (default off)\n";
   s += "  --overlap-tolerance PERCENT\n      how much longer a service's median and upper-quartile active periods may get with the\n"
        "      tasks below beside it (default " + std::to_string(defaults.overlap_tolerance_pct) + ")\n";
-  s += "  --reserve-memory SIZE\n      device memory kept for priority-0 tasks on each GPU: tasks below them cannot allocate into\n"
-       "      it, whatever their own limits (e.g. 20GiB, 25%; 0: none) (default 0)\n";
   s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"
        "      return go whatever the bound (default on)\n";
   return s;
