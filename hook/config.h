@@ -5,6 +5,7 @@
 
 #include "hook_settings.h"
 #include "memory_size.h"
+#include "protocol.h"
 
 namespace fikit::hook {
 
@@ -21,7 +22,7 @@ struct Config {
   char db_path[512] = {};               // FIKIT_DB, else $XDG_DATA_HOME/fikit/profiles.db (~/.local/share/...)
   int priority = int(settings::fallback_of("FIKIT_PRIORITY"));  // FIKIT_PRIORITY, 0 (highest) .. 9
   char scheduler_host[64] = "127.0.0.1";// FIKIT_SCHEDULER=HOST:PORT
-  uint16_t scheduler_port = 47800;
+  uint16_t scheduler_port = protocol::kDefaultPort;
   uint32_t measure_runs = settings::fallback_of("FIKIT_MEASURE_RUNS");  // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
   uint32_t run_iterations = settings::fallback_of("FIKIT_RUN_ITERATIONS");  // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
   uint32_t measure_sample = settings::fallback_of("FIKIT_MEASURE_SAMPLE");  // FIKIT_MEASURE_SAMPLE: measure one iteration (or op) in this many (1: all)

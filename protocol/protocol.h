@@ -20,6 +20,7 @@ constexpr size_t kMacSize = 32;           // HMAC-SHA256 trailer when kFlagMac i
 constexpr size_t kMaxDatagram = 512;      // the largest message (a register) with its MAC fits
 constexpr size_t kMaxKeyLength = 127;     // task keys (hook Config::task_key holds 128 with NUL)
 constexpr int kPriorityLevels = 10;       // Q0 (highest) .. Q9
+constexpr uint16_t kDefaultPort = 47800;  // fikit-scheduler's UDP port unless told otherwise (tests never use it)
 // Limits of the fields settings travel in (the daemon checks its settings against them at start).
 constexpr uint64_t kMaxU32Ns = UINT32_MAX;                 // u32 nanosecond fields: ~4.29 s
 constexpr uint64_t kMinLeaseMs = 100, kMaxLeaseMs = 3'600'000;

@@ -8,6 +8,8 @@
 #include <iterator>
 #include <string_view>
 
+#include "protocol.h"
+
 namespace fikit::settings {
 
 enum class Kind : uint8_t {
@@ -35,7 +37,7 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_MODE", "--mode", Kind::Choice, 0, 0, 0, "off|measure|share|auto", "", "what the hook does"},
     {"FIKIT_TASK_KEY", "--task-key", Kind::TaskKey, 1, 127, 0, nullptr, "", "the profile key"},
     {"FIKIT_DB", "--db", Kind::Path, 1, 511, 0, nullptr, "", "the profile database"},
-    {"FIKIT_PRIORITY", "--priority", Kind::Number, 0, 9, 5, nullptr, "", "0 (highest) .. 9 (lowest)"},
+    {"FIKIT_PRIORITY", "--priority", Kind::Number, 0, protocol::kPriorityLevels - 1, 5, nullptr, "", "0 (highest) .. 9 (lowest)"},
     {"FIKIT_SCHEDULER", "--scheduler", Kind::Address, 1, 63, 0, nullptr, "", "fikit-scheduler's UDP address"},
     {"FIKIT_MEASURE_RUNS", "--measure-runs", Kind::Number, 1, 1000000, 10, nullptr, "runs",
      "runs measured before auto mode shares"},
@@ -77,6 +79,7 @@ consteval uint32_t fallback_of(std::string_view env) {
 // measured ops either way.
 inline constexpr uint32_t kMeasureWindowSampleFallback = 16;
 // (The table's text states both fallbacks as numbers: a user reads it.)
+static_assert(protocol::kPriorityLevels == 10, "FIKIT_PRIORITY's help says 0 .. 9: say the new range");
 static_assert(kMeasureWindowSampleFallback == 16 && fallback_of("FIKIT_MEASURE_SAMPLE") == 8 && [] {
   for (const Setting& s : kHookSettings)
     if (std::string_view(s.env) == "FIKIT_MEASURE_SAMPLE") return std::string_view(s.meaning).ends_with("(unset: 16)");

@@ -21,7 +21,7 @@ namespace fikit::hook::share {
 
 struct ClientOptions {
   char host[64] = "127.0.0.1";
-  uint16_t port = 47800;
+  uint16_t port = protocol::kDefaultPort;
   char task_key[protocol::kMaxKeyLength + 1] = {};
   int priority = 5;
   protocol::TaskMode mode = protocol::TaskMode::Share;

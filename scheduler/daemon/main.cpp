@@ -106,7 +106,7 @@ int status_command(int argc, char** argv) {
   app->add_flag("--json", json);
   if (const int rc = fikit::cli::parse(*app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
   std::string host = "127.0.0.1";
-  uint16_t port = 47800;
+  uint16_t port = fikit::protocol::kDefaultPort;
   if (app->count("--scheduler") > 0 && !fikit::scheduler::parse_host_port(scheduler, host, port))
     return fikit::cli::usage_error(app->get_name(), "--scheduler: '" + scheduler + "' is not HOST:PORT (port 1 to 65535; " +
                                                             fikit::protocol::kAddressForm + ")");

@@ -12,7 +12,7 @@ namespace fikit::scheduler {
 
 struct Options {
   std::string listen_host = "127.0.0.1";
-  uint16_t listen_port = 47800;
+  uint16_t listen_port = protocol::kDefaultPort;
   std::string db_path;              // empty: profiledb's default path
   std::string log_level = "info";
   std::string key_file;             // empty: no authentication

@@ -19,7 +19,7 @@ namespace fikit::scheduler {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  uint16_t port = 47800;              // 0: any free port (tests)
+  uint16_t port = protocol::kDefaultPort;   // 0: any free port (tests)
   std::string control_path;           // "": none (tests)
   std::string bell_path;              // "": no bell board (clients then hear of the holder by datagram only)
   std::optional<protocol::Key> key;   // datagrams with a valid MAC count as authenticated
