@@ -177,10 +177,19 @@ CUresult claim(uint64_t bytes, int device, Claim& out) noexcept {
   if (device < 0) device = current_device();
   if (!valid(device)) return CUDA_SUCCESS;   // the driver will say what is wrong
   uint64_t deadline = 0;
-  for (;;) {
+  for (int attempt = 0;; ++attempt) {
     const uint32_t changes = g_cap_changes.load(std::memory_order_acquire);
     const uint64_t cap = effective_cap(device);
-    if (g_ledger.claim(device, bytes, cap)) break;
+    if (g_ledger.claim(device, bytes, cap)) {
+      // A claim under a cap that changed meanwhile is made again under the new one: the client
+      // confirms a new cap with what the ledger holds, and a claim landing after that read, under
+      // the old cap, would not be in it (jobs that started together passed the budget by a chunk).
+      // Dekker's pattern with set_scheduler_cap(): one of the two sees the other.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (g_cap_changes.load(std::memory_order_relaxed) == changes || attempt >= 100) break;
+      g_ledger.unclaim(device, bytes);
+      continue;
+    }
     // Refused by the daemon's cap (not the process's own limit): a job that just joined waits for
     // the share the daemon gives it once the other jobs have confirmed theirs.
     const uint64_t own = own_limit(device), scheduler = g_scheduler_cap[device].load(std::memory_order_relaxed);
@@ -248,7 +257,9 @@ void clamp_total(int device, size_t* total_bytes) noexcept {
 
 bool set_scheduler_cap(int device, uint64_t cap) noexcept {
   if (!valid(device) || g_scheduler_cap[device].exchange(cap, std::memory_order_relaxed) == cap) return false;
-  g_cap_changes.fetch_add(1, std::memory_order_release);
+  g_cap_changes.fetch_add(1, std::memory_order_seq_cst);
+  // What the ledger holds is read after this (the confirming heartbeat): see claim().
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   share::futex_wake_all(&g_cap_changes);
   return true;
 }
