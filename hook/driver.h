@@ -34,6 +34,14 @@ inline uint64_t context_key(CUcontext context) noexcept {
   return reinterpret_cast<uint64_t>(context);
 }
 
+// The calling thread's current context, keyed as above (0: none).
+inline uint64_t current_context_key() noexcept {
+  static const auto get_current = real_driver<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
+  CUcontext context = nullptr;
+  if (get_current == nullptr || get_current(&context) != CUDA_SUCCESS) return 0;
+  return context_key(context);
+}
+
 // The real driver's event functions, which the hook's own timing and bookkeeping use.
 struct EventFns {
   CUresult (*create)(CUevent*, unsigned int) = nullptr;

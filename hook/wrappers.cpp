@@ -4,7 +4,6 @@
 // no system call. Only then does it look at the stream and the operation.
 #include <cuda.h>
 
-#include <tuple>
 #include <type_traits>
 
 #include "driver.h"
@@ -307,24 +306,22 @@ CUresult context_teardown(Target target) noexcept {
 template <Variant V>
 CUresult context_release(CUdevice dev) noexcept {
   FIKIT_REAL_OR_FAIL(V);
+  if (t_in_teardown) return real(dev);
   Mode* mode = detail::loaded_mode();
-  if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting || t_in_teardown) {
-    if (!memory::accounting() || t_in_teardown) return real(dev);
-    const uint64_t key = context_key(torn_down(dev));   // a memory limit without a mode
-    const CUresult result = real(dev);
-    if (key != 0 && result == CUDA_SUCCESS && context_key(torn_down(dev)) != key) memory::forget_context(key);
-    return result;
+  if (reinterpret_cast<uintptr_t>(mode) <= detail::kStarting) mode = nullptr;   // only one running has work here
+  if (mode == nullptr && !memory::accounting()) return real(dev);
+  if (mode != nullptr) {
+    tell_mode_of_teardown(nullptr);
+    t_in_teardown = true;
   }
-  tell_mode_of_teardown(nullptr);
-  t_in_teardown = true;
   const CUcontext primary = torn_down(dev);
   const uint64_t key = context_key(primary);
-  if (key != 0) mode->before_context_release(key);
+  if (mode != nullptr && key != 0) mode->before_context_release(key);
   const CUresult result = real(dev);
   // Gone: no primary context now, or another one (a thread retained it again right after).
   const bool gone = key != 0 && result == CUDA_SUCCESS && context_key(torn_down(dev)) != key;
-  if (key != 0) mode->after_context_release(primary, key, gone);
-  if (gone) memory::forget_context(key);
+  if (mode != nullptr && key != 0) mode->after_context_release(primary, key, gone);
+  if (gone) memory::forget_context(key);   // its allocations went with it
   t_in_teardown = false;
   return result;
 }
@@ -370,22 +367,18 @@ uint64_t saturated_product(uint64_t a, uint64_t b) noexcept {
 // cuMemAlloc, cuMemAllocManaged (managed memory may all come to reside on the device: counted like
 // device memory, docs/memory.md), cuMemAllocAsync and cuMemAllocFromPoolAsync: `bytes` at *dptr;
 // the tail (flags, pool, stream) is forwarded as is.
-template <class... T>
-struct only_a_stream : std::false_type {};
-template <>
-struct only_a_stream<CUstream> : std::true_type {};
+// The GPU an allocation's tail names: a pool's (cuMemAllocFromPoolAsync), a stream's context's
+// (cuMemAllocAsync), else the current context's (-1).
+int tail_device() noexcept { return -1; }
+int tail_device(unsigned /*managed flags*/) noexcept { return -1; }
+int tail_device(CUstream stream) noexcept { return memory::stream_device(stream); }
+int tail_device(CUmemoryPool pool, CUstream) noexcept { return memory::pool_device(pool); }
 
 template <Variant V, class... Tail>
 CUresult mem_alloc(CUdeviceptr* dptr, size_t bytes, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   if (!memory::accounting() || dptr == nullptr) [[likely]] return real(dptr, bytes, tail...);
-  // From a pool: on the pool's GPU, which need not be the current context's.
-  int device = -1;
-  if constexpr (sizeof...(Tail) == 2) {
-    device = memory::pool_device(std::get<0>(std::tuple<Tail...>(tail...)));
-  } else if constexpr (only_a_stream<Tail...>::value) {
-    device = memory::stream_device(std::get<0>(std::tuple<Tail...>(tail...)));   // the stream's GPU's pool
-  }
+  const int device = tail_device(tail...);
   return accounted(bytes, device, memory::Kind::Linear, [&](uint64_t& key, uint64_t&) {
     const CUresult r = real(dptr, bytes, tail...);
     key = *dptr;

@@ -16,7 +16,7 @@ bool trusted_owner(const struct stat& st) noexcept { return st.st_uid == geteuid
 
 bool trusted_folder(const std::string& path) noexcept {
   struct stat st;
-  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_uid != geteuid() && st.st_uid != 0)) return false;
+  if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !trusted_owner(st)) return false;
   // A sticky folder others may write (as /tmp) lets no one replace another's file: what is read
   // from it must then be trusted() itself.
   return (st.st_mode & (S_IWGRP | S_IWOTH)) == 0 || (st.st_mode & S_ISVTX) != 0;

@@ -143,6 +143,11 @@ struct Want { uint64_t kernel_id = 0; uint64_t predicted_ns = 0; uint8_t flags =
 // refused over its limit, and the daemon's memory cap it applies, in MiB rounded up (0: none): the
 // daemon counts a cap it sent as in force until a heartbeat says it arrived (docs/memory.md).
 struct Heartbeat { uint64_t memory_used = 0; uint32_t memory_refusals = 0; uint32_t memory_cap_mib = 0; };
+// A cap as a heartbeat carries it: MiB, rounded up.
+constexpr uint32_t cap_mib(uint64_t bytes) noexcept {
+  const uint64_t mib = (bytes >> 20) + ((bytes & ((1u << 20) - 1)) != 0);
+  return mib > UINT32_MAX ? UINT32_MAX : uint32_t(mib);
+}
 struct Goodbye {};
 struct Error {
   ErrorCode code = ErrorCode::BadRequest;

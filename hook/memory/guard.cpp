@@ -32,15 +32,6 @@ std::atomic<bool> g_may_be_capped{false};
 
 bool valid(int device) noexcept { return device >= 0 && device < kMax; }
 
-// The calling thread's current context, as driver.h keys contexts (0: none).
-uint64_t current_context() noexcept {
-  using GetCurrentFn = CUresult (*)(CUcontext*);
-  static auto get_current = real_driver<GetCurrentFn>("cuCtxGetCurrent");
-  CUcontext context = nullptr;
-  if (get_current == nullptr || get_current(&context) != CUDA_SUCCESS) return 0;
-  return context_key(context);
-}
-
 uint64_t device_total(int device) noexcept {
   using TotalMemFn = CUresult (*)(size_t*, CUdevice);
   static auto total_mem = real_driver<TotalMemFn>("cuDeviceTotalMem_v2");
@@ -205,7 +196,7 @@ CUresult claim(uint64_t bytes, int device, Claim& out) noexcept {
   }
   out.device = device;
   out.bytes = bytes;
-  out.context = current_context();
+  out.context = current_context_key();
   return CUDA_SUCCESS;
 }
 

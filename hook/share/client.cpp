@@ -243,10 +243,9 @@ void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
 }
 
 void Client::send_heartbeat() noexcept {
-  const uint64_t cap = memory::scheduler_cap(opts_.device_ordinal);
-  const uint32_t cap_mib = uint32_t(std::min<uint64_t>((cap + (1 << 20) - 1) >> 20, UINT32_MAX));
-  send(protocol::Type::Heartbeat, protocol::Heartbeat{memory::used(opts_.device_ordinal),
-                                                      memory::refusals(opts_.device_ordinal), cap_mib});
+  send(protocol::Type::Heartbeat,
+       protocol::Heartbeat{memory::used(opts_.device_ordinal), memory::refusals(opts_.device_ordinal),
+                           protocol::cap_mib(memory::scheduler_cap(opts_.device_ordinal))});
 }
 
 void Client::set_disconnected(const char* why) noexcept {

@@ -79,8 +79,7 @@ std::string usage_text() {
                "  -h, --help           this help\n"
                "  --version            the version\n"
                "\n"
-               "Tuning (the defaults are what the measurements in docs/results.md chose; change them to\n"
-               "experiment; durations take ns, us, ms or s, plain numbers are us):\n%s"
+               "Tuning (change these to experiment; durations take ns, us, ms or s, plain numbers are us):\n%s"
                "\n"
                "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage, config or key error,\n"
                "3 cannot listen, 4 --mps: no MPS control daemon could be started.\n";
@@ -151,13 +150,14 @@ int keygen_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && argv[1][0] != '-' && std::strcmp(argv[1], "status") != 0 && std::strcmp(argv[1], "keygen") != 0) {
-    const std::string near = fikit::cli::nearest(argv[1], {"status", "keygen"});
-    return fikit::cli::usage_error("fikit-scheduler", "unknown command '" + std::string(argv[1]) + "'" +
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string command = argv[1];
+    if (command == "status") return status_command(argc, argv);
+    if (command == "keygen") return keygen_command(argc, argv);
+    const std::string near = fikit::cli::nearest(command, {"status", "keygen"});
+    return fikit::cli::usage_error("fikit-scheduler", "unknown command '" + command + "'" +
                                                           (near.empty() ? "" : "; did you mean " + near + "?"));
   }
-  if (argc >= 2 && std::strcmp(argv[1], "status") == 0) return status_command(argc, argv);
-  if (argc >= 2 && std::strcmp(argv[1], "keygen") == 0) return keygen_command(argc, argv);
 
   auto app = fikit::cli::make_app("fikit-scheduler", usage_text());
   const std::vector<std::string> names = fikit::scheduler::setting_names();

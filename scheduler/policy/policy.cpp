@@ -167,11 +167,11 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
   // what the jobs may take (a fake priority-0 task claiming 1 TiB lifted every job's cap to
   // 1021 GiB); one that sees less (an MPS client under a pinned-memory limit, or a liar) only
   // shrinks it: a lie costs the jobs, never the service's reserve.
-  uint64_t total = 0, top_used = 0, low_used = 0, low = 0;
+  uint64_t total = 0, top_used = 0, low_used = 0, low = 0, committed = 0;
   for (const auto& [id, u] : tasks_) {
     if (u.memory_total != 0) total = total == 0 ? u.memory_total : std::min(total, u.memory_total);
     if (u.priority == 0) top_used += u.memory_used;
-    else low_used += reported_use(u), ++low;
+    else low_used += reported_use(u), committed += memory_committed(u), ++low;
   }
   if (total == 0) return 0;   // no client said how large the GPU is
   // What the tasks below priority 0 may hold together: the GPU less the reserve, or less what the
@@ -188,9 +188,7 @@ uint64_t Policy::memory_cap_for(const Task& t) const {
   // had already taken (4 jobs at once: the service's allocations failed 12 of 12). A newcomer gets
   // its share once the others have confirmed their lower caps, which their hooks do at once (its
   // own hook's allocation waits that long, docs/memory.md).
-  uint64_t others = 0;
-  for (const auto& [id, u] : tasks_)
-    if (id != t.id && u.priority != 0) others += memory_committed(u);
+  const uint64_t others = committed - memory_committed(t);   // t is below priority 0: it is in the sum
   cap = std::min(cap, budget > others ? budget - others : 0);
   return std::max<uint64_t>({cap, held, 1});          // 0 would mean "no cap"
 }
@@ -373,8 +371,8 @@ void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, s
     // The cap it applies now is the last one sent (a hook that says nothing of its cap: once a
     // lease has passed since, it has heard it or been dropped).
     const uint64_t sent = t->directive.memory_cap;
-    const uint32_t sent_mib = uint32_t(std::min<uint64_t>((sent + (1 << 20) - 1) >> 20, UINT32_MAX));
-    if (t->cap_pending != 0 && (h->memory_cap_mib == sent_mib || (h->memory_cap_mib == 0 && now - t->cap_sent_at > settings_.lease_ns))) {
+    if (t->cap_pending != 0 && (h->memory_cap_mib == protocol::cap_mib(sent) ||
+                                (h->memory_cap_mib == 0 && now - t->cap_sent_at > settings_.lease_ns))) {
       t->cap_confirmed = sent;
       t->cap_pending = 0;
     }

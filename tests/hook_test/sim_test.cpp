@@ -139,22 +139,30 @@ TEST(HookSim, ProgramWithoutCudaRunsUnchanged) {
   EXPECT_EQ(r.err, "oops\n");
 }
 
-// Attack: another connection held the profile database under an exclusive lock; the hook in share
-// mode stalled the program's first CUDA call for the database's busy timeout (0.31 -> 5.34 s). It
-// waits 20 ms, runs on without predictions, says so, and reads them again in the background.
-TEST(HookSim, ALockedProfileDatabaseDelaysTheFirstCallAFewMillisecondsAtMost) {
-  const std::string db = temp_path("locked-db");
+// The probe run in `mode` while another connection holds the profile database under an exclusive
+// lock: its result and how long the run took.
+std::pair<Result, std::chrono::steady_clock::duration> run_beside_a_locked_database(const char* mode) {
+  const std::string db = temp_path(std::string("locked-db-") + mode);
   sqlite3* holder = nullptr;
-  ASSERT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(holder, "CREATE TABLE t(a); PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);",
+  EXPECT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(holder, "CREATE TABLE t(a); PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);",
                          nullptr, nullptr, nullptr), SQLITE_OK);
   const auto t0 = std::chrono::steady_clock::now();
-  const Result r = run("FIKIT_MODE=share FIKIT_TASK_KEY=locked FIKIT_DB=" + db + " FIKIT_SCHEDULER=127.0.0.1:1",
-                       FIKIT_PROBE_PATH);
+  Result r = run(std::string("FIKIT_MODE=") + mode + " FIKIT_TASK_KEY=locked FIKIT_DB=" + db +
+                     " FIKIT_SCHEDULER=127.0.0.1:1",
+                 FIKIT_PROBE_PATH);
   const auto took = std::chrono::steady_clock::now() - t0;
   sqlite3_exec(holder, "COMMIT;", nullptr, nullptr, nullptr);
   sqlite3_close(holder);
   unlink(db.c_str());
+  return {r, took};
+}
+
+// Attack: another connection held the profile database under an exclusive lock; the hook in share
+// mode stalled the program's first CUDA call for the database's busy timeout (0.31 -> 5.34 s). It
+// waits 20 ms, runs on without predictions, says so, and reads them again in the background.
+TEST(HookSim, ALockedProfileDatabaseDelaysTheFirstCallAFewMillisecondsAtMost) {
+  const auto [r, took] = run_beside_a_locked_database("share");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LT(took, std::chrono::milliseconds(1500)) << "the busy timeout (5 s) stalled the program";
   EXPECT_NE(r.err.find("locked by another program"), std::string::npos) << r.err;
@@ -163,18 +171,7 @@ TEST(HookSim, ALockedProfileDatabaseDelaysTheFirstCallAFewMillisecondsAtMost) {
 // Trust v3, F13: auto mode (fikit-run's default) read how many runs were measured with the 5-s busy
 // timeout: 0.2 to 6.2 s at the first CUDA call. It gives up after 20 ms now, and measures.
 TEST(HookSim, AutoModeOnALockedDatabaseDoesNotStallTheFirstCall) {
-  const std::string db = temp_path("locked-auto-db");
-  sqlite3* holder = nullptr;
-  ASSERT_EQ(sqlite3_open(db.c_str(), &holder), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(holder, "CREATE TABLE t(a); PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE; INSERT INTO t VALUES (1);",
-                         nullptr, nullptr, nullptr), SQLITE_OK);
-  const auto t0 = std::chrono::steady_clock::now();
-  const Result r = run("FIKIT_MODE=auto FIKIT_TASK_KEY=locked FIKIT_DB=" + db + " FIKIT_SCHEDULER=127.0.0.1:1",
-                       FIKIT_PROBE_PATH);
-  const auto took = std::chrono::steady_clock::now() - t0;
-  sqlite3_exec(holder, "COMMIT;", nullptr, nullptr, nullptr);
-  sqlite3_close(holder);
-  unlink(db.c_str());
+  const auto [r, took] = run_beside_a_locked_database("auto");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_LT(took, std::chrono::milliseconds(3000)) << "the busy timeout (5 s) stalled the program";
 }

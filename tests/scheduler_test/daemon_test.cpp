@@ -267,26 +267,41 @@ Answer register_new_session(Peer& p, const char* key, const protocol::DeviceUuid
 // Attack: one unprivileged socket registers session after session (256 of them took every task
 // before). Its user gets its share (64 tasks) and is refused the rest, with the reason; another
 // user's service and job still register.
-TEST(Daemon, AFloodOfRegistrationsFromOneUserLeavesOthersTheirShare) {
-  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
-  auto owners = std::make_shared<std::map<uint16_t, uint32_t>>();
-  own_by_port(o, owners);
-  Daemon d(o);
-  Peer attack(d.port()), svc(d.port()), train(d.port());
-  *owners = {{attack.local_port(), 1000}, {svc.local_port(), 1001}, {train.local_port(), 1001}};
-  int registered = 0, refused = 0;
-  for (int i = 0; i < 100; ++i) {
-    const Answer a = register_new_session(attack, "squatter");
-    registered += a.registered;
-    refused += a.refused == protocol::RefusalReason::UserQuota;
-    if (!a.registered && a.refused != protocol::RefusalReason::UserQuota)
-      ADD_FAILURE() << "registration " << i << ": " << (a.refused ? int(*a.refused) : -1);
+// A daemon that tells owners by the sender's port (own_by_port), an attacker's socket, and another
+// user's service and job.
+struct OwnedPeers {
+  std::shared_ptr<std::map<uint16_t, uint32_t>> owners = std::make_shared<std::map<uint16_t, uint32_t>>();
+  Daemon d{options_with(owners)};
+  Peer attack{d.port()}, svc{d.port()}, train{d.port()};
+  static scheduler::ServerOptions options_with(const std::shared_ptr<std::map<uint16_t, uint32_t>>& owners) {
+    scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+    own_by_port(o, owners);
+    return o;
   }
+  // `n` new sessions from the attacker's socket: how many registered, and how many the user quota
+  // refused (any other answer fails the test).
+  std::pair<int, int> flood(const char* key, int n) {
+    int registered = 0, refused = 0;
+    for (int i = 0; i < n; ++i) {
+      const Answer a = register_new_session(attack, key);
+      registered += a.registered;
+      refused += a.refused == protocol::RefusalReason::UserQuota;
+      if (!a.registered && a.refused != protocol::RefusalReason::UserQuota)
+        ADD_FAILURE() << "registration " << i << ": " << (a.refused ? int(*a.refused) : -1);
+    }
+    return {registered, refused};
+  }
+};
+
+TEST(Daemon, AFloodOfRegistrationsFromOneUserLeavesOthersTheirShare) {
+  OwnedPeers p;
+  *p.owners = {{p.attack.local_port(), 1000}, {p.svc.local_port(), 1001}, {p.train.local_port(), 1001}};
+  const auto [registered, refused] = p.flood("squatter", 100);
   EXPECT_EQ(registered, 64);
   EXPECT_EQ(refused, 36);
-  ASSERT_TRUE(svc.register_as("service", 0)) << "another user's service registers";
-  ASSERT_TRUE(train.register_as("job", 5));
-  const auto s = d.snapshot();
+  ASSERT_TRUE(p.svc.register_as("service", 0)) << "another user's service registers";
+  ASSERT_TRUE(p.train.register_as("job", 5));
+  const auto s = p.d.snapshot();
   EXPECT_EQ(s.sessions.user_quota, 36u);
   EXPECT_EQ(s.task_count(), 66u);
 }
@@ -323,23 +338,14 @@ TEST(Daemon, AReportAboveWhatTheDriverSaysIsCountedAtTheDrivers) {
 // took every slot (no quota applied to no owner); now they share a small one (8 tasks), and a
 // service and a job whose sockets are known still register.
 TEST(Daemon, SendersWithoutAnOwnerShareASmallQuota) {
-  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
-  auto owners = std::make_shared<std::map<uint16_t, uint32_t>>();
-  own_by_port(o, owners);
-  Daemon d(o);
-  Peer attack(d.port()), svc(d.port()), train(d.port());
-  *owners = {{svc.local_port(), 1001}, {train.local_port(), 1001}};   // the attacker's socket: gone
-  int registered = 0, refused = 0;
-  for (int i = 0; i < 40; ++i) {
-    const Answer a = register_new_session(attack, "ownerless");
-    registered += a.registered;
-    refused += a.refused == protocol::RefusalReason::UserQuota;
-  }
+  OwnedPeers p;
+  *p.owners = {{p.svc.local_port(), 1001}, {p.train.local_port(), 1001}};   // the attacker's socket: gone
+  const auto [registered, refused] = p.flood("ownerless", 40);
   EXPECT_EQ(registered, 8);
   EXPECT_EQ(refused, 32);
-  ASSERT_TRUE(svc.register_as("service", 0));
-  ASSERT_TRUE(train.register_as("job", 5));
-  EXPECT_EQ(d.snapshot().task_count(), 10u);
+  ASSERT_TRUE(p.svc.register_as("service", 0));
+  ASSERT_TRUE(p.train.register_as("job", 5));
+  EXPECT_EQ(p.d.snapshot().task_count(), 10u);
 }
 
 // Attack: registrations naming made-up GPU UUIDs took every scheduling domain, for good. Now a user's

@@ -1,8 +1,6 @@
 // fikit-profile: look at what measure mode recorded. Argument parsing, dispatch and exit codes;
 // the renderings live in report.cpp.
 #include <algorithm>
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -163,13 +161,14 @@ int run(const Args& a) {
   if (cmd == "list") {
     if (!a.positional.empty()) throw UsageError{"list takes no arguments"};
     // Nothing measured yet is an answer, not an error (the database appears with the first measurement).
-    if (access(a.db.c_str(), F_OK) != 0 && errno == ENOENT) {
+    try {
+      Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
+      report::write_task_list(std::cout, db.tasks());
+    } catch (const DbError& e) {
+      if (e.kind() != DbError::Kind::Missing) throw;
       std::printf("no task measured yet (no profile database at %s: the first run under fikit-run makes it)\n",
                   a.db.c_str());
-      return 0;
     }
-    Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
-    report::write_task_list(std::cout, db.tasks());
   } else if (cmd == "show") {
     Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
     const auto task = require_task(db, key_of(a));
