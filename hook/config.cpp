@@ -157,6 +157,8 @@ Config parse() noexcept {
   read_number("FIKIT_MAX_WAIT_MS", cfg.max_wait_ms);
   read_choice("FIKIT_BACKEND", cfg.backend, "using auto");
   read_memory_limit(cfg);
+  if (uint32_t permille = 0; checked("FIKIT_OBJECTIVE", &permille, "using the daemon's objective") != nullptr)
+    cfg.objective_permille = permille;
   if (uint32_t unused = 0; const char* key_file = checked("FIKIT_KEY_FILE", &unused, "no key"))
     copy_setting("FIKIT_KEY_FILE", key_file, cfg.key_file, sizeof cfg.key_file);
   read_path("FIKIT_SHARE_STATS", cfg.share_stats_path, sizeof cfg.share_stats_path);

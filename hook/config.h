@@ -40,6 +40,7 @@ struct Config {
   // unset: no limit of its own). docs/memory.md.
   protocol::MemorySize memory_limit;
   char memory_limit_text[32] = {};      // as written, for messages
+  uint32_t objective_permille = 0;      // FIKIT_OBJECTIVE=1.2: a service's objective (0: the daemon's)
   char key_file[512] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)
   char share_stats_path[512] = {};      // FIKIT_SHARE_STATS=path: share-mode statistics appended at exit
   char bell_path[512] = {};             // FIKIT_BELL=path|off (default /dev/shm/fikit-bell-PORT): the holder's bell

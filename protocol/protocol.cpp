@@ -1,5 +1,7 @@
 #include "protocol.h"
 
+#include "objective.h"
+
 #include <cstring>
 
 namespace fikit::protocol {
@@ -66,7 +68,7 @@ Type type_of(const Body& body) {
 }
 
 constexpr size_t kDirectiveSize = 64;
-constexpr size_t kRegisterFixedSize = 44;
+constexpr size_t kRegisterFixedSize = 48;
 constexpr size_t kRegisteredFixedSize = 20;
 
 bool valid_directive_fields(const Directive& d) {
@@ -102,18 +104,22 @@ bool read_directive(Reader& r, Directive& d) {
   return true;
 }
 
+bool valid_objective(uint32_t permille) {
+  return permille == 0 || (permille >= kMinObjectivePermille && permille <= kMaxObjectivePermille);
+}
+
 struct EncodeBody {
   Writer& w;
   bool ok = true;
   void operator()(const Register& m) {
     if (!valid_key(m.key, m.key_length) || m.priority >= kPriorityLevels || uint8_t(m.mode) > 1 ||
-        uint8_t(m.backend) > 1 || (m.flags & ~kRegisterProfileGrew)) {
+        uint8_t(m.backend) > 1 || (m.flags & ~kRegisterProfileGrew) || !valid_objective(m.objective_permille)) {
       ok = false;
       return;
     }
     w.u8(m.priority); w.u8(uint8_t(m.mode)); w.u8(uint8_t(m.backend)); w.u8(m.flags);
     w.u32(m.pid); w.bytes(m.device.data(), m.device.size()); w.u16(m.key_length); w.u16(m.sm_count);
-    w.u64(m.memory_total); w.u64(m.memory_limit);
+    w.u64(m.memory_total); w.u64(m.memory_limit); w.u32(m.objective_permille);
     w.bytes(m.key, m.key_length);
   }
   void operator()(const Registered& m) {
@@ -165,7 +171,9 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
       m.sm_count = r.u16();
       m.memory_total = r.u64();
       m.memory_limit = r.u64();
-      if ((m.flags & ~kRegisterProfileGrew) || m.priority >= kPriorityLevels || mode > 1 || backend > 1)
+      m.objective_permille = r.u32();
+      if ((m.flags & ~kRegisterProfileGrew) || m.priority >= kPriorityLevels || mode > 1 || backend > 1 ||
+          !valid_objective(m.objective_permille))
         return DecodeError::BadField;
       m.mode = TaskMode(mode);
       m.backend = Backend(backend);

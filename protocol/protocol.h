@@ -13,8 +13,9 @@
 namespace fikit::protocol {
 
 constexpr uint32_t kMagic = 0x54494B46;   // "FKIT" in little-endian byte order
-constexpr uint16_t kVersion = 4;          // 3: sessions, epochs, 64-bit sequences, state directives;
-                                          // 4: SM holds and partitions, estimators, memory, refusal reasons
+constexpr uint16_t kVersion = 5;          // 3: sessions, epochs, 64-bit sequences, state directives;
+                                          // 4: SM holds and partitions, estimators, memory, refusal reasons;
+                                          // 5: a service's objective in its register
 constexpr size_t kHeaderSize = 40;
 constexpr size_t kMacSize = 32;           // HMAC-SHA256 trailer when kFlagMac is set
 constexpr size_t kMaxDatagram = 512;      // the largest message (a register) with its MAC fits
@@ -96,6 +97,7 @@ struct Register {
   uint16_t sm_count = 0;        // the GPU's SMs as the client sees them (0: not known)
   uint64_t memory_total = 0;    // the GPU's memory in bytes (0: not known)
   uint64_t memory_limit = 0;    // the process's own limit on its device memory (0: none)
+  uint32_t objective_permille = 0;   // its objective (objective.h; 0: the daemon's default)
   uint16_t key_length = 0;
   char key[kMaxKeyLength + 1] = {};   // NUL-terminated copy
   std::string_view key_view() const { return {key, key_length}; }

@@ -8,6 +8,7 @@
 #include "address.h"
 #include "hash.h"
 #include "memory_size.h"
+#include "objective.h"
 #include "protocol.h"
 
 namespace fikit::settings {
@@ -74,6 +75,12 @@ bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_
       uint16_t port = 0;
       if (!protocol::split_host_port(v, &host, &port) || host.size() > s.max)
         return fail("'%s' is not HOST:PORT (port 1 to 65535; %s)", text, protocol::kAddressForm);
+      return true;
+    }
+    case Kind::Objective: {
+      uint32_t permille = 0;
+      if (const char* error = protocol::parse_objective(v, permille)) return fail("'%s' %s", text, error);
+      *value = permille;
       return true;
     }
     case Kind::MemorySize: {

@@ -19,6 +19,7 @@ enum class Kind : uint8_t {
   Path,         // 1 to max characters
   Address,      // HOST:PORT or [IPV6]:PORT (protocol/address.h), host up to max characters
   MemorySize,   // protocol/memory_size.h, not 0
+  Objective,    // protocol/objective.h: a factor such as 1.2; parsed to permille
 };
 
 struct Setting {
@@ -63,6 +64,8 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_MEMORY_LIMIT", "--memory-limit", Kind::MemorySize, 0, 0, 0, nullptr, "",
      "the device memory the program may hold on each GPU"},
     {"FIKIT_KEY_FILE", "--key-file", Kind::Path, 1, 511, 0, nullptr, "", "the daemon's key"},
+    {"FIKIT_OBJECTIVE", "--objective", Kind::Objective, 0, 0, 0, nullptr, "",
+     "a service's objective: its GPU work per request at most this many times its time alone (unset: the daemon's)"},
 };
 
 // The value of a Number, or the index of a Choice, when it is unset: the hook's defaults

@@ -7,7 +7,10 @@ import subprocess
 
 # Pair setups in their default order. "alone" and "alone-b" run the HP and the LP one at a time
 # (alone-b, in processes of its own, is the noise floor); the others run both at once.
-PAIR_SETUPS = ("alone", "alone-b", "default", "mps", "mps-prio", "fikit", "fikit-mps")
+# mps-pct: MPS with client priority and the LP held to MPS_PCT_LP of the SMs' threads
+# (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), a static share any user can set.
+PAIR_SETUPS = ("alone", "alone-b", "default", "mps", "mps-prio", "mps-pct", "fikit", "fikit-mps")
+MPS_PCT_LP = "25"
 MPS_PRIORITY = {"hp": "0", "lp": "1"}    # CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal
 FIKIT_PRIORITY = {"hp": 0, "lp": 5}
 
@@ -23,7 +26,7 @@ class Setup:
     (its own name otherwise)."""
 
     def __init__(self, name, mps=False, client_prio=False, hook=None, scheduler=None, flags=(),
-                 alone=False, key_prefix=None, env=None, idle_hp=False, base=None, fresh_key=False):
+                 alone=False, key_prefix=None, env=None, idle_hp=False, base=None, fresh_key=False, lp_env=None):
         self.name, self.mps, self.client_prio, self.hook = name, mps, client_prio, hook
         # fresh_key: every process gets a task key of its own (-pN), so that auto mode measures in
         # each process and switches to sharing in it, rather than finding the last one's profile.
@@ -31,6 +34,7 @@ class Setup:
         self.base = base or name
         self.scheduler, self.flags, self.alone, self.key_prefix = scheduler, list(flags), alone, key_prefix
         self.env = dict(env or {})
+        self.lp_env = dict(lp_env or {})   # the LP's only
         self.idle_hp = idle_hp
 
     def task_key(self, program):
@@ -54,6 +58,9 @@ def pair_setups(names, variants, real_gpu):
             out.append(Setup(name, mps=True))
         elif name == "mps-prio":
             out.append(Setup(name, mps=True, client_prio=True))
+        elif name == "mps-pct":
+            out.append(Setup(name, mps=True, client_prio=True,
+                             lp_env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": MPS_PCT_LP}))
         elif name in ("fikit", "fikit-mps"):
             for suffix, flags in variants:
                 out.append(Setup(name + suffix, base=name, mps=name == "fikit-mps", client_prio=name == "fikit-mps" and not real_gpu,
@@ -183,6 +190,9 @@ class Launcher:
         if setup.client_prio:
             env["CUDA_MPS_CLIENT_PRIORITY"] = MPS_PRIORITY[role]
         env.update(setup.env)
+        if role == "lp":
+            env.update(setup.lp_env)
+        env.update(getattr(program, "env", {}))   # the program's own (XLA_FLAGS)
         if setup.hook:
             # Without a daemon of the harness's own (measuring alone), port 9 (discard): never the default
             # 47800, where a daemon of the user's may run.

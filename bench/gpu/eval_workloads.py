@@ -6,9 +6,14 @@ import os
 import sys
 
 HP_MODELS = ("resnet50", "mobilenet_v2", "bert-base", "fcn_resnet50", "vgg16")
-HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("lm-decode", "synthetic")
+# lm-graph2 / lm-graph8: an LLM decode replayed as CUDA graphs, 2 or 8 tokens a request (GPU busy most
+# of a request; the 8-token one busier).
+HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("lm-decode", "lm-graph2", "lm-graph8", "synthetic")
+# vit-l-train: ViT-L/16 training; scan-train: a recurrent scan of ~3 us kernels; jax-train: a JAX/XLA
+# transformer trained as command buffers (CUDA graphs, JAX's default); jax-train-eager: the same with
+# command buffers off (kernels launched one by one).
 LP_NAMES = ("resnet50-train", "transformer-train", "attn-train", "vgg16-bs16", "gemm8192", "gemm2048",
-            "synthetic-train")
+            "vit-l-train", "scan-train", "jax-train", "jax-train-eager", "synthetic-train")
 ARRIVALS = ("closed", "poisson")
 FOREVER_REQUESTS = 100_000_000     # "until stopped" for fikit-example-infer
 FOREVER_S = 100_000.0              # "until stopped" for fikit-example-train
@@ -46,6 +51,8 @@ class HP:
     def serve_cmd(self):
         if self.name == "lm-decode":   # token by token with a KV cache: CPU-bound, a sync per token
             return self.paths.py("lm.py") + ["--serve"]
+        if self.name.startswith("lm-graph"):
+            return self.paths.py("lm.py") + ["--cuda-graph", "--tokens", self.name[len("lm-graph"):], "--serve"]
         model = self.name[:-len("-graph")] if self.name.endswith("-graph") else self.name
         cmd = self.paths.py("infer.py") + ["--model", model, "--batch", 1, "--serve"]
         return cmd + ["--cuda-graph"] if self.name.endswith("-graph") else cmd
@@ -72,8 +79,14 @@ class LP:
         self.name, self.paths = name, paths
         self.key = "eval-lp-" + name
         self.served = name != "synthetic-train"
+        # JAX would take 75 % of the GPU's memory at start; the eager variant turns command buffers off.
+        self.env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"} if name.startswith("jax-train") else {}
+        if name == "jax-train-eager":
+            self.env["XLA_FLAGS"] = "--xla_gpu_enable_command_buffer="
         self.counter, self.unit = {"resnet50-train": ("iterations", "it/s"),
                                    "transformer-train": ("iterations", "it/s"), "attn-train": ("iterations", "it/s"),
+                                   "vit-l-train": ("iterations", "it/s"), "scan-train": ("iterations", "it/s"),
+                                   "jax-train": ("iterations", "it/s"), "jax-train-eager": ("iterations", "it/s"),
                                    "vgg16-bs16": ("requests", "batches/s"),
                                    "gemm8192": ("gemms", "GEMM/s"), "gemm2048": ("gemms", "GEMM/s"),
                                    "synthetic-train": ("kernels", "kernels/s")}[name]
@@ -85,6 +98,12 @@ class LP:
             cmd = self.paths.py("train.py") + ["--model", "transformer", "--batch", 16]
         elif self.name == "attn-train":   # long holds: flash attention holding every SM for 1-3 ms
             cmd = self.paths.py("train.py") + ["--model", "attention", "--batch", 4]
+        elif self.name == "vit-l-train":
+            cmd = self.paths.py("train.py") + ["--model", "vit_l_16", "--batch", 16]
+        elif self.name == "scan-train":
+            cmd = self.paths.py("train.py") + ["--model", "scan", "--batch", 64, "--seq", 256]
+        elif self.name.startswith("jax-train"):
+            cmd = [self.paths.python, os.path.join(self.paths.py_dir, "..", "jax", "train_jax.py")]
         elif self.name == "vgg16-bs16":
             cmd = self.paths.py("infer.py") + ["--model", "vgg16", "--batch", 16]
         else:

@@ -11,7 +11,7 @@
 #   PREFIX      install prefix (bin/fikit-run, bin/fikit-scheduler, bin/fikit-example-infer)
 #   REPS        runs of each setup (interleaved)
 #   LP_COMMAND  the job, which stops by itself (e.g. python3 examples/pytorch/train.py --duration-s 8)
-#   LPC_SCHEDULER_ARGS (environment): more fikit-scheduler flags, e.g. "--mps-overlap-busy 100"
+#   LPC_SCHEDULER_ARGS (environment): more fikit-scheduler flags, e.g. "--regime beside"
 # Example (H100): bench/gpu/lp_phase_costs.sh .dist 3 -- python3 examples/pytorch/train.py --duration-s 8
 # Exit status: 0 done; 2 bad usage; 1 a step failed (its output is shown).
 set -uo pipefail

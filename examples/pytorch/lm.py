@@ -6,6 +6,10 @@ request prefills --prompt tokens, then generates --tokens tokens one at a time, 
 each token on the host (`.item()`: a synchronisation per token, as generation loops do to stop at
 an end token). Its host launches each token's ~150 small kernels, so it is CPU-bound: the GPU idles
 between them. Arrivals, output and --serve as infer.py (example_common.run_requests, serve).
+With --cuda-graph the service is an LLM decode replayed as CUDA graphs, as serving engines run it:
+the prefill and each token's step are captured once, a request replays them back to back, the next
+token chosen on the GPU (no host read between tokens), one synchronisation at its end: the GPU is
+busy most of a request's time.
 At exit prints one JSON line: {"example":"lm","requests":..,"jct_us":{..},"kernels":null,"wall_s":..}."""
 import argparse
 
@@ -55,6 +59,8 @@ def main():
     add_arrival_flags(parser)
     parser.add_argument("--progress-ms", type=float, default=0.0,
                         help="write timestamped progress lines on stderr at most this often (0: none)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="replay the prefill and each token's step as captured CUDA graphs (tokens chosen on the GPU)")
     parser.add_argument("--serve", action="store_true", help="answer commands on stdin (see infer.py)")
     args = parser.parse_args()
     if args.prompt < 1 or args.tokens < 1 or args.prompt + args.tokens > 1024 or args.requests < 0 or args.warmup < 0:
@@ -76,6 +82,35 @@ def main():
             token = int(logits.argmax(-1).item())   # the host reads each token: one sync per token
             logits = model(torch.tensor([[token]], device="cuda"), args.prompt + i, cache)
         torch.cuda.synchronize()
+
+    if args.cuda_graph:
+        token = torch.zeros(1, 1, dtype=torch.long, device="cuda")
+
+        def prefill():
+            token.copy_(model(prompt, 0, cache).argmax(-1, keepdim=True))
+
+        def decode(i):
+            token.copy_(model(token, args.prompt + i, cache).argmax(-1, keepdim=True))
+
+        steps = [prefill] + [lambda i=i: decode(i) for i in range(args.tokens)]
+        graphs = []
+        with torch.inference_mode():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for fn in steps:   # warm up outside capture (allocations, kernel choices)
+                    fn()
+            torch.cuda.current_stream().wait_stream(side)
+            for fn in steps:
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    fn()
+                graphs.append(g)
+
+        def generate():
+            for g in graphs:
+                g.replay()
+            torch.cuda.synchronize()
 
     served = {"requests": 0}
 

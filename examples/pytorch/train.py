@@ -63,9 +63,12 @@ class AttentionNet(torch.nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description="Training loop on random data (PyTorch).")
-    parser.add_argument("--model", choices=("resnet50", "resnet18", "transformer", "attention"), default="resnet50",
+    parser.add_argument("--model", choices=("resnet50", "resnet18", "vit_l_16", "transformer", "attention", "scan"),
+                        default="resnet50",
                         help="transformer: a 12-layer encoder language model, d_model 768, about 98 M parameters; "
-                             "attention: 4 blocks of causal attention over --seq tokens (default 4096 for it), bf16")
+                             "attention: 4 blocks of causal attention over --seq tokens (default 4096 for it), bf16; "
+                             "vit_l_16: ViT-L/16 (torchvision), bf16 autocast; scan: a recurrent cell of width 256 "
+                             "unrolled over --seq steps (default 256), thousands of kernels of a few us an iteration")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=0, help="tokens per sequence (transformer: 256, attention: 4096)")
     parser.add_argument("--duration-s", type=float, default=30.0)
@@ -88,6 +91,28 @@ def main():
         def forward():
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 return model(inputs).reshape(-1, AttentionNet.VOCAB).float()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    elif args.model == "scan":
+        # A recurrent scan: each step a (batch x 256) matmul, an add and a tanh, a few us each.
+        cell = torch.nn.Linear(256, 256).cuda()
+        model = cell
+        xs = torch.randn(args.seq, args.batch, 256, device="cuda")
+        labels = torch.randint(0, 256, (args.batch,), device="cuda")
+
+        def forward():
+            h = torch.zeros(args.batch, 256, device="cuda")
+            for t in range(args.seq):
+                h = torch.tanh(cell(h) + xs[t])
+            return h
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    elif args.model == "vit_l_16":
+        model = torchvision.models.vit_l_16(weights=None).cuda().train()
+        images = torch.randn(args.batch, 3, 224, 224, device="cuda")
+        labels = torch.randint(0, 1000, (args.batch,), device="cuda")
+
+        def forward():
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                return model(images).float()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     elif args.model == "transformer":
         model = TransformerLM().cuda().train()

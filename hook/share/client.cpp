@@ -141,6 +141,7 @@ void Client::send_register() noexcept {
   r.sm_count = opts_.sm_count;
   r.memory_total = opts_.memory_total;
   r.memory_limit = memory::own_limit(opts_.device_ordinal);
+  r.objective_permille = opts_.objective_permille;
   if (profile_grew_.load(std::memory_order_acquire)) r.flags = protocol::kRegisterProfileGrew;
   protocol::set_key(r, opts_.task_key);
   uint8_t buf[protocol::kMaxDatagram];

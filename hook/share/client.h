@@ -29,6 +29,7 @@ struct ClientOptions {
   protocol::DeviceUuid device{};
   uint16_t sm_count = 0;              // the device's SMs (0: not known)
   uint64_t memory_total = 0;          // the device's memory in bytes (0: not known)
+  uint32_t objective_permille = 0;    // a service's objective (0: the daemon's)
   int device_ordinal = -1;            // its CUdevice in this process (memory accounting; -1: not known)
   uint32_t daemon_timeout_ms = 100;   // no answer for this long (beyond half a lease): passthrough
   uint32_t notify_spin_us = 200;      // the notification sender's spin before it sleeps (0: never)

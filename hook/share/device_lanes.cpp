@@ -94,6 +94,7 @@ std::optional<ClientOptions> client_options(const Config& cfg, protocol::TaskMod
   o.backend = detect_backend(cfg, o.device);
   device_size(o);
   o.daemon_timeout_ms = cfg.daemon_timeout_ms > 0 ? cfg.daemon_timeout_ms : 100;
+  o.objective_permille = cfg.objective_permille;
   std::snprintf(o.bell_path, sizeof o.bell_path, "%s", cfg.bell_path);
   if (cfg.key_file[0] != '\0') {
     protocol::Key key;

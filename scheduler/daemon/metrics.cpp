@@ -157,17 +157,19 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   per_device(out, s, "fikit_early_stops_total", "counter",
              "Fills ended early because the holder launched again before the predicted gap ended.",
              [](const D& d) { return d.counters.early_stops; });
-  // Trying overlap (fikit-scheduler --overlap-probe): how often the tasks below a service were let
-  // run their long holds beside it, and how the trials and later checks ended.
-  per_device(out, s, "fikit_overlap_trials_total", "counter",
-             "Trials of letting the tasks below a service run their long holds beside it (--overlap-probe).",
-             [](const D& d) { return d.counters.overlap_trials; });
-  per_device(out, s, "fikit_overlap_allowed_total", "counter",
-             "Overlap trials and later checks that ended allowed (the service's periods did not grow).",
-             [](const D& d) { return d.counters.overlap_allowed; });
-  per_device(out, s, "fikit_overlap_refused_total", "counter",
-             "Overlap trials and later checks that ended refused (the service's periods grew).",
-             [](const D& d) { return d.counters.overlap_refused; });
+  // The services' controllers (docs/scheduling.md, "The controller").
+  per_device(out, s, "fikit_regime_trials_total", "counter",
+             "Trials of a more generous regime for the tasks below a service.",
+             [](const D& d) { return d.counters.regime_trials; });
+  per_device(out, s, "fikit_regime_climbs_total", "counter",
+             "Regimes adopted after a trial kept the service within its objective.",
+             [](const D& d) { return d.counters.regime_climbs; });
+  per_device(out, s, "fikit_regime_drops_total", "counter",
+             "Regimes given up: a window of the service's periods past its objective, or one period past the limit.",
+             [](const D& d) { return d.counters.regime_drops; });
+  per_device(out, s, "fikit_baselines_total", "counter",
+             "Baseline windows measured with the tasks below a service held.",
+             [](const D& d) { return d.counters.baselines; });
   per_device(out, s, "fikit_directives_total", "counter", "Directives sent to tasks.",
              [](const D& d) { return d.counters.directives; });
   per_device(out, s, "fikit_registrations_total", "counter", "Task registrations (new and repeated).",
@@ -190,6 +192,8 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
     std::string device, key;
     int priority = INT32_MAX;
     uint32_t busy_pct = 0;
+    bool controlled = false;
+    uint32_t regime = 0, objective = 0, inflation = 0;
     uint64_t memory_used = 0, memory_cap = 0, memory_refusals = 0, processes = 0;
     policy::WaitHistogram waits;
     std::map<std::string, uint64_t> states;
@@ -201,6 +205,12 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
       k.device = d.device, k.key = t.key;
       k.priority = std::min(k.priority, t.priority);
       k.busy_pct = std::max(k.busy_pct, t.busy_pct);
+      if (t.controlled) {   // processes of one key: the tightest regime, the worst inflation
+        k.regime = k.controlled ? std::min(k.regime, uint32_t(t.regime)) : uint32_t(t.regime);
+        k.objective = t.objective_permille;
+        k.inflation = std::max(k.inflation, t.inflation_permille);
+        k.controlled = true;
+      }
       k.memory_used += t.memory_used, k.memory_cap += memory_cap(t), k.memory_refusals += t.memory_refusals;
       ++k.processes;
       add(k.waits, t.waits);
@@ -238,6 +248,20 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   per_key("fikit_task_busy_ratio", "gauge",
           "Share of its requests' time the task keeps the GPU busy, from its profile (docs/scheduling.md).",
           [](const KeyTotals& k) { return k.busy_pct / 100.0; });
+  // A controlled service: its objective, its last judged inflation (0 until a window was judged),
+  // and its regime as the ladder's step (0 held .. 5 beside: policy/controller.h).
+  auto per_service = [&](const char* name, const char* help, auto get) {
+    family(out, name, "gauge", help);
+    for (const auto& [_, k] : by_key)
+      if (k.controlled) out += fmt::format("{}{{{}}} {}\n", name, labels_of(k), get(k));
+  };
+  per_service("fikit_service_objective_ratio", "The service's objective: its periods at most this multiple of its baseline.",
+              [](const KeyTotals& k) { return k.objective / 1000.0; });
+  per_service("fikit_service_inflation_ratio",
+              "The service's last judged window: its periods' median or upper quartile over its baseline's, the larger (0: none yet).",
+              [](const KeyTotals& k) { return k.inflation / 1000.0; });
+  per_service("fikit_service_regime", "What the tasks below the service may do: 0 held, 1 hold-narrow, 2 hold, 3 partition, 4 short-beside, 5 beside.",
+              [](const KeyTotals& k) { return k.regime; });
   // The state the daemon holds each task in: one series per state, 1 for the current one (processes
   // of one key may differ: each counts).
   family(out, "fikit_task_state", "gauge", "Processes of the task key in each scheduling state (run, fill, hold, ...).");

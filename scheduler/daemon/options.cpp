@@ -8,6 +8,7 @@
 #include "address.h"
 #include "cli.h"
 #include "mps.h"
+#include "objective.h"
 #include "protocol.h"
 
 namespace fikit::scheduler {
@@ -61,8 +62,8 @@ constexpr DurationSetting kDurations[] = {
      "a service whose last 16 pauses all lasted between L and 2L gets run-bound-idle below it from the "
      "start of a pause until this long before L (0: never predicted)"},
     {"short-hold", &policy::Settings::short_hold_ns, 0, protocol::kMaxU32Ns,
-     "under MPS, lower launches whose blocks hold an SM up to this run beside an active holder that is not "
-     "busy; longer ones are long holds (0: none)"},
+     "under MPS, lower launches whose blocks hold an SM up to this are short holds: they run beside an active "
+     "service in the regimes short-beside and beside; longer ones are long holds (0: none)"},
     {"max-predicted", &policy::Settings::max_predicted_ns, 1 * kUs, protocol::kMaxPredictedNs,
      "a client's prediction of a kernel the daemon has no profile of is capped at this"},
     {"lease", &policy::Settings::lease_ns, protocol::kMinLeaseMs * kMs, protocol::kMaxLeaseMs * kMs,
@@ -77,8 +78,7 @@ constexpr DurationSetting kDurations[] = {
 
 // Every other key apply_setting() knows, for the command line (the flags are these, with --).
 constexpr const char* kOtherSettings[] = {
-    "gap-estimator", "duration-estimator", "return-credit", "overlap-probe", "overlap-tolerance", "mps-overlap-busy",
-    "partition", "partition-light", "light-busy", "reserve-memory",
+    "gap-estimator", "duration-estimator", "return-credit", "objective", "regime", "partition", "reserve-memory",
     "mps", "mps-control", "reserved-priorities", "user-tasks", "user-gpus", "listen", "metrics", "metrics-remote", "db", "key-file",
     "control", "bell", "log-level"};
 
@@ -140,17 +140,23 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     else { error = "return-credit: '" + value + "' is not on or off"; return false; }
     return true;
   }
-  if (key == "overlap-probe") {
-    if (value == "on") opts.policy.overlap_probe = true;
-    else if (value == "off") opts.policy.overlap_probe = false;
-    else { error = "overlap-probe: '" + value + "' is not on or off"; return false; }
+  if (key == "objective") {
+    uint32_t permille = 0;
+    if (const char* why = protocol::parse_objective(value, permille)) {
+      error = "objective: '" + value + "' " + why;
+      return false;
+    }
+    opts.policy.controller.objective_permille = permille;
     return true;
   }
-  for (auto [name, field] : {std::pair{"mps-overlap-busy", &policy::Settings::mps_overlap_max_busy_pct},
-                              std::pair{"partition", &policy::Settings::partition_pct},
-                              std::pair{"partition-light", &policy::Settings::partition_light_pct},
-                              std::pair{"light-busy", &policy::Settings::light_busy_max_pct},
-                              std::pair{"overlap-tolerance", &policy::Settings::overlap_tolerance_pct}}) {
+  if (key == "regime") {
+    if (!policy::regime_from_string(value.c_str(), opts.policy.regime_auto, opts.policy.fixed_regime)) {
+      error = "regime: '" + value + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside";
+      return false;
+    }
+    return true;
+  }
+  for (auto [name, field] : {std::pair{"partition", &policy::Settings::partition_pct}}) {
     if (key != name) continue;
     std::string_view number(value);
     if (!number.empty() && number.back() == '%') number.remove_suffix(1);
@@ -334,23 +340,12 @@ std::string settings_help() {
          "; " + cli::format_duration_ns(d.min_ns) + " to " + cli::format_duration_ns(d.max_ns) + ")\n";
   s += "  --gap-estimator mean|p50|p10\n      statistic of a kernel's following gap used as the prediction (default mean)\n";
   s += "  --duration-estimator mean|p50|p90\n      statistic of a kernel's duration used as its predicted length (default p90)\n";
-  s += "  --mps-overlap-busy PERCENT\n      a service whose requests keep the GPU busy more than this share of their time is busy:\n"
-       "      under MPS nothing runs beside it at full width, and long holds below it run on the partition\n"
-       "      (a CUDA graph: 100; 100 here: no service is busy) (default " +
-       std::to_string(defaults.mps_overlap_max_busy_pct) + ")\n";
+  s += "  --regime auto|hold-narrow|hold|partition|short-beside|beside\n      under MPS, what the jobs may do while a "
+       "service above them is active: auto, each service's\n      controller chooses from its measured periods; a "
+       "name fixes that regime for all (default auto)\n";
   s += "  --partition PERCENT\n      under MPS, the share of the GPU's SMs on which a lower task runs what may not run at full\n"
        "      width beside a service, instead of waiting (0: no partitions, such launches wait) (default " +
        std::to_string(defaults.partition_pct) + ")\n";
-  s += "  --partition-light PERCENT\n      the partition's share below light services only: every one above keeps the GPU busy at\n"
-       "      most light-busy of its requests' time (a CPU-bound service; 0: --partition) (default " +
-       std::to_string(defaults.partition_light_pct) + ")\n";
-  s += "  --light-busy PERCENT\n      a measured service whose requests keep the GPU busy at most this share of their time is\n"
-       "      light (default " + std::to_string(defaults.light_busy_max_pct) + ")\n";
-  s += "  --overlap-probe on|off\n      under MPS, try per service whether the tasks below may run their long holds beside it\n"
-       "      (at full width, within run-bound) instead of on their partition, and allow it while its\n"
-       "      active periods stay within overlap-tolerance of those with them confined (default off)\n";
-  s += "  --overlap-tolerance PERCENT\n      how much longer a service's median and upper-quartile active periods may get with the\n"
-       "      tasks below beside it (default " + std::to_string(defaults.overlap_tolerance_pct) + ")\n";
   s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"
        "      return go whatever the bound (default on)\n";
   return s;

@@ -209,6 +209,7 @@ struct Server::Impl {
     r.profile_grew = (reg.flags & protocol::kRegisterProfileGrew) != 0;
     r.memory_total = reg.memory_total;
     r.memory_limit = reg.memory_limit;
+    r.objective_permille = reg.objective_permille;
     r.key = std::string(reg.key_view());
     r.authenticated = authenticated;
     const uint32_t task = policy->on_register(now, existing, r, actions);

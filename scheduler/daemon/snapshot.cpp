@@ -66,16 +66,21 @@ nlohmann::ordered_json role_json(uint8_t role) {
   return roles;
 }
 
+// Every counter under its own name: one list (policy.h's FIKIT_POLICY_COUNTERS), so none is left out.
 nlohmann::ordered_json counters_json(const policy::Counters& p) {
-  return {{"fills", p.fills}, {"gaps_predicted", p.gaps_predicted}, {"gaps_too_short", p.gaps_too_short},
-          {"early_stops", p.early_stops}, {"directives", p.directives}, {"notifications", p.notifications},
-          {"wants", p.wants}, {"registrations", p.registrations}, {"capped_registrations", p.capped_registrations},
-          {"refused_registrations", p.refused_registrations}, {"lease_expiries", p.lease_expiries},
-          {"measure_holds_ended", p.measure_holds_ended}, {"clamped_predictions", p.clamped_predictions},
-          {"unfilled_no_want", p.unfilled_no_want}, {"unfilled_unprofiled", p.unfilled_unprofiled},
-          {"unfilled_too_long", p.unfilled_too_long}, {"unfilled_late", p.unfilled_late},
-          {"overlap_trials", p.overlap_trials}, {"overlap_allowed", p.overlap_allowed},
-          {"overlap_refused", p.overlap_refused}};
+  nlohmann::ordered_json j;
+#define FIKIT_COUNTER_JSON(name) j[#name] = p.name;
+  FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_JSON)
+#undef FIKIT_COUNTER_JSON
+  return j;
+}
+
+// A controlled service's regime and its last judged window against its objective, e.g.
+// "short-beside 1.07x/1.2x" ("-": no controller runs for it; "?" before a window was judged).
+std::string regime_text(const policy::TaskStatus& t) {
+  if (!t.controlled) return "-";
+  const std::string measured = t.inflation_permille ? fmt::format("{:.2f}x", t.inflation_permille / 1000.0) : "?";
+  return fmt::format("{} {}/{:g}x", policy::to_string(t.regime), measured, t.objective_permille / 1000.0);
 }
 
 }  // namespace
@@ -117,9 +122,9 @@ std::string format_text(const DaemonSnapshot& s) {
     out += fmt::format("\n{}: tasks {}, holder {}, gap fills {}, early stops {}\n", d.device, d.tasks.size(),
                        d.holder == 0 ? std::string("none") : std::to_string(d.holder), d.counters.fills,
                        d.counters.early_stops);
-    out += fmt::format("{:<{}}  {:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}\n",
+    out += fmt::format("{:<{}}  {:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<24} {:<16}\n",
                        "key", key_width, "task", "pid", "prio", "mode", "mps", "auth", "active", "state", "bound", "role", "fills",
-                       "notifies", "wants", "kernels", "busy", "pause", "partition", "beside", "memory");
+                       "notifies", "wants", "kernels", "busy", "pause", "partition", "regime", "memory");
     for (const auto& t : d.tasks) {
       const std::string prio =
           t.priority == t.requested_priority ? std::to_string(t.priority)
@@ -130,14 +135,12 @@ std::string format_text(const DaemonSnapshot& s) {
       const std::string pause = t.predicted_pause_ns ? duration_text(t.predicted_pause_ns) : std::string("-");
       // How busy its profile says it keeps the GPU while active ("-": nothing measured).
       const std::string busy = t.kernels != 0 ? std::to_string(t.busy_pct) + "%" : std::string("-");
-      // What the MPS tasks below it may run beside it, once there are any ("-": none below, or it measures).
-      const std::string beside = t.below_mps ? policy::to_string(t.overlap) : "-";
-      out += fmt::format("{:<{}}  {:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<9} {:<16}\n",
+      out += fmt::format("{:<{}}  {:>9} {:>8} {:>4} {:<7} {:<5} {:<4} {:<6} {:<5} {:>7} {:<22} {:>8} {:>8} {:>7} {:>7} {:>4} {:>7} {:<13} {:<24} {:<16}\n",
                          t.key, key_width, t.id, t.pid, prio, t.mode == protocol::TaskMode::Measure ? "measure" : "share",
                          t.backend == protocol::Backend::Mps ? "yes" : "no", t.authenticated ? "yes" : "no",
                          t.active ? "yes" : "no", protocol::to_string(t.directive.state),
                          bound, role_text(t.directive.role) + (t.waiting ? " waiting" : ""), t.fills,
-                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), beside, memory_text(t));
+                         t.notifications, t.wants, t.kernels, busy, pause, partition_text(t.directive), regime_text(t), memory_text(t));
     }
   }
   out += "\ncounters, all GPUs:\n";
@@ -147,8 +150,9 @@ std::string format_text(const DaemonSnapshot& s) {
   out += fmt::format("gaps not filled: {} with nobody waiting, {} with only kernels not in their profile waiting, "
                      "{} with every waiting kernel too long, {} ended before a grant could arrive\n",
                      p.unfilled_no_want, p.unfilled_unprofiled, p.unfilled_too_long, p.unfilled_late);
-  out += fmt::format("overlap under MPS: trials {}, allowed {}, refused {} (column beside: what the tasks below a task "
-                     "may run beside it)\n", p.overlap_trials, p.overlap_allowed, p.overlap_refused);
+  out += fmt::format("controllers under MPS: baselines {}, trials {}, climbs {}, drops {} (column regime: what the "
+                     "MPS tasks below a service may do while it is active, its last measured periods against "
+                     "its objective)\n", p.baselines, p.regime_trials, p.regime_climbs, p.regime_drops);
   const auto& c = s.sessions;
   out += fmt::format("notifications {}, wants {}, registrations {} (capped {}, refused: {} at a GPU's task limit, "
                      "{} at a user's, {} at an address's, {} at the GPU limit of a user, {} for the key's reserve, {} "
@@ -190,9 +194,12 @@ std::string format_json(const DaemonSnapshot& s) {
                        {"wants", t.wants}, {"kernels", t.kernels}, {"busy_percent", t.busy_pct},
                        {"waits", t.waits.count}, {"predicted_pause_ns", t.predicted_pause_ns},
                        {"short_hold_ns", t.directive.short_hold_ns}, {"partition_pct", t.directive.partition_pct},
-                       {"confine", t.directive.confine}, {"overlap", policy::to_string(t.overlap)},
-                       {"overlap_trials", t.overlap_trials}, {"overlap_refused", t.overlap_refused},
-                       {"confined_period_ns", t.confined_period_ns}, {"memory_used", t.memory_used},
+                       {"confine", t.directive.confine}, {"controlled", t.controlled},
+                       {"regime", policy::to_string(t.regime)},
+                       {"regime_adopted", policy::to_string(t.adopted)}, {"objective", t.objective_permille / 1000.0},
+                       {"inflation", t.inflation_permille / 1000.0}, {"baseline_period_ns", t.baseline_period_ns},
+                       {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
+                       {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns}, {"memory_used", t.memory_used},
                        {"memory_limit", t.memory_limit}, {"memory_cap", t.directive.memory_cap},
                        {"memory_total", t.memory_total}, {"memory_refusals", t.memory_refusals}});
   }

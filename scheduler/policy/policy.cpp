@@ -45,21 +45,6 @@ uint32_t busy_percent(const Profile& profile) {
   return busy > 0 ? uint32_t(100.0 * busy / (busy + gaps) + 0.5) : 0;
 }
 
-const char* to_string(Overlap o) {
-  switch (o) {
-    case Overlap::Confined: return "confined";
-    case Overlap::Trying: return "trying";
-    case Overlap::Allowed: return "allowed";
-  }
-  return "?";
-}
-
-uint64_t Policy::OverlapTrial::confined_quantile(unsigned pct) const {
-  return sample_quantile(confined, confined_count, pct);
-}
-
-uint64_t Policy::OverlapTrial::window_quantile(unsigned pct) const { return sample_quantile(window, n, pct); }
-
 Policy::Policy(Settings settings, ProfileSource& profiles, uint32_t id_base, BellSlots* bell_slots)
     : settings_(settings), profiles_(profiles), id_base_(id_base),
       bell_slot_used_(bell_slots != nullptr ? *bell_slots : own_bell_slots_) {}
@@ -204,11 +189,27 @@ uint64_t Policy::memory_committed(const Task& t) const {
   return std::max({reported_use(t), t.cap_pending, t.cap_confirmed});
 }
 
-// A task whose measured requests keep the GPU busy at most light_busy_max_pct of their time (not a
-// task nobody measured: its busy share reads 0), and never a busy one, whatever the settings.
-bool Policy::light(const Task& u) const {
-  return u.profile && (u.profile->request_busy_pct >= 0 || !u.profile->empty()) &&
-         u.busy_pct <= settings_.light_busy_max_pct && u.busy_pct <= settings_.mps_overlap_max_busy_pct;
+Regime Policy::regime_of(uint64_t now, const Task& u) const {
+  const Regime r = u.controller.regime();
+  if (r != Regime::Held || u.active || now - std::min(now, u.inactive_since) < settings_.controller.baseline_idle_max_ns)
+    return r;
+  return u.controller.adopted();
+}
+
+Regime Policy::regime_for(uint64_t now, const Task& below) const {
+  if (!settings_.regime_auto) return settings_.fixed_regime;
+  Regime r = Regime::Beside;
+  for (const auto& [id, u] : tasks_)
+    if (u.priority < below.priority && u.mode == TaskMode::Share) r = std::min(r, regime_of(now, u));
+  return r;
+}
+
+bool Policy::exposed(uint64_t now, const Task& t) const {
+  for (const auto& [id, u] : tasks_)
+    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share &&
+        regime_for(now, u) == t.controller.regime())
+      return true;
+  return false;
 }
 
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
@@ -216,50 +217,49 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   d.bound_ns = u32(settings_.run_bound_ns);
   d.memory_cap = memory_cap_for(t);
   if (t.id == holder_) d.role |= protocol::kRoleHolder;
-  bool below = false, above = false, hold = false, fill = false, wanted = false, busy_above = false;
-  // Every share task above (one at least) lets it run everything beside it; one is still trying.
-  bool share_above = false, overlap_above = true, all_light_above = true;
+  bool below = false, above = false, hold = false, fill = false, wanted = false;
   for (const auto& [id, u] : tasks_) {
     if (id == t.id) continue;
     below |= u.priority > t.priority;
     above |= u.priority < t.priority;
     wanted |= u.want && u.want->known;
     if (u.priority < t.priority && blocks(now, u, t)) (u.mode == TaskMode::Measure ? hold : fill) = true;
-    busy_above |= u.priority < t.priority && u.busy_pct > settings_.mps_overlap_max_busy_pct;
-    if (u.priority < t.priority) all_light_above &= light(u);
-    if (u.priority < t.priority && u.mode == TaskMode::Share) {
-      share_above = true;
-      overlap_above &= u.overlap.mode != Overlap::Confined;
-    }
   }
   // A task being measured runs unscheduled (the measure mode asks nothing); lower ones depend on it.
   if (t.mode == TaskMode::Measure) return d;
   if (below) d.role |= protocol::kRoleActivity;
   if (t.id == holder_ && wanted) d.role |= protocol::kRoleGaps;
+  // Under MPS the regime of the services above decides what runs beside them (and a baseline
+  // window holds everything); time-sliced, nothing runs beside an active task anyway.
+  const Regime regime = t.backend == Backend::Mps && above ? regime_for(now, t) : Regime::Hold;
+  if (regime == Regime::Held) hold = true;
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
   if (d.state == State::Run && relaxed_bound(now, t))
     d.bound_ns = u32(std::max(settings_.run_bound_ns, settings_.run_bound_idle_ns));
   if (d.state == State::Run && settings_.return_credit) d.credit_until_ns = return_credit_until(now, t);
   if (d.state == State::Run) d.return_ns = predicted_return(now, t);
-  // Under MPS: what may run beside an active holder, and what runs on the task's SM partition. The
-  // client applies it in Fill, and in Run while the holder's bell says it is back.
-  if (t.backend == Backend::Mps && d.state != State::Hold && share_above && overlap_above) {
-    // The tasks above were found (or are being tried) not to mind: short holds run beside them, and
-    // long holds too, at full width within the bound rather than on the partition. Unbounded (all
-    // of MPS with client priority) was tried on an H200: the LM service beside attention training
-    // then refused every allowance the bounded trial had given (docs/scheduling.md).
-    d.short_hold_ns = u32(settings_.short_hold_ns);
-    d.confine = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
-  } else if (t.backend == Backend::Mps && d.state != State::Hold && above) {
-    // Below a busy task a returning one waits for whatever holds SMs when it comes: no more than
-    // the bound, as for the work in flight.
-    d.short_hold_ns = u32(busy_above ? std::min(settings_.short_hold_ns, settings_.run_bound_ns) : settings_.short_hold_ns);
-    if (!busy_above) d.confine |= protocol::kConfineShortBeside;
-    if (settings_.partition_pct != 0) {
-      d.partition_pct = uint8_t(all_light_above && settings_.partition_light_pct != 0 ? settings_.partition_light_pct
-                                                                                     : settings_.partition_pct);
-      d.confine |= protocol::kConfineActive | (busy_above ? protocol::kConfineLong : 0);
+  // The client applies the confinement in Fill, and in Run while the holder's bell says it is back
+  // (and, for long holds and launches that would run into a predicted return, in Run).
+  if (t.backend == Backend::Mps && d.state != State::Hold && above) {
+    const uint8_t partition = settings_.partition_pct != 0 ? uint8_t(settings_.partition_pct) : 0;
+    // A long hold in the protective steps is one longer than the bound: what a returning service
+    // may find holding SMs is then no more than the work in flight.
+    d.short_hold_ns = u32(regime >= Regime::ShortBeside ? settings_.short_hold_ns
+                                                        : std::min(settings_.short_hold_ns, settings_.run_bound_ns));
+    switch (regime) {
+      case Regime::Held: case Regime::Hold: break;
+      case Regime::HoldNarrow: d.confine = partition ? protocol::kConfineLong : 0; break;
+      case Regime::Partition: d.confine = partition ? protocol::kConfineActive : 0; break;
+      case Regime::ShortBeside:
+        d.confine = protocol::kConfineShortBeside | (partition ? protocol::kConfineActive : 0);
+        break;
+      case Regime::Beside:
+        // At full width within the bound: a step down then finds little of it queued. Unbounded
+        // (all of MPS with client priority) lost to a bounded trial on an H200 (docs/scheduling.md).
+        d.confine = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
+        break;
     }
+    if (d.confine & protocol::kConfinePartition) d.partition_pct = partition;
   }
   if (holder_ != 0 && holder_ != t.id) {
     const Task& h = tasks_.at(holder_);
@@ -300,6 +300,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
       }
     task->key = reg.key;
     task->inactive_since = now;
+    task->objective_permille = ~0u;   // a controller is made below
     task->mode = reg.mode;
     task->profile = profiles_.load(task->key, reg.mode);
   } else if ((task->mode == TaskMode::Measure && reg.mode == TaskMode::Share) || reg.profile_grew) {
@@ -319,6 +320,15 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     ++counters_.capped_registrations;
   }
   task->priority = priority;
+  if (reg.objective_permille != task->objective_permille) {
+    // A new objective (or a new task): its controller starts over from a baseline.
+    task->objective_permille = reg.objective_permille;
+    ControllerSettings cs = settings_.controller;
+    if (reg.objective_permille != 0) cs.objective_permille = reg.objective_permille;
+    cs.partition = settings_.partition_pct != 0;
+    task->controller = Controller(cs);
+    task->period = Period{};
+  }
   if (reg.mode == TaskMode::Measure && (task->mode != TaskMode::Measure || task->measure_since == 0)) {
     task->measure_since = now;
     task->hold_ended = false;
@@ -443,7 +453,7 @@ void Policy::handle_notify(uint64_t now, Task& t, const protocol::Notify& n) {
   if (!t.active && t.inactive_since != 0)
     t.idle_history.add(launched > t.inactive_since ? launched - t.inactive_since : 0);
   if (!t.active) begin_period(t, launched);
-  else t.overlap.last_idle = 0;   // an idle inside the period (a mid-iteration sync) did not end it
+  else t.period.last_idle = 0;   // an idle inside the period (a mid-iteration sync) did not end it
   t.active = true;
   t.idle_at = 0;
   t.last_launch = now;
@@ -531,7 +541,7 @@ void Policy::close_gap() {
 }
 
 void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
-  if (t.active) t.overlap.last_idle = now;
+  if (t.active) t.period.last_idle = now;
   if (t.id == holder_) {
     close_gap();   // its GPU work drained: nothing is predicted any more
     // A sync in the middle of an iteration is followed by the last kernel's usual gap: the holder
@@ -552,85 +562,40 @@ void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
 }
 
 void Policy::begin_period(Task& t, uint64_t launched) {
-  t.overlap.period_start = launched;
-  t.overlap.last_idle = 0;
-  t.overlap.period_valid = true;
-  t.overlap.period_beside = t.overlap.mode != Overlap::Confined && mps_below(t, protocol::kConfineBoundBeside);
+  const Regime r = t.controller.regime();
+  // A baseline period counts only when the tasks below were held all through the rest before it.
+  const bool held_rest = r != Regime::Held || launched - std::min(launched, t.inactive_since) <
+                                                  settings_.controller.baseline_idle_max_ns;
+  t.period = Period{launched, 0, controlled(t) && held_rest, r};
 }
 
-
-bool Policy::mps_below(const Task& t, uint8_t confine) const {
+bool Policy::mps_below(const Task& t) const {
   for (const auto& [id, u] : tasks_)
-    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share &&
-        (u.directive.confine & confine) == confine)
-      return true;
+    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share) return true;
   return false;
 }
 
-uint64_t Policy::overlap_limit(const Task& t) const { return 4 * t.overlap.confined_quantile(75); }
-
-// A period ends at its last idle (one that ended by silence says nothing of its length). Confined,
-// it is the reference; in a trial or a check window it is judged against that.
-void Policy::end_period(uint64_t now, Task& t) {
-  OverlapTrial& o = t.overlap;
-  const bool valid = o.period_valid && o.last_idle >= o.period_start && o.last_idle != 0;
-  o.period_valid = false;
-  if (!valid) return;
-  const uint64_t len = o.last_idle - o.period_start;
-  // A trial period in which nothing ran beside it (another task above still confines the tasks
-  // below, or they left) says nothing about overlap.
-  if (o.mode != Overlap::Confined && !(o.period_beside && mps_below(t, protocol::kConfineBoundBeside))) return;
-  if (o.mode == Overlap::Confined) {
-    o.confined[o.confined_count++ % o.confined.size()] = len;
-    if (settings_.overlap_probe && o.confined_count >= kOverlapPeriods && now >= o.next_trial && mps_below(t)) {
-      o.mode = Overlap::Trying;
-      o.n = 0;
-      ++o.trials;
-      ++counters_.overlap_trials;
-    }
-    return;
-  }
-  if (len > overlap_limit(t)) {
-    refuse_overlap(now, t);
-    return;
-  }
-  o.window[o.n++] = len;
-  // Slower than confined at the median: refused as soon as 8 periods say so, the rest need not pay.
-  const auto slower = [&](unsigned pct) {
-    return o.window_quantile(pct) * 100 > o.confined_quantile(pct) * (100 + settings_.overlap_tolerance_pct);
-  };
-  if (o.n >= 8 && slower(50)) {
-    refuse_overlap(now, t);
-    return;
-  }
-  if (o.n < kOverlapPeriods) return;
-  if (slower(75)) {
-    refuse_overlap(now, t);
-    return;
-  }
-  o.n = 0;
-  if (o.mode == Overlap::Trying) {
-    o.mode = Overlap::Allowed;
-    o.allowed_since = now;
-    o.pause = kOverlapFirstPauseNs;
-    ++counters_.overlap_allowed;
-  } else if (now - o.allowed_since >= kOverlapRecheckNs) {
-    // Either program may have changed: measure the confined periods afresh, then try again.
-    o.mode = Overlap::Confined;
-    o.confined_count = 0;
-    o.next_trial = now;
-  }
+template <class F>
+void Policy::feed(Task& t, F&& f) {
+  const Controller& c = t.controller;
+  const uint64_t trials = c.trials(), climbs = c.climbs(), drops = c.drops(), baselines = c.baselines();
+  f(t.controller);
+  counters_.regime_trials += c.trials() - trials;
+  counters_.regime_climbs += c.climbs() - climbs;
+  counters_.regime_drops += c.drops() - drops;
+  counters_.baselines += c.baselines() - baselines;
 }
 
-void Policy::refuse_overlap(uint64_t now, Task& t) {
-  OverlapTrial& o = t.overlap;
-  o.mode = Overlap::Confined;
-  o.n = 0;
-  o.period_valid = false;
-  o.next_trial = now + o.pause;
-  o.pause = std::min(2 * o.pause, kOverlapMaxPauseNs);
-  ++o.refused;
-  ++counters_.overlap_refused;
+// A period ends at its last idle (one that ended by silence says nothing of its length). It counts
+// when its regime held throughout and a task below ran under it (another service above may have
+// held them tighter: then it tells nothing of this one).
+void Policy::end_period(uint64_t now, Task& t) {
+  Period& p = t.period;
+  const bool valid = p.valid && p.last_idle >= p.start && p.last_idle != 0 && controlled(t) &&
+                     p.regime == t.controller.regime() && exposed(now, t);
+  p.valid = false;
+  if (!valid) return;
+  feed(t, [&](Controller& c) { c.on_period(now, p.last_idle - p.start); });
 }
 
 void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
@@ -666,13 +631,18 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
         wake_at(end);
       }
     }
-    // A period that runs past the limit while the tasks below run beside it: refused at once. (One
-    // whose idle came and which only waits out its last kernel's gap is judged by that idle.)
-    if (t.active && t.overlap.mode != Overlap::Confined && t.overlap.period_valid && t.overlap.period_beside &&
-        !(t.idle_at != 0 && t.overlap.last_idle != 0)) {
-      const uint64_t limit = t.overlap.period_start + overlap_limit(t);
-      if (now >= limit) refuse_overlap(now, t);
-      else wake_at(limit);
+    // A period that runs past its controller's limit: the regime is given up at once. (One whose
+    // idle came and which only waits out its last kernel's gap is judged by that idle.)
+    if (t.active && t.period.valid && !(t.idle_at != 0 && t.period.last_idle != 0)) {
+      const uint64_t limit = t.controller.limit_ns();
+      if (limit != UINT64_MAX && t.period.regime == t.controller.regime()) {
+        if (now - std::min(now, t.period.start) >= limit) {
+          t.period.valid = false;
+          feed(t, [&](Controller& c) { c.on_overrun(now); });
+        } else {
+          wake_at(t.period.start + limit);
+        }
+      }
     }
     if (t.mode == TaskMode::Measure) {
       const uint64_t hold_end = t.measure_since + settings_.measure_hold_max_ns;
@@ -684,6 +654,9 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       }
     }
     wake_at(t.last_heard + settings_.lease_ns + 1);
+    // A baseline window lets the tasks below go once it has rested this long.
+    if (t.mode == TaskMode::Share && !t.active && t.controller.regime() == Regime::Held)
+      if (const uint64_t end = t.inactive_since + settings_.controller.baseline_idle_max_ns; now < end) wake_at(end);
     // The bound of the tasks below changes where this one's tight span begins and ends.
     if (t.mode == TaskMode::Share && !t.active) {
       const TightSpan span = tight_span(t);
@@ -754,11 +727,16 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.waits = t.waits;
     s.predicted_pause_ns = predicted_pause(t);
     s.busy_pct = t.busy_pct;
-    s.overlap = t.overlap.mode;
-    s.below_mps = t.mode == TaskMode::Share && mps_below(t);
-    s.overlap_trials = t.overlap.trials;
-    s.overlap_refused = t.overlap.refused;
-    s.confined_period_ns = t.overlap.confined_quantile(50);
+    s.controlled = controlled(t);
+    s.regime = t.controller.regime();
+    s.adopted = t.controller.adopted();
+    s.objective_permille = t.controller.objective_permille();
+    s.inflation_permille = t.controller.inflation_permille();
+    s.baseline_period_ns = t.controller.baseline_quantile(50);
+    s.regime_trials = t.controller.trials();
+    s.regime_climbs = t.controller.climbs();
+    s.regime_drops = t.controller.drops();
+    s.held_ns = t.controller.held_ns();
     s.memory_used = t.memory_used;
     s.memory_limit = t.memory_limit;
     s.memory_total = t.memory_total;

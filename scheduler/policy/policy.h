@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "controller.h"
 #include "kernel_rules.h"
 #include "memory_size.h"
 #include "protocol.h"
@@ -54,40 +55,20 @@ struct Settings {
   // predicted to end by then may go whatever the bound. The job then keeps as much work queued as
   // drains before the service returns (a CPU-bound job loses ~4 % under a 1 ms bound: docs/results.md).
   bool return_credit = true;
-  // MPS. A kernel's SM hold (how long one of its blocks keeps an SM: kernel_rules.h) decides, not its
-  // length: under MPS client priority a holder's blocks are dispatched first as SMs free up, so a
-  // launch whose blocks hold SMs briefly costs it little, and one whose blocks hold every SM for
-  // milliseconds (cuBLAS's and cuDNN's persistent kernels) costs it that long.
-  uint64_t short_hold_ns = kDefaultShortHoldNs;  // launches holding SMs up to this may run beside an active holder
-  // A task above busier than this (percent of its active time, busy_percent) keeps the GPU busy back
-  // to back: every SM a job takes is one it loses (a CUDA graph service ran 2.8x slower at p50 beside
-  // 28 us GEMMs under MPS), so nothing runs beside it at full width, and long holds (below it: holds
-  // longer than run_bound_ns, what it may find in flight when it returns) never do.
-  uint32_t mps_overlap_max_busy_pct = 80;
-  // Share of the GPU's SMs (percent, 0: no partitions) on which a task below runs, instead of
-  // waiting, what may not run at full width: everything while a task above is active, and long holds
-  // (over short_hold_ns) below a busy task always (its return cannot be foreseen). A green context:
-  // the rest of the SMs stay free for the tasks above (docs/scheduling.md).
+  // MPS. A kernel's SM hold (how long one of its blocks keeps an SM: kernel_rules.h): launches
+  // holding SMs up to this are short holds, which the ShortBeside regime lets run beside an active
+  // service (under MPS client priority its blocks are dispatched first as SMs free up).
+  uint64_t short_hold_ns = kDefaultShortHoldNs;
+  // Share of the GPU's SMs (percent, 0: no partitions) on which a task below runs, in the regimes
+  // that say so, what may not run at full width: a green context, the rest of the SMs stay free
+  // for the service (docs/scheduling.md).
   uint32_t partition_pct = 35;
-  // Below light services only (every task above has a profile that keeps the GPU busy at most
-  // light_busy_max_pct of its requests' time: a CPU-bound service), the partition is this share
-  // instead (0: partition_pct). The job's long holds on 35 % of an H200's SMs while an LM service
-  // generated cost it 90 % -> 98.6 % of its speed at 80 %, the service's p99 1.52x -> 1.24x (not
-  // significant; docs/results.md): such a service's kernels are small, and under client priority
-  // its blocks take the SMs that free up first.
-  uint32_t partition_light_pct = 80;
-  uint32_t light_busy_max_pct = 25;
-  // MPS. Whether a holder's service is hurt by what runs beside it depends on both programs (a
-  // CPU-bound service absorbs holds its host never waits for; a CUDA graph loses every SM taken), so
-  // the daemon finds out per holder by trying (docs/scheduling.md, "Trying overlap"): after
-  // kOverlapPeriods of its active periods with the tasks below confined, it lets their long holds run
-  // beside it too (at full width, within the in-flight bound) for as many periods, and allows that while
-  // the median and upper quartile of its periods stay within overlap_tolerance_pct of the confined
-  // ones; a period past 4 confined upper quartiles refuses at once. A refusal is tried again after a
-  // pause that doubles each time. Off by default: on an H200 it changed neither the job's share nor
-  // the service's p99 significantly in the three pairs measured (docs/results.md).
-  bool overlap_probe = false;
-  uint32_t overlap_tolerance_pct = 10;
+  // What the MPS tasks below a service may do while it is active: chosen per service by its
+  // controller (controller.h) from its measured periods, or one regime for every service.
+  bool regime_auto = true;
+  Regime fixed_regime = Regime::Hold;
+  // The controller's windows and pauses, and the objective of services that state none.
+  ControllerSettings controller;
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
   uint64_t lease_ns = 1'000'000'000;           // silent this long: the task is dropped
   uint64_t holder_quiet_ns = 20'000'000;       // an active task silent this long counts as idle
@@ -117,6 +98,7 @@ struct Registration {
   bool profile_grew = false;   // the client stored new kernels: read the profile again
   uint64_t memory_total = 0;   // the GPU's memory as the client sees it (0: not known)
   uint64_t memory_limit = 0;   // the process's own limit there (0: none)
+  uint32_t objective_permille = 0;   // its own objective (0: Settings::controller's)
 };
 
 // One message for one task (task_id names the receiver; 0: whoever sent the event).
@@ -131,13 +113,14 @@ struct Action {
 //   unfilled_*: predicted gaps that ended with no filler, by why: no task below was waiting for one;
 //   the kernels waiting are not in their task's profile (unknown kernels never fill); every kernel
 //   waiting was longer than the gap; or the gap ended before a grant could reach a filler.
-//   overlap_*: trying overlap (Settings::overlap_probe): trials begun, trials and rechecks that ended
-//   allowed, and those refused (a trial or check whose periods grew, or one period past the limit).
+//   regime_*: the services' controllers: trials of a more generous regime begun, regimes adopted by
+//   a trial, regimes given up (a window past the objective, or one period past the limit), and
+//   baseline windows measured with the tasks below held.
 #define FIKIT_POLICY_COUNTERS(X)                                                                     \
   X(registrations) X(capped_registrations) X(refused_registrations) X(notifications) X(wants)         \
   X(directives) X(gaps_predicted) X(gaps_too_short) X(fills) X(early_stops) X(lease_expiries)        \
   X(measure_holds_ended) X(clamped_predictions) X(unfilled_no_want) X(unfilled_unprofiled)           \
-  X(unfilled_too_long) X(unfilled_late) X(overlap_trials) X(overlap_allowed) X(overlap_refused)
+  X(unfilled_too_long) X(unfilled_late) X(regime_trials) X(regime_climbs) X(regime_drops) X(baselines)
 struct Counters {
 #define FIKIT_COUNTER_FIELD(name) uint64_t name = 0;
   FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_FIELD)
@@ -149,10 +132,6 @@ struct Counters {
     return *this;
   }
 };
-
-// Whether the tasks below a task may run everything beside it (Settings::overlap_probe).
-enum class Overlap : uint8_t { Confined, Trying, Allowed };
-const char* to_string(Overlap o);
 
 // How long tasks waited on a want until the daemon let the launch go (a fill or Run), in the
 // buckets the metrics endpoint exposes.
@@ -181,10 +160,14 @@ struct TaskStatus {
   WaitHistogram waits;
   uint64_t predicted_pause_ns = 0;   // the shortest of its last 16 pauses, when its return is predicted (0: not)
   uint32_t busy_pct = 0;             // busy_percent of its profile
-  Overlap overlap = Overlap::Confined;   // what the MPS tasks below it may run beside it
-  bool below_mps = false;                // it has MPS share tasks below it
-  uint64_t overlap_trials = 0, overlap_refused = 0;
-  uint64_t confined_period_ns = 0;   // the median of its last active periods with the tasks below confined (0: none yet)
+  // Its controller, while it has MPS share tasks below it (controlled): the regime they are under,
+  // its objective, the last judged window against the baseline (permille, 0: none yet), the
+  // baseline's median period, its counts, and how long the tasks below were held for baselines.
+  bool controlled = false;
+  Regime regime = Regime::Held, adopted = Regime::Held;   // in force (a trial's, a baseline's); adopted
+  uint32_t objective_permille = 0, inflation_permille = 0;
+  uint64_t baseline_period_ns = 0;
+  uint64_t regime_trials = 0, regime_climbs = 0, regime_drops = 0, held_ns = 0;
   // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
   // allocations it refused over its cap, and the GPU's size as it reported it.
   uint64_t memory_used = 0, memory_limit = 0, memory_total = 0;
@@ -245,26 +228,12 @@ class Policy {
     // and the next pause would come before all 16 one time in 17.
     uint64_t steady_shortest() const;
   };
-  // Trying overlap: its active periods (first launch to its last idle) with the tasks below
-  // confined, and in the trial or check under way.
-  static constexpr size_t kOverlapPeriods = 32;
-  static constexpr uint64_t kOverlapFirstPauseNs = 2'000'000'000, kOverlapMaxPauseNs = 300'000'000'000;
-  static constexpr uint64_t kOverlapRecheckNs = 60'000'000'000;   // allowed this long: measure confined again
-  struct OverlapTrial {
-    Overlap mode = Overlap::Confined;
-    std::array<uint64_t, kOverlapPeriods> confined{};
-    size_t confined_count = 0;     // periods seen since the last reset (the ring holds the last ones)
-    std::array<uint64_t, kOverlapPeriods> window{};   // the trial's or check window's periods
-    uint32_t n = 0;
-    uint64_t next_trial = 0, pause = kOverlapFirstPauseNs, allowed_since = 0;
-    uint64_t period_start = 0, last_idle = 0;   // the period under way (last_idle 0: no idle yet)
-    bool period_valid = false;     // begun in the current mode, which has not changed since
-    bool period_beside = false;    // an MPS task below it ran beside it (bit 8) when the period began
-    uint64_t trials = 0, refused = 0;
-    // Quantiles (percent) of the confined periods and of the window's: medians and upper quartiles,
-    // which the odd slow start-up or host hiccup does not move as it moves a mean.
-    uint64_t confined_quantile(unsigned pct) const;
-    uint64_t window_quantile(unsigned pct) const;
+  // A service's active period under way (first launch after an idle to its last idle), for its
+  // controller: counted when one regime was in force throughout and a task below was exposed to it.
+  struct Period {
+    uint64_t start = 0, last_idle = 0;   // last_idle 0: no idle yet
+    bool valid = false;
+    Regime regime = Regime::Held;
   };
   struct Wanted {
     uint64_t kernel_id = 0, duration_ns = 0;
@@ -288,7 +257,9 @@ class Policy {
     uint64_t last_launch = 0;
     uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
     IdleHistory idle_history;        // how long its recent idle periods lasted
-    OverlapTrial overlap;            // whether MPS tasks below may run everything beside it
+    uint32_t objective_permille = 0;   // as it registered (0: the daemon's)
+    Controller controller;           // what the MPS tasks below it may do (while it has any)
+    Period period;
     std::optional<Wanted> want;      // blocked on this launch
     protocol::Directive directive;   // last sent
     uint16_t bell_slot = protocol::kNoBellSlot;
@@ -325,7 +296,6 @@ class Policy {
   // Recomputes the holder, every task's directive, sends the changed ones, sets next_wake_.
   void schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns = 0, uint32_t always_to = 0);
   protocol::Directive directive_for(uint64_t now, const Task& t) const;
-  bool light(const Task& u) const;
   // The device memory `t` may hold (Settings::reserve_memory); 0: no cap.
   uint64_t memory_cap_for(const Task& t) const;
   // What a task below priority 0 may hold as far as the daemon can tell: what it holds, the cap its
@@ -355,16 +325,23 @@ class Policy {
   // When the first task above `t` is predicted back, when each of them is idle in a predicted pause
   // that has not ended yet; else 0.
   uint64_t predicted_return(uint64_t now, const Task& t) const;
-  // Trying overlap: a task's active period begins, ends (its last idle: judged), or runs too long.
+  // The controller: a service's active period begins, ends (its last idle: judged), or runs past its
+  // limit; the counts its controller changed go into the policy's.
   void begin_period(Task& t, uint64_t launched);
   void end_period(uint64_t now, Task& t);
-  void refuse_overlap(uint64_t now, Task& t);
-  // How long an active period may last while the tasks below run beside it (4 confined upper quartiles).
-  uint64_t overlap_limit(const Task& t) const;
-  // An MPS share task below `t` whose directive has every bit of `confine` (0: any). With
-  // kConfineBoundBeside: one told to run its long holds beside it, without which a period outside
-  // Confined tests nothing.
-  bool mps_below(const Task& t, uint8_t confine = 0) const;
+  template <class F> void feed(Task& t, F&& f);
+  // An MPS share task below `t`.
+  bool mps_below(const Task& t) const;
+  // Whether `t`'s controller runs: it is a share task with an MPS share task below it (the regime
+  // only changes what MPS tasks may do).
+  bool controlled(const Task& t) const { return settings_.regime_auto && t.mode == protocol::TaskMode::Share && mps_below(t); }
+  // The regime an MPS task below is under: the most protective of the share tasks above it.
+  Regime regime_for(uint64_t now, const Task& below) const;
+  // What `u` imposes on the tasks below now: its controller's regime, except that a baseline
+  // window lets them go (its adopted regime) once `u` has rested past baseline_idle_max_ns.
+  Regime regime_of(uint64_t now, const Task& u) const;
+  // An MPS task below `t` is under `t`'s regime (another service above it may hold it tighter).
+  bool exposed(uint64_t now, const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration
   void wake_at(uint64_t t) { if (t < next_wake_) next_wake_ = t; }

@@ -199,7 +199,7 @@ def mps(args, out):
     if os.path.exists(res["meta"]["mps"]["folder"]):
         fail("MPS folder left: %s" % res["meta"]["mps"]["folder"])
     for name, w in res["workers"].items():
-        if "mps_client" in w and w["mps_client"] != (w["setup"] in ("mps", "mps-prio", "fikit-mps")):
+        if "mps_client" in w and w["mps_client"] != (w["setup"] in ("mps", "mps-prio", "mps-pct", "fikit-mps")):
             fail("%s (setup %s): mps_client %s" % (name, w["setup"], w["mps_client"]))
     if not any(w.get("mps_client") for w in res["workers"].values()):
         fail("no MPS client recorded: %s" % res["workers"])

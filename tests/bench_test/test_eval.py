@@ -309,10 +309,14 @@ class Scenarios(unittest.TestCase):
     def test_pair_setups(self):
         setups = es.pair_setups(list(es.PAIR_SETUPS), [("", []), ("[min-gap=10us]", ["--min-gap", "10us"])], True)
         names = [s.name for s in setups]
-        self.assertEqual(names, ["alone", "alone-b", "default", "mps", "mps-prio", "fikit", "fikit[min-gap=10us]",
-                                 "fikit-mps", "fikit-mps[min-gap=10us]"])
+        self.assertEqual(names, ["alone", "alone-b", "default", "mps", "mps-prio", "mps-pct", "fikit",
+                                 "fikit[min-gap=10us]", "fikit-mps", "fikit-mps[min-gap=10us]"])
         by = {s.name: s for s in setups}
         self.assertTrue(by["mps-prio"].client_prio and by["mps-prio"].mps)
+        # mps-pct: the LP alone is held to a share of the SMs' threads.
+        self.assertTrue(by["mps-pct"].client_prio and by["mps-pct"].mps)
+        self.assertEqual(by["mps-pct"].lp_env, {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": es.MPS_PCT_LP})
+        self.assertEqual(by["mps-prio"].lp_env, {})
         # On a GPU fikit-run sets the client priority of fikit-mps; the simulator needs it from us.
         self.assertFalse(by["fikit-mps"].client_prio)
         self.assertTrue(es.pair_setups(["fikit-mps"], [("", [])], False)[0].client_prio)

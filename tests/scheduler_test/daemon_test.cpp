@@ -1248,22 +1248,42 @@ TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
             std::string::npos) << metrics;
 }
 
-// The overlap trials' counters, per GPU, as status counts them.
-TEST(Snapshot, MetricsCountOverlapTrialsAndHowTheyEnded) {
+// The controllers' counters per GPU, and a controlled service's objective, inflation and regime per
+// key, as status shows them.
+TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   scheduler::DaemonSnapshot s;
   for (const char* device : {"GPU-a", "GPU-b"}) {
     scheduler::DomainSnapshot d;
     d.device = device;
-    d.counters.overlap_trials = device[4] == 'a' ? 5 : 1;
-    d.counters.overlap_allowed = device[4] == 'a' ? 7 : 0;
-    d.counters.overlap_refused = device[4] == 'a' ? 2 : 1;
+    d.counters.regime_trials = device[4] == 'a' ? 5 : 1;
+    d.counters.regime_climbs = device[4] == 'a' ? 4 : 0;
+    d.counters.regime_drops = device[4] == 'a' ? 2 : 1;
+    d.counters.baselines = 3;
+    policy::TaskStatus svc;
+    svc.id = 1;
+    svc.key = "svc";
+    svc.controlled = device[4] == 'a';
+    svc.regime = policy::Regime::ShortBeside;
+    svc.objective_permille = 1200;
+    svc.inflation_permille = 1070;
+    d.tasks.push_back(svc);
     s.domains.push_back(d);
   }
   const std::string metrics = scheduler::format_prometheus(s);
-  for (const char* line : {"fikit_overlap_trials_total{device=\"GPU-a\"} 5", "fikit_overlap_allowed_total{device=\"GPU-a\"} 7",
-                           "fikit_overlap_refused_total{device=\"GPU-a\"} 2", "fikit_overlap_trials_total{device=\"GPU-b\"} 1",
-                           "fikit_overlap_allowed_total{device=\"GPU-b\"} 0", "fikit_overlap_refused_total{device=\"GPU-b\"} 1"})
+  for (const char* line : {"fikit_regime_trials_total{device=\"GPU-a\"} 5", "fikit_regime_climbs_total{device=\"GPU-a\"} 4",
+                           "fikit_regime_drops_total{device=\"GPU-a\"} 2", "fikit_regime_trials_total{device=\"GPU-b\"} 1",
+                           "fikit_baselines_total{device=\"GPU-b\"} 3",
+                           "fikit_service_objective_ratio{device=\"GPU-a\",key=\"svc\"} 1.2",
+                           "fikit_service_inflation_ratio{device=\"GPU-a\",key=\"svc\"} 1.07",
+                           "fikit_service_regime{device=\"GPU-a\",key=\"svc\"} 4"})
     EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
+  // Not controlled on GPU-b: no series there.
+  EXPECT_EQ(metrics.find("fikit_service_regime{device=\"GPU-b\""), std::string::npos) << metrics;
+  const std::string text = scheduler::format_text(s);
+  EXPECT_NE(text.find("short-beside 1.07x/1.2x"), std::string::npos) << text;
+  const std::string json = scheduler::format_json(s);
+  EXPECT_NE(json.find("\"regime\":\"short-beside\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"regime_drops\":3"), std::string::npos) << json;   // the totals: 2 + 1
 }
 
 // Two processes of one key: when one leaves, the key's counters keep what it counted (a counter that

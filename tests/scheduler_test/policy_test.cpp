@@ -302,114 +302,80 @@ TEST_F(PolicyTest, LongKernelsNeverRunWhileTheHolderIsActive) {
   EXPECT_EQ(state(lp), State::Run);   // idle: the in-flight bound caps what it may queue
 }
 
-TEST_F(PolicyTest, MpsTasksMayOverlapShortHoldsAndPayNoSwitch) {
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0, hp, kEnd, true);
-  EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_EQ(last[lp].short_hold_ns, us(50));
-  EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
-  // What may not run beside it goes to a partition instead of waiting (of 80 % of the SMs: the
-  // holder is light, its requests keep the GPU busy a few percent); the holder is not busy, so long
-  // holds run at full width while it is idle.
-  EXPECT_EQ(last[lp].partition_pct, 80);
-  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
-  want(T0 + 1, lp, 60);
-  notify(T0 + us(100), hp, k1);
-  EXPECT_EQ(last[lp].credit_ns, us(100));   // the whole gap: no context switch under MPS
-  send(T0 + us(500), hp, protocol::Idle{kEnd});
-  EXPECT_EQ(state(lp), State::Run);
-  // For when the holder's bell rings before its directive.
-  EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
-}
-
-TEST_F(PolicyTest, ThePartitionIsLargerOnlyBelowLightServices) {
-  add_graph_profile();
-  // Light: the fixture's service, busy a few percent of its requests' time.
-  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0, hp, kEnd, true);
-  EXPECT_EQ(last[mps].partition_pct, 80);
-  // A busy service above as well: the smaller partition.
-  const uint32_t g = reg(T0 + 1, "graph", 1);
-  notify(T0 + 2, g, k1, true);
-  EXPECT_EQ(last[mps].partition_pct, 35);
-  send(T0 + 3, g, protocol::Goodbye{});
-  notify(T0 + 4, hp, k1);
-  EXPECT_EQ(last[mps].partition_pct, 80);
-  // A service nobody measured (its busy share reads 0) is not taken for light.
-  const uint32_t unknown = reg(T0 + 5, "never-measured", 2);
-  notify(T0 + 6, unknown, k1, true);
-  EXPECT_EQ(last[mps].partition_pct, 35);
-}
-
-TEST_F(PolicyTest, OnlyTasksAboveDecideThePartitionAndALateProfileChangesIt) {
-  add_graph_profile();
-  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  // A busy task below the job, and one at its priority: neither is above it.
-  reg(T0, "graph", 7);
-  reg(T0, "graph", 5);
-  notify(T0 + 1, hp, kEnd, true);
-  EXPECT_EQ(last[mps].partition_pct, 80);
-  // A service registered before its profile was read: not light until the profile comes.
-  const uint32_t late = reg(T0 + 2, "late", 1);
-  notify(T0 + 3, late, k1, true);
-  EXPECT_EQ(last[mps].partition_pct, 35);
-  out.clear();
-  policy().update_profile(T0 + 4, "late", std::make_shared<const Profile>(profiles.table["hp"]), out);
-  record(T0 + 4);
-  EXPECT_EQ(last[mps].partition_pct, 80);
-}
-
-TEST_F(PolicyTest, ABusyServiceIsNeverLight) {
-  settings.light_busy_max_pct = 100;
-  add_graph_profile();
-  const uint32_t g = reg(T0, "graph", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0 + 1, g, k1, true);
-  EXPECT_EQ(last[mps].partition_pct, 35);
-}
-
-TEST_F(PolicyTest, LightServicesMayKeepTheOnePartition) {
-  // The partition an MPS task gets below the fixture's service (light: busy a few percent), active.
-  const auto partition_below_hp = [this] {
+// Under MPS the regime decides what a job below an active service may do. Fixed here (--regime
+// NAME); the controller chooses it in the tests after these.
+TEST_F(PolicyTest, EachRegimeTellsAnMpsJobWhatRunsBesideAnActiveService) {
+  settings.short_hold_ns = us(1000);   // longer than the bound (200 us): the protective steps clamp it
+  settings.regime_auto = false;
+  struct Case {
+    Regime regime;
+    uint8_t confine, partition;
+    uint64_t short_hold;
+  };
+  const Case cases[] = {
+      {Regime::HoldNarrow, protocol::kConfineLong, 35, us(200)},
+      {Regime::Hold, 0, 0, us(200)},
+      {Regime::Partition, protocol::kConfineActive, 35, us(200)},
+      {Regime::ShortBeside, protocol::kConfineShortBeside | protocol::kConfineActive, 35, us(1000)},
+      {Regime::Beside, protocol::kConfineShortBeside | protocol::kConfineBoundBeside, 0, us(1000)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(to_string(c.regime));
+    settings.fixed_regime = c.regime;
     p.reset();
     last.clear();
     const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-    notify(T0, hp, kEnd, true);
-    return last[mps].partition_pct;
-  };
-  settings.partition_light_pct = 0;
-  EXPECT_EQ(partition_below_hp(), 35);
-  settings.partition_light_pct = 80;
-  settings.light_busy_max_pct = 0;   // not light now
-  EXPECT_EQ(partition_below_hp(), 35);
+    const uint32_t ts = reg(T0, "lp", 5);
+    notify(T0 + 1, hp, kEnd, true);
+    EXPECT_EQ(state(mps), State::Fill);
+    EXPECT_EQ(last[mps].confine, c.confine);
+    EXPECT_EQ(last[mps].partition_pct, c.partition);
+    EXPECT_EQ(last[mps].short_hold_ns, c.short_hold);
+    // Time-sliced, nothing runs beside an active task whatever the regime.
+    EXPECT_EQ(last[ts].confine, 0);
+    EXPECT_EQ(last[ts].partition_pct, 0);
+    // Idle, the job runs; the flags stay for when the service's bell rings before its directive.
+    send(T0 + us(500), hp, protocol::Idle{kEnd});
+    EXPECT_EQ(state(mps), State::Run);
+    EXPECT_EQ(last[mps].confine, c.confine);
+    EXPECT_EQ(last[hp].confine, 0);   // nothing above the service
+  }
 }
 
-TEST_F(PolicyTest, WithoutPartitionsNothingIsConfinedAndTheHolderGetsNone) {
-  settings.partition_pct = 0;
+TEST_F(PolicyTest, MpsFillersPayNoSwitch) {
+  settings.regime_auto = false;
+  settings.fixed_regime = Regime::ShortBeside;
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0, hp, kEnd, true);
-  EXPECT_EQ(last[lp].partition_pct, 0);
-  EXPECT_EQ(last[lp].confine, protocol::kConfineShortBeside);
-  EXPECT_EQ(last[hp].confine, 0);   // nothing above the holder
-  EXPECT_EQ(last[hp].partition_pct, 0);
+  want(T0 + 1, lp, 60);
+  notify(T0 + us(100), hp, k1);
+  EXPECT_EQ(last[lp].credit_ns, us(100));   // the whole gap: no context switch under MPS
 }
 
-TEST_F(PolicyTest, BelowABusyTaskALongHoldIsOneLongerThanTheBound) {
-  settings.short_hold_ns = us(1000);
-  add_graph_profile();
-  const uint32_t hp = reg(T0, "graph", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0, hp, k1, true);
-  // What it could find holding SMs when it returns: no more than the bound (200 us).
-  EXPECT_EQ(last[lp].short_hold_ns, us(200));
-  send(T0 + us(1001), hp, protocol::Goodbye{});
-  reg(T0 + us(1002), "hp", 1);   // the fixture's eager holder: holds up to short-hold run beside it
-  EXPECT_EQ(last[lp].short_hold_ns, us(1000));
+TEST_F(PolicyTest, WithoutPartitionsNothingGoesToOne) {
+  settings.partition_pct = 0;
+  settings.regime_auto = false;
+  for (Regime r : {Regime::HoldNarrow, Regime::Partition, Regime::ShortBeside}) {
+    settings.fixed_regime = r;
+    p.reset();
+    last.clear();
+    const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+    notify(T0, hp, kEnd, true);
+    EXPECT_EQ(last[lp].partition_pct, 0);
+    EXPECT_EQ(last[lp].confine, r == Regime::ShortBeside ? protocol::kConfineShortBeside : 0);
+  }
 }
 
-// Trying overlap: the holder's active periods (activity start to its idle), `count` of them of
-// `len` each, one every `len` + 2 ms from `start`; returns when the next would begin.
-class OverlapTest : public PolicyTest {
+// The controller (auto, the default): the service's active periods, `count` of them of `len` each,
+// one every `len` + 2 ms from `start`; returns when the next would begin.
+class ControlTest : public PolicyTest {
  protected:
-  OverlapTest() { settings.overlap_probe = true; }
+  ControlTest() {
+    settings.controller.objective_permille = 1200;
+    settings.controller.warmup = 0;
+    settings.controller.window = 16;
+    settings.controller.baseline_first = 16;
+  }
   uint64_t periods(uint32_t hp, uint64_t start, int count, uint64_t len) {
     uint64_t at = start;
     for (int i = 0; i < count; ++i, at += len + us(2000)) {
@@ -424,143 +390,97 @@ class OverlapTest : public PolicyTest {
     ADD_FAILURE() << "task " << id << " not listed";
     return {};
   }
-  // Long holds beside it too, within the bound, instead of on the partition.
-  static constexpr uint8_t kBeside = protocol::kConfineShortBeside | protocol::kConfineBoundBeside;
 };
 
-TEST_F(OverlapTest, AServiceThatDoesNotMindIsFoundByTryingAndTheJobsLongHoldsThenRunBesideIt) {
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  uint64_t at = periods(hp, T0 + us(1), 31, us(1000));
-  // Confined so far: long holds on the partition while it is active.
-  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
-  EXPECT_EQ(status_of(hp, at).confined_period_ns, us(1000));
-  at = periods(hp, at, 1, us(1000));
-  // 32 periods measured: its long holds may now run beside it, within the bound.
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  EXPECT_EQ(last[lp].confine, kBeside);
-  EXPECT_EQ(last[lp].short_hold_ns, us(50));
+TEST_F(ControlTest, ABaselineHoldsAnMpsJobWhileTheServiceRestsButNotForLong) {
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  const uint32_t ts = reg(T0, "lp", 5);
+  EXPECT_EQ(state(mps), State::Hold);   // nothing of it in flight when the service's next period begins
+  EXPECT_EQ(state(ts), State::Run);     // time-sliced: no controller decides for it
+  EXPECT_TRUE(status_of(hp, T0).controlled);
+  EXPECT_EQ(status_of(hp, T0).regime, Regime::Held);
+  timers_until(T0 + settings.controller.baseline_idle_max_ns);
+  EXPECT_EQ(state(mps), State::Run);    // the service rests longer: the job goes meanwhile...
+  notify(T0 + settings.controller.baseline_idle_max_ns + 1, hp, k1, true);
+  EXPECT_EQ(state(mps), State::Hold);   // ...and is held again while it is active
+  // That period is not counted (the job may have had work in flight when it began); those that
+  // follow within the rest allowed are.
+  uint64_t at = periods(hp, T0 + settings.controller.baseline_idle_max_ns + us(100), 16, us(1000));
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Held);
+  periods(hp, at, 1, us(1000));
+  EXPECT_EQ(policy().counters().baselines, 1u);
+  EXPECT_NE(status_of(hp, at).regime, Regime::Held);
+}
+
+TEST_F(ControlTest, TheJobsDirectiveFollowsTheServicesControllerUpTheLadder) {
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);   // a trial of Hold after the baseline
   notify(at, hp, k1, true);
-  EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_EQ(last[lp].confine, kBeside);   // beside it while it is active too
-  send(at + us(1050), hp, protocol::Idle{kEnd});
-  // 5 % longer periods, within the 10 % tolerance: allowed (the same directive).
-  at = periods(hp, at + us(3050), 31, us(1050));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Allowed);
-  EXPECT_EQ(last[lp].confine, kBeside);
-  EXPECT_EQ(policy().counters().overlap_trials, 1u);
-  EXPECT_EQ(policy().counters().overlap_allowed, 1u);
-  EXPECT_EQ(policy().counters().overlap_refused, 0u);
-  // Allowed for a minute: the next check window measures the confined periods afresh, then tries again.
-  at = periods(hp, at + 60'000'000'000ull, 32, us(1000));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
-  at = periods(hp, at, 32, us(1000));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  EXPECT_EQ(policy().counters().overlap_trials, 2u);
-}
-
-TEST_F(OverlapTest, AServiceThatSlowsIsRefusedAndTriedAgainAfterAPauseThatDoubles) {
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  uint64_t at = periods(hp, T0 + us(1), 32, us(1000));
-  ASSERT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  at = periods(hp, at, 7, us(1200));   // 20 % longer: 7 periods say nothing yet...
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  const uint64_t refused_at = at = periods(hp, at, 1, us(1200));   // ...the median of 8 does
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
-  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
-  EXPECT_EQ(last[lp].short_hold_ns, us(50));
-  EXPECT_EQ(policy().counters().overlap_refused, 1u);
-  // Not tried again for 2 s, however many periods it runs meanwhile.
-  while (at < refused_at + 1'900'000'000ull) at = periods(hp, at, 32, us(1000));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
-  at = periods(hp, refused_at + 2'000'000'000ull, 1, us(1000));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  const uint64_t refused_again = at = periods(hp, at, 8, us(1200));
-  EXPECT_EQ(policy().counters().overlap_refused, 2u);
-  at = periods(hp, refused_again + 3'900'000'000ull, 1, us(1000));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);   // the pause is 4 s now
-  at = periods(hp, refused_again + 4'000'000'000ull, 1, us(1000));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Trying);
-  EXPECT_EQ(status_of(hp, at).overlap_trials, 3u);
-  EXPECT_EQ(status_of(hp, at).overlap_refused, 2u);
-}
-
-TEST_F(OverlapTest, APeriodPastFourConfinedUpperQuartilesEndsTheTrialBeforeItEnds) {
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  uint64_t at = periods(hp, T0 + us(1), 31, us(1000));
-  at = periods(hp, at, 1, us(9000));   // one slow confined period moves no quartile
-  ASSERT_EQ(last[lp].confine, kBeside);
+  EXPECT_EQ(state(mps), State::Fill);
+  EXPECT_EQ(last[mps].confine, 0);
+  send(at + us(1000), hp, protocol::Idle{kEnd});
+  at = periods(hp, at + us(3000), 15, us(1000));
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Partition);
   notify(at, hp, k1, true);
-  EXPECT_EQ(policy().next_wake(), at + us(4000));   // the daemon wakes at the limit: 4 x 1 ms
-  tick(at + us(3999));
-  EXPECT_EQ(last[lp].confine, kBeside);
-  tick(at + us(4000));
-  // Still active, 4 ms in: the job goes back to its partition now, not when the period ends.
-  EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
-  EXPECT_EQ(policy().counters().overlap_refused, 1u);
-  send(at + us(9000), hp, protocol::Idle{kEnd});   // that period is not a confined one
-  EXPECT_EQ(status_of(hp, at + us(9000)).confined_period_ns, us(1000));   // the median
+  EXPECT_EQ(last[mps].confine, protocol::kConfineActive);
+  EXPECT_EQ(last[mps].partition_pct, 35);
+  send(at + us(1000), hp, protocol::Idle{kEnd});
+  at = periods(hp, at + us(3000), 15 + 16, us(1000));
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Beside);
+  EXPECT_EQ(policy().counters().regime_climbs, 3u);
+  EXPECT_EQ(policy().counters().regime_drops, 0u);
+  EXPECT_EQ(status_of(hp, at).inflation_permille, 1000u);
 }
 
-TEST_F(OverlapTest, AllowedOverlapIsRefusedWhenTheNextPeriodsGrow) {
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  uint64_t at = periods(hp, T0 + us(1), 64, us(1000));
-  ASSERT_EQ(status_of(hp, at).overlap, Overlap::Allowed);
-  at = periods(hp, at, 7, us(1300));   // the job began to hurt it
-  EXPECT_EQ(last[lp].confine, kBeside);
-  at = periods(hp, at, 1, us(1300));   // the check window's median of 8 says so
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
-  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
+TEST_F(ControlTest, APeriodThatRunsPastTheLimitDropsTheRegimeWhileItRuns) {
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(100), 16 + 16, us(1000));
+  ASSERT_EQ(status_of(hp, at).regime, Regime::Partition);
+  // 4 upper quartiles (1 ms) at the objective: 4.8 ms. The service is still active at 4.9 ms.
+  notify(at, hp, k1, true);
+  notify(at + us(4000), hp, k4);
+  tick(at + us(4900));
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);
+  EXPECT_EQ(last[mps].confine, 0);       // the job waits again, before the period ends
+  EXPECT_EQ(policy().counters().regime_drops, 1u);
 }
 
-TEST_F(PolicyTest, OverlapIsNotTriedByDefault) {
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  for (int i = 0; i < 100; ++i) {
-    notify(T0 + uint64_t(i) * us(3000), hp, k1, true);
-    send(T0 + uint64_t(i) * us(3000) + us(1000), hp, protocol::Idle{kEnd});
-  }
-  EXPECT_EQ(policy().counters().overlap_trials, 0u);
-  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfineActive);
-}
-
-TEST_F(OverlapTest, ATrialCountsOnlyPeriodsWithTheTasksBelowBesideIt) {
-  // Two services above the job: while the second still confines it, the first's trial tests nothing.
-  const uint32_t a = reg(T0, "hp", 0), b = reg(T0, "mid", 1), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  uint64_t at = periods(a, T0 + us(1), 32, us(1000));
-  ASSERT_EQ(status_of(a, at).overlap, Overlap::Trying);
-  EXPECT_EQ(last[lp].confine & protocol::kConfineBoundBeside, 0);   // b is still confined
+TEST_F(ControlTest, BelowTwoServicesAJobGetsTheTighterRegimeAndOnlyAnExposedServiceLearns) {
+  const uint32_t a = reg(T0, "hp", 0), b = reg(T0, "mid", 1);
+  const uint32_t mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  // b never runs: after its rest it keeps the job at its first step (hold-narrow). a's first
+  // period comes after a longer rest than a baseline holds the job: not counted.
+  uint64_t at = periods(a, T0 + us(600'000), 17, us(1000));
+  ASSERT_EQ(status_of(a, at).regime, Regime::Hold);
   at = periods(a, at, 40, us(1000));
-  EXPECT_EQ(status_of(a, at).overlap, Overlap::Trying);   // none of those 40 periods counted
-  // b's own trial puts the job beside both: from then on a's periods count.
-  at = periods(b, at, 32, us(1000));
-  ASSERT_EQ(last[lp].confine, kBeside);
-  at = periods(a, at, 32, us(1000));
-  EXPECT_EQ(status_of(a, at).overlap, Overlap::Allowed);
-  // The job leaves: b's trial periods test nothing any more.
-  send(at, lp, protocol::Goodbye{});
-  at = periods(b, at, 40, us(3000));
-  EXPECT_EQ(status_of(b, at).overlap, Overlap::Trying);
-  EXPECT_EQ(policy().counters().overlap_refused, 0u);
+  // a's trial of Hold tells nothing while b holds the job tighter: not judged.
+  EXPECT_EQ(status_of(a, at).regime, Regime::Hold);
+  EXPECT_EQ(status_of(a, at).regime_climbs, 0u);
+  notify(at, a, k1, true);
+  EXPECT_EQ(last[mps].confine, protocol::kConfineLong);   // hold-narrow, b's
+  EXPECT_EQ(status_of(b, at).regime, Regime::Held);
 }
 
-TEST_F(OverlapTest, NothingIsTriedWithTheSettingOffOrWithoutMpsTasksBelow) {
-  const uint32_t hp = reg(T0, "hp", 0);
-  const uint32_t lp = reg(T0, "lp", 5);   // time-sliced: nothing can run beside the service
-  uint64_t at = periods(hp, T0 + us(1), 40, us(1000));
-  EXPECT_EQ(status_of(hp, at).overlap, Overlap::Confined);
-  EXPECT_FALSE(status_of(hp, at).below_mps);
-  EXPECT_EQ(last[lp].confine, 0);
-  send(at, lp, protocol::Goodbye{});
+TEST_F(ControlTest, AServiceMayStateItsOwnObjectiveAndAFixedRegimeRunsNoController) {
+  Registration r;
+  r.priority = 0;
+  r.key = "hp";
+  r.objective_permille = 1500;
+  r.authenticated = true;
+  out.clear();
+  const uint32_t hp = policy().on_register(T0, 0, r, out);
+  const uint32_t other = reg(T0, "mid", 1);
+  reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  EXPECT_EQ(status_of(hp, T0).objective_permille, 1500u);
+  EXPECT_EQ(status_of(other, T0).objective_permille, 1200u);
+  settings.regime_auto = false;
   p.reset();
-  settings.overlap_probe = false;
-  const uint32_t hp2 = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  at = periods(hp2, T0 + us(1), 100, us(1000));
-  EXPECT_EQ(status_of(hp2, at).overlap, Overlap::Confined);
-  EXPECT_TRUE(status_of(hp2, at).below_mps);
-  EXPECT_EQ(last[mps].confine & protocol::kConfinePartition, protocol::kConfineActive);
-  EXPECT_EQ(policy().counters().overlap_trials, 0u);
+  const uint32_t fixed = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  EXPECT_FALSE(status_of(fixed, T0).controlled);
+  EXPECT_EQ(state(mps), State::Run);   // no baseline holds it
 }
+
 
 TEST(BusyPercent, IsWhatRequestsDoOnTheGpuWhenTheRunsSayIt) {
   Profile eager;
@@ -580,34 +500,6 @@ TEST(BusyPercent, IsKernelTimeAgainstItPlusTheGapsInsideIterations) {
   eager[1] = kernel(us(10), us(30));       // 10 calls: 100 us busy, 300 us of gaps
   eager[2] = kernel(us(20), us(0), 0, 5);  // 5 calls ending iterations: 100 us busy
   EXPECT_EQ(busy_percent(eager), 40u);
-}
-
-TEST_F(PolicyTest, UnderMpsNothingOverlapsBelowATaskThatKeepsTheGpuBusy) {
-  settings.mps_overlap_max_busy_pct = 80;
-  add_graph_profile();
-  const uint32_t hp = reg(T0, "graph", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0, hp, k1, true);
-  EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_FALSE(last[lp].confine & protocol::kConfineShortBeside);
-  // Everything it launches meanwhile runs on its partition; long holds always do (the busy
-  // service's return cannot wait for them).
-  EXPECT_EQ(last[lp].confine & protocol::kConfinePartition, protocol::kConfinePartition);
-  send(T0 + us(900), hp, protocol::Idle{k1});
-  EXPECT_EQ(state(lp), State::Run);
-  EXPECT_FALSE(last[lp].confine & protocol::kConfineShortBeside);   // nor when its bell rings before the directive
-  EXPECT_TRUE(last[lp].confine & protocol::kConfineLong);
-  // The fixture's holder is busy 16 % of its active time: beside it short holds overlap.
-  send(T0 + us(1001), hp, protocol::Goodbye{});
-  const uint32_t eager = reg(T0 + us(1002), "hp", 1);
-  EXPECT_TRUE(last[lp].confine & protocol::kConfineShortBeside);
-  EXPECT_FALSE(last[lp].confine & protocol::kConfineLong);
-  bool listed = false;
-  for (const TaskStatus& st : policy().status(T0 + us(1003))) {
-    if (st.id != eager) continue;
-    listed = true;
-    EXPECT_EQ(st.busy_pct, 16u);
-  }
-  EXPECT_TRUE(listed);
 }
 
 TEST_F(PolicyTest, TasksBelowTheHolderWatchItsBellAtTheGenerationTheDaemonKnows) {

@@ -54,9 +54,10 @@ TEST(Protocol, RegisterRoundTrip) {
   r.sm_count = 132;
   r.memory_total = 80ull << 30;
   r.memory_limit = 20ull << 30;
+  r.objective_permille = 1250;
   set_key(r, "resnet50-infer");
   auto buf = encoded(header(77, 0), r);
-  ASSERT_EQ(buf.size(), kHeaderSize + 44 + 14);
+  ASSERT_EQ(buf.size(), kHeaderSize + 48 + 14);
   Message m = decoded(buf);
   EXPECT_EQ(m.header.type, Type::Register);   // the type comes from the body
   EXPECT_EQ(m.header.seq, 77u);
@@ -72,8 +73,12 @@ TEST(Protocol, RegisterRoundTrip) {
   EXPECT_EQ(got.sm_count, 132);
   EXPECT_EQ(got.memory_total, 80ull << 30);
   EXPECT_EQ(got.memory_limit, 20ull << 30);
-  buf[kHeaderSize + 3] = 0x02;   // an unknown register flag
+  EXPECT_EQ(got.objective_permille, 1250u);
   Message bad;
+  auto below_one = buf;
+  below_one[kHeaderSize + 44] = 0xe7, below_one[kHeaderSize + 45] = 0x03;   // 999: faster than alone
+  EXPECT_EQ(decode(below_one, bad), DecodeError::BadField);
+  buf[kHeaderSize + 3] = 0x02;   // an unknown register flag
   EXPECT_EQ(decode(buf, bad), DecodeError::BadField);
   EXPECT_EQ(got.key_view(), "resnet50-infer");
 }

@@ -69,6 +69,25 @@ TEST(HookSettings, StringsFollowWhatTheHookCanHoldAndSend) {
   EXPECT_NE(refusal("FIKIT_MEMORY_LIMIT", "20XB").find("unknown unit"), std::string::npos);
 }
 
+TEST(HookSettings, AnObjectiveIsAFactorAsPeopleWriteIt) {
+  uint32_t permille = 0;
+  char why[192];
+  const auto parsed = [&](const char* text) {
+    permille = 0;
+    EXPECT_TRUE(check(*find("FIKIT_OBJECTIVE"), text, &permille, why, sizeof why)) << text << ": " << why;
+    return permille;
+  };
+  EXPECT_EQ(parsed("1.2"), 1200u);
+  EXPECT_EQ(parsed("1.25x"), 1250u);
+  EXPECT_EQ(parsed("120%"), 1200u);
+  EXPECT_EQ(parsed("2"), 2000u);
+  EXPECT_EQ(parsed("1.0004"), 1000u);   // past a permille: cut
+  EXPECT_NE(refusal("FIKIT_OBJECTIVE", "0.9").find("out of range 1 to 100"), std::string::npos);
+  EXPECT_NE(refusal("FIKIT_OBJECTIVE", "101").find("out of range"), std::string::npos);
+  for (const char* bad : {"", "x", "1.2.3", "-1.2", "1,2", "1.2 x"})
+    EXPECT_NE(refusal("FIKIT_OBJECTIVE", bad).find("is not a factor"), std::string::npos) << bad;
+}
+
 TEST(HookSettings, AReasonIsCutToItsBufferAndTerminated) {
   uint32_t unused = 0;
   char why[8];

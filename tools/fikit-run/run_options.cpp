@@ -61,6 +61,11 @@ is PROGRAM's own.
 
 Options:
   --priority N        0 (highest) .. 9 (lowest); sets FIKIT_PRIORITY (default 5)
+  --objective X       a service's objective: the longest its GPU work per request may take beside
+                      the jobs below it, as a multiple of its time alone, e.g. 1.2 (1.2x, 120%);
+                      sets FIKIT_OBJECTIVE (default: fikit-scheduler's --objective, 1.2).
+                      The daemon gives the jobs below it the most it can within it
+                      (docs/scheduling.md, "The controller")
   --task-key K        profile key; sets FIKIT_TASK_KEY (default: derived from the command line)
   --mode M            auto|measure|share|off; sets FIKIT_MODE (default auto: measure, then share)
   --scheduler H:P     fikit-scheduler's UDP address; sets FIKIT_SCHEDULER (default 127.0.0.1:47800)
@@ -91,8 +96,8 @@ Options:
 The backend: the program is an MPS client when an NVIDIA MPS control daemon runs for it: in
 $CUDA_MPS_PIPE_DIRECTORY when that is set, else the one fikit-scheduler --mps on starts
 (/tmp/fikit-mps/pipe; fikit-run then sets CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY),
-else /tmp/nvidia-mps. That is the recommended setup: under MPS, FIKIT lets kernels that hold SMs
-briefly run beside a service and sends the rest to an SM partition instead of stopping them
+else /tmp/nvidia-mps. That is the recommended setup: under MPS, FIKIT lets the jobs run
+beside a service what its objective allows, as measured, instead of stopping them all
 (docs/scheduling.md). fikit-run then also sets CUDA_MPS_CLIENT_PRIORITY from --priority: 0
 (normal) for priority 0, 1 (below normal) for 1-9, unless it is set already. With
 FIKIT_LOG_LEVEL=info it says which backend it found.

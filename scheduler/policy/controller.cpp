@@ -1,0 +1,184 @@
+#include "controller.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "sample_quantile.h"
+
+namespace fikit::policy {
+
+namespace {
+constexpr const char* kRegimeNames[kRegimes] = {"held", "hold-narrow", "hold", "partition", "short-beside", "beside"};
+}
+
+const char* to_string(Regime r) { return unsigned(r) < unsigned(kRegimes) ? kRegimeNames[unsigned(r)] : "?"; }
+
+bool regime_from_string(const char* name, bool& automatic, Regime& fixed) {
+  if (std::strcmp(name, "auto") == 0) {
+    automatic = true;
+    return true;
+  }
+  // "held" is the baseline's, never a regime to run under for good: the tasks below would never run.
+  for (int i = int(Regime::HoldNarrow); i < kRegimes; ++i)
+    if (std::strcmp(name, kRegimeNames[i]) == 0) {
+      automatic = false;
+      fixed = Regime(i);
+      return true;
+    }
+  return false;
+}
+
+Controller::Controller(const ControllerSettings& s) : s_(s) {
+  s_.window = std::clamp<uint32_t>(s_.window, 2, kWindowMax);
+  s_.early_judge = std::clamp<uint32_t>(s_.early_judge, 2, s_.window);
+  s_.baseline_first = std::clamp<uint32_t>(s_.baseline_first, 1, kBaselineRing);
+  s_.baseline_refresh = std::clamp<uint32_t>(s_.baseline_refresh, 1, kBaselineRing);
+  if (s_.top == Regime::Held) s_.top = Regime::HoldNarrow;
+  // The most protective step first: the controller climbs from there as the service allows.
+  adopted_ = trial_ = std::min(s_.partition ? Regime::HoldNarrow : Regime::Hold, s_.top);
+  baseline_needed_ = s_.baseline_first;
+  warmup_left_ = s_.warmup;
+  pause_ = s_.first_pause_ns;
+}
+
+Regime Controller::step_up(Regime r) const {
+  for (int i = int(r) + 1; i <= int(s_.top); ++i) {
+    const Regime next = Regime(i);
+    if (!s_.partition && (next == Regime::HoldNarrow || next == Regime::Partition)) continue;
+    return next;
+  }
+  return r;
+}
+
+Regime Controller::step_down(Regime r) const {
+  for (int i = int(r) - 1; i > int(Regime::Held); --i) {
+    const Regime next = Regime(i);
+    if (!s_.partition && (next == Regime::HoldNarrow || next == Regime::Partition)) continue;
+    return next;
+  }
+  return r;
+}
+
+uint64_t Controller::baseline_quantile(unsigned pct) const {
+  return sample_quantile(baseline_, std::min(baseline_count_, kBaselineRing), pct);
+}
+
+bool Controller::within(unsigned pct) const {
+  const uint64_t w = sample_quantile(window_, n_, pct), b = baseline_quantile(pct);
+  return w * 1000 <= b * uint64_t(s_.objective_permille);
+}
+
+void Controller::judge_inflation() {
+  uint32_t worst = 0;
+  for (unsigned pct : {50u, 75u}) {
+    const uint64_t b = baseline_quantile(pct), w = sample_quantile(window_, n_, pct);
+    if (b != 0) worst = std::max<uint32_t>(worst, uint32_t(std::min<uint64_t>(w * 1000 / b, UINT32_MAX)));
+  }
+  inflation_ = worst;
+}
+
+uint64_t Controller::limit_ns() const {
+  if (phase_ == Phase::Baseline || baseline_count_ == 0) return UINT64_MAX;
+  // Four baseline upper quartiles at the objective: a period that long says the step hurts without
+  // waiting for the window (a service held up by a long hold, or SMs it never gets back).
+  return 4 * baseline_quantile(75) * s_.objective_permille / 1000;
+}
+
+void Controller::begin(uint64_t now, Phase p) {
+  phase_ = p;
+  phase_since_ = now;
+  n_ = 0;
+  if (p == Phase::Baseline)
+    baseline_needed_ = std::min<uint32_t>(baseline_count_ == 0 ? s_.baseline_first : s_.baseline_refresh, kWindowMax);
+}
+
+void Controller::refuse(uint64_t now) {
+  // A drop gives a step up: a trial's, or the adopted one's (at the bottom there is none to give).
+  if (phase_ == Phase::Trial || step_down(adopted_) != adopted_) ++drops_;
+  if (phase_ == Phase::Trial) {
+    next_trial_ = now + pause_;
+    pause_ = std::min(2 * pause_, s_.max_pause_ns);
+  } else {
+    // The adopted step hurts now (the load or either program changed): one step down at once, and
+    // the step given up is tried again after the pause as any refused one.
+    adopted_ = step_down(adopted_);
+    next_trial_ = now + pause_;
+  }
+  begin(now, Phase::Steady);
+}
+
+void Controller::on_overrun(uint64_t now) {
+  if (phase_ == Phase::Baseline) return;
+  inflation_ = std::max(inflation_, s_.objective_permille * 4);
+  refuse(now);
+}
+
+void Controller::on_period(uint64_t now, uint64_t len) {
+  if (warmup_left_ > 0) {
+    --warmup_left_;
+    return;
+  }
+  if (phase_ == Phase::Baseline) {
+    window_[n_++] = len;
+    if (n_ < baseline_needed_) return;
+    // A refresh whose median is off the older baseline's by more than the objective either way
+    // says the service itself changed (its requests, its load): it replaces the baseline.
+    if (baseline_count_ != 0) {
+      const uint64_t fresh = sample_quantile(window_, n_, 50), old = baseline_quantile(50);
+      const uint64_t obj = s_.objective_permille;
+      if (fresh * 1000 > old * obj || old * 1000 > fresh * obj) baseline_count_ = 0;
+    }
+    for (uint32_t i = 0; i < n_; ++i) baseline_[baseline_count_++ % kBaselineRing] = window_[i];
+    ++baselines_;
+    held_ns_ += now - phase_since_;
+    last_refresh_ = now;
+    begin(now, Phase::Steady);
+    climb(now);
+    return;
+  }
+  if (len > limit_ns()) {
+    on_overrun(now);
+    return;
+  }
+  window_[n_++] = len;
+  if (phase_ == Phase::Trial && n_ == s_.early_judge && !within(50)) {
+    judge_inflation();
+    refuse(now);
+    return;
+  }
+  if (n_ < s_.window) return;
+  judge_inflation();
+  const bool ok = within(50) && within(75);
+  // Faster than the baseline by more than the objective: the baseline is what is off (a service
+  // still warming up, or one whose requests got shorter). Measure it again before going on.
+  if (ok && uint64_t(inflation_) * s_.objective_permille < 1000ull * 1000) {
+    begin(now, Phase::Baseline);
+    return;
+  }
+  if (!ok) {
+    refuse(now);
+  } else if (phase_ == Phase::Trial) {
+    adopted_ = trial_;
+    ++climbs_;
+    pause_ = s_.first_pause_ns;
+    begin(now, Phase::Steady);
+  } else {
+    begin(now, Phase::Steady);
+  }
+  // Either program may have changed since the baseline: measure it afresh now and then.
+  if (now - last_refresh_ >= s_.refresh_every_ns) {
+    begin(now, Phase::Baseline);
+    return;
+  }
+  climb(now);
+}
+
+void Controller::climb(uint64_t now) {
+  // Straight on after a baseline or a window that passed; a refused step waits out its pause.
+  if (phase_ != Phase::Steady || now < next_trial_ || step_up(adopted_) == adopted_) return;
+  trial_ = step_up(adopted_);
+  ++trials_;
+  begin(now, Phase::Trial);
+}
+
+}  // namespace fikit::policy

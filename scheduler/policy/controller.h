@@ -1,0 +1,102 @@
+#pragma once
+// The sharing engine's closed loop for one service (docs/scheduling.md, "The controller"): it
+// measures the service's active periods (its first launch after an idle to its next idle) and
+// chooses what the MPS tasks below it may do while it is active: the most generous regime on the
+// ladder under which the service's periods stay within its objective of what they last were with
+// the tasks below held (its baseline). Pure: periods and times in, the regime out; the policy
+// (policy.h) feeds it and turns the regime into directives.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace fikit::policy {
+
+// What the MPS tasks below a service may do, from most protective to most generous.
+enum class Regime : uint8_t {
+  Held,          // a baseline window: they launch nothing at all, the service runs alone
+  HoldNarrow,    // while it is active they wait (gap credit only); long holds always on the partition
+  Hold,          // while it is active they wait; while it is idle everything at full width, bounded
+  Partition,     // while it is active everything runs on the partition instead of waiting
+  ShortBeside,   // ... and launches that hold SMs briefly run beside it at full width
+  Beside,        // everything beside it at full width, within the in-flight bound
+};
+constexpr int kRegimes = int(Regime::Beside) + 1;
+const char* to_string(Regime r);
+// "auto" is the controller; a regime's name fixes that regime. false: no such name.
+bool regime_from_string(const char* name, bool& automatic, Regime& fixed);
+
+struct ControllerSettings {
+  // The service's objective: its periods' median and upper quartile at most this many permille of
+  // the baseline's (1200: 1.2x).
+  uint32_t objective_permille = 1200;
+  uint32_t window = 16;             // periods judged together
+  uint32_t early_judge = 8;         // a trial's median judged after this many periods already
+  uint32_t warmup = 8;              // a service's first periods are not counted (lazy loading, autotuning)
+  uint32_t baseline_first = 16;     // held periods before the first judgement
+  uint32_t baseline_refresh = 8;    // held periods of each refresh
+  uint64_t refresh_every_ns = 60'000'000'000;   // a baseline refresh at most this often
+  // In a baseline window the tasks below are held while the service is idle too (its next period
+  // must find nothing of theirs in flight), but no longer than this after it went idle: a service
+  // that rests longer does not stop them, and its next period is not counted.
+  uint64_t baseline_idle_max_ns = 500'000'000;
+  uint64_t first_pause_ns = 2'000'000'000;      // a refused step is tried again after this, doubling...
+  uint64_t max_pause_ns = 60'000'000'000;       // ...up to this (load changes: try again within a minute)
+  bool partition = true;            // the SM partition exists (HoldNarrow and Partition are steps)
+  Regime top = Regime::Beside;      // the most generous step it may climb to
+};
+
+class Controller {
+ public:
+  Controller() = default;
+  explicit Controller(const ControllerSettings& s);
+
+  // The regime the tasks below are under now.
+  Regime regime() const { return phase_ == Phase::Baseline ? Regime::Held : phase_ == Phase::Trial ? trial_ : adopted_; }
+  Regime adopted() const { return adopted_; }
+  // A period ended, `len` long, under regime() from its start to its end, with a task below
+  // exposed to it. Decides the next regime.
+  void on_period(uint64_t now, uint64_t len);
+  // The longest a period under regime() may last before it is a violation, counted from its start
+  // (UINT64_MAX: no limit: held, or no baseline yet).
+  uint64_t limit_ns() const;
+  // A period under way passed limit_ns(): the step is refused at once.
+  void on_overrun(uint64_t now);
+  // The last judged window against the baseline: the larger of the median and upper-quartile
+  // ratios, permille (0: none judged yet).
+  uint32_t inflation_permille() const { return inflation_; }
+  uint64_t baseline_quantile(unsigned pct) const;
+  uint32_t objective_permille() const { return s_.objective_permille; }
+  // Counts: trials begun, steps adopted by a trial, steps given up (a failed window or an overrun),
+  // baseline windows measured, and how long the tasks below were held for them.
+  uint64_t trials() const { return trials_; }
+  uint64_t climbs() const { return climbs_; }
+  uint64_t drops() const { return drops_; }
+  uint64_t baselines() const { return baselines_; }
+  uint64_t held_ns() const { return held_ns_; }
+
+ private:
+  enum class Phase : uint8_t { Baseline, Steady, Trial };
+  static constexpr size_t kBaselineRing = 32;
+  static constexpr size_t kWindowMax = 64;
+  Regime step_up(Regime r) const;     // the next more generous step (r when none)
+  Regime step_down(Regime r) const;   // the next more protective step, never Held (r when none)
+  bool within(unsigned pct) const;    // the window's quantile within the objective of the baseline's
+  void judge_inflation();
+  void begin(uint64_t now, Phase p);
+  void refuse(uint64_t now);
+  void climb(uint64_t now);
+
+  ControllerSettings s_;
+  Phase phase_ = Phase::Baseline;
+  Regime adopted_ = Regime::HoldNarrow, trial_ = Regime::HoldNarrow;
+  std::array<uint64_t, kBaselineRing> baseline_{};
+  size_t baseline_count_ = 0;         // periods ever added (the ring holds the last ones)
+  uint32_t baseline_needed_ = 0;      // held periods still to measure in this baseline window
+  std::array<uint64_t, kWindowMax> window_{};
+  uint32_t n_ = 0, warmup_left_ = 0;
+  uint64_t phase_since_ = 0, last_refresh_ = 0, next_trial_ = 0, pause_ = 0;
+  uint32_t inflation_ = 0;
+  uint64_t trials_ = 0, climbs_ = 0, drops_ = 0, baselines_ = 0, held_ns_ = 0;
+};
+
+}  // namespace fikit::policy

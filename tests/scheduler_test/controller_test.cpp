@@ -1,0 +1,207 @@
+// A service's controller in virtual time: the baseline, the climb up the ladder while the service's
+// periods stay within its objective, a refused step and its doubling pause, a step given up at once
+// when a period overruns, a step given up when the load changes, the baseline's refresh, and the
+// ladder without a partition.
+#include <gtest/gtest.h>
+
+#include "controller.h"
+
+namespace fikit::policy {
+namespace {
+
+constexpr uint64_t ms(uint64_t n) { return n * 1'000'000; }
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  ControllerTest() {
+    s.objective_permille = 1200;
+    s.warmup = 0;
+    s.window = 16;
+    s.early_judge = 8;
+    s.baseline_first = 16;
+    s.baseline_refresh = 8;
+    s.refresh_every_ns = ms(60'000);
+    s.first_pause_ns = ms(2000);
+    s.max_pause_ns = ms(60'000);
+  }
+  // `n` periods; each one's length from `len(regime)` under the regime in force when it ran; one
+  // every 10 ms of virtual time.
+  template <class F>
+  void periods(int n, F len) {
+    for (int i = 0; i < n; ++i, now += ms(10)) c.on_period(now, len(c.regime()));
+  }
+  void periods(int n, uint64_t len) {
+    periods(n, [len](Regime) { return len; });
+  }
+  // Periods until the regime is `r` (at most `limit`); whether it got there.
+  template <class F>
+  bool until(Regime r, F len, int limit = 1000) {
+    for (int i = 0; i < limit && c.regime() != r; ++i, now += ms(10)) c.on_period(now, len(c.regime()));
+    return c.regime() == r;
+  }
+
+  ControllerSettings s;
+  Controller c{s};
+  uint64_t now = ms(1000);
+};
+
+TEST_F(ControllerTest, ClimbsFromAHeldBaselineToBesideWhileTheServiceKeepsItsPace) {
+  c = Controller(s);
+  EXPECT_EQ(c.regime(), Regime::Held);   // the baseline first: the tasks below launch nothing
+  EXPECT_EQ(c.limit_ns(), UINT64_MAX);
+  periods(15, ms(5));
+  EXPECT_EQ(c.regime(), Regime::Held);
+  periods(1, ms(5));
+  // Straight into a trial of the step above the most protective one.
+  EXPECT_EQ(c.baselines(), 1u);
+  EXPECT_EQ(c.adopted(), Regime::HoldNarrow);
+  EXPECT_EQ(c.regime(), Regime::Hold);
+  for (Regime next : {Regime::Partition, Regime::ShortBeside, Regime::Beside}) {
+    periods(16, ms(5));
+    EXPECT_EQ(c.regime(), next);
+  }
+  periods(16, ms(5));
+  EXPECT_EQ(c.adopted(), Regime::Beside);
+  EXPECT_EQ(c.regime(), Regime::Beside);
+  EXPECT_EQ(c.climbs(), 4u);
+  EXPECT_EQ(c.drops(), 0u);
+  EXPECT_EQ(c.inflation_permille(), 1000u);
+}
+
+TEST_F(ControllerTest, AStepThatSlowsTheServiceIsRefusedAfterEightPeriodsAndTriedAgainAfterAPauseThatDoubles) {
+  c = Controller(s);
+  // The service takes 5 ms alone and in the hold steps, 7 ms (1.4x) once anything runs beside it.
+  const auto len = [](Regime r) { return r <= Regime::Hold ? ms(5) : ms(7); };
+  ASSERT_TRUE(until(Regime::Partition, len));
+  periods(7, len);
+  EXPECT_EQ(c.regime(), Regime::Partition);
+  periods(1, len);   // the eighth: its median is past the objective
+  EXPECT_EQ(c.regime(), Regime::Hold);
+  EXPECT_EQ(c.drops(), 1u);
+  EXPECT_EQ(c.inflation_permille(), 1400u);
+  // Not again before the pause (2 s): windows at Hold meanwhile.
+  const uint64_t refused = now;
+  ASSERT_TRUE(until(Regime::Partition, len));
+  EXPECT_GE(now - refused, ms(2000));
+  periods(8, len);
+  EXPECT_EQ(c.regime(), Regime::Hold);
+  const uint64_t refused_again = now;
+  ASSERT_TRUE(until(Regime::Partition, len));
+  EXPECT_GE(now - refused_again, ms(4000));   // the pause doubled
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+}
+
+TEST_F(ControllerTest, APeriodPastFourBaselineUpperQuartilesAtTheObjectiveGivesTheStepUpAtOnce) {
+  c = Controller(s);
+  periods(16, ms(5));
+  ASSERT_EQ(c.regime(), Regime::Hold);
+  EXPECT_EQ(c.limit_ns(), 4 * ms(5) * 1200 / 1000);
+  periods(3, ms(5));
+  c.on_overrun(now);
+  EXPECT_EQ(c.regime(), Regime::HoldNarrow);
+  EXPECT_EQ(c.drops(), 1u);
+  // A period that long, reported at its end, counts the same.
+  ASSERT_TRUE(until(Regime::Hold, [](Regime) { return ms(5); }));
+  c.on_period(now, ms(25));
+  EXPECT_EQ(c.regime(), Regime::HoldNarrow);
+  EXPECT_EQ(c.drops(), 2u);
+}
+
+TEST_F(ControllerTest, AnAdoptedStepThatStartsToHurtIsGivenUpAtTheEndOfItsWindow) {
+  c = Controller(s);
+  ASSERT_TRUE(until(Regime::Beside, [](Regime) { return ms(5); }));
+  periods(16, ms(5));
+  ASSERT_EQ(c.adopted(), Regime::Beside);
+  // The job or the load changed: beside it the service now takes 1.5x.
+  const auto len = [](Regime r) { return r == Regime::Beside ? ms(15) / 2 : ms(5); };
+  periods(16, len);
+  EXPECT_EQ(c.adopted(), Regime::ShortBeside);
+  EXPECT_EQ(c.regime(), Regime::ShortBeside);
+  EXPECT_GT(c.inflation_permille(), 1200u);
+}
+
+TEST_F(ControllerTest, TheBaselineIsMeasuredAgainOnceARefreshIsDueAndJudgesWhatFollows) {
+  c = Controller(s);
+  ASSERT_TRUE(until(Regime::Beside, [](Regime) { return ms(5); }));
+  now += ms(60'000);
+  periods(16, ms(5));   // the window that ends after the refresh is due
+  EXPECT_EQ(c.regime(), Regime::Held);
+  // The service got slower on its own (longer requests): 8 held periods of 10 ms, twice the older
+  // baseline's median, replace it, and beside is judged against them (the old baseline would refuse
+  // it at once).
+  periods(8, ms(10));
+  EXPECT_EQ(c.baselines(), 2u);
+  EXPECT_EQ(c.adopted(), Regime::Beside);
+  EXPECT_EQ(c.baseline_quantile(50), ms(10));
+  periods(16, ms(10));
+  EXPECT_EQ(c.adopted(), Regime::Beside);
+}
+
+TEST_F(ControllerTest, ARefreshCloseToTheBaselineJoinsIt) {
+  c = Controller(s);
+  ASSERT_TRUE(until(Regime::Beside, [](Regime) { return ms(5); }));
+  now += ms(60'000);
+  periods(16, ms(5));
+  ASSERT_EQ(c.regime(), Regime::Held);
+  periods(8, ms(11) / 2);   // 1.1x: within the objective, so the ring keeps the older ones
+  EXPECT_EQ(c.baseline_quantile(50), ms(5));
+  EXPECT_EQ(c.baseline_quantile(75), ms(11) / 2);
+}
+
+TEST_F(ControllerTest, WithoutAPartitionTheLadderIsHoldShortBesideBeside) {
+  s.partition = false;
+  c = Controller(s);
+  periods(16, ms(5));
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_EQ(c.regime(), Regime::ShortBeside);
+  periods(16, ms(5));
+  EXPECT_EQ(c.regime(), Regime::Beside);
+  // Given up, it goes back one step: never to a partition step it does not have.
+  periods(8, ms(20));
+  EXPECT_EQ(c.regime(), Regime::ShortBeside);
+}
+
+TEST_F(ControllerTest, ATopBelowBesideIsNeverPassed) {
+  s.top = Regime::Hold;
+  c = Controller(s);
+  periods(16 * 10, ms(5));
+  EXPECT_EQ(c.regime(), Regime::Hold);
+  EXPECT_EQ(c.trials(), 1u);
+}
+
+TEST_F(ControllerTest, AServicesFirstPeriodsAreNotItsBaseline) {
+  s.warmup = 8;
+  c = Controller(s);
+  periods(8, ms(50));   // start-up: lazy loading, autotuning
+  periods(16, ms(5));
+  EXPECT_EQ(c.baselines(), 1u);
+  EXPECT_EQ(c.baseline_quantile(75), ms(5));
+}
+
+TEST_F(ControllerTest, AWindowFarFasterThanTheBaselineHasItMeasuredAgain) {
+  c = Controller(s);
+  periods(16, ms(20));   // a baseline taken while the service was slow for reasons of its own
+  ASSERT_EQ(c.regime(), Regime::Hold);
+  periods(16, ms(5));    // 0.25x: the baseline is what is off
+  EXPECT_EQ(c.regime(), Regime::Held);
+  EXPECT_EQ(c.climbs(), 0u);
+  periods(8, ms(5));
+  EXPECT_EQ(c.baselines(), 2u);
+  EXPECT_EQ(c.baseline_quantile(50), ms(5));   // replaced, not mixed
+  EXPECT_EQ(c.regime(), Regime::Hold);
+}
+
+TEST(RegimeNames, AutoAndEveryStepButHeldAreAccepted) {
+  bool automatic = false;
+  Regime r = Regime::Held;
+  EXPECT_TRUE(regime_from_string("auto", automatic, r));
+  EXPECT_TRUE(automatic);
+  EXPECT_TRUE(regime_from_string("short-beside", automatic, r));
+  EXPECT_FALSE(automatic);
+  EXPECT_EQ(r, Regime::ShortBeside);
+  EXPECT_FALSE(regime_from_string("held", automatic, r));
+  EXPECT_FALSE(regime_from_string("besides", automatic, r));
+}
+
+}  // namespace
+}  // namespace fikit::policy
