@@ -68,6 +68,13 @@ bool Controller::within(unsigned pct) const {
   return w * 1000 <= b * uint64_t(s_.objective_permille);
 }
 
+bool Controller::tail_within() const {
+  const uint64_t bound = baseline_quantile(90) * s_.objective_permille / 1000;
+  uint32_t over = 0;
+  for (uint32_t i = 0; i < n_; ++i) over += window_[i] > bound;
+  return over * 8 <= n_;
+}
+
 void Controller::judge_inflation() {
   uint32_t worst = 0;
   for (unsigned pct : {50u, 75u}) {
@@ -148,7 +155,7 @@ void Controller::on_period(uint64_t now, uint64_t len) {
   }
   if (n_ < s_.window) return;
   judge_inflation();
-  const bool ok = within(50) && within(75);
+  const bool ok = within(50) && within(75) && tail_within();
   // Faster than the baseline by more than the objective: the baseline is what is off (a service
   // still warming up, or one whose requests got shorter). Measure it again before going on.
   if (ok && uint64_t(inflation_) * s_.objective_permille < 1000ull * 1000) {

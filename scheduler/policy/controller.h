@@ -27,7 +27,8 @@ bool regime_from_string(const char* name, bool& automatic, Regime& fixed);
 
 struct ControllerSettings {
   // The service's objective: its periods' median and upper quartile at most this many permille of
-  // the baseline's (1200: 1.2x).
+  // the baseline's (1200: 1.2x), and no more than one period in 8 past it at the baseline's 90th
+  // percentile (the tail: a request that meets a job's long hold).
   uint32_t objective_permille = 1200;
   uint32_t window = 16;             // periods judged together
   uint32_t early_judge = 8;         // a trial's median judged after this many periods already
@@ -81,6 +82,7 @@ class Controller {
   Regime step_up(Regime r) const;     // the next more generous step (r when none)
   Regime step_down(Regime r) const;   // the next more protective step, never Held (r when none)
   bool within(unsigned pct) const;    // the window's quantile within the objective of the baseline's
+  bool tail_within() const;           // at most one period in 8 past the objective of the baseline's p90
   void judge_inflation();
   void begin(uint64_t now, Phase p);
   void refuse(uint64_t now);
