@@ -106,7 +106,7 @@ run_limit_s=120                  # no single run may hang the demo
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fikit-demo.XXXXXX")
 # Background processes still running (cleared once reaped, so a reused pid is never signalled).
-lp_pid="" scheduler_pid=""
+lp_pid="" scheduler_pid="" poller=""
 # The MPS control daemon's environment while it runs (its own pipe and log folders under $work).
 mps_env=()
 mps_quit() {
@@ -114,7 +114,7 @@ mps_quit() {
   mps_env=()
 }
 cleanup() {
-  for pid in $lp_pid $scheduler_pid; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  for pid in $lp_pid $scheduler_pid $poller; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
   # After its clients: quit waits for them.
   if [ ${#mps_env[@]} -gt 0 ]; then mps_quit; fi
   rm -rf "$work"
@@ -240,10 +240,19 @@ else
     for job in long short; do
       args_name="${job}_args[@]"
       "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-before.json" 2>/dev/null || true
+      # The service's controller while the pair runs (the service's task is gone once it ends): the
+      # last status that lists it.
+      (while :; do
+         "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-poll" 2>/dev/null &&
+           grep -q '"demo-hp"' "$work/$job-status-poll" && mv "$work/$job-status-poll" "$work/$job-status-during.json"
+         sleep 0.3
+       done) &
+      poller=$!
       pair "$job-fikit" "${hp_client[@]}" "${fikit[@]}" --mode share --task-key demo-hp --priority 0 -- \
           "$bin/fikit-example-infer" "${hp_args[@]}" \
         :: "${lp_client[@]}" FIKIT_SHARE_STATS="$work/$job-share-stats.json" "${fikit[@]}" --mode share \
           --task-key "demo-$job" --priority 5 -- "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+      kill "$poller" 2>/dev/null || true; wait "$poller" 2>/dev/null || true; poller=""
       "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-after.json" 2>/dev/null || true
     done
     kill -TERM "$scheduler_pid" 2>/dev/null || true
@@ -314,6 +323,18 @@ for job, title in (("long", "long holds"), ("short", "short kernels")):
                      "beside the service and %s on its SM partition" % (
                          title, d["fills"], d["gaps_predicted"], d["early_stops"],
                          (stats or {}).get("overlap_launches", "?"), (stats or {}).get("partition_launches", "?")))
+    # What the service's controller chose for the job, and why: its last judged window against its objective.
+    during = load(job + "-status-during")
+    hp = next((t for t in (during or {}).get("tasks", []) if t.get("key") == "demo-hp"), None)
+    if hp and hp.get("controlled"):
+        measured = ("its last window of periods %.2fx of its baseline" % hp["inflation"] if hp.get("inflation")
+                    else "no window judged yet")
+        notes.append("FIKIT's controller beside the %s job: %s (%s, objective %.2gx; %d trials, %d climbs, %d drops)" % (
+            title, "on " + hp["regime_adopted"] if hp["regime"] == hp["regime_adopted"]
+            else "on %s, trying %s" % (hp["regime_adopted"], hp["regime"]),
+            measured, hp["objective"], hp["regime_trials"], hp["regime_climbs"], hp["regime_drops"]))
+    elif hp:
+        notes.append("FIKIT beside the %s job: time-sliced, the job waits while the service is active" % title)
 
 widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
 fmt = "  ".join(("{:<%d}" if i < 2 else "{:>%d}") % w for i, w in enumerate(widths))
