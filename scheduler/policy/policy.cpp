@@ -96,122 +96,6 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
-uint64_t Policy::IdleHistory::steady_shortest() const {
-  if (count < kIdleHistory) return 0;
-  const auto [lo, hi] = std::minmax_element(ns.begin(), ns.end());
-  return *hi <= 2 * *lo ? *lo : 0;
-}
-
-uint64_t Policy::predicted_pause(const Task& u) const {
-  const uint64_t shortest = settings_.return_margin_ns != 0 ? u.idle_history.steady_shortest() : 0;
-  return shortest > settings_.return_margin_ns ? shortest : 0;
-}
-
-Policy::TightSpan Policy::tight_span(const Task& u) const {
-  const uint64_t back = u.inactive_since + predicted_pause(u);
-  TightSpan span;
-  span.from = back > u.inactive_since ? back - settings_.return_margin_ns : u.inactive_since;
-  span.until = settings_.idle_grace_ns != 0 ? back + settings_.idle_grace_ns : kNever;
-  return span;
-}
-
-bool Policy::relaxed_bound(uint64_t now, const Task& t) const {
-  for (const auto& [id, u] : tasks_) {
-    if (id == t.id || u.priority >= t.priority) continue;
-    if (blocks(now, u, t)) return false;
-    const TightSpan span = tight_span(u);
-    if (now >= span.from && now < span.until) return false;
-  }
-  return settings_.idle_grace_ns != 0 || settings_.return_margin_ns != 0;
-}
-
-uint64_t Policy::return_credit_until(uint64_t now, const Task& t) const {
-  uint64_t until = kNever;
-  for (const auto& [id, u] : tasks_) {
-    if (id == t.id || u.priority >= t.priority) continue;
-    if (blocks(now, u, t) || predicted_pause(u) == 0) return 0;
-    until = std::min(until, tight_span(u).from);
-  }
-  return until != kNever && until > now ? until : 0;
-}
-
-uint64_t Policy::predicted_return(uint64_t now, const Task& t) const {
-  uint64_t back = kNever;
-  for (const auto& [id, u] : tasks_) {
-    if (id == t.id || u.priority >= t.priority) continue;
-    const uint64_t pause = predicted_pause(u);
-    if (blocks(now, u, t) || pause == 0) return 0;
-    back = std::min(back, u.inactive_since + pause);
-  }
-  return back != kNever && back > now ? back : 0;
-}
-
-uint64_t Policy::memory_cap_for(const Task& t) const {
-  if (settings_.reserve_memory.is_zero() || t.priority == 0) return 0;
-  // The GPU's size: the smallest any task reports. A task that claims a larger GPU cannot enlarge
-  // what the jobs may take (a fake priority-0 task claiming 1 TiB lifted every job's cap to
-  // 1021 GiB); one that sees less (an MPS client under a pinned-memory limit, or a liar) only
-  // shrinks it: a lie costs the jobs, never the service's reserve.
-  uint64_t total = 0, top_used = 0, low_used = 0, low = 0, committed = 0;
-  for (const auto& [id, u] : tasks_) {
-    if (u.memory_total != 0) total = total == 0 ? u.memory_total : std::min(total, u.memory_total);
-    if (u.priority == 0) top_used += u.memory_used;
-    else low_used += reported_use(u), committed += memory_committed(u), ++low;
-  }
-  if (total == 0) return 0;   // no client said how large the GPU is
-  // What the tasks below priority 0 may hold together: the GPU less the reserve, or less what the
-  // priority-0 tasks hold when that is more. Splitting what is free of it equally means that they
-  // cannot together eat into the reserve between two heartbeats, however fast each grows.
-  const uint64_t kept = std::max(settings_.reserve_memory.on_device(total), top_used);
-  const uint64_t budget = total > kept ? total - kept : 0;
-  const uint64_t free = budget > low_used ? budget - low_used : 0;
-  const uint64_t step = std::max<uint64_t>(settings_.memory_step_bytes, 1);
-  const uint64_t held = reported_use(t);
-  uint64_t cap = (held + free / low) / step * step;   // steps: fewer directives as usage moves
-  // Never more than the others leave, counting the caps they hold or were sent as theirs: a job's
-  // report lags its allocations, so jobs that started together each got a share of memory another
-  // had already taken (4 jobs at once: the service's allocations failed 12 of 12). A newcomer gets
-  // its share once the others have confirmed their lower caps, which their hooks do at once (its
-  // own hook's allocation waits that long, docs/memory.md).
-  const uint64_t others = committed - memory_committed(t);   // t is below priority 0: it is in the sum
-  cap = std::min(cap, budget > others ? budget - others : 0);
-  return std::max<uint64_t>({cap, held, 1});          // 0 would mean "no cap"
-}
-
-uint64_t Policy::reported_use(const Task& t) const {
-  // A hook holds a job to the caps it was given: a report above the largest is not believed (one
-  // task reporting 1 TiB held cut every other job's cap to a byte). Such a task counts as one that
-  // holds its whole cap, as an honest one that filled it would.
-  return t.cap_ever != 0 ? std::min(t.memory_used, t.cap_ever) : t.memory_used;
-}
-
-uint64_t Policy::memory_committed(const Task& t) const {
-  return std::max({reported_use(t), t.cap_pending, t.cap_confirmed});
-}
-
-Regime Policy::regime_of(uint64_t now, const Task& u) const {
-  const Regime r = u.controller.regime();
-  if (r != Regime::Held || u.active || now - std::min(now, u.inactive_since) < settings_.controller.baseline_idle_max_ns)
-    return r;
-  return u.controller.adopted();
-}
-
-Regime Policy::regime_for(uint64_t now, const Task& below) const {
-  if (!settings_.regime_auto) return settings_.fixed_regime;
-  Regime r = Regime::Beside;
-  for (const auto& [id, u] : tasks_)
-    if (u.priority < below.priority && u.mode == TaskMode::Share) r = std::min(r, regime_of(now, u));
-  return r;
-}
-
-bool Policy::exposed(uint64_t now, const Task& t) const {
-  for (const auto& [id, u] : tasks_)
-    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share &&
-        regime_for(now, u) == t.controller.regime())
-      return true;
-  return false;
-}
-
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
@@ -561,43 +445,6 @@ void Policy::handle_idle(uint64_t now, Task& t, uint64_t last_kernel) {
   t.idle_at = 0;
 }
 
-void Policy::begin_period(Task& t, uint64_t launched) {
-  const Regime r = t.controller.regime();
-  // A baseline period counts only when the tasks below were held all through the rest before it.
-  const bool held_rest = r != Regime::Held || launched - std::min(launched, t.inactive_since) <
-                                                  settings_.controller.baseline_idle_max_ns;
-  t.period = Period{launched, 0, controlled(t) && held_rest, r};
-}
-
-bool Policy::mps_below(const Task& t) const {
-  for (const auto& [id, u] : tasks_)
-    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share) return true;
-  return false;
-}
-
-template <class F>
-void Policy::feed(Task& t, F&& f) {
-  const Controller& c = t.controller;
-  const uint64_t trials = c.trials(), climbs = c.climbs(), drops = c.drops(), baselines = c.baselines();
-  f(t.controller);
-  counters_.regime_trials += c.trials() - trials;
-  counters_.regime_climbs += c.climbs() - climbs;
-  counters_.regime_drops += c.drops() - drops;
-  counters_.baselines += c.baselines() - baselines;
-}
-
-// A period ends at its last idle (one that ended by silence says nothing of its length). It counts
-// when its regime held throughout and a task below ran under it (another service above may have
-// held them tighter: then it tells nothing of this one).
-void Policy::end_period(uint64_t now, Task& t) {
-  Period& p = t.period;
-  const bool valid = p.valid && p.last_idle >= p.start && p.last_idle != 0 && controlled(t) &&
-                     p.regime == t.controller.regime() && exposed(now, t);
-  p.valid = false;
-  if (!valid) return;
-  feed(t, [&](Controller& c) { c.on_period(now, p.last_idle - p.start); });
-}
-
 void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
   ++t.wants;
   ++counters_.wants;
@@ -637,8 +484,7 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
       const uint64_t limit = t.controller.limit_ns();
       if (limit != UINT64_MAX && t.period.regime == t.controller.regime()) {
         if (now - std::min(now, t.period.start) >= limit) {
-          t.period.valid = false;
-          feed(t, [&](Controller& c) { c.on_overrun(now); });
+          overrun(now, t);
         } else {
           wake_at(t.period.start + limit);
         }

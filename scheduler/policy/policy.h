@@ -326,10 +326,11 @@ class Policy {
   // that has not ended yet; else 0.
   uint64_t predicted_return(uint64_t now, const Task& t) const;
   // The controller: a service's active period begins, ends (its last idle: judged), or runs past its
-  // limit; the counts its controller changed go into the policy's.
+  // limit (overrun); the counts its controller changed go into the policy's.
   void begin_period(Task& t, uint64_t launched);
   void end_period(uint64_t now, Task& t);
-  template <class F> void feed(Task& t, F&& f);
+  void overrun(uint64_t now, Task& t);
+  void count_controller(const Controller& before, const Controller& after);
   // An MPS share task below `t`.
   bool mps_below(const Task& t) const;
   // Whether `t`'s controller runs: it is a share task with an MPS share task below it (the regime

@@ -1,0 +1,78 @@
+// The services' controllers as the policy feeds and reads them: which regime a task below is
+// under, and the periods that go to a service's controller (controller.h; docs/scheduling.md,
+// "The controller").
+#include "policy.h"
+
+#include <algorithm>
+
+namespace fikit::policy {
+
+using protocol::Backend;
+using protocol::TaskMode;
+
+Regime Policy::regime_of(uint64_t now, const Task& u) const {
+  const Regime r = u.controller.regime();
+  if (r != Regime::Held || u.active || now - std::min(now, u.inactive_since) < settings_.controller.baseline_idle_max_ns)
+    return r;
+  return u.controller.adopted();
+}
+
+Regime Policy::regime_for(uint64_t now, const Task& below) const {
+  if (!settings_.regime_auto) return settings_.fixed_regime;
+  Regime r = Regime::Beside;
+  for (const auto& [id, u] : tasks_)
+    if (u.priority < below.priority && u.mode == TaskMode::Share) r = std::min(r, regime_of(now, u));
+  return r;
+}
+
+bool Policy::exposed(uint64_t now, const Task& t) const {
+  for (const auto& [id, u] : tasks_)
+    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share &&
+        regime_for(now, u) == t.controller.regime())
+      return true;
+  return false;
+}
+
+void Policy::begin_period(Task& t, uint64_t launched) {
+  const Regime r = t.controller.regime();
+  // A baseline period counts only when the tasks below were held all through the rest before it.
+  const bool held_rest = r != Regime::Held || launched - std::min(launched, t.inactive_since) <
+                                                  settings_.controller.baseline_idle_max_ns;
+  t.period = Period{launched, 0, controlled(t) && held_rest, r};
+}
+
+bool Policy::mps_below(const Task& t) const {
+  for (const auto& [id, u] : tasks_)
+    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share) return true;
+  return false;
+}
+
+void Policy::count_controller(const Controller& before, const Controller& after) {
+  counters_.regime_trials += after.trials() - before.trials();
+  counters_.regime_climbs += after.climbs() - before.climbs();
+  counters_.regime_drops += after.drops() - before.drops();
+  counters_.baselines += after.baselines() - before.baselines();
+}
+
+void Policy::overrun(uint64_t now, Task& t) {
+  t.period.valid = false;
+  const Controller before = t.controller;
+  t.controller.on_overrun(now);
+  count_controller(before, t.controller);
+}
+
+// A period ends at its last idle (one that ended by silence says nothing of its length). It counts
+// when its regime held throughout and a task below ran under it (another service above may have
+// held them tighter: then it tells nothing of this one).
+void Policy::end_period(uint64_t now, Task& t) {
+  Period& p = t.period;
+  const bool valid = p.valid && p.last_idle >= p.start && p.last_idle != 0 && controlled(t) &&
+                     p.regime == t.controller.regime() && exposed(now, t);
+  p.valid = false;
+  if (!valid) return;
+  const Controller before = t.controller;
+  t.controller.on_period(now, p.last_idle - p.start);
+  count_controller(before, t.controller);
+}
+
+}  // namespace fikit::policy
