@@ -22,11 +22,4 @@ void* real_driver_symbol(const char* name) noexcept {
   return real_dlsym()(h, name);
 }
 
-CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode) noexcept {
-  using ExchangeFn = CUresult (*)(CUstreamCaptureMode*);
-  static const auto exchange = real_driver<ExchangeFn>("cuThreadExchangeStreamCaptureMode");
-  if (exchange == nullptr || exchange(&mode) != CUDA_SUCCESS) return CU_STREAM_CAPTURE_MODE_RELAXED;
-  return mode;
-}
-
 }  // namespace fikit::hook

@@ -8,13 +8,20 @@
 namespace fikit::hook {
 
 // The real driver's entry point called `name` (an exported libcuda symbol, e.g. "cuEventRecord"),
-// or nullptr. Thread-safe; resolve once and cache the result in the caller.
+// or nullptr: the seam every lookup goes through (the entry table's real pointers, and the table
+// below; tests substitute it). Thread-safe.
 void* real_driver_symbol(const char* name) noexcept;
 
-template <class Fn>
-Fn real_driver(const char* name) noexcept {
-  return reinterpret_cast<Fn>(real_driver_symbol(name));
-}
+// The real driver's functions the hook calls for its own use, one field per row of driver_calls.def.
+struct DriverCalls {
+#define FIKIT_DRIVER_CALL(field, symbol, fallback, params) CUresult(*field) params = nullptr;
+#include "driver_calls.def"
+#undef FIKIT_DRIVER_CALL
+};
+
+// The table, resolved once the program has loaded the driver (before that: every field nullptr,
+// and the next call tries again). After that a load and a return: fit for the launch path.
+const DriverCalls& driver_calls() noexcept;
 
 // Sets the calling thread's stream-capture interaction mode and returns the one it had (the
 // driver's cuThreadExchangeStreamCaptureMode; a driver without it: nothing, RELAXED returned).
@@ -27,7 +34,7 @@ CUstreamCaptureMode exchange_capture_mode(CUstreamCaptureMode mode) noexcept;
 // address may be a new one's; its ID never is), else the address (drivers before CUDA 12, which
 // have no cuCtxGetId).
 inline uint64_t context_key(CUcontext context) noexcept {
-  static const auto ctx_id = real_driver<CUresult (*)(CUcontext, unsigned long long*)>("cuCtxGetId");
+  const auto ctx_id = driver_calls().ctx_get_id;
   if (context == nullptr) return 0;
   unsigned long long id = 0;
   if (ctx_id != nullptr && ctx_id(context, &id) == CUDA_SUCCESS && id != 0) return id;
@@ -36,13 +43,14 @@ inline uint64_t context_key(CUcontext context) noexcept {
 
 // The calling thread's current context, keyed as above (0: none).
 inline uint64_t current_context_key() noexcept {
-  static const auto get_current = real_driver<CUresult (*)(CUcontext*)>("cuCtxGetCurrent");
+  const auto get_current = driver_calls().ctx_get_current;
   CUcontext context = nullptr;
   if (get_current == nullptr || get_current(&context) != CUDA_SUCCESS) return 0;
   return context_key(context);
 }
 
-// The real driver's event functions, which the hook's own timing and bookkeeping use.
+// The real driver's event functions, which the hook's own timing and bookkeeping use: a view of
+// driver_calls() that says whether all of them are there (tests hand in fakes of their own).
 struct EventFns {
   CUresult (*create)(CUevent*, unsigned int) = nullptr;
   CUresult (*record)(CUevent, CUstream) = nullptr;
@@ -52,14 +60,13 @@ struct EventFns {
   CUresult (*ctx_current)(CUcontext*) = nullptr;
   // Resolves them all; false when one is missing (a driver too old or not loaded).
   bool resolve() noexcept {
-    create = real_driver<decltype(create)>("cuEventCreate");
-    record = real_driver<decltype(record)>("cuEventRecord");
-    query = real_driver<decltype(query)>("cuEventQuery");
-    elapsed = real_driver<decltype(elapsed)>("cuEventElapsedTime_v2");
-    if (elapsed == nullptr) elapsed = real_driver<decltype(elapsed)>("cuEventElapsedTime");
-    destroy = real_driver<decltype(destroy)>("cuEventDestroy_v2");
-    if (destroy == nullptr) destroy = real_driver<decltype(destroy)>("cuEventDestroy");
-    ctx_current = real_driver<decltype(ctx_current)>("cuCtxGetCurrent");
+    const DriverCalls& d = driver_calls();
+    create = d.event_create;
+    record = d.event_record;
+    query = d.event_query;
+    elapsed = d.event_elapsed_time;
+    destroy = d.event_destroy;
+    ctx_current = d.ctx_get_current;
     return create && record && query && elapsed && destroy && ctx_current;
   }
   // The calling thread's context_key (an event belongs to its context: made, recorded and compared

@@ -58,18 +58,12 @@ CUresult function_or_kernel_name(const char** name, CUfunction func) {
 // green context's own). Measure mode stores it: with the grid it gives the SM hold time.
 bool launch_occupancy(CUfunction func, uint32_t threads, uint32_t shared_mem, uint32_t* blocks_per_sm,
                       uint32_t* sm_count) {
-  using OccupancyFn = CUresult (*)(int*, CUfunction, int, size_t);
-  using KernelGetFunctionFn = CUresult (*)(CUfunction*, CUkernel);
-  using CtxGetCurrentFn = CUresult (*)(CUcontext*);
-  using CtxGetDevResourceFn = CUresult (*)(CUcontext, CUdevResource*, CUdevResourceType);
-  using CtxGetDeviceFn = CUresult (*)(CUdevice*);
-  using DeviceGetAttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
-  static const auto occupancy = real_driver<OccupancyFn>("cuOccupancyMaxActiveBlocksPerMultiprocessor");
-  static const auto kernel_function = real_driver<KernelGetFunctionFn>("cuKernelGetFunction");
-  static const auto ctx_current = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
-  static const auto ctx_resource = real_driver<CtxGetDevResourceFn>("cuCtxGetDevResource");
-  static const auto ctx_device = real_driver<CtxGetDeviceFn>("cuCtxGetDevice");
-  static const auto attribute = real_driver<DeviceGetAttributeFn>("cuDeviceGetAttribute");
+  const auto occupancy = driver_calls().occupancy_max_active_blocks;
+  const auto kernel_function = driver_calls().kernel_get_function;
+  const auto ctx_current = driver_calls().ctx_get_current;
+  const auto ctx_resource = driver_calls().ctx_get_dev_resource;
+  const auto ctx_device = driver_calls().ctx_get_device;
+  const auto attribute = driver_calls().device_get_attribute;
   if (occupancy == nullptr || threads == 0) return false;
   int blocks = 0;
   if (occupancy(&blocks, func, int(threads), shared_mem) != CUDA_SUCCESS) {
@@ -96,8 +90,8 @@ bool launch_occupancy(CUfunction func, uint32_t threads, uint32_t shared_mem, ui
 void configure_kernel_ids(const Config& cfg) noexcept {
   kernelid::Settings settings;
   settings.depth = cfg.backtrace_depth;
-  g_func_get_name = real_driver<kernelid::FuncGetNameFn>("cuFuncGetName");
-  g_kernel_get_name = real_driver<KernelGetNameFn>("cuKernelGetName");
+  g_func_get_name = driver_calls().func_get_name;
+  g_kernel_get_name = driver_calls().kernel_get_name;
   settings.func_get_name = function_or_kernel_name;
   settings.occupancy = launch_occupancy;
   if (cfg.trace_ids_path[0] != '\0') {

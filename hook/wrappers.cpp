@@ -50,13 +50,8 @@ inline CUstream effective_stream(CUstream stream) noexcept {
 // the query (the legacy stream while another stream captures globally) also means "do not touch".
 bool capturing(CUstream stream) noexcept {
   using IsCapturingFn = CUresult (*)(CUstream, CUstreamCaptureStatus*);
-  static std::atomic<IsCapturingFn> is_capturing{nullptr};
-  IsCapturingFn fn = is_capturing.load(std::memory_order_relaxed);
-  if (fn == nullptr) [[unlikely]] {
-    fn = real_driver<IsCapturingFn>("cuStreamIsCapturing");
-    if (fn == nullptr) return false;
-    is_capturing.store(fn, std::memory_order_relaxed);
-  }
+  const IsCapturingFn fn = driver_calls().stream_is_capturing;
+  if (fn == nullptr) return false;
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult result = fn(stream, &status);
   if (result == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT || result == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) return true;
@@ -254,12 +249,9 @@ CUresult memcpy_sync(Args... args) noexcept { return synchronizing<V, SyncKind::
 // alive, so nothing of the hook's can be in it).
 CUcontext torn_down(CUcontext ctx) noexcept { return ctx; }
 CUcontext torn_down(CUdevice dev) noexcept {
-  static const auto state = real_driver<CUresult (*)(CUdevice, unsigned*, int*)>("cuDevicePrimaryCtxGetState");
-  static const auto retain = real_driver<CUresult (*)(CUcontext*, CUdevice)>("cuDevicePrimaryCtxRetain");
-  static const auto release = [] {
-    auto v2 = real_driver<CUresult (*)(CUdevice)>("cuDevicePrimaryCtxRelease_v2");
-    return v2 != nullptr ? v2 : real_driver<CUresult (*)(CUdevice)>("cuDevicePrimaryCtxRelease");
-  }();
+  const auto state = driver_calls().primary_ctx_get_state;
+  const auto retain = driver_calls().primary_ctx_retain;
+  const auto release = driver_calls().primary_ctx_release;
   unsigned flags = 0;
   int active = 0;
   CUcontext primary = nullptr;

@@ -528,8 +528,8 @@ class CuptiTimer final : public Timer {
 Timer* make_cupti_timer(OpRing& ring, char* why, size_t why_len) noexcept {
   CuptiApi api{};
   if (!load_cupti(api, why, why_len)) return nullptr;
-  auto ctx_current = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
-  auto stream_ctx = real_driver<StreamGetCtxFn>("cuStreamGetCtx");
+  auto ctx_current = driver_calls().ctx_get_current;
+  auto stream_ctx = driver_calls().stream_get_ctx;
   if (!ctx_current) {   // cuStreamGetCtx is optional (the current context stands in)
     std::snprintf(why, why_len, "the driver lacks cuCtxGetCurrent");
     return nullptr;

@@ -41,14 +41,14 @@ constexpr uint64_t kQueueNs = 50'000;   // the kernel it is queued behind
 struct Api {
   EventFns ev;
   bool events = ev.resolve();
-  CUresult (*load)(CUmodule*, const void*) = real_driver<decltype(load)>("cuModuleLoadData");
-  CUresult (*unload)(CUmodule) = real_driver<decltype(unload)>("cuModuleUnload");
-  CUresult (*get_function)(CUfunction*, CUmodule, const char*) = real_driver<decltype(get_function)>("cuModuleGetFunction");
-  CUresult (*stream_create)(CUstream*, unsigned) = real_driver<decltype(stream_create)>("cuStreamCreate");
-  CUresult (*stream_destroy)(CUstream) = real_driver<decltype(stream_destroy)>("cuStreamDestroy_v2");
-  CUresult (*stream_sync)(CUstream) = real_driver<decltype(stream_sync)>("cuStreamSynchronize");
+  CUresult (*load)(CUmodule*, const void*) = driver_calls().module_load_data;
+  CUresult (*unload)(CUmodule) = driver_calls().module_unload;
+  CUresult (*get_function)(CUfunction*, CUmodule, const char*) = driver_calls().module_get_function;
+  CUresult (*stream_create)(CUstream*, unsigned) = driver_calls().stream_create;
+  CUresult (*stream_destroy)(CUstream) = driver_calls().stream_destroy;
+  CUresult (*stream_sync)(CUstream) = driver_calls().stream_synchronize;
   CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                     void**, void**) = real_driver<decltype(launch)>("cuLaunchKernel");
+                     void**, void**) = driver_calls().launch_kernel;
 
   bool complete() const noexcept {
     return events && load && unload && get_function && stream_create && stream_destroy && stream_sync && launch;

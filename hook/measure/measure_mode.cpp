@@ -244,7 +244,7 @@ class MeasureMode final : public Mode {
     if (!thread_state_.compare_exchange_strong(expected, kStarting)) return;
     // The launching thread's context, so that the measurement thread's driver calls resolve
     // against the same one.
-    if (auto get = real_driver<CUresult (*)(CUcontext*)>("cuCtxGetCurrent")) get(&context_);
+    if (auto get = driver_calls().ctx_get_current) get(&context_);
     try {
       std::thread(&MeasureMode::consume_loop, this).detach();
       thread_state_.store(kRunning, std::memory_order_release);
@@ -265,7 +265,7 @@ class MeasureMode final : public Mode {
     exchange_capture_mode(CU_STREAM_CAPTURE_MODE_RELAXED);
     try {
       if (context_) {
-        if (auto set = real_driver<CUresult (*)(CUcontext)>("cuCtxSetCurrent")) set(context_);
+        if (auto set = driver_calls().ctx_set_current) set(context_);
       }
       consume();
     } catch (const std::exception& e) {

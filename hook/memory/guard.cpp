@@ -33,8 +33,7 @@ std::atomic<bool> g_may_be_capped{false};
 bool valid(int device) noexcept { return device >= 0 && device < kMax; }
 
 uint64_t device_total(int device) noexcept {
-  using TotalMemFn = CUresult (*)(size_t*, CUdevice);
-  static auto total_mem = real_driver<TotalMemFn>("cuDeviceTotalMem_v2");
+  const auto total_mem = driver_calls().device_total_mem;
   size_t bytes = 0;
   return total_mem != nullptr && total_mem(&bytes, device) == CUDA_SUCCESS ? bytes : 0;
 }
@@ -78,8 +77,7 @@ bool first_on_device(int device) noexcept {
 }
 
 int current_device() noexcept {
-  using GetDeviceFn = CUresult (*)(CUdevice*);
-  static auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
+  const auto get_device = driver_calls().ctx_get_device;
   CUdevice device = 0;
   if (get_device == nullptr || get_device(&device) != CUDA_SUCCESS || !valid(device)) return -1;
   return device;
@@ -123,10 +121,8 @@ int pool_device(CUmemoryPool pool) noexcept {
 
 int stream_device(CUstream stream) noexcept {
   if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return -1;
-  using StreamCtxFn = CUresult (*)(CUstream, CUcontext*);
-  using CtxDeviceFn = CUresult (*)(CUdevice*, CUcontext);
-  static auto stream_ctx = real_driver<StreamCtxFn>("cuStreamGetCtx");
-  static auto ctx_device = real_driver<CtxDeviceFn>("cuCtxGetDevice_v2");   // CUDA 12.8 on: no switch needed
+  const auto stream_ctx = driver_calls().stream_get_ctx;
+  const auto ctx_device = driver_calls().ctx_get_device_of;   // CUDA 12.8 on: no switch needed
   CUcontext ctx = nullptr;
   CUdevice device = 0;
   if (stream_ctx == nullptr || ctx_device == nullptr || stream_ctx(stream, &ctx) != CUDA_SUCCESS || ctx == nullptr ||

@@ -33,10 +33,8 @@ protocol::Backend detect_backend(const Config& cfg, const protocol::DeviceUuid& 
   (void)device;
   if (cfg.backend == BackendKind::TimeSlice) return protocol::Backend::TimeSlice;
   if (cfg.backend == BackendKind::Mps) return protocol::Backend::Mps;
-  using GetDeviceFn = CUresult (*)(CUdevice*);
-  using AttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
-  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
-  auto attribute = real_driver<AttributeFn>("cuDeviceGetAttribute");
+  auto get_device = driver_calls().ctx_get_device;
+  auto attribute = driver_calls().device_get_attribute;
   CUdevice dev = 0;
   int mps = 0;
   if (get_device && attribute && get_device(&dev) == CUDA_SUCCESS &&
@@ -48,12 +46,9 @@ protocol::Backend detect_backend(const Config& cfg, const protocol::DeviceUuid& 
 // The current context's device: its SMs and memory, which the daemon sizes partitions and memory
 // shares by.
 void device_size(ClientOptions& o) noexcept {
-  using GetDeviceFn = CUresult (*)(CUdevice*);
-  using AttributeFn = CUresult (*)(int*, CUdevice_attribute, CUdevice);
-  using TotalMemFn = CUresult (*)(size_t*, CUdevice);
-  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
-  auto attribute = real_driver<AttributeFn>("cuDeviceGetAttribute");
-  auto total_mem = real_driver<TotalMemFn>("cuDeviceTotalMem_v2");
+  auto get_device = driver_calls().ctx_get_device;
+  auto attribute = driver_calls().device_get_attribute;
+  auto total_mem = driver_calls().device_total_mem;
   CUdevice dev = 0;
   if (get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) return;
   int sms = 0;
@@ -68,11 +63,8 @@ void device_size(ClientOptions& o) noexcept {
 
 protocol::DeviceUuid current_device() noexcept {
   protocol::DeviceUuid uuid{};
-  using GetDeviceFn = CUresult (*)(CUdevice*);
-  using UuidFn = CUresult (*)(CUuuid*, CUdevice);
-  auto get_device = real_driver<GetDeviceFn>("cuCtxGetDevice");
-  auto get_uuid = real_driver<UuidFn>("cuDeviceGetUuid_v2");
-  if (get_uuid == nullptr) get_uuid = real_driver<UuidFn>("cuDeviceGetUuid");
+  auto get_device = driver_calls().ctx_get_device;
+  auto get_uuid = driver_calls().device_get_uuid;
   CUdevice dev = 0;
   CUuuid u;
   if (get_device && get_uuid && get_device(&dev) == CUDA_SUCCESS && get_uuid(&u, dev) == CUDA_SUCCESS)
@@ -151,8 +143,7 @@ void stop_clients() noexcept {
 }
 
 Lane* DeviceLanes::current(bool* created, bool* answered) noexcept {
-  using CtxGetCurrentFn = CUresult (*)(CUcontext*);
-  static const auto get_current = real_driver<CtxGetCurrentFn>("cuCtxGetCurrent");
+  const auto get_current = driver_calls().ctx_get_current;
   // initial-exec: the hook is preloaded, its TLS is static and reading it never allocates.
   thread_local struct {
     const DeviceLanes* owner;

@@ -25,20 +25,19 @@ struct GreenFns {
   CUresult (*stream_destroy)(CUstream) = nullptr;
   CUresult (*green_destroy)(CUgreenCtx) = nullptr;
   bool resolve() noexcept {
-    ctx_device = real_driver<decltype(ctx_device)>("cuCtxGetDevice");
-    primary_retain = real_driver<decltype(primary_retain)>("cuDevicePrimaryCtxRetain");
-    primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease_v2");
-    if (primary_release == nullptr) primary_release = real_driver<decltype(primary_release)>("cuDevicePrimaryCtxRelease");
-    primary_state = real_driver<decltype(primary_state)>("cuDevicePrimaryCtxGetState");
-    device_resource = real_driver<decltype(device_resource)>("cuDeviceGetDevResource");
-    split = real_driver<decltype(split)>("cuDevSmResourceSplitByCount");
-    describe = real_driver<decltype(describe)>("cuDevResourceGenerateDesc");
-    green_create = real_driver<decltype(green_create)>("cuGreenCtxCreate");
-    green_stream = real_driver<decltype(green_stream)>("cuGreenCtxStreamCreate");
-    stream_wait = real_driver<decltype(stream_wait)>("cuStreamWaitEvent");
-    stream_sync = real_driver<decltype(stream_sync)>("cuStreamSynchronize");
-    stream_destroy = real_driver<decltype(stream_destroy)>("cuStreamDestroy_v2");
-    green_destroy = real_driver<decltype(green_destroy)>("cuGreenCtxDestroy");
+    ctx_device = driver_calls().ctx_get_device;
+    primary_retain = driver_calls().primary_ctx_retain;
+    primary_release = driver_calls().primary_ctx_release;
+    primary_state = driver_calls().primary_ctx_get_state;
+    device_resource = driver_calls().device_get_dev_resource;
+    split = driver_calls().dev_sm_resource_split;
+    describe = driver_calls().dev_resource_generate_desc;
+    green_create = driver_calls().green_ctx_create;
+    green_stream = driver_calls().green_ctx_stream_create;
+    stream_wait = driver_calls().stream_wait_event;
+    stream_sync = driver_calls().stream_synchronize;
+    stream_destroy = driver_calls().stream_destroy;
+    green_destroy = driver_calls().green_ctx_destroy;
     return ev.resolve() && stream_sync && stream_destroy && green_destroy && primary_state && ctx_device &&
            primary_retain && primary_release && device_resource && split && describe && green_create && green_stream &&
            stream_wait;

@@ -432,6 +432,19 @@ CUresult cuFuncGetName(const char** name, CUfunction hfunc) {
   return CUDA_SUCCESS;
 }
 
+// The simulated driver has no libraries (cuLibrary*), so it hands out no CUkernel: any is invalid.
+CUresult cuKernelGetFunction(CUfunction* func, CUkernel kernel) {
+  if (!func) return CUDA_ERROR_INVALID_VALUE;
+  (void)kernel;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuKernelGetName(const char** name, CUkernel kernel) {
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  (void)kernel;
+  return CUDA_ERROR_INVALID_HANDLE;
+}
+
 CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attrib, CUfunction hfunc) {
   if (!value || attrib < 0 || attrib >= CU_FUNC_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
   if (!g_functions.find(hfunc)) return CUDA_ERROR_INVALID_HANDLE;

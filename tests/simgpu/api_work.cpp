@@ -271,6 +271,15 @@ CUresult cuStreamIsCapturing_ptsz(CUstream handle, CUstreamCaptureStatus* status
   return cuStreamIsCapturing(handle, status);
 }
 
+// The calling thread's capture interaction mode: kept, not enforced (the simulated driver never
+// invalidates a capture for a call from another thread).
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  if (!mode) return CUDA_ERROR_INVALID_VALUE;
+  thread_local CUstreamCaptureMode current = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::swap(current, *mode);
+  return CUDA_SUCCESS;
+}
+
 CUresult cuStreamBeginCapture_v2(CUstream handle, CUstreamCaptureMode mode) {
   Stream* stream = g_streams.find(handle);
   // The default streams cannot be captured (CUDA says the same).
