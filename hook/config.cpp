@@ -64,8 +64,8 @@ void read_memory_limit(Config& cfg) noexcept {
   uint32_t unused = 0;
   const char* value = checked("FIKIT_MEMORY_LIMIT", &unused, "no memory limit");
   if (value == nullptr) return;
-  protocol::MemorySize size;
-  protocol::parse_memory_size(value, size);
+  values::MemorySize size;
+  values::parse_memory_size(value, size);
   if (copy_setting("FIKIT_MEMORY_LIMIT", value, cfg.memory_limit_text, sizeof cfg.memory_limit_text))
     cfg.memory_limit = size;
 }
@@ -82,7 +82,7 @@ void read_scheduler(Config& cfg) noexcept {
   const char* value = checked("FIKIT_SCHEDULER", &unused, instead);
   std::string_view host;
   uint16_t port = 0;
-  if (value == nullptr || !protocol::split_host_port(value, &host, &port)) return;
+  if (value == nullptr || !values::split_host_port(value, &host, &port)) return;
   std::memcpy(cfg.scheduler_host, host.data(), host.size());   // the table bounds the host's length
   cfg.scheduler_host[host.size()] = '\0';
   cfg.scheduler_port = port;

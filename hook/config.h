@@ -38,7 +38,7 @@ struct Config {
   BackendKind backend = BackendKind(settings::fallback_of("FIKIT_BACKEND"));  // FIKIT_BACKEND=auto|timeslice|mps (auto: ask the driver)
   // FIKIT_MEMORY_LIMIT=SIZE|N%: the device memory this process may hold on each GPU (memory_size.h;
   // unset: no limit of its own). docs/memory.md.
-  protocol::MemorySize memory_limit;
+  values::MemorySize memory_limit;
   char memory_limit_text[32] = {};      // as written, for messages
   uint32_t objective_permille = 0;      // FIKIT_OBJECTIVE=1.2: a service's objective (0: the daemon's)
   char key_file[512] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)

@@ -105,7 +105,7 @@ bool read_directive(Reader& r, Directive& d) {
 }
 
 bool valid_objective(uint32_t permille) {
-  return permille == 0 || (permille >= kMinObjectivePermille && permille <= kMaxObjectivePermille);
+  return permille == 0 || (permille >= values::kMinObjectivePermille && permille <= values::kMaxObjectivePermille);
 }
 
 struct EncodeBody {

@@ -72,7 +72,7 @@ constexpr uint8_t kConfineShortBeside = 4;  // launches whose SM hold is up to s
 constexpr uint8_t kConfineBoundBeside = 8;  // long holds run beside it too, within the in-flight bound
 constexpr uint8_t kConfinePartition = kConfineActive | kConfineLong;   // these need partition_pct
 constexpr uint8_t kConfineMask = kConfineActive | kConfineLong | kConfineShortBeside | kConfineBoundBeside;
-// How the daemon predicts (scheduler/policy/kernel_rules.h), so the client predicts the same.
+// How the daemon predicts (rules/kernel_rules.h), so the client predicts the same.
 constexpr uint8_t kGapMean = 0, kGapP50 = 1, kGapP10 = 2;
 constexpr uint8_t kDurationMean = 0, kDurationP50 = 1, kDurationP90 = 2;
 

@@ -73,19 +73,19 @@ bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_
     case Kind::Address: {
       std::string_view host;
       uint16_t port = 0;
-      if (!protocol::split_host_port(v, &host, &port) || host.size() > s.max)
-        return fail("'%s' is not HOST:PORT (port 1 to 65535; %s)", text, protocol::kAddressForm);
+      if (!values::split_host_port(v, &host, &port) || host.size() > s.max)
+        return fail("'%s' is not HOST:PORT (port 1 to 65535; %s)", text, values::kAddressForm);
       return true;
     }
     case Kind::Objective: {
       uint32_t permille = 0;
-      if (const char* error = protocol::parse_objective(v, permille)) return fail("'%s' %s", text, error);
+      if (const char* error = values::parse_objective(v, permille)) return fail("'%s' %s", text, error);
       *value = permille;
       return true;
     }
     case Kind::MemorySize: {
-      protocol::MemorySize size;
-      if (const char* error = protocol::parse_memory_size(v, size)) return fail("'%s': %s", text, error);
+      values::MemorySize size;
+      if (const char* error = values::parse_memory_size(v, size)) return fail("'%s': %s", text, error);
       if (size.is_zero()) return fail("'%s': a limit of 0 would refuse every allocation (leave it out for no limit)", text);
       return true;
     }

@@ -17,9 +17,9 @@ enum class Kind : uint8_t {
   Choice,       // one of `choices` ("a|b|c"); parsed to its index
   TaskKey,      // protocol::valid_task_key
   Path,         // 1 to max characters
-  Address,      // HOST:PORT or [IPV6]:PORT (protocol/address.h), host up to max characters
-  MemorySize,   // protocol/memory_size.h, not 0
-  Objective,    // protocol/objective.h: a factor such as 1.2; parsed to permille
+  Address,      // HOST:PORT or [IPV6]:PORT (values/address.h), host up to max characters
+  MemorySize,   // values/memory_size.h, not 0
+  Objective,    // values/objective.h: a factor such as 1.2; parsed to permille
 };
 
 struct Setting {

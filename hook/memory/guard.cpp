@@ -49,9 +49,9 @@ void log_refusal(int device, uint64_t bytes) noexcept {
   if (g_refusal_logged.exchange(true, std::memory_order_relaxed)) return;
   char want[32], held[32], cap[32];
   const uint64_t own = own_limit(device), limit = effective_cap(device);
-  protocol::format_bytes(bytes, want, sizeof want);
-  protocol::format_bytes(g_ledger.used(device), held, sizeof held);
-  protocol::format_bytes(limit, cap, sizeof cap);
+  values::format_bytes(bytes, want, sizeof want);
+  values::format_bytes(g_ledger.used(device), held, sizeof held);
+  values::format_bytes(limit, cap, sizeof cap);
   const bool own_binds = own != 0 && own == limit;
   log(LogLevel::Warn,
       "refused an allocation of %s on GPU %d: this process holds %s of the %s it may hold there (%s); the "
@@ -146,7 +146,7 @@ uint64_t own_limit(int device) noexcept {
       limit = 0;
     } else if (total != 0 && limit > total) {
       char size[32];
-      protocol::format_bytes(total, size, sizeof size);
+      values::format_bytes(total, size, sizeof size);
       log(LogLevel::Error, "FIKIT_MEMORY_LIMIT=%s is more than GPU %d has (%s): no limit of its own there",
           cfg.memory_limit_text, device, size);
       limit = 0;

@@ -112,7 +112,7 @@ int status_command(int argc, char** argv) {
   uint16_t port = fikit::protocol::kDefaultPort;
   if (app->count("--scheduler") > 0 && !fikit::scheduler::parse_host_port(scheduler, host, port))
     return fikit::cli::usage_error(app->get_name(), "--scheduler: '" + scheduler + "' is not HOST:PORT (port 1 to 65535; " +
-                                                            fikit::protocol::kAddressForm + ")");
+                                                            fikit::values::kAddressForm + ")");
   // Without --control: this user's daemon of that port, else the one the shipped systemd unit runs.
   std::vector<std::string> paths{control};
   if (control.empty()) paths = {fikit::scheduler::default_control_path(port), FIKIT_SYSTEM_CONTROL_PATH};

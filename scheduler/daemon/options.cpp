@@ -86,7 +86,7 @@ constexpr const char* kOtherSettings[] = {
 
 bool parse_host_port(const std::string& text, std::string& host, uint16_t& port) {
   std::string_view h;
-  if (!protocol::split_host_port(text, &h, &port, /*allow_port_zero=*/true)) return false;
+  if (!values::split_host_port(text, &h, &port, /*allow_port_zero=*/true)) return false;
   host = std::string(h);
   return true;
 }
@@ -142,7 +142,7 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
   }
   if (key == "objective") {
     uint32_t permille = 0;
-    if (const char* why = protocol::parse_objective(value, permille)) {
+    if (const char* why = values::parse_objective(value, permille)) {
       error = "objective: '" + value + "' " + why;
       return false;
     }
@@ -169,8 +169,8 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     return true;
   }
   if (key == "reserve-memory") {
-    protocol::MemorySize size;
-    if (const char* why = protocol::parse_memory_size(value, size); why != nullptr) {
+    values::MemorySize size;
+    if (const char* why = values::parse_memory_size(value, size); why != nullptr) {
       error = "reserve-memory: '" + value + "': " + why;
       return false;
     }
@@ -225,7 +225,7 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
   }
   if (key == "listen") {
     if (!parse_host_port(value, opts.listen_host, opts.listen_port)) {
-      error = "listen: '" + value + "' is not HOST:PORT (port 0 for any free one; " + protocol::kAddressForm + ")";
+      error = "listen: '" + value + "' is not HOST:PORT (port 0 for any free one; " + values::kAddressForm + ")";
       return false;
     }
     return true;
@@ -238,7 +238,7 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     // ":PORT" is loopback, the safe default (docs/security.md).
     const std::string address = !value.empty() && value.front() == ':' ? "127.0.0.1" + value : value;
     if (!parse_host_port(address, opts.metrics_host, opts.metrics_port) || opts.metrics_port == 0) {
-      error = "metrics: '" + value + "' is not HOST:PORT (port 1 to 65535; " + protocol::kAddressForm + ") or off";
+      error = "metrics: '" + value + "' is not HOST:PORT (port 1 to 65535; " + values::kAddressForm + ") or off";
       return false;
     }
     return true;   // off loopback only with metrics-remote (check_options: the order of flags does not matter)

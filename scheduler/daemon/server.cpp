@@ -220,10 +220,10 @@ struct Server::Impl {
       return;
     }
     sessions.bind(h, reg.device, reply_to.to, authenticated, owner, task);
-    const protocol::MemorySize& reserve = opts.settings.reserve_memory;
+    const values::MemorySize& reserve = opts.settings.reserve_memory;
     if (!reserve.is_share() && reserve.bytes != 0 && reg.memory_total != 0 && reserve.bytes >= reg.memory_total) {
       char size[32];
-      protocol::format_bytes(reg.memory_total, size, sizeof size);
+      values::format_bytes(reg.memory_total, size, sizeof size);
       log_limited(kLogReserve, spdlog::level::err, "--reserve-memory is not less than the {} of {}: tasks below "
                   "priority 0 can allocate nothing there (give less, or a share such as 25%)", size,
                   device_name(reg.device));

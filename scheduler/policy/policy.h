@@ -80,7 +80,7 @@ struct Settings {
   // Device memory kept for priority-0 tasks (0: none): the tasks below share what it leaves of the
   // GPU's memory, beside what priority-0 tasks hold beyond it. Each may hold what it holds plus an
   // equal part of what is still free of that, in steps of memory_step_bytes (docs/memory.md).
-  protocol::MemorySize reserve_memory;
+  values::MemorySize reserve_memory;
   uint64_t memory_step_bytes = 64ull << 20;
   // Daemon only (not the policy): after a notification, while the holder notifies, poll the socket
   // this long before sleeping. A datagram that wakes a sleeping daemon costs the sender ~8 us on a

@@ -851,7 +851,7 @@ TEST_F(PolicyTest, MessagesOfUnknownTasksAreToldToRegister) {
 constexpr uint64_t GiB = 1ull << 30;
 
 TEST_F(PolicyTest, TasksBelowPriorityZeroShareWhatTheReserveLeaves) {
-  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  settings.reserve_memory = values::MemorySize{20 * GiB, 0};
   const uint32_t svc = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   EXPECT_EQ(last.at(svc).memory_cap, 0u) << "priority 0 is never capped";
@@ -879,7 +879,7 @@ TEST_F(PolicyTest, TasksBelowPriorityZeroShareWhatTheReserveLeaves) {
 }
 
 TEST_F(PolicyTest, WithoutAServiceTheSmallestGpuAnyTaskReportsCounts) {
-  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  settings.reserve_memory = values::MemorySize{20 * GiB, 0};
   const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
   reg(T0 + us(10), "a", 6, TaskMode::Share, Backend::Mps, false, 1024 * GiB);
@@ -893,7 +893,7 @@ TEST_F(PolicyTest, WithoutAServiceTheSmallestGpuAnyTaskReportsCounts) {
 // more than the reserve leaves (before, 4 jobs at once took the reserve and the service's
 // allocations failed 12 of 12). Once the hooks confirm, the jobs share it.
 TEST_F(PolicyTest, JobsThatStartTogetherNeverTakeTheReserve) {
-  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  settings.reserve_memory = values::MemorySize{20 * GiB, 0};
   reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   std::map<uint32_t, uint64_t> most;   // the largest cap each job was sent: what it may hold
   auto check = [&](const char* when) {
@@ -925,7 +925,7 @@ TEST_F(PolicyTest, JobsThatStartTogetherNeverTakeTheReserve) {
 // byte. A report is believed up to the largest cap the task was sent: it counts as a job that holds
 // its whole share (what an honest job that filled it would cost the others: half of what is left).
 TEST_F(PolicyTest, AReportAboveEveryCapTheTaskHadIsNotBelieved) {
-  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  settings.reserve_memory = values::MemorySize{20 * GiB, 0};
   reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   const uint32_t job = reg(T0, "job", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   send(T0 + us(5), job, protocol::Heartbeat{0, 0, 60 * 1024});
@@ -939,7 +939,7 @@ TEST_F(PolicyTest, AReportAboveEveryCapTheTaskHadIsNotBelieved) {
 // Trust v3, F7: without a key anyone registers at priority 0; a fake service claiming a 1 TiB GPU
 // lifted every job's cap to 1021 GiB (the priority-0 report counted). The smallest report counts.
 TEST_F(PolicyTest, AFakeServiceClaimingALargerGpuLiftsNoCap) {
-  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  settings.reserve_memory = values::MemorySize{20 * GiB, 0};
   reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
@@ -948,20 +948,20 @@ TEST_F(PolicyTest, AFakeServiceClaimingALargerGpuLiftsNoCap) {
 }
 
 TEST_F(PolicyTest, AMeasuredTaskIsCappedTooAndNoReserveMeansNoCap) {
-  settings.reserve_memory = protocol::MemorySize{0, 250'000};   // 25 %
+  settings.reserve_memory = values::MemorySize{0, 250'000};   // 25 %
   reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   const uint32_t measured = reg(T0, "lp", 5, TaskMode::Measure, Backend::Mps, true, 80 * GiB);
   EXPECT_EQ(last.at(measured).memory_cap, 60 * GiB);
   p.reset();
   last.clear();
-  settings.reserve_memory = protocol::MemorySize{};
+  settings.reserve_memory = values::MemorySize{};
   reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 0u);
 }
 
 TEST_F(PolicyTest, AJobOverItsShareMayKeepWhatItHoldsButGetsNoMore) {
-  settings.reserve_memory = protocol::MemorySize{20 * GiB, 0};
+  settings.reserve_memory = values::MemorySize{20 * GiB, 0};
   const uint32_t svc = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   const uint32_t job = reg(T0, "lp", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
   send(T0 + us(10), job, protocol::Heartbeat{55 * GiB, 0});

@@ -414,6 +414,10 @@ TEST(Auth, RandomIdsAreNonZeroAndDiffer) {
   EXPECT_NE(a, b);
 }
 
+using values::format_bytes;
+using values::MemorySize;
+using values::parse_memory_size;
+
 // Sizes as fikit-run --memory-limit, FIKIT_MEMORY_LIMIT and --reserve-memory take them.
 TEST(MemorySize, UnitsSharesAndWhatIsWrong) {
   MemorySize m;

@@ -88,7 +88,7 @@ void set_env(const char* name, const std::string& value) { setenv(name, value.c_
 std::string numeric_scheduler(const std::string& text, std::string* error) {
   std::string_view host_view;
   uint16_t port = 0;
-  if (!fikit::protocol::split_host_port(text, &host_view, &port)) {
+  if (!fikit::values::split_host_port(text, &host_view, &port)) {
     *error = "the scheduler's address must be HOST:PORT, got '" + text + "'";
     return {};
   }
@@ -169,19 +169,19 @@ int main(int argc, char** argv) {
       set_env("CUDA_MPS_CLIENT_PRIORITY", *prio);
     // MPS's own cap as well, where a size is given (a share needs the GPU's size, which only the hook
     // learns): the driver then enforces it whatever path the program allocates by.
-    fikit::protocol::MemorySize limit;
+    fikit::values::MemorySize limit;
     uint64_t pinned_bytes = 0;
     if (memory_limit != nullptr && *memory_limit != '\0' &&
-        fikit::protocol::parse_memory_size(memory_limit, limit) == nullptr && !limit.is_share())
+        fikit::values::parse_memory_size(memory_limit, limit) == nullptr && !limit.is_share())
       pinned_bytes = limit.bytes;
     // A job below a service of fikit-scheduler --mps --reserve-memory: at most what the reserve
     // leaves of the smallest GPU, so that a program that escapes the hook still cannot take it.
     std::string pinned_why = "its --memory-limit";
     if (priority > 0 && mps.fikit_owned)
       if (auto reserve_text = fikit::mps::published_reserve(fikit::mps::default_directory())) {
-        fikit::protocol::MemorySize reserve;
+        fikit::values::MemorySize reserve;
         const auto total = fikit::mps::smallest_gpu_memory();
-        if (fikit::protocol::parse_memory_size(*reserve_text, reserve) == nullptr && total &&
+        if (fikit::values::parse_memory_size(*reserve_text, reserve) == nullptr && total &&
             reserve.on_device(*total) < *total) {
           const uint64_t left = *total - reserve.on_device(*total);
           if (pinned_bytes == 0 || left < pinned_bytes) pinned_bytes = left, pinned_why = "what the reserve leaves";

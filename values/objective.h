@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace fikit::protocol {
+namespace fikit::values {
 
 constexpr uint32_t kMinObjectivePermille = 1000;     // 1x: nothing may slow it at all
 constexpr uint32_t kMaxObjectivePermille = 100000;   // 100x
@@ -14,4 +14,4 @@ constexpr uint32_t kDefaultObjectivePermille = 1200; // fikit-scheduler --object
 // nullptr and `out` set, or what is wrong.
 const char* parse_objective(std::string_view text, uint32_t& out) noexcept;
 
-}  // namespace fikit::protocol
+}  // namespace fikit::values

@@ -1,6 +1,6 @@
 #include "address.h"
 
-namespace fikit::protocol {
+namespace fikit::values {
 
 bool split_host_port(std::string_view text, std::string_view* host, uint16_t* port, bool allow_port_zero) noexcept {
   const size_t colon = text.rfind(':');
@@ -24,4 +24,4 @@ bool split_host_port(std::string_view text, std::string_view* host, uint16_t* po
   return true;
 }
 
-}  // namespace fikit::protocol
+}  // namespace fikit::values

@@ -3,7 +3,7 @@
 #include <cctype>
 #include <cstdio>
 
-namespace fikit::protocol {
+namespace fikit::values {
 namespace {
 
 bool iequal(std::string_view a, std::string_view b) noexcept {
@@ -89,4 +89,4 @@ void format_bytes(uint64_t bytes, char* out, size_t size) noexcept {
   std::snprintf(out, size, "%.1f %s", value, kUnits[u]);
 }
 
-}  // namespace fikit::protocol
+}  // namespace fikit::values

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace fikit::protocol {
+namespace fikit::values {
 
 // Splits `text` into a host (brackets of an IPv6 literal removed; no spaces; a bare host has no
 // colon) and a port 1..65535 (0 too with allow_port_zero: "any free port", for a listener). False
@@ -17,4 +17,4 @@ bool split_host_port(std::string_view text, std::string_view* host, uint16_t* po
 // brackets an IPv6 literal needs ("::1:47800" is refused: its port cannot be told from the address).
 inline constexpr char kAddressForm[] = "an IPv6 address in brackets: [::1]:47800";
 
-}  // namespace fikit::protocol
+}  // namespace fikit::values

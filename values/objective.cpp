@@ -1,6 +1,6 @@
 #include "objective.h"
 
-namespace fikit::protocol {
+namespace fikit::values {
 
 const char* parse_objective(std::string_view text, uint32_t& out) noexcept {
   bool percent = false;
@@ -26,4 +26,4 @@ const char* parse_objective(std::string_view text, uint32_t& out) noexcept {
   return nullptr;
 }
 
-}  // namespace fikit::protocol
+}  // namespace fikit::values

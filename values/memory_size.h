@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace fikit::protocol {
+namespace fikit::values {
 
 struct MemorySize {
   uint64_t bytes = 0;   // an absolute size...
@@ -29,4 +29,4 @@ const char* parse_memory_size(std::string_view text, MemorySize& out) noexcept;
 // "20.0 GiB", "512 MiB", "3 B": the unit that keeps the number below 1024, one decimal above KiB.
 void format_bytes(uint64_t bytes, char* out, size_t size) noexcept;
 
-}  // namespace fikit::protocol
+}  // namespace fikit::values
