@@ -63,12 +63,14 @@ class AttentionNet(torch.nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description="Training loop on random data (PyTorch).")
-    parser.add_argument("--model", choices=("resnet50", "resnet18", "vit_l_16", "transformer", "attention", "scan"),
+    parser.add_argument("--model", choices=("resnet50", "resnet18", "vit_l_16", "transformer", "attention", "scan", "idle"),
                         default="resnet50",
                         help="transformer: a 12-layer encoder language model, d_model 768, about 98 M parameters; "
                              "attention: 4 blocks of causal attention over --seq tokens (default 4096 for it), bf16; "
                              "vit_l_16: ViT-L/16 (torchvision), bf16 autocast; scan: a recurrent cell of width 256 "
-                             "unrolled over --seq steps (default 256), thousands of kernels of a few us an iteration")
+                             "unrolled over --seq steps (default 256), thousands of kernels of a few us an iteration; "
+                             "idle: holds a CUDA context and memory and launches nothing (10 ms of sleep an iteration): "
+                             "what being there costs a service")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=0, help="tokens per sequence (transformer: 256, attention: 4096)")
     parser.add_argument("--duration-s", type=float, default=30.0)
@@ -105,6 +107,8 @@ def main():
                 h = torch.tanh(cell(h) + xs[t])
             return h
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    elif args.model == "idle":
+        forward = optimizer = labels = None   # nothing is trained (below)
     elif args.model == "vit_l_16":
         model = torchvision.models.vit_l_16(weights=None).cuda().train()
         images = torch.randn(args.batch, 3, 224, 224, device="cuda")
@@ -129,13 +133,25 @@ def main():
     loss_fn = torch.nn.CrossEntropyLoss()
     done = {"iterations": 0}
 
-    def step():
+    if args.model == "idle":
+        held = torch.zeros(1 << 20, device="cuda")   # a context and some memory, nothing launched after
+        torch.cuda.synchronize()
+
+        def step():
+            time.sleep(0.01)
+            done["iterations"] += 1
+    else:
+        step = None
+
+    def train_step():
         optimizer.zero_grad(set_to_none=True)
         loss_fn(forward(), labels).backward()
         optimizer.step()
         torch.cuda.synchronize()   # one iteration ends here, as in a real loop reading loss.item()
         done["iterations"] += 1
 
+    if step is None:
+        step = train_step
     step()   # first iteration allocates and picks kernels: not counted
     done["iterations"] = 0
     start = time.perf_counter()
