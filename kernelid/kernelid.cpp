@@ -26,6 +26,7 @@ std::atomic<OccupancyFn> g_occupancy{nullptr};
 std::atomic<int> g_trace_fd{-1};
 
 FixedMap<8192> g_name_by_func;   // CUfunction -> hash of its (mangled) name
+FixedMap<8192> g_readable_by_func;   // CUfunction -> hash of its readable (demangled) name: shape_id()
 FixedMap<65536> g_seen_ids;      // IDs already described (value unused)
 
 // Walking the launching thread's stack (~1 us, docs/performance-hook.md) dominates an ID's cost, so the
@@ -265,6 +266,27 @@ __attribute__((noinline)) uint64_t kernel_id(CUfunction func, const uint32_t gri
       reinterpret_cast<uintptr_t>(__builtin_frame_address(0)), reinterpret_cast<uintptr_t>(__builtin_return_address(0)),
       [&] { return shape_hash(function_name_hash(func), grid, block, shared_mem); },
       [&](uint64_t id, uint64_t site) { remember(id, site, function_name(func), true, grid, block, shared_mem, func); });
+}
+
+uint64_t shape_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_mem) noexcept {
+  const auto key = nonzero(reinterpret_cast<uint64_t>(func));
+  uint64_t name = g_readable_by_func.find(key);
+  if (name == 0) {
+    // First sight of this function here: its readable name, as the profile stores it (allocates).
+    try {
+      std::lock_guard lock(detail::slow_path_mutex());
+      name = nonzero(readable_name_hash(detail::demangled(function_name(func))));
+    } catch (...) {
+      return 0;
+    }
+    g_readable_by_func.insert(key, name);
+  }
+  return shape_hash(name, grid, block, shared_mem);
+}
+
+uint64_t shape_id_of(std::string_view readable_name, const uint32_t grid[3], const uint32_t block[3],
+                     uint32_t shared_mem) noexcept {
+  return shape_hash(nonzero(readable_name_hash(readable_name)), grid, block, shared_mem);
 }
 
 __attribute__((noinline)) uint64_t op_id(const char* label, uint64_t bytes) noexcept {

@@ -57,6 +57,13 @@ void configure(const Settings& settings) noexcept;
 // The ID of a kernel launched by the calling thread. `func` is resolved to its name once.
 uint64_t kernel_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3],
                    uint32_t shared_mem) noexcept;
+// A kernel's shape: its device function's readable name and the launch dimensions, without the
+// call site (what stands in for a kernel whose ID the profile lacks: share/predictions.h). The
+// first call for a function demangles its name (allocates); later ones are a lookup. 0: unknown.
+uint64_t shape_id(CUfunction func, const uint32_t grid[3], const uint32_t block[3], uint32_t shared_mem) noexcept;
+// The same from a profile's record (Description::name).
+uint64_t shape_id_of(std::string_view readable_name, const uint32_t grid[3], const uint32_t block[3],
+                     uint32_t shared_mem) noexcept;
 // The ID of a copy / set / graph launch: `label` ("[memcpy HtoD]") + call site + byte count.
 uint64_t op_id(const char* label, uint64_t bytes) noexcept;
 

@@ -4,6 +4,7 @@
 #include <exception>
 #include <new>
 
+#include "kernelid.h"
 #include "log.h"
 #include "profiledb.h"
 
@@ -14,7 +15,37 @@ size_t home(uint64_t id) { return size_t(id ^ (id >> 32)) & (Predictions::kCapac
 constexpr size_t kMaxProbe = 64;
 }  // namespace
 
-Predictions::Predictions() : table_(new (std::nothrow) Entry[kCapacity]) {}
+Predictions::Predictions() : table_(new (std::nothrow) Entry[kCapacity]), shapes_(new (std::nothrow) Entry[kShapeCapacity]) {}
+
+void Predictions::put_shape(uint64_t shape_id, const Kernel& k) noexcept {
+  if (!shapes_ || shape_id == 0) return;
+  for (size_t i = 0, at = home(shape_id) & (kShapeCapacity - 1); i < kMaxProbe; ++i, at = (at + 1) & (kShapeCapacity - 1)) {
+    Entry& e = shapes_[at];
+    const uint64_t id = e.id.load(std::memory_order_relaxed);
+    if (id != 0 && id != shape_id) continue;
+    // Kernels of one shape from several call sites: the longest stands for all (charged against the
+    // bound, a longer guess errs on the service's side). Once learned, a shape's figures are the
+    // profile's as read the last time: a read starts them afresh only for shapes new to the table.
+    e.dur_ns.store(std::max(k.dur_ns, id == 0 ? 0 : e.dur_ns.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    e.hold_ns.store(std::max(k.hold_ns, id == 0 ? 0 : e.hold_ns.load(std::memory_order_relaxed)), std::memory_order_relaxed);
+    if (id == 0) e.id.store(shape_id, std::memory_order_release);
+    return;
+  }
+}
+
+bool Predictions::by_shape(uint64_t shape_id, Kernel& k) const noexcept {
+  if (!shapes_ || shape_id == 0) return false;
+  for (size_t i = 0, at = home(shape_id) & (kShapeCapacity - 1); i < kMaxProbe; ++i, at = (at + 1) & (kShapeCapacity - 1)) {
+    const Entry& e = shapes_[at];
+    const uint64_t id = e.id.load(std::memory_order_acquire);
+    if (id == 0) return false;
+    if (id != shape_id) continue;
+    k.dur_ns = e.dur_ns.load(std::memory_order_relaxed);
+    k.hold_ns = e.hold_ns.load(std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
 
 void Predictions::put(const Kernel& k) noexcept {
   if (!table_ || k.id == 0) return;
@@ -75,6 +106,7 @@ size_t Predictions::read(const Config& cfg, const policy::Estimators& estimators
       e.gap_ns = policy::predicted_gap(stats, estimators);
       e.hold_ns = std::max<uint64_t>(1, stats.hold_p50);
       put(e);
+      if (!k.name.empty()) put_shape(kernelid::shape_id_of(k.name, k.grid.data(), k.block.data(), k.shared_mem), e);
       ++n;
     }
   } catch (const profiledb::DbError& e) {

@@ -30,6 +30,7 @@ class Predictions {
     bool measured = false;
   };
   static constexpr size_t kCapacity = 1u << 15;   // kernels; a full table leaves the rest unknown (logged)
+  static constexpr size_t kShapeCapacity = 1u << 13;   // shapes
 
   Predictions();
   // Reads the task's profile into the table (again: updates and adds), predicting with `estimators`
@@ -43,6 +44,13 @@ class Predictions {
   bool load_first(const Config& cfg, int busy_timeout_ms) noexcept;
   policy::Estimators estimators() noexcept;
   Kernel of(uint64_t kernel_id) const noexcept;
+  // A kernel its ID does not find, by its shape (kernelid::shape_id: the device function's name and
+  // the launch dimensions, without the call site): the longest of the profile's kernels of that
+  // shape, charged against the bound in its stead. A kernel launched from another call site than it
+  // was measured at (a JAX job's, whose call sites differ between processes) is then no 20-us
+  // guess. Sets dur_ns and hold_ns of `k` and returns true when the shape is known; never `measured`
+  // (the daemon plans gaps and fills by ID only).
+  bool by_shape(uint64_t shape_id, Kernel& k) const noexcept;
   size_t size() const noexcept { return size_.load(std::memory_order_relaxed); }
 
  private:
@@ -51,10 +59,12 @@ class Predictions {
     std::atomic<uint64_t> dur_ns{0}, dur_est_ns{0}, gap_ns{0}, hold_ns{0};
   };
   void put(const Kernel& k) noexcept;   // under load_mutex_
+  void put_shape(uint64_t shape_id, const Kernel& k) noexcept;   // the longest of a shape; under load_mutex_
   // Reads under load_mutex_; *locked: the database stayed locked past the busy timeout.
   size_t read(const Config& cfg, const policy::Estimators& estimators, int busy_timeout_ms, bool* locked) noexcept;
 
   std::unique_ptr<Entry[]> table_;
+  std::unique_ptr<Entry[]> shapes_;     // by shape ID: dur_ns and hold_ns only
   std::atomic<size_t> size_{0};
   std::mutex load_mutex_;               // load() only, never on the launch path
   policy::Estimators estimators_;       // under load_mutex_

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "client.h"
+#include "kernelid.h"
 #include "clock.h"
 #include "device_lanes.h"
 #include "log.h"
@@ -106,7 +107,11 @@ class ShareMode final : public Mode {
         client.notify(op.id, now, 0);
       }
     }
-    const share::Predictions::Kernel k = t_launch.kernel = predictions_.of(op.id);
+    share::Predictions::Kernel k = predictions_.of(op.id);
+    // Not known by its ID (another call site than measured): charged as its shape's kernels were.
+    if (!k.measured && op.kind == OpKind::Kernel && !(role & protocol::kRoleHolder))
+      predictions_.by_shape(kernelid::shape_id(op.func, op.grid, op.block, op.shared_mem), k);
+    t_launch.kernel = k;
     // The holder never waits. A task below may be sent to its SM partition instead (within the bound).
     if (!(role & protocol::kRoleHolder)) {
       const uint8_t partition_pct = client.directive().partition_pct();
