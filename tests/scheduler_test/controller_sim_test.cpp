@@ -1,0 +1,121 @@
+// The controller against simulated services in virtual time: requests at Poisson arrivals, each one
+// active period whose length is the service's time alone, times what the regime of the job beside it
+// costs (a service of each kind has its own costs), times noise. Seeded: the same run every time.
+// What is asserted is where the controller settles and how fast it follows a change of load: within
+// one window (16 periods) to step down, within the longest pause (60 s) and one window to step back.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <random>
+
+#include "controller.h"
+
+namespace fikit::policy {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000, kS = 1'000'000'000;
+
+// What each regime costs a service's period (1.0: nothing), by kind of service.
+using Costs = std::array<double, kRegimes>;   // indexed by Regime
+// CPU-bound eager (an LM generating token by token): nothing beside it costs it much.
+constexpr Costs kCpuBound = {1.0, 1.0, 1.01, 1.02, 1.03, 1.05};
+// A CUDA-graph replay that keeps the GPU busy: every SM a job holds is one it loses.
+constexpr Costs kBusyGraph = {1.0, 1.02, 1.05, 1.12, 1.45, 2.2};
+// Memory-bound: bandwidth shared on a partition as much as beside it.
+constexpr Costs kMemoryBound = {1.0, 1.03, 1.06, 1.5, 1.6, 1.9};
+
+class Service {
+ public:
+  Service(uint64_t alone_ns, double load, uint32_t seed) : alone_ns_(alone_ns), load_(load), rng_(seed) {}
+  void set_load(double load) { load_ = load; }
+  // The next period: when it ends, and how long it lasted under `r`.
+  std::pair<uint64_t, uint64_t> next(uint64_t now, Regime r, const Costs& costs) {
+    std::exponential_distribution<double> gap(load_ / double(alone_ns_));
+    std::lognormal_distribution<double> noise(0.0, 0.05);
+    const uint64_t start = now + uint64_t(gap(rng_));
+    const uint64_t len = uint64_t(double(alone_ns_) * costs[size_t(r)] * noise(rng_));
+    return {start + len, len};
+  }
+
+ private:
+  uint64_t alone_ns_;
+  double load_;
+  std::mt19937 rng_;
+};
+
+// Runs `c` beside `svc` for `duration_ns` from `now` under `costs`; returns the end time.
+uint64_t run(Controller& c, Service& svc, const Costs& costs, uint64_t now, uint64_t duration_ns) {
+  const uint64_t end = now + duration_ns;
+  while (now < end) {
+    const Regime r = c.regime();
+    const auto [at, len] = svc.next(now, r, costs);
+    c.on_period(at, len);
+    now = at;
+  }
+  return now;
+}
+
+ControllerSettings settings() {
+  ControllerSettings s;   // the daemon's defaults: objective 1.2, windows of 16, pauses 2-60 s
+  return s;
+}
+
+TEST(ControllerSim, EachKindOfServiceSettlesOnTheMostGenerousRegimeWithinItsObjective) {
+  struct Case {
+    const char* kind;
+    Costs costs;
+    Regime expected;
+  };
+  // Within 1.2x: CPU-bound up to beside; the busy graph up to partition (1.12x), not short-beside;
+  // memory-bound up to hold (1.06x), not partition (1.5x).
+  for (const Case& k : {Case{"cpu-bound", kCpuBound, Regime::Beside}, Case{"busy graph", kBusyGraph, Regime::Partition},
+                        Case{"memory-bound", kMemoryBound, Regime::Hold}}) {
+    SCOPED_TRACE(k.kind);
+    Controller c(settings());
+    Service svc(5 * kMs, 0.4, 7);
+    run(c, svc, k.costs, 0, 120 * kS);
+    EXPECT_EQ(c.adopted(), k.expected);
+    EXPECT_LE(c.inflation_permille(), 1200u);
+  }
+}
+
+TEST(ControllerSim, ARegimeThatStopsFittingWhenTheLoadRisesIsLeftWithinAWindowAndRetakenWhenItFalls) {
+  // A service whose partition costs it 1.1x at 5 % load and 1.4x at 40 % (its periods queue behind
+  // each other and the job's partition work more often).
+  const Costs light = {1.0, 1.02, 1.04, 1.1, 1.5, 2.0}, heavy = {1.0, 1.02, 1.05, 1.4, 1.7, 2.4};
+  Controller c(settings());
+  Service svc(5 * kMs, 0.05, 11);
+  uint64_t now = run(c, svc, light, 0, 300 * kS);
+  ASSERT_EQ(c.adopted(), Regime::Partition);
+  // 5 % -> 40 %: given up within one window of periods (16, at 80 a second: 0.2 s; allow 1 s).
+  svc.set_load(0.4);
+  const uint64_t rise = now;
+  while (c.adopted() == Regime::Partition && now - rise < 10 * kS) now = run(c, svc, heavy, now, 10 * kMs);
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_LE(now - rise, 1 * kS);
+  now = run(c, svc, heavy, now, 300 * kS);
+  EXPECT_EQ(c.adopted(), Regime::Hold);   // tried again now and then, never kept
+  // 40 % -> 5 %: retaken within the longest pause (60 s) and a window (16 periods at 10 a second).
+  svc.set_load(0.05);
+  const uint64_t fall = now;
+  while (c.adopted() != Regime::Partition && now - fall < 120 * kS) now = run(c, svc, light, now, 100 * kMs);
+  EXPECT_EQ(c.adopted(), Regime::Partition);
+  EXPECT_LE(now - fall, 60 * kS + 4 * kS);
+}
+
+TEST(ControllerSim, WhatMeasuringCostsTheJobIsBoundedByTheBaselinesAndTheTrials) {
+  // Beside the busy graph service at 5 % load over 10 minutes: the baselines hold the job for a few
+  // seconds a minute at most, and the service spends few periods in refused trials.
+  Controller c(settings());
+  Service svc(5 * kMs, 0.05, 3);
+  const uint64_t duration = 600 * kS;
+  run(c, svc, kBusyGraph, 0, duration);
+  EXPECT_LE(c.held_ns(), duration / 20);   // <= 5 % of the time
+  // Refused trials: each at most 16 periods, pauses doubling to a minute: a handful in 10 minutes.
+  EXPECT_LE(c.drops(), 15u);
+  EXPECT_GE(c.baselines(), 5u);   // refreshed about once a minute
+}
+
+}  // namespace
+}  // namespace fikit::policy
