@@ -142,10 +142,17 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
                for (const auto& t : d.tasks) n += t.waits.count;
                return n;
              });
-  per_device(out, s, "fikit_fills_total", "counter", "Predicted idle gaps of the holder handed to a lower task.",
-             [](const D& d) { return d.counters.fills; });
-  per_device(out, s, "fikit_gaps_predicted_total", "counter", "Idle gaps of the holder predicted from its profile.",
-             [](const D& d) { return d.counters.gaps_predicted; });
+  // Every policy counter (policy.h's list): fikit_NAME_total per GPU, the unfilled gaps as one family
+  // by reason.
+  const auto policy_counter = [&](const char* name, const char* help, uint64_t policy::Counters::*field) {
+    static constexpr std::string_view kUnfilled = "unfilled_";
+    if (std::string_view(name).substr(0, kUnfilled.size()) == kUnfilled) return;
+    per_device(out, s, fmt::format("fikit_{}_total", name).c_str(), "counter", help,
+               [field](const D& d) { return d.counters.*field; });
+  };
+#define FIKIT_COUNTER_METRIC(name, help) policy_counter(#name, help, &policy::Counters::name);
+  FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_METRIC)
+#undef FIKIT_COUNTER_METRIC
   family(out, "fikit_gaps_unfilled_total", "counter", "Predicted gaps of the holder that ended with no filler, by why.");
   for (const auto& d : s.domains) {
     const auto& c = d.counters;
@@ -154,28 +161,6 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
     for (const auto& [reason, n] : reasons)
       out += fmt::format("fikit_gaps_unfilled_total{{device=\"{}\",reason=\"{}\"}} {}\n", label_value(d.device), reason, n);
   }
-  per_device(out, s, "fikit_early_stops_total", "counter",
-             "Fills ended early because the holder launched again before the predicted gap ended.",
-             [](const D& d) { return d.counters.early_stops; });
-  // The services' controllers (docs/scheduling.md, "The controller").
-  per_device(out, s, "fikit_regime_trials_total", "counter",
-             "Trials of a more generous regime for the tasks below a service.",
-             [](const D& d) { return d.counters.regime_trials; });
-  per_device(out, s, "fikit_regime_climbs_total", "counter",
-             "Regimes adopted after a trial kept the service within its objective.",
-             [](const D& d) { return d.counters.regime_climbs; });
-  per_device(out, s, "fikit_regime_drops_total", "counter",
-             "Regimes given up: a window of the service's periods past its objective, or one period past the limit.",
-             [](const D& d) { return d.counters.regime_drops; });
-  per_device(out, s, "fikit_baselines_total", "counter",
-             "Baseline windows measured with the tasks below a service held.",
-             [](const D& d) { return d.counters.baselines; });
-  per_device(out, s, "fikit_directives_total", "counter", "Directives sent to tasks.",
-             [](const D& d) { return d.counters.directives; });
-  per_device(out, s, "fikit_registrations_total", "counter", "Task registrations (new and repeated).",
-             [](const D& d) { return d.counters.registrations; });
-  per_device(out, s, "fikit_lease_expiries_total", "counter", "Tasks dropped because they went silent.",
-             [](const D& d) { return d.counters.lease_expiries; });
 
   family(out, "fikit_dropped_datagrams_total", "counter", "Datagrams the daemon dropped, by reason.");
   const auto& c = s.sessions;

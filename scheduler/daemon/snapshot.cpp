@@ -69,7 +69,7 @@ nlohmann::ordered_json role_json(uint8_t role) {
 // Every counter under its own name: one list (policy.h's FIKIT_POLICY_COUNTERS), so none is left out.
 nlohmann::ordered_json counters_json(const policy::Counters& p) {
   nlohmann::ordered_json j;
-#define FIKIT_COUNTER_JSON(name) j[#name] = p.name;
+#define FIKIT_COUNTER_JSON(name, help) j[#name] = p.name;
   FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_JSON)
 #undef FIKIT_COUNTER_JSON
   return j;

@@ -107,26 +107,39 @@ struct Action {
   protocol::Body body;
 };
 
-// The policy's counters, once: the struct and the sum of two (a freed GPU's counters carried into
-// the daemon's totals) come from this list, so no counter can be left out of either (7 were: the
-// unfilled-gap and overlap totals fell to 0 when a GPU's last task left).
-//   unfilled_*: predicted gaps that ended with no filler, by why: no task below was waiting for one;
-//   the kernels waiting are not in their task's profile (unknown kernels never fill); every kernel
-//   waiting was longer than the gap; or the gap ended before a grant could reach a filler.
-//   regime_*: the services' controllers: trials of a more generous regime begun, regimes adopted by
-//   a trial, regimes given up (a window past the objective, or one period past the limit), and
-//   baseline windows measured with the tasks below held.
-#define FIKIT_POLICY_COUNTERS(X)                                                                     \
-  X(registrations) X(capped_registrations) X(refused_registrations) X(notifications) X(wants)         \
-  X(directives) X(gaps_predicted) X(gaps_too_short) X(fills) X(early_stops) X(lease_expiries)        \
-  X(measure_holds_ended) X(clamped_predictions) X(unfilled_no_want) X(unfilled_unprofiled)           \
-  X(unfilled_too_long) X(unfilled_late) X(regime_trials) X(regime_climbs) X(regime_drops) X(baselines)
+// The policy's counters, once: the struct, the sum of two (a freed GPU's counters carried into the
+// daemon's totals), status --json and the metrics (fikit_NAME_total per GPU; the unfilled_* ones as
+// the family fikit_gaps_unfilled_total by reason) come from this list, so no counter can be left
+// out of any (7 were: the unfilled-gap and overlap totals fell to 0 when a GPU's last task left).
+// X(name, what it counts).
+#define FIKIT_POLICY_COUNTERS(X)                                                                            \
+  X(registrations, "Task registrations (new and repeated).")                                                \
+  X(capped_registrations, "Registrations without the key capped below the priorities reserved for it.")     \
+  X(refused_registrations, "Registrations refused at the GPU's task limit.")                                \
+  X(notifications, "Holder notifications (activity starts, gap openings).")                                 \
+  X(wants, "Launches tasks below the holder asked gap credit for.")                                         \
+  X(directives, "Directives sent to tasks.")                                                                \
+  X(gaps_predicted, "Idle gaps of the holder predicted from its profile.")                                  \
+  X(gaps_too_short, "Predicted gaps shorter than min-gap, not filled.")                                     \
+  X(fills, "Predicted idle gaps of the holder handed to a lower task.")                                     \
+  X(early_stops, "Fills ended early because the holder launched again before the predicted gap ended.")     \
+  X(lease_expiries, "Tasks dropped because they went silent.")                                              \
+  X(measure_holds_ended, "Measuring tasks that held lower priorities as long as measure-hold-max.")          \
+  X(clamped_predictions, "Predictions of unprofiled kernels capped at max-predicted.")                      \
+  X(unfilled_no_want, "Predicted gaps that ended with nobody waiting to fill.")                             \
+  X(unfilled_unprofiled, "Predicted gaps that ended with only kernels not in their profile waiting.")       \
+  X(unfilled_too_long, "Predicted gaps that ended with every waiting kernel too long for them.")            \
+  X(unfilled_late, "Predicted gaps that ended before a grant could reach a filler.")                        \
+  X(regime_trials, "Trials of a more generous regime for the tasks below a service.")                       \
+  X(regime_climbs, "Regimes adopted after a trial kept the service within its objective.")                  \
+  X(regime_drops, "Regimes given up: a window past the objective, or one period past the limit.")           \
+  X(baselines, "Baseline windows measured with the tasks below a service held.")
 struct Counters {
-#define FIKIT_COUNTER_FIELD(name) uint64_t name = 0;
+#define FIKIT_COUNTER_FIELD(name, help) uint64_t name = 0;
   FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_FIELD)
 #undef FIKIT_COUNTER_FIELD
   Counters& operator+=(const Counters& o) noexcept {
-#define FIKIT_COUNTER_ADD(name) name += o.name;
+#define FIKIT_COUNTER_ADD(name, help) name += o.name;
     FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_ADD)
 #undef FIKIT_COUNTER_ADD
     return *this;

@@ -80,7 +80,7 @@ def check_interleaved(res, label, setups):
 
 def cpp(args, out):
     res = run_eval(args, out, ["pairs", "lp-overhead", "overhead"])
-    setups = ["alone", "alone-b", "default", "mps", "mps-prio", "fikit", "fikit-mps"]
+    setups = ["alone", "alone-b", "default", "mps", "mps-prio", "mps-pct", "fikit", "fikit-mps"]
     for label in ("synthetic:synthetic-train@closed", "synthetic:synthetic-train@poisson"):
         check_pair_runs(res, label, setups, 2)
         check_interleaved(res, label, setups)
