@@ -41,56 +41,18 @@ std::string usage_text() {
                "idle (keeping a bounded amount of work in flight) and fill its predicted idle gaps\n"
                "(BestPrioFit) until it launches again (early stop). See docs/scheduling.md.\n"
                "\n"
-               "What you set:\n"
-               "  --mps on|off|/DIR     run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and\n"
-               "                       log folders in DIR (on: %s, or $FIKIT_MPS_DIR), stopped with it;\n"
-               "                       fikit-run makes programs its clients: the recommended setup\n"
-               "                       (docs/scheduling.md). One already running there is used and left\n"
-               "                       running (default off)\n"
-               "  --objective X        a service's objective unless it states its own (fikit-run --objective):\n"
-               "                       its GPU work per request at most X times its time alone, e.g. 1.2;\n"
-               "                       under MPS each service's controller gives the jobs below it the most\n"
-               "                       generous regime that keeps it (docs/scheduling.md; default 1.2)\n"
-               "  --reserve-memory SIZE device memory kept for priority-0 tasks on each GPU: tasks below them\n"
-               "                       cannot allocate into it, whatever their own limits (e.g. 20GiB, 25%%;\n"
-               "                       0: none; default 0). Under --mps the MPS server holds jobs to it too\n"
-               "  --listen HOST:PORT   UDP address to serve (default 127.0.0.1:47800; a non-loopback\n"
-               "                       address needs --key-file)\n"
-               "  --db PATH            profile database (default %s)\n"
-               "  --key-file PATH      authenticate datagrams with this key (docs/security.md); the file\n"
-               "                       must not be accessible to group or others\n"
-               "  --reserved-priorities N\n"
-               "                       with a key: priorities 0..N-1 need it; unauthenticated tasks that\n"
-               "                       ask for them get priority N (default 1)\n"
-               "  --user-tasks N       tasks one local user (or remote address) may hold (default 64);\n"
-               "                       beyond it a registration is refused with the reason\n"
-               "  --user-gpus N        GPUs one user's tasks may name (default 16)\n"
-               "  --control PATH       control socket for `status` (default for root /run/fikit/\n"
-               "                       scheduler-PORT.sock; for a user $XDG_RUNTIME_DIR/fikit/..., else\n"
-               "                       /tmp/fikit-UID/...; a folder of another user is refused)\n"
-               "  --bell PATH|off      the bell board where holders ring when they start launching, so\n"
-               "                       lower tasks stop at once (default /dev/shm/fikit-bell-PORT; mode 600:\n"
-               "                       clients of other users hear of the holder by datagram only)\n"
-               "  --metrics HOST:PORT|:PORT|off\n"
-               "                       serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (:PORT:\n"
-               "                       127.0.0.1; default off;\n"
-               "                       whoever can connect reads every task's key: docs/security.md)\n"
-               "  --metrics-remote on|off\n"
-               "                       allow a --metrics address off loopback, for a cluster's scraper (default off)\n"
-               "  --mps-control PATH   the program that starts and stops it (default nvidia-cuda-mps-control)\n"
-               "  --config FILE        'key = value' settings (keys as the flags, without --)\n"
-               "  --log-level LEVEL    error|warn|info|debug|trace (default info)\n"
-               "  -h, --help           this help\n"
-               "  --version            the version\n"
+               "What you set:\n%s"
+               "  --config FILE\n      'key = value' settings (keys as the flags, without --)\n"
+               "  -h, --help\n      this help\n"
+               "  --version\n      the version\n"
                "\n"
                "Tuning (change these to experiment; durations take ns, us, ms or s, plain numbers are us):\n%s"
                "\n"
                "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage, config or key error,\n"
                "3 cannot listen, 4 --mps: no MPS control daemon could be started.\n";
-  const std::string db = fikit::profiledb::Database::default_path(), mps = fikit::mps::default_directory(),
-                    settings = fikit::scheduler::settings_help();
-  std::string text(std::strlen(format) + db.size() + mps.size() + settings.size(), '\0');
-  text.resize(std::snprintf(text.data(), text.size() + 1, format, mps.c_str(), db.c_str(), settings.c_str()));
+  const std::string set = fikit::scheduler::settings_help(false), tuning = fikit::scheduler::settings_help(true);
+  std::string text(std::strlen(format) + set.size() + tuning.size(), '\0');
+  text.resize(std::snprintf(text.data(), text.size() + 1, format, set.c_str(), tuning.c_str()));
   return text;
 }
 

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "mps.h"
 #include "objective.h"
+#include "profiledb.h"
 #include "protocol.h"
 
 namespace fikit::scheduler {
@@ -76,11 +77,287 @@ constexpr DurationSetting kDurations[] = {
      "after a notification, poll this long before sleeping (0: never poll)"},
 };
 
-// Every other key apply_setting() knows, for the command line (the flags are these, with --).
-constexpr const char* kOtherSettings[] = {
-    "gap-estimator", "duration-estimator", "return-credit", "objective", "regime", "partition", "reserve-memory",
-    "mps", "mps-control", "reserved-priorities", "user-tasks", "user-gpus", "listen", "metrics", "metrics-remote", "db", "key-file",
-    "control", "bell", "log-level"};
+// Every other setting: how its value is written, what it does (for --help, with its default),
+// whether it is tuning (under its own heading) or what a user sets, and how its value is read into
+// the options (`why`: what is wrong with the value; the caller names the key).
+struct Setting {
+  const char* name;
+  const char* form;
+  std::string (*meaning)();
+  bool tuning;
+  bool (*apply)(Options& o, const std::string& v, std::string& why);
+};
+
+bool on_off(const std::string& v, bool& out, std::string& why) {
+  if (v != "on" && v != "off") {
+    why = "'" + v + "' is not on or off";
+    return false;
+  }
+  out = v == "on";
+  return true;
+}
+
+bool count(const std::string& v, unsigned lo, unsigned hi, unsigned& out, std::string& why, const char* what) {
+  if (!parse_uint(v, hi, out) || out < lo) {
+    why = "'" + v + "' is not " + what + " " + std::to_string(lo) + ".." + std::to_string(hi);
+    return false;
+  }
+  return true;
+}
+
+const Setting kSettings[] = {
+    // ---- what a user sets ----
+    {"mps", "on|off|/DIR",
+     [] {
+       return "run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and log folders in DIR (on: " +
+              mps::default_directory() + ", or $FIKIT_MPS_DIR), stopped with it; fikit-run makes programs its "
+              "clients: the recommended setup (docs/scheduling.md). One already running there is used and left "
+              "running (default off)";
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       // A folder must be an absolute path: `--mps yes` made a folder ./yes before failing.
+       if (v != "on" && v != "off" && (v.empty() || v.front() != '/')) {
+         why = v.empty() ? "give on, off or a folder" : "'" + v + "' is not on, off or an absolute path to a folder";
+         return false;
+       }
+       o.mps_dir = v == "off" ? std::string() : v == "on" ? mps::default_directory() : v;
+       return true;
+     }},
+    {"objective", "X",
+     [] {
+       return std::string("a service's objective unless it states its own (fikit-run --objective): its GPU work per "
+                          "request at most X times its time alone, e.g. 1.2; under MPS each service's controller "
+                          "gives the jobs below it the most generous regime that keeps it (docs/scheduling.md; "
+                          "default 1.2)");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       uint32_t permille = 0;
+       if (const char* error = values::parse_objective(v, permille)) {
+         why = "'" + v + "' " + error;
+         return false;
+       }
+       o.policy.controller.objective_permille = permille;
+       return true;
+     }},
+    {"reserve-memory", "SIZE",
+     [] {
+       return std::string("device memory kept for priority-0 tasks on each GPU: tasks below them cannot allocate into "
+                          "it, whatever their own limits (e.g. 20GiB, 25%; 0: none; default 0). Under --mps the MPS "
+                          "server holds jobs to it too");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       values::MemorySize size;
+       if (const char* error = values::parse_memory_size(v, size); error != nullptr) {
+         why = "'" + v + "': " + error;
+         return false;
+       }
+       if (size.ppm == 1'000'000) {
+         why = "100% leaves nothing for the tasks below priority 0 (0 reserves nothing)";
+         return false;
+       }
+       o.policy.reserve_memory = size;
+       return true;
+     }},
+    {"listen", "HOST:PORT",
+     [] {
+       return "UDP address to serve (default 127.0.0.1:" + std::to_string(protocol::kDefaultPort) +
+              "; a non-loopback address needs --key-file)";
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       if (parse_host_port(v, o.listen_host, o.listen_port)) return true;
+       why = "'" + v + "' is not HOST:PORT (port 0 for any free one; " + values::kAddressForm + ")";
+       return false;
+     }},
+    {"db", "PATH", [] { return "profile database (default " + profiledb::Database::default_path() + ")"; }, false,
+     [](Options& o, const std::string& v, std::string&) {
+       o.db_path = v;
+       return true;
+     }},
+    {"key-file", "PATH",
+     [] {
+       return std::string("authenticate datagrams with this key (docs/security.md); the file must not be accessible "
+                          "to group or others");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string&) {
+       o.key_file = v;
+       return true;
+     }},
+    {"reserved-priorities", "N",
+     [] {
+       return std::string("with a key: priorities 0..N-1 need it; unauthenticated tasks that ask for them get "
+                          "priority N (default 1)");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       unsigned n = 0;
+       if (!count(v, 0, protocol::kPriorityLevels - 1, n, why, "a number of priorities")) return false;
+       o.reserved_priorities = int(n);
+       return true;
+     }},
+    // A user (or remote address) beyond these is refused with the reason; 4 users of 64 tasks fill a
+    // GPU's 256 slots, so a machine shared by many users wants a lower one, or a key.
+    {"user-tasks", "N",
+     [] {
+       return std::string("tasks one local user (or remote address) may hold (default 64); beyond it a registration "
+                          "is refused with the reason");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       return count(v, 1, unsigned(policy::Policy::kMaxTasks), o.user_tasks, why, "a number");
+     }},
+    {"user-gpus", "N", [] { return std::string("GPUs one user's tasks may name (default 16)"); }, false,
+     [](Options& o, const std::string& v, std::string& why) { return count(v, 1, 255, o.user_gpus, why, "a number"); }},
+    {"control", "PATH",
+     [] {
+       return std::string("control socket for `status` (default for root /run/fikit/scheduler-PORT.sock; for a user "
+                          "$XDG_RUNTIME_DIR/fikit/..., else /tmp/fikit-UID/...; a folder of another user is refused)");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       if (v.empty() || v[0] != '/') {
+         why = "'" + v + "' is not an absolute path";
+         return false;
+       }
+       o.control_path = v;
+       return true;
+     }},
+    {"bell", "PATH|off",
+     [] {
+       return std::string("the bell board where holders ring when they start launching, so lower tasks stop at once "
+                          "(default /dev/shm/fikit-bell-PORT; mode 600: clients of other users hear of the holder by "
+                          "datagram only)");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       if (v != "off" && (v.empty() || v[0] != '/')) {
+         why = "'" + v + "' is neither an absolute path nor off";
+         return false;
+       }
+       o.bell_path = v;
+       return true;
+     }},
+    {"metrics", "HOST:PORT|:PORT|off",
+     [] {
+       return std::string("serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (:PORT: 127.0.0.1; default "
+                          "off; whoever can connect reads every task's key: docs/security.md)");
+     },
+     false,
+     [](Options& o, const std::string& v, std::string& why) {
+       if (v == "off") {
+         o.metrics_host.clear();
+         return true;
+       }
+       // ":PORT" is loopback, the safe default (docs/security.md). Off loopback only with
+       // metrics-remote (check_options: the order of flags does not matter).
+       const std::string address = !v.empty() && v.front() == ':' ? "127.0.0.1" + v : v;
+       if (parse_host_port(address, o.metrics_host, o.metrics_port) && o.metrics_port != 0) return true;
+       why = "'" + v + "' is not HOST:PORT (port 1 to 65535; " + values::kAddressForm + ") or off";
+       return false;
+     }},
+    {"metrics-remote", "on|off",
+     [] { return std::string("allow a --metrics address off loopback, for a cluster's scraper (default off)"); }, false,
+     [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.metrics_remote, why); }},
+    {"mps-control", "PATH",
+     [] { return std::string("the program that starts and stops it (default nvidia-cuda-mps-control)"); }, false,
+     [](Options& o, const std::string& v, std::string& why) {
+       if (v.empty()) {
+         why = "give the nvidia-cuda-mps-control program";
+         return false;
+       }
+       o.mps_control = v;
+       return true;
+     }},
+    {"log-level", "LEVEL", [] { return std::string("error|warn|info|debug|trace (default info)"); }, false,
+     [](Options& o, const std::string& v, std::string& why) {
+       if (v != "error" && v != "warn" && v != "info" && v != "debug" && v != "trace") {
+         why = "'" + v + "' is not one of error, warn, info, debug, trace";
+         return false;
+       }
+       o.log_level = v;
+       return true;
+     }},
+    // ---- tuning ----
+    {"gap-estimator", "mean|p50|p10",
+     [] { return std::string("statistic of a kernel's following gap used as the prediction (default mean)"); }, true,
+     [](Options& o, const std::string& v, std::string& why) {
+       constexpr std::pair<const char*, policy::GapEstimator> kAll[] = {
+           {"mean", policy::GapEstimator::Mean}, {"p50", policy::GapEstimator::P50}, {"p10", policy::GapEstimator::P10}};
+       for (const auto& [name, e] : kAll)
+         if (v == name) return o.policy.estimators.gap = e, true;
+       why = "'" + v + "' is not one of mean, p50, p10";
+       return false;
+     }},
+    {"duration-estimator", "mean|p50|p90",
+     [] { return std::string("statistic of a kernel's duration used as its predicted length (default p90)"); }, true,
+     [](Options& o, const std::string& v, std::string& why) {
+       constexpr std::pair<const char*, policy::DurationEstimator> kAll[] = {{"mean", policy::DurationEstimator::Mean},
+                                                                           {"p50", policy::DurationEstimator::P50},
+                                                                           {"p90", policy::DurationEstimator::P90}};
+       for (const auto& [name, e] : kAll)
+         if (v == name) return o.policy.estimators.duration = e, true;
+       why = "'" + v + "' is not one of mean, p50, p90";
+       return false;
+     }},
+    {"regime", "auto|hold-narrow|hold|partition|short-beside|beside",
+     [] {
+       return std::string("under MPS, what the jobs may do while a service above them is active: auto, each "
+                          "service's controller chooses from its measured periods; a name fixes that regime for all "
+                          "(default auto)");
+     },
+     true,
+     [](Options& o, const std::string& v, std::string& why) {
+       if (policy::regime_from_string(v.c_str(), o.policy.regime_auto, o.policy.fixed_regime)) return true;
+       why = "'" + v + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside";
+       return false;
+     }},
+    {"partition", "PERCENT",
+     [] {
+       return "under MPS, the share of the GPU's SMs of the partition the regimes hold-narrow, partition and "
+              "short-beside send launches to (0: no partitions) (default " +
+              std::to_string(policy::Settings{}.partition_pct) + ")";
+     },
+     true,
+     [](Options& o, const std::string& v, std::string& why) {
+       std::string_view number(v);
+       if (!number.empty() && number.back() == '%') number.remove_suffix(1);
+       unsigned pct = 0;
+       if (!parse_uint(number, 100, pct)) {
+         why = "'" + v + "' is not a percentage 0..100";
+         return false;
+       }
+       o.policy.partition_pct = pct;
+       return true;
+     }},
+    {"return-credit", "on|off",
+     [] {
+       return std::string("below a service pausing in a rhythm, launches predicted to end by return-margin before "
+                          "its return go whatever the bound (default on)");
+     },
+     true, [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.policy.return_credit, why); }},
+};
+
+// `text` wrapped to lines of at most `width` characters, each indented by `indent` spaces.
+std::string wrapped(const std::string& text, size_t indent, size_t width = 100) {
+  std::string out, line;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t space = text.find(' ', at);
+    const std::string word = text.substr(at, space == std::string::npos ? std::string::npos : space - at);
+    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
+      out += std::string(indent, ' ') + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    at = space == std::string::npos ? text.size() : space + 1;
+  }
+  if (!line.empty()) out += std::string(indent, ' ') + line + "\n";
+  return out;
+}
 
 }  // namespace
 
@@ -94,7 +371,7 @@ bool parse_host_port(const std::string& text, std::string& host, uint16_t& port)
 std::vector<std::string> setting_names() {
   std::vector<std::string> names;
   for (const auto& d : kDurations) names.emplace_back(d.name);
-  for (const char* name : kOtherSettings) names.emplace_back(name);
+  for (const auto& setting : kSettings) names.emplace_back(setting.name);
   return names;
 }
 
@@ -120,162 +397,12 @@ bool apply_setting(Options& opts, const std::string& key, const std::string& val
     opts.policy.*d.field = ns;
     return true;
   }
-  if (key == "gap-estimator") {
-    if (value == "mean") opts.policy.estimators.gap = policy::GapEstimator::Mean;
-    else if (value == "p50") opts.policy.estimators.gap = policy::GapEstimator::P50;
-    else if (value == "p10") opts.policy.estimators.gap = policy::GapEstimator::P10;
-    else { error = "gap-estimator: '" + value + "' is not one of mean, p50, p10"; return false; }
-    return true;
-  }
-  if (key == "duration-estimator") {
-    if (value == "mean") opts.policy.estimators.duration = policy::DurationEstimator::Mean;
-    else if (value == "p50") opts.policy.estimators.duration = policy::DurationEstimator::P50;
-    else if (value == "p90") opts.policy.estimators.duration = policy::DurationEstimator::P90;
-    else { error = "duration-estimator: '" + value + "' is not one of mean, p50, p90"; return false; }
-    return true;
-  }
-  if (key == "return-credit") {
-    if (value == "on") opts.policy.return_credit = true;
-    else if (value == "off") opts.policy.return_credit = false;
-    else { error = "return-credit: '" + value + "' is not on or off"; return false; }
-    return true;
-  }
-  if (key == "objective") {
-    uint32_t permille = 0;
-    if (const char* why = values::parse_objective(value, permille)) {
-      error = "objective: '" + value + "' " + why;
-      return false;
-    }
-    opts.policy.controller.objective_permille = permille;
-    return true;
-  }
-  if (key == "regime") {
-    if (!policy::regime_from_string(value.c_str(), opts.policy.regime_auto, opts.policy.fixed_regime)) {
-      error = "regime: '" + value + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside";
-      return false;
-    }
-    return true;
-  }
-  for (auto [name, field] : {std::pair{"partition", &policy::Settings::partition_pct}}) {
-    if (key != name) continue;
-    std::string_view number(value);
-    if (!number.empty() && number.back() == '%') number.remove_suffix(1);
-    unsigned pct = 0;
-    if (!parse_uint(number, 100, pct)) {
-      error = key + ": '" + value + "' is not a percentage 0..100";
-      return false;
-    }
-    opts.policy.*field = pct;
-    return true;
-  }
-  if (key == "reserve-memory") {
-    values::MemorySize size;
-    if (const char* why = values::parse_memory_size(value, size); why != nullptr) {
-      error = "reserve-memory: '" + value + "': " + why;
-      return false;
-    }
-    if (size.ppm == 1'000'000) {
-      error = "reserve-memory: 100% leaves nothing for the tasks below priority 0 (0 reserves nothing)";
-      return false;
-    }
-    opts.policy.reserve_memory = size;
-    return true;
-  }
-  if (key == "mps") {
-    if (value.empty()) {
-      error = "mps: give on, off or a folder";
-      return false;
-    }
-    // A folder must be an absolute path: `--mps yes` made a folder ./yes before failing.
-    if (value != "on" && value != "off" && value.front() != '/') {
-      error = "mps: '" + value + "' is not on, off or an absolute path to a folder";
-      return false;
-    }
-    opts.mps_dir = value == "off" ? std::string() : value == "on" ? mps::default_directory() : value;
-    return true;
-  }
-  if (key == "mps-control") {
-    if (value.empty()) {
-      error = "mps-control: give the nvidia-cuda-mps-control program";
-      return false;
-    }
-    opts.mps_control = value;
-    return true;
-  }
-  if (key == "reserved-priorities") {
-    unsigned n = 0;
-    if (!parse_uint(value, protocol::kPriorityLevels - 1, n)) {
-      error = "reserved-priorities: '" + value + "' is not a number of priorities 0..9";
-      return false;
-    }
-    opts.reserved_priorities = int(n);
-    return true;
-  }
-  if (key == "user-tasks" || key == "user-gpus") {
-    // A user (or remote address) beyond these is refused with the reason; 4 users of 64 tasks fill a
-    // GPU's 256 slots, so a machine shared by many users wants a lower one, or a key.
-    unsigned n = 0;
-    const unsigned most = key == "user-tasks" ? unsigned(policy::Policy::kMaxTasks) : 255u;
-    if (!parse_uint(value, most, n) || n == 0) {
-      error = key + ": '" + value + "' is not a number 1.." + std::to_string(most);
-      return false;
-    }
-    (key == "user-tasks" ? opts.user_tasks : opts.user_gpus) = n;
-    return true;
-  }
-  if (key == "listen") {
-    if (!parse_host_port(value, opts.listen_host, opts.listen_port)) {
-      error = "listen: '" + value + "' is not HOST:PORT (port 0 for any free one; " + values::kAddressForm + ")";
-      return false;
-    }
-    return true;
-  }
-  if (key == "metrics") {
-    if (value == "off") {
-      opts.metrics_host.clear();
-      return true;
-    }
-    // ":PORT" is loopback, the safe default (docs/security.md).
-    const std::string address = !value.empty() && value.front() == ':' ? "127.0.0.1" + value : value;
-    if (!parse_host_port(address, opts.metrics_host, opts.metrics_port) || opts.metrics_port == 0) {
-      error = "metrics: '" + value + "' is not HOST:PORT (port 1 to 65535; " + values::kAddressForm + ") or off";
-      return false;
-    }
-    return true;   // off loopback only with metrics-remote (check_options: the order of flags does not matter)
-  }
-  if (key == "metrics-remote") {
-    if (value != "on" && value != "off") {
-      error = "metrics-remote: '" + value + "' is not on or off";
-      return false;
-    }
-    opts.metrics_remote = value == "on";
-    return true;
-  }
-  if (key == "db") { opts.db_path = value; return true; }
-  if (key == "key-file") { opts.key_file = value; return true; }
-  if (key == "control") {
-    if (value.empty() || value[0] != '/') {
-      error = "control: '" + value + "' is not an absolute path";
-      return false;
-    }
-    opts.control_path = value;
-    return true;
-  }
-  if (key == "bell") {
-    if (value != "off" && (value.empty() || value[0] != '/')) {
-      error = "bell: '" + value + "' is neither an absolute path nor off";
-      return false;
-    }
-    opts.bell_path = value;
-    return true;
-  }
-  if (key == "log-level") {
-    if (value != "error" && value != "warn" && value != "info" && value != "debug" && value != "trace") {
-      error = "log-level: '" + value + "' is not one of error, warn, info, debug, trace";
-      return false;
-    }
-    opts.log_level = value;
-    return true;
+  for (const auto& setting : kSettings) {
+    if (key != setting.name) continue;
+    std::string why;
+    if (setting.apply(opts, value, why)) return true;
+    error = key + ": " + why;
+    return false;
   }
   const std::string near = cli::nearest(key, setting_names());
   error = "unknown setting '" + key + "'" + (near.empty() ? "" : "; did you mean " + near + "?");
@@ -332,22 +459,19 @@ bool check_options(Options& opts, std::string& error) {
   return true;
 }
 
-std::string settings_help() {
+std::string settings_help(bool tuning) {
   policy::Settings defaults;
   std::string s;
+  for (const auto& setting : kSettings) {
+    if (setting.tuning != tuning) continue;
+    s += "  --" + std::string(setting.name) + " " + setting.form + "\n" + wrapped(setting.meaning(), 6);
+  }
+  if (!tuning) return s;
   for (const auto& d : kDurations)
-    s += "  --" + std::string(d.name) + " DURATION\n      " + d.meaning + " (default " + format_ns(defaults.*d.field) +
-         "; " + cli::format_duration_ns(d.min_ns) + " to " + cli::format_duration_ns(d.max_ns) + ")\n";
-  s += "  --gap-estimator mean|p50|p10\n      statistic of a kernel's following gap used as the prediction (default mean)\n";
-  s += "  --duration-estimator mean|p50|p90\n      statistic of a kernel's duration used as its predicted length (default p90)\n";
-  s += "  --regime auto|hold-narrow|hold|partition|short-beside|beside\n      under MPS, what the jobs may do while a "
-       "service above them is active: auto, each service's\n      controller chooses from its measured periods; a "
-       "name fixes that regime for all (default auto)\n";
-  s += "  --partition PERCENT\n      under MPS, the share of the GPU's SMs on which a lower task runs what may not run at full\n"
-       "      width beside a service, instead of waiting (0: no partitions, such launches wait) (default " +
-       std::to_string(defaults.partition_pct) + ")\n";
-  s += "  --return-credit on|off\n      below a service pausing in a rhythm, launches predicted to end by return-margin before its\n"
-       "      return go whatever the bound (default on)\n";
+    s += "  --" + std::string(d.name) + " DURATION\n" +
+         wrapped(std::string(d.meaning) + " (default " + format_ns(defaults.*d.field) + "; " +
+                     cli::format_duration_ns(d.min_ns) + " to " + cli::format_duration_ns(d.max_ns) + ")",
+                 6);
   return s;
 }
 

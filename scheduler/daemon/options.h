@@ -48,7 +48,7 @@ bool check_options(Options& opts, std::string& error);
 // Whether `host` is a loopback address (127.0.0.0/8, ::1): reachable from this machine only.
 bool is_loopback(const std::string& host);
 
-// The settings table for --help: "name", "meaning (default)".
-std::string settings_help();
+// --help's text of the settings, from their table: what a user sets, or (tuning) the rest.
+std::string settings_help(bool tuning);
 
 }  // namespace fikit::scheduler

@@ -1200,6 +1200,23 @@ TEST(Options, MetricsOnAPortAloneIsLoopback) {
   EXPECT_FALSE(scheduler::apply_setting(o, "metrics", ":", error));
 }
 
+// One table: every setting the daemon takes is in --help under one of the two headings, exactly
+// once, and refuses a value with its own name in the message.
+TEST(Options, EverySettingIsInTheHelpOnceAndNamesItselfWhenRefusing) {
+  const std::string help = scheduler::settings_help(false) + scheduler::settings_help(true);
+  for (const std::string& name : scheduler::setting_names()) {
+    const std::string flag = "  --" + name + " ";
+    const size_t at = help.find(flag);
+    EXPECT_NE(at, std::string::npos) << name;
+    EXPECT_EQ(help.find(flag, at + 1), std::string::npos) << name << " twice";
+    scheduler::Options o;
+    std::string error;
+    // A value no setting takes (db, key-file and mps-control take any path).
+    if (scheduler::apply_setting(o, name, "", error)) continue;
+    EXPECT_EQ(error.rfind(name + ": ", 0), 0u) << error;
+  }
+}
+
 TEST(Options, AnUnbracketedIpv6AddressIsRefusedWithTheFormThatWorks) {
   for (const char* key : {"listen", "metrics"}) {
     std::string error;
