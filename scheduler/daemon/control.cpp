@@ -1,5 +1,6 @@
 #include "control.h"
 
+#include "one_request.h"
 #include "owned_files.h"
 
 #include <poll.h>
@@ -8,10 +9,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <boost/asio/read_until.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/streambuf.hpp>
-#include <boost/asio/write.hpp>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -31,42 +28,6 @@ std::string parent_of(const std::string& path) {
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? std::string(".") : path.substr(0, slash == 0 ? 1 : slash);
 }
-
-// One connection: read one line (bounded in size and time), answer, close.
-class Connection : public std::enable_shared_from_this<Connection> {
- public:
-  Connection(local::socket socket, const ControlServer::Handler& handler, std::shared_ptr<void> slot)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), handler_(handler), in_(kMaxCommand),
-        slot_(std::move(slot)) {}
-
-  void start() {
-    auto self = shared_from_this();
-    timer_.expires_after(std::chrono::seconds(2));
-    timer_.async_wait([self](boost::system::error_code ec) {
-      if (!ec) self->socket_.close();
-    });
-    asio::async_read_until(socket_, in_, '\n', [self](boost::system::error_code ec, size_t n) {
-      if (ec) return self->finish();
-      std::string command(asio::buffers_begin(self->in_.data()), asio::buffers_begin(self->in_.data()) + n - 1);
-      self->out_ = self->handler_(command);
-      asio::async_write(self->socket_, asio::buffer(self->out_),
-                        [self](boost::system::error_code, size_t) { self->finish(); });
-    });
-  }
-
- private:
-  void finish() {
-    boost::system::error_code ec;
-    timer_.cancel();
-    socket_.close(ec);
-  }
-  local::socket socket_;
-  asio::steady_timer timer_;
-  const ControlServer::Handler& handler_;
-  asio::streambuf in_;
-  std::string out_;
-  std::shared_ptr<void> slot_;   // the listener's (AcceptLimiter): freed with the connection
-};
 
 }  // namespace
 
@@ -117,7 +78,8 @@ ControlServer::~ControlServer() {
 void ControlServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, local::socket socket) {
     auto slot = limiter_.after_accept(ec);
-    if (slot) std::make_shared<Connection>(std::move(socket), handler_, std::move(slot))->start();
+    // A command is one line.
+    if (slot) std::make_shared<OneRequest<local::socket>>(std::move(socket), "\n", kMaxCommand, handler_, std::move(slot))->start();
   });
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "accept_limiter.h"
+#include "one_request.h"
 
 namespace fikit::scheduler {
 
@@ -20,7 +21,7 @@ std::string default_control_path(uint16_t port);
 
 class ControlServer {
  public:
-  using Handler = std::function<std::string(const std::string& command)>;
+  using Handler = Answer;   // a command line in, its answer out
   // Creates the folder (0700) if needed, replaces a stale socket file, listens. Throws
   // std::runtime_error (naming the path) when it cannot.
   ControlServer(boost::asio::io_context& io, const std::string& path, Handler handler);

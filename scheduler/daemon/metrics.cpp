@@ -1,9 +1,5 @@
 #include "metrics.h"
 
-#include <boost/asio/read_until.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/streambuf.hpp>
-#include <boost/asio/write.hpp>
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -41,56 +37,22 @@ void per_device(std::string& out, const DaemonSnapshot& s, const char* name, con
   for (const auto& d : s.domains) out += fmt::format("{}{{device=\"{}\"}} {}\n", name, label_value(d.device), get(d));
 }
 
-// One HTTP request line and headers (bounded in size and time), then the answer, then close.
-class Connection : public std::enable_shared_from_this<Connection> {
- public:
-  Connection(tcp::socket socket, const MetricsServer::Source& source, std::shared_ptr<void> slot)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), source_(source), in_(8192), slot_(std::move(slot)) {}
-
-  void start() {
-    auto self = shared_from_this();
-    timer_.expires_after(std::chrono::seconds(2));   // a scrape takes milliseconds
-    timer_.async_wait([self](boost::system::error_code ec) {
-      if (!ec) self->socket_.close();
-    });
-    asio::async_read_until(socket_, in_, "\r\n\r\n", [self](boost::system::error_code ec, size_t) {
-      if (ec) return self->finish();
-      std::string request(asio::buffers_begin(self->in_.data()), asio::buffers_end(self->in_.data()));
-      self->answer(request.substr(0, request.find("\r\n")));
-    });
+// The answer to an HTTP request (its request line and headers): the metrics at /metrics, GET or HEAD.
+std::string http_answer(const std::string& request, const MetricsServer::Source& source) {
+  const std::string line = request.substr(0, request.find("\r\n"));
+  std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
+  if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
+    status = "405 Method Not Allowed", type = "text/plain", body = "only GET\n";
+  } else {
+    const size_t from = line.find(' ') + 1, to = line.find(' ', from);
+    const std::string path = line.substr(from, to == std::string::npos ? std::string::npos : to - from);
+    if (path == "/metrics") body = source();
+    else status = "404 Not Found", type = "text/plain", body = "metrics are at /metrics\n";
   }
-
- private:
-  void answer(const std::string& line) {
-    std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
-    if (line.rfind("GET ", 0) != 0 && line.rfind("HEAD ", 0) != 0) {
-      status = "405 Method Not Allowed", type = "text/plain", body = "only GET\n";
-    } else {
-      const size_t from = line.find(' ') + 1, to = line.find(' ', from);
-      const std::string path = line.substr(from, to == std::string::npos ? std::string::npos : to - from);
-      if (path == "/metrics") body = source_();
-      else status = "404 Not Found", type = "text/plain", body = "metrics are at /metrics\n";
-    }
-    const bool head = line.rfind("HEAD ", 0) == 0;
-    out_ = fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
-                       status, type, body.size(), head ? std::string() : body);
-    auto self = shared_from_this();
-    asio::async_write(socket_, asio::buffer(out_), [self](boost::system::error_code, size_t) { self->finish(); });
-  }
-  void finish() {
-    boost::system::error_code ec;
-    timer_.cancel();
-    socket_.shutdown(tcp::socket::shutdown_both, ec);
-    socket_.close(ec);
-  }
-
-  tcp::socket socket_;
-  asio::steady_timer timer_;
-  const MetricsServer::Source& source_;
-  asio::streambuf in_;
-  std::string out_;
-  std::shared_ptr<void> slot_;   // the listener's (AcceptLimiter): freed with the connection
-};
+  const bool head = line.rfind("HEAD ", 0) == 0;
+  return fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                     status, type, body.size(), head ? std::string() : body);
+}
 
 }  // namespace
 
@@ -273,7 +235,9 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
 }
 
 MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port, Source source)
-    : source_(std::move(source)), acceptor_(io), limiter_(io.get_executor(), kMaxConnections) {
+    : source_(std::move(source)),
+      answer_([this](const std::string& request) { return http_answer(request, source_); }),
+      acceptor_(io), limiter_(io.get_executor(), kMaxConnections) {
   boost::system::error_code ec;
   const auto address = asio::ip::make_address(host, ec);
   if (ec) throw std::runtime_error("metrics: '" + host + "' is not an IP address");
@@ -291,7 +255,8 @@ MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint
 void MetricsServer::accept() {
   acceptor_.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
     auto slot = limiter_.after_accept(ec);
-    if (slot) std::make_shared<Connection>(std::move(socket), source_, std::move(slot))->start();
+    // The request line and headers, up to 8 KiB.
+    if (slot) std::make_shared<OneRequest<tcp::socket>>(std::move(socket), "\r\n\r\n", 8192, answer_, std::move(slot))->start();
   });
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "accept_limiter.h"
+#include "one_request.h"
 #include "snapshot.h"
 
 namespace fikit::scheduler {
@@ -49,6 +50,7 @@ class MetricsServer {
  private:
   void accept();
   Source source_;
+  Answer answer_;   // HTTP around source_ (one_request.h)
   boost::asio::ip::tcp::acceptor acceptor_;
   AcceptLimiter limiter_;
   uint16_t port_ = 0;
