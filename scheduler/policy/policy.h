@@ -348,7 +348,12 @@ class Policy {
   bool mps_below(const Task& t) const;
   // Whether `t`'s controller runs: it is a share task with an MPS share task below it (the regime
   // only changes what MPS tasks may do).
-  bool controlled(const Task& t) const { return settings_.regime_auto && t.mode == protocol::TaskMode::Share && mps_below(t); }
+  // A time-sliced service has none: nothing runs beside another context, whatever the jobs' backend
+  // (MPS jobs share the MPS server's context, which time-slices with the service's).
+  bool controlled(const Task& t) const {
+    return settings_.regime_auto && t.mode == protocol::TaskMode::Share && t.backend == protocol::Backend::Mps &&
+           mps_below(t);
+  }
   // The regime an MPS task below is under: the most protective of the share tasks above it.
   Regime regime_for(uint64_t now, const Task& below) const;
   // What `u` imposes on the tasks below now: its controller's regime, except that a baseline

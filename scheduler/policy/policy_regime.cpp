@@ -18,10 +18,14 @@ Regime Policy::regime_of(uint64_t now, const Task& u) const {
 }
 
 Regime Policy::regime_for(uint64_t now, const Task& below) const {
-  if (!settings_.regime_auto) return settings_.fixed_regime;
-  Regime r = Regime::Beside;
-  for (const auto& [id, u] : tasks_)
-    if (u.priority < below.priority && u.mode == TaskMode::Share) r = std::min(r, regime_of(now, u));
+  Regime r = settings_.regime_auto ? Regime::Beside : settings_.fixed_regime;
+  for (const auto& [id, u] : tasks_) {
+    if (u.priority >= below.priority || u.mode != TaskMode::Share) continue;
+    // Below a time-sliced service the jobs wait while it is active: beside it they would take its
+    // time slices (MPS jobs too: the MPS server's context time-slices with it).
+    if (u.backend != Backend::Mps) r = std::min(r, Regime::Hold);
+    else if (settings_.regime_auto) r = std::min(r, regime_of(now, u));
+  }
   return r;
 }
 

@@ -324,7 +324,7 @@ TEST_F(PolicyTest, EachRegimeTellsAnMpsJobWhatRunsBesideAnActiveService) {
     settings.fixed_regime = c.regime;
     p.reset();
     last.clear();
-    const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+    const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
     const uint32_t ts = reg(T0, "lp", 5);
     notify(T0 + 1, hp, kEnd, true);
     EXPECT_EQ(state(mps), State::Fill);
@@ -345,7 +345,7 @@ TEST_F(PolicyTest, EachRegimeTellsAnMpsJobWhatRunsBesideAnActiveService) {
 TEST_F(PolicyTest, MpsFillersPayNoSwitch) {
   settings.regime_auto = false;
   settings.fixed_regime = Regime::ShortBeside;
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   notify(T0, hp, kEnd, true);
   want(T0 + 1, lp, 60);
   notify(T0 + us(100), hp, k1);
@@ -359,7 +359,7 @@ TEST_F(PolicyTest, WithoutPartitionsNothingGoesToOne) {
     settings.fixed_regime = r;
     p.reset();
     last.clear();
-    const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+    const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), lp = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
     notify(T0, hp, kEnd, true);
     EXPECT_EQ(last[lp].partition_pct, 0);
     EXPECT_EQ(last[lp].confine, r == Regime::ShortBeside ? protocol::kConfineShortBeside : 0);
@@ -393,7 +393,7 @@ class ControlTest : public PolicyTest {
 };
 
 TEST_F(ControlTest, ABaselineHoldsAnMpsJobWhileTheServiceRestsButNotForLong) {
-  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   const uint32_t ts = reg(T0, "lp", 5);
   EXPECT_EQ(state(mps), State::Hold);   // nothing of it in flight when the service's next period begins
   EXPECT_EQ(state(ts), State::Run);     // time-sliced: no controller decides for it
@@ -413,7 +413,7 @@ TEST_F(ControlTest, ABaselineHoldsAnMpsJobWhileTheServiceRestsButNotForLong) {
 }
 
 TEST_F(ControlTest, TheJobsDirectiveFollowsTheServicesControllerUpTheLadder) {
-  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
   EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);   // a trial of Hold after the baseline
   notify(at, hp, k1, true);
@@ -434,7 +434,7 @@ TEST_F(ControlTest, TheJobsDirectiveFollowsTheServicesControllerUpTheLadder) {
 }
 
 TEST_F(ControlTest, APeriodThatRunsPastTheLimitDropsTheRegimeWhileItRuns) {
-  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(100), 16 + 16, us(1000));
   ASSERT_EQ(status_of(hp, at).regime, Regime::Partition);
   // 4 upper quartiles (1 ms) at the objective: 4.8 ms. The service is still active at 4.9 ms.
@@ -447,19 +447,43 @@ TEST_F(ControlTest, APeriodThatRunsPastTheLimitDropsTheRegimeWhileItRuns) {
 }
 
 TEST_F(ControlTest, BelowTwoServicesAJobGetsTheTighterRegimeAndOnlyAnExposedServiceLearns) {
-  const uint32_t a = reg(T0, "hp", 0), b = reg(T0, "mid", 1);
+  // a on MPS; b, below it, time-sliced: the job below both waits while either is active (hold).
+  const uint32_t a = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), b = reg(T0, "mid", 1);
   const uint32_t mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  // b never runs: after its rest it keeps the job at its first step (hold-narrow). a's first
-  // period comes after a longer rest than a baseline holds the job: not counted.
+  // a's first period comes after a longer rest than a baseline holds the job: not counted.
   uint64_t at = periods(a, T0 + us(600'000), 17, us(1000));
   ASSERT_EQ(status_of(a, at).regime, Regime::Hold);
+  at = periods(a, at, 16, us(1000));   // the job is under hold, a's trial: judged, adopted
+  ASSERT_EQ(status_of(a, at).regime, Regime::Partition);
+  EXPECT_EQ(status_of(a, at).regime_climbs, 1u);
   at = periods(a, at, 40, us(1000));
-  // a's trial of Hold tells nothing while b holds the job tighter: not judged.
-  EXPECT_EQ(status_of(a, at).regime, Regime::Hold);
-  EXPECT_EQ(status_of(a, at).regime_climbs, 0u);
+  // a's trial of partition tells nothing while b holds the job tighter: not judged.
+  EXPECT_EQ(status_of(a, at).regime, Regime::Partition);
+  EXPECT_EQ(status_of(a, at).regime_climbs, 1u);
   notify(at, a, k1, true);
-  EXPECT_EQ(last[mps].confine, protocol::kConfineLong);   // hold-narrow, b's
-  EXPECT_EQ(status_of(b, at).regime, Regime::Held);
+  EXPECT_EQ(last[mps].confine, 0);   // hold, b's
+  EXPECT_FALSE(status_of(b, at).controlled);
+}
+
+TEST_F(ControlTest, BelowATimeSlicedServiceAnMpsJobWaitsAndNoControllerRuns) {
+  // A service that is not an MPS client (fikit-run --backend timeslice): beside it the job's
+  // kernels would take its time slices, whatever regime.
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  EXPECT_FALSE(status_of(hp, T0).controlled);
+  EXPECT_EQ(state(mps), State::Run);   // no baseline holds it
+  const uint64_t at = periods(hp, T0 + us(100), 40, us(1000));
+  notify(at, hp, k1, true);
+  EXPECT_EQ(state(mps), State::Fill);
+  EXPECT_EQ(last[mps].confine, 0);
+  EXPECT_EQ(last[mps].partition_pct, 0);
+  EXPECT_EQ(policy().counters().regime_trials, 0u);
+  // A fixed regime does not override it either.
+  settings.regime_auto = false;
+  settings.fixed_regime = Regime::Beside;
+  p.reset();
+  const uint32_t hp2 = reg(T0, "hp", 0), mps2 = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  notify(T0 + 1, hp2, k1, true);
+  EXPECT_EQ(last[mps2].confine, 0);
 }
 
 TEST_F(ControlTest, AServiceMayStateItsOwnObjectiveAndAFixedRegimeRunsNoController) {
@@ -468,15 +492,16 @@ TEST_F(ControlTest, AServiceMayStateItsOwnObjectiveAndAFixedRegimeRunsNoControll
   r.key = "hp";
   r.objective_permille = 1500;
   r.authenticated = true;
+  r.backend = Backend::Mps;
   out.clear();
   const uint32_t hp = policy().on_register(T0, 0, r, out);
-  const uint32_t other = reg(T0, "mid", 1);
+  const uint32_t other = reg(T0, "mid", 1, TaskMode::Share, Backend::Mps);
   reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   EXPECT_EQ(status_of(hp, T0).objective_permille, 1500u);
   EXPECT_EQ(status_of(other, T0).objective_permille, 1200u);
   settings.regime_auto = false;
   p.reset();
-  const uint32_t fixed = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  const uint32_t fixed = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   EXPECT_FALSE(status_of(fixed, T0).controlled);
   EXPECT_EQ(state(mps), State::Run);   // no baseline holds it
 }

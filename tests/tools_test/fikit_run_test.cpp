@@ -315,6 +315,29 @@ TEST_F(FikitRun, UnderMpsTheClientPriorityFollowsTheFikitPriority) {
   EXPECT_EQ(prio("5", {"CUDA_MPS_CLIENT_PRIORITY=0"}), "0");   // the user's choice is kept
 }
 
+// --backend timeslice: never an MPS client, though a control daemon runs: CUDA is pointed at a
+// private folder where none runs, and no MPS setting is made.
+TEST_F(FikitRun, ATimeSlicedProgramIsKeptOffARunningMpsDaemon) {
+  const fs::path pipe = dir_ / "mps";
+  FakeMpsControl control(pipe);
+  const Result r = run_with_hook({"--priority", "0", "--backend", "timeslice", "/usr/bin/env"},
+                                 {"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto vars = parse_env(r.out);
+  const std::string none = "/tmp/fikit-no-mps-" + std::to_string(geteuid());
+  EXPECT_EQ(vars["CUDA_MPS_PIPE_DIRECTORY"], none);
+  EXPECT_EQ(vars.count("CUDA_MPS_CLIENT_PRIORITY"), 0u);
+  EXPECT_EQ(vars["FIKIT_BACKEND"], "timeslice");
+  struct stat st;
+  ASSERT_EQ(stat(none.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 077, 0u);
+  EXPECT_FALSE(fs::exists(fs::path(none) / "control"));
+  // Without the flag the same program is the daemon's client.
+  const Result mps = run_with_hook({"--priority", "0", "/usr/bin/env"}, {"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string()});
+  EXPECT_EQ(parse_env(mps.out)["CUDA_MPS_PIPE_DIRECTORY"], pipe.string());
+}
+
 // --memory-limit: the hook's FIKIT_MEMORY_LIMIT, checked by the same rules the hook reads it with;
 // under MPS, for a size, MPS's own cap for each GPU the program can see (the user's is kept).
 TEST_F(FikitRun, AMemoryLimitIsCheckedAndBecomesEnvironment) {

@@ -20,6 +20,7 @@
 #include "cli.h"
 #include "memory_size.h"
 #include "mps.h"
+#include "owned_files.h"
 #include "measure_progress.h"
 #include "run_options.h"
 
@@ -160,7 +161,16 @@ int main(int argc, char** argv) {
   // client's priority comes from its environment at start: make it FIKIT's.
   const fikit::mps::Found mps = fikit::mps::find_daemon(std::getenv("CUDA_MPS_PIPE_DIRECTORY"));
   const bool verbose = log_info();
-  if (mps.running) {
+  if (mps.running && backend != nullptr && *backend == "timeslice") {
+    // Not an MPS client although a control daemon runs: a folder where none ever runs, so CUDA
+    // finds no pipe and the program gets a context of its own (a service that pays more for being
+    // an MPS client than its objective leaves: docs/scheduling.md, "The controller").
+    const std::string none = "/tmp/fikit-no-mps-" + std::to_string(geteuid());
+    if (!fikit::protocol::make_private_folder(none, error)) return fikit::cli::usage_error("fikit-run", error);
+    set_env("CUDA_MPS_PIPE_DIRECTORY", none);
+    if (verbose) std::fprintf(stderr, "fikit-run: backend time-sliced (--backend timeslice; the MPS control daemon at %s "
+                                      "is not used)\n", mps.pipe_dir.c_str());
+  } else if (mps.running) {
     if (mps.fikit_owned) {
       set_env("CUDA_MPS_PIPE_DIRECTORY", mps.pipe_dir);
       set_env("CUDA_MPS_LOG_DIRECTORY", fikit::mps::log_dir_of(fikit::mps::default_directory()));

@@ -79,7 +79,9 @@ Options:
   --key-file PATH     authenticate with the daemon's key (it must be private: mode 600); sets
                       FIKIT_KEY_FILE. Priorities the daemon reserves need it (docs/security.md)
   --backend B         auto|timeslice|mps: how the GPU is shared; sets FIKIT_BACKEND (default auto:
-                      the driver says whether this process is an MPS client)
+                      an MPS client where a control daemon runs). timeslice: never an MPS
+                      client, even where one runs (a service whose MPS cost its objective
+                      cannot afford; the jobs below it then wait while it is active)
   --max-wait-ms N     the longest one launch may wait for the scheduler; sets FIKIT_MAX_WAIT_MS
                       (default 1000)
   --memory-limit SIZE the device memory each process of PROGRAM may hold on each GPU (a child
