@@ -105,11 +105,17 @@ void Controller::refuse(uint64_t now) {
   if (phase_ == Phase::Trial) {
     next_trial_ = now + pause_;
     pause_ = std::min(2 * pause_, s_.max_pause_ns);
-  } else {
+  } else if (step_down(adopted_) != adopted_) {
     // The adopted step hurts now (the load or either program changed): one step down at once, and
     // the step given up is tried again after the pause as any refused one.
     adopted_ = step_down(adopted_);
     next_trial_ = now + pause_;
+  } else if (now - last_refresh_ >= kBottomRefreshNs) {
+    // Even the most protective step reads past the objective: the baseline no longer says what the
+    // service takes alone (its load, its requests, or a host that got busier), or nothing can
+    // protect it more. Measure it again, at most every kBottomRefreshNs; the trials' schedule stays.
+    begin(now, Phase::Baseline);
+    return;
   }
   begin(now, Phase::Steady);
 }

@@ -79,6 +79,7 @@ class Controller {
   enum class Phase : uint8_t { Baseline, Steady, Trial };
   static constexpr size_t kBaselineRing = 32;
   static constexpr size_t kWindowMax = 64;
+  static constexpr uint64_t kBottomRefreshNs = 10'000'000'000;   // a baseline again after a window past the objective at the bottom
   Regime step_up(Regime r) const;     // the next more generous step (r when none)
   Regime step_down(Regime r) const;   // the next more protective step, never Held (r when none)
   bool within(unsigned pct) const;    // the window's quantile within the objective of the baseline's

@@ -181,6 +181,24 @@ TEST_F(ControllerTest, WithoutAPartitionTheLadderIsHoldShortBesideBeside) {
   EXPECT_EQ(c.regime(), Regime::ShortBeside);
 }
 
+TEST_F(ControllerTest, AWindowPastTheObjectiveAtTheBottomMeasuresTheBaselineAgainAndKeepsTheClimbsSchedule) {
+  c = Controller(s);
+  periods(16, ms(5));   // a baseline taken while the host was quiet
+  ASSERT_EQ(c.regime(), Regime::Hold);
+  // The host gets busy: every period 1.5x, whatever the regime: the trial is refused...
+  periods(8, ms(15) / 2);
+  ASSERT_EQ(c.adopted(), Regime::HoldNarrow);
+  // ...and so is the most protective step, 10 s after the last baseline: measured again.
+  now += ms(10'000);
+  periods(16, ms(15) / 2);
+  EXPECT_EQ(c.regime(), Regime::Held);
+  EXPECT_EQ(c.drops(), 1u);   // nothing was given up at the bottom
+  periods(8, ms(15) / 2);
+  EXPECT_EQ(c.baselines(), 2u);
+  EXPECT_EQ(c.baseline_quantile(50), ms(15) / 2);   // off by more than the objective: replaced
+  EXPECT_EQ(c.regime(), Regime::Hold);              // and the climb goes on at once
+}
+
 TEST_F(ControllerTest, ATopBelowBesideIsNeverPassed) {
   s.top = Regime::Hold;
   c = Controller(s);
