@@ -37,23 +37,12 @@ constexpr int kSamples = 32;
 constexpr uint64_t kSpinNs = 20'000;    // the timed kernel: long enough for the GPU timer's steps
 constexpr uint64_t kQueueNs = 50'000;   // the kernel it is queued behind
 
-// The event functions are driver.h's EventFns; the rest is the module, stream and launch calls.
-struct Api {
-  EventFns ev;
-  bool events = ev.resolve();
-  CUresult (*load)(CUmodule*, const void*) = driver_calls().module_load_data;
-  CUresult (*unload)(CUmodule) = driver_calls().module_unload;
-  CUresult (*get_function)(CUfunction*, CUmodule, const char*) = driver_calls().module_get_function;
-  CUresult (*stream_create)(CUstream*, unsigned) = driver_calls().stream_create;
-  CUresult (*stream_destroy)(CUstream) = driver_calls().stream_destroy;
-  CUresult (*stream_sync)(CUstream) = driver_calls().stream_synchronize;
-  CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                     void**, void**) = driver_calls().launch_kernel;
-
-  bool complete() const noexcept {
-    return events && load && unload && get_function && stream_create && stream_destroy && stream_sync && launch;
-  }
-};
+// Whether the driver has every call the calibration makes (driver_calls.def).
+bool calibration_ready(const DriverCalls& d) noexcept {
+  return d.event_create && d.event_record && d.event_elapsed_time && d.event_destroy && d.module_load_data &&
+         d.module_unload && d.module_get_function && d.stream_create && d.stream_destroy && d.stream_synchronize &&
+         d.launch_kernel;
+}
 
 template <class T>
 T quantile(const std::array<T, kSamples>& v, unsigned q) {
@@ -63,9 +52,9 @@ T quantile(const std::array<T, kSamples>& v, unsigned q) {
 }  // namespace
 
 bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept {
-  static const Api api;
+  const DriverCalls& api = driver_calls();
   out = EventCalibration{};
-  if (!api.complete()) {
+  if (!calibration_ready(api)) {
     std::snprintf(why, why_len, "the driver lacks a module, stream or event function");
     return false;
   }
@@ -84,23 +73,23 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
   std::array<uint64_t, kSamples> host{};
   const auto ns_between = [&](CUevent a, CUevent b, int64_t& ns) {
     float ms = 0;
-    if ((r = api.ev.elapsed(&ms, a, b))) return false;
+    if ((r = api.event_elapsed_time(&ms, a, b))) return false;
     ns = std::llround(static_cast<double>(ms) * 1e6);
     return true;
   };
   const auto launch = [&](uint64_t ns) {
     void* args[] = {&ns};
-    return (r = api.launch(spin, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr)) == CUDA_SUCCESS;
+    return (r = api.launch_kernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, args, nullptr)) == CUDA_SUCCESS;
   };
   // kernels: 1 or 2 of kSpinNs between the pair; queued: behind a kQueueNs kernel (with a record
   // before the pair), else on the idle stream.
   const auto pair = [&](int kernels, bool queued_behind, int64_t& excess, int64_t& record_step, uint64_t& host_ns) {
-    if (queued_behind && (!launch(kQueueNs) || (r = api.ev.record(ev[0], stream)))) return false;
-    if ((r = api.ev.record(ev[1], stream))) return false;
+    if (queued_behind && (!launch(kQueueNs) || (r = api.event_record(ev[0], stream)))) return false;
+    if ((r = api.event_record(ev[1], stream))) return false;
     const uint64_t t0 = protocol::monotonic_ns();
     if (!launch(kSpinNs)) return false;
     host_ns = protocol::monotonic_ns() - t0;
-    if ((kernels == 2 && !launch(kSpinNs)) || (r = api.ev.record(ev[2], stream)) || (r = api.stream_sync(stream)) ||
+    if ((kernels == 2 && !launch(kSpinNs)) || (r = api.event_record(ev[2], stream)) || (r = api.stream_synchronize(stream)) ||
         !ns_between(ev[1], ev[2], excess) || (queued_behind && !ns_between(ev[0], ev[1], record_step)))
       return false;
     excess -= kernels * static_cast<int64_t>(kSpinNs);
@@ -109,11 +98,11 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
   bool ok = false;
   do {
     step = "loading its kernel";
-    if ((r = api.load(&module, kPtx)) || (r = api.get_function(&spin, module, "fikit_calibrate_spin"))) break;
+    if ((r = api.module_load_data(&module, kPtx)) || (r = api.module_get_function(&spin, module, "fikit_calibrate_spin"))) break;
     step = "making its stream and events";
     if ((r = api.stream_create(&stream, CU_STREAM_NON_BLOCKING))) break;
     bool made = true;
-    for (CUevent& e : ev) made = made && (r = api.ev.create(&e, CU_EVENT_DEFAULT)) == CUDA_SUCCESS;
+    for (CUevent& e : ev) made = made && (r = api.event_create(&e, CU_EVENT_DEFAULT)) == CUDA_SUCCESS;
     if (!made) break;
     step = "timing a kernel";
     int64_t warm = 0, warm_step = 0;
@@ -132,9 +121,9 @@ bool calibrate_events(EventCalibration& out, char* why, size_t why_len) noexcept
     ok = all;
   } while (false);
   for (CUevent e : ev)
-    if (e) api.ev.destroy(e);
+    if (e) api.event_destroy(e);
   if (stream) api.stream_destroy(stream);
-  if (module) api.unload(module);
+  if (module) api.module_unload(module);
   exchange_capture_mode(mode);
   if (!ok) {
     std::snprintf(why, why_len, "%s failed (CUresult %d)", step, static_cast<int>(r));
