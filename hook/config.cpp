@@ -151,6 +151,7 @@ Config parse() noexcept {
   read_choice("FIKIT_MEASURE_UNIT", cfg.measure_unit, "using auto");
   read_number("FIKIT_RELEARN_SAMPLE", cfg.relearn_sample);
   read_number("FIKIT_RELEARN_FLUSH_MS", cfg.relearn_flush_ms);
+  read_number("FIKIT_GRAPH_SEGMENT_US", cfg.graph_segment_us);
   read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth);
   read_choice("FIKIT_TIMING", cfg.timing, "using auto");
   read_number("FIKIT_DAEMON_TIMEOUT_MS", cfg.daemon_timeout_ms);

@@ -41,6 +41,20 @@ inline constexpr VariantInfo kVariants[] = {
 };
 inline constexpr size_t kVariantCount = sizeof kVariants / sizeof kVariants[0];
 
+// Names cuGetProcAddress answers with another row's ABI from some version on (entry_points.def).
+struct ProcAlias {
+  const char* name;
+  int version;
+  const char* symbol;   // the row whose wrapper it gets
+};
+inline constexpr ProcAlias kProcAliases[] = {
+#define FIKIT_VARIANT(...)
+#define FIKIT_PROC_ALIAS(name, version, symbol) {#name, version, #symbol},
+#include "entry_points.def"
+#undef FIKIT_PROC_ALIAS
+#undef FIKIT_VARIANT
+};
+
 constexpr size_t index_of(Variant v) noexcept { return static_cast<size_t>(v); }
 
 // The real driver function behind each wrapper, filled by whichever path resolved it first

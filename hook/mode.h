@@ -26,6 +26,10 @@ struct LaunchInfo {
   uint32_t grid[3], block[3], shared_mem;          // Kernel only (zero otherwise)
   uint64_t bytes;                                  // memcpy / memset
   uint64_t id;                                     // kernel ID (kernelid/), when begin_launch() asked; else 0
+  // Graph: a segment of a job's executable graph (hook/graph/segments.h): its op ID, and its
+  // predicted GPU work from the profile of its kernels (unknown ones at a fixed charge). 0: a whole
+  // graph.
+  uint64_t graph_id, graph_hint_ns;
   // A plain kernel launch the mode may send to another stream (not cooperative: its blocks must all
   // be resident at once, which fewer SMs may not allow).
   bool reroutable;
@@ -74,6 +78,12 @@ class Mode {
   virtual void before_context_release(uint64_t context_key) noexcept { (void)context_key; }
   virtual void after_context_release(CUcontext context, uint64_t context_key, bool gone) noexcept {
     (void)context, (void)context_key, (void)gone;
+  }
+  // What the mode's profile predicts for a kernel of this shape (kernelid::shape_id) inside a graph,
+  // in ns; 0: unknown. Asked when a job's graph is cut into segments (not on the launch path).
+  virtual uint64_t graph_kernel_ns(uint64_t shape_id) noexcept {
+    (void)shape_id;
+    return 0;
   }
   // Process exit: flush, say goodbye. Bounded (about a second at most).
   virtual void shutdown() noexcept = 0;

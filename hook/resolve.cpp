@@ -68,6 +68,15 @@ int find_for_proc_address(const char* name, int cuda_version, uint64_t flags) no
     if (best >= 0 && kVariants[best].version >= v.version) continue;
     best = static_cast<int>(i);
   }
+  // A renamed entry point: from its version on, the name gets the ABI of another row.
+  int best_version = best >= 0 ? kVariants[best].version : -1;
+  for (const ProcAlias& a : kProcAliases) {
+    if (a.version > cuda_version || a.version <= best_version || std::strcmp(name, a.name) != 0) continue;
+    const int target = find_by_symbol(a.symbol);
+    if (target < 0) continue;
+    best = target;
+    best_version = a.version;
+  }
   // The per-thread form sits right after its default form; an entry point without one (no stream
   // argument) is the same function under both flags.
   if (best >= 0 && per_thread && has_per_thread_form(static_cast<size_t>(best))) ++best;

@@ -7,6 +7,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "graph/segments.h"
 #include "kernelid.h"
 
 namespace fikit::hook::stats {
@@ -50,6 +51,24 @@ void print() noexcept {
   if (n <= 0) return;
   line[n++] = '\n';
   (void)!write(STDERR_FILENO, line, n);
+
+  // A job's graphs: how many were cut into segments, and why others were launched whole.
+  const graph::Counts g = graph::counts();
+  uint64_t whole = 0;
+  for (uint64_t w : g.whole) whole += w;
+  if (g.segmented != 0 || whole != 0) {
+    n = std::snprintf(line, sizeof line,
+                      "[fikit pid %d] stats: graphs segmented=%" PRIu64 " segments=%" PRIu64 " segment_launches=%" PRIu64
+                      " whole=%" PRIu64,
+                      static_cast<int>(getpid()), g.segmented, g.segments, g.segment_launches, whole);
+    for (size_t i = 0; i < size_t(graph::Whole::kCount) && n > 0 && n < static_cast<int>(sizeof line) - 160; ++i)
+      if (g.whole[i] != 0)
+        n += std::snprintf(line + n, sizeof line - n, " [%s: %" PRIu64 "]", graph::whole_reason(graph::Whole(i)), g.whole[i]);
+    if (n > 0 && n < static_cast<int>(sizeof line) - 1) {
+      line[n++] = '\n';
+      (void)!write(STDERR_FILENO, line, n);
+    }
+  }
 
   const uint64_t observed = g_phase_ops[static_cast<size_t>(Phase::Capture)].load(std::memory_order_relaxed);
   if (observed == 0) return;

@@ -8,6 +8,7 @@
 
 #include "driver.h"
 #include "entry_table.h"
+#include "graph/segments.h"
 #include "kernelid.h"
 #include "log.h"
 #include "memory/guard.h"
@@ -61,7 +62,7 @@ bool capturing(CUstream stream) noexcept {
 uint64_t op_identity(const LaunchInfo& op) noexcept {
   switch (op.kind) {
     case OpKind::Kernel: return kernelid::kernel_id(op.func, op.grid, op.block, op.shared_mem);
-    case OpKind::Graph: return kernelid::op_id("[graph]", 0);
+    case OpKind::Graph: return op.graph_id != 0 ? op.graph_id : kernelid::op_id("[graph]", 0);
     case OpKind::MemcpyHtoD: return kernelid::op_id("[memcpy HtoD]", op.bytes);
     case OpKind::MemcpyDtoH: return kernelid::op_id("[memcpy DtoH]", op.bytes);
     case OpKind::MemcpyDtoD: return kernelid::op_id("[memcpy DtoD]", op.bytes);
@@ -174,13 +175,102 @@ CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** par
   });
 }
 
+// A job's graph with segments (graph/segments.h) goes segment by segment, each through the mode
+// like any op; under stream capture, or without segments, it is one op.
 template <Variant V>
 CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   Mode* mode = detail::loaded_mode();
   if (passthrough(mode)) [[likely]] return real(graph, stream);
-  return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
-                        [&](CUstream) { return real(graph, stream); });
+  const graph::Plan* plan = graph::find(graph);
+  if (plan == nullptr || capturing(stream))
+    return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
+                          [&](CUstream) { return real(graph, stream); });
+  for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
+    const graph::Segment& segment = graph::segment(*plan, i);
+    LaunchInfo op = make_op(OpKind::Graph, effective_stream<V>(stream), 0);
+    op.graph_id = segment.id;
+    op.graph_hint_ns = segment.predicted_ns;
+    const CUresult result = observed_op<V>(mode, op, [&](CUstream) { return real(segment.exec, stream); });
+    if (result != CUDA_SUCCESS) return result;
+    graph::launched_segment();
+  }
+  return CUDA_SUCCESS;
+}
+
+// Instantiation: the program's call first, then (a job's graph) its segments beside it.
+template <Variant V>
+CUresult graph_instantiate_legacy(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log_buffer,
+                                  size_t log_size) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(exec, graph, error_node, log_buffer, log_size);
+  if (result == CUDA_SUCCESS && exec != nullptr)
+    graph::instantiated(detail::settled_mode(detail::loaded_mode()), *exec, graph, 0);
+  return result;
+}
+
+template <Variant V>
+CUresult graph_instantiate_flags(CUgraphExec* exec, CUgraph graph, unsigned long long flags) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(exec, graph, flags);
+  if (result == CUDA_SUCCESS && exec != nullptr)
+    graph::instantiated(detail::settled_mode(detail::loaded_mode()), *exec, graph, flags);
+  return result;
+}
+
+template <Variant V>
+CUresult graph_instantiate_params(CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(exec, graph, params);
+  if (result == CUDA_SUCCESS && exec != nullptr && params != nullptr)
+    graph::instantiated(detail::settled_mode(detail::loaded_mode()), *exec, graph, params->flags);
+  return result;
+}
+
+// cuGraphExecUpdate (both ABIs): a successful update cuts the new graph into segments again.
+template <Variant V, class... Tail>
+CUresult graph_exec_update(CUgraphExec exec, CUgraph graph, Tail... tail) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(exec, graph, tail...);
+  if (result == CUDA_SUCCESS) graph::updated(detail::loaded_mode(), exec, graph);
+  return result;
+}
+
+template <Variant V>
+CUresult graph_upload(CUgraphExec exec, CUstream stream) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(exec, stream);
+  if (result != CUDA_SUCCESS) return result;
+  if (const graph::Plan* plan = graph::find(exec)) {
+    for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
+      const CUresult r = real(graph::segment(*plan, i).exec, stream);
+      if (r != CUDA_SUCCESS) return r;
+    }
+  }
+  return result;
+}
+
+template <Variant V>
+CUresult graph_exec_destroy(CUgraphExec exec) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  graph::destroying(exec);
+  return real(exec);
+}
+
+// The cuGraphExec*SetParams family and cuGraphNodeSetEnabled: (executable, node, what to set). Done
+// to the whole executable, then to the segment holding the node; should that fail, the executable
+// is launched whole from then on.
+template <Variant V, class... Tail>
+CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) noexcept {
+  FIKIT_REAL_OR_FAIL(V);
+  const CUresult result = real(exec, node, tail...);
+  CUgraphExec segment_exec = nullptr;
+  CUgraphNode segment_node = nullptr;
+  if (result == CUDA_SUCCESS && graph::node_in_segment(exec, node, &segment_exec, &segment_node)) {
+    const CUresult r = real(segment_exec, segment_node, tail...);
+    if (r != CUDA_SUCCESS) graph::segment_out_of_step(exec, r);
+  }
+  return result;
 }
 
 // Asynchronous copies and sets: (destination, source or value, count, stream).

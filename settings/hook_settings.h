@@ -54,6 +54,9 @@ inline constexpr Setting kHookSettings[] = {
      "share mode times 1 in N launches of unknown kernels (0: off)"},
     {"FIKIT_RELEARN_FLUSH_MS", nullptr, Kind::Number, 10, 3600000, 2000, nullptr, "ms",
      "how often what share mode learned is stored"},
+    {"FIKIT_GRAPH_SEGMENT_US", nullptr, Kind::Number, 0, 1000000, 100, nullptr, "us",
+     "a job's (priority above 0) CUDA graphs launch in segments of about this much predicted GPU work, held one "
+     "by one (0: launched whole)"},
     {"FIKIT_BACKTRACE_DEPTH", nullptr, Kind::Number, 0, 16, 4, nullptr, "frames", "caller frames in the kernel ID"},
     {"FIKIT_TIMING", nullptr, Kind::Choice, 0, 0, 0, "auto|cupti|events", "", "how kernels are timed while measuring (auto: events in auto mode, CUPTI in measure mode)"},
     {"FIKIT_DAEMON_TIMEOUT_MS", nullptr, Kind::Number, 1, 60000, 100, nullptr, "ms",

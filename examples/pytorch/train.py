@@ -4,8 +4,12 @@ SIGTERM/SIGINT, then prints one JSON line (with --progress-ms, also timestamped 
 'progress {"t":..,"iterations":..}' on stderr; see example_common.Progress):
 {"example":"train","model":..,"iterations":..,"iterations_per_s":..,"wall_s":..}
 --serve keeps the model loaded and trains only between the commands 'go' and 'pause' on stdin
-(example_common.serve); --duration-s is then ignored."""
+(example_common.serve); --duration-s is then ignored. --cuda-graph captures the whole step (forward,
+backward, optimizer) once and replays it, as torch.cuda.graphs' whole-network capture does;
+--steps N prints each step's loss instead ('loss I VALUE'), --deterministic asks PyTorch for
+deterministic kernels (so that two runs can be compared bit for bit)."""
 import argparse
+import os
 import time
 
 import torch
@@ -77,7 +81,20 @@ def main():
     parser.add_argument("--progress-ms", type=float, default=0.0,
                         help="write timestamped progress lines on stderr at most this often (0: none)")
     parser.add_argument("--serve", action="store_true", help="train between 'go' and 'pause' commands on stdin")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="capture the whole training step as one CUDA graph and replay it")
+    parser.add_argument("--steps", type=int, default=0, help="stop after this many steps, printing each loss (0: by time)")
+    parser.add_argument("--deterministic", action="store_true", help="deterministic kernels, seeded data and weights")
     args = parser.parse_args()
+    if (args.cuda_graph or args.steps) and args.model == "idle":
+        parser.error("--cuda-graph and --steps need a model that trains")
+    if args.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.benchmark = False
+    torch.manual_seed(0)
+    # Autocast's weight cache would keep tensors made during capture: off under a graph.
+    cache = not args.cuda_graph
     if not args.seq:
         args.seq = 4096 if args.model == "attention" else 256
     if args.batch < 1 or args.seq < 1 or args.duration_s <= 0 or args.progress_ms < 0:
@@ -91,9 +108,9 @@ def main():
         labels = torch.randint(0, AttentionNet.VOCAB, (args.batch * args.seq,), device="cuda")
 
         def forward():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
                 return model(inputs).reshape(-1, AttentionNet.VOCAB).float()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=args.cuda_graph)
     elif args.model == "scan":
         # A recurrent scan: each step a (batch x 256) matmul, an add and a tanh, a few us each.
         cell = torch.nn.Linear(256, 256).cuda()
@@ -115,15 +132,15 @@ def main():
         labels = torch.randint(0, 1000, (args.batch,), device="cuda")
 
         def forward():
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
                 return model(images).float()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=args.cuda_graph)
     elif args.model == "transformer":
         model = TransformerLM().cuda().train()
         inputs = torch.randint(0, TransformerLM.VOCAB, (args.batch, args.seq), device="cuda")
         labels = torch.randint(0, TransformerLM.VOCAB, (args.batch * args.seq,), device="cuda")
         forward = lambda: model(inputs).reshape(-1, TransformerLM.VOCAB)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=args.cuda_graph)
     else:
         model = getattr(torchvision.models, args.model)(weights=None).cuda().train()
         images = torch.randn(args.batch, 3, 224, 224, device="cuda")
@@ -143,15 +160,47 @@ def main():
     else:
         step = None
 
-    def train_step():
+    def eager_step():
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(forward(), labels).backward()
+        loss = loss_fn(forward(), labels)
+        loss.backward()
         optimizer.step()
+        return loss
+
+    if args.cuda_graph:
+        # Warmed up on a side stream (the optimizer makes its state), then captured once; a replay
+        # writes the gradients and the loss into the tensors the capture made.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                eager_step()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            static_loss = loss_fn(forward(), labels)
+            static_loss.backward()
+            optimizer.step()
+
+        def one_step():
+            graph.replay()
+            return static_loss
+    else:
+        one_step = eager_step
+
+    def train_step():
+        loss = one_step()
         torch.cuda.synchronize()   # one iteration ends here, as in a real loop reading loss.item()
         done["iterations"] += 1
+        return loss
 
     if step is None:
         step = train_step
+    if args.steps:
+        for i in range(args.steps):
+            print("loss %d %.9g" % (i, float(step())), flush=True)
+        return
     step()   # first iteration allocates and picks kernels: not counted
     done["iterations"] = 0
     start = time.perf_counter()

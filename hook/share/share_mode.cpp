@@ -111,6 +111,8 @@ class ShareMode final : public Mode {
     // Not known by its ID (another call site than measured): charged as its shape's kernels were.
     if (!k.measured && op.kind == OpKind::Kernel && !(role & protocol::kRoleHolder))
       predictions_.by_shape(kernelid::shape_id(op.func, op.grid, op.block, op.shared_mem), k);
+    // A graph's segment not timed yet: charged what its kernels' profiles add up to.
+    if (!k.measured && op.graph_hint_ns != 0) k.dur_ns = op.graph_hint_ns;
     t_launch.kernel = k;
     // The holder never waits. A task below may be sent to its SM partition instead (within the bound).
     if (!(role & protocol::kRoleHolder)) {
@@ -169,6 +171,11 @@ class ShareMode final : public Mode {
   // In after_launch: what before_launch looked up for this launch, else a lookup now.
   share::Predictions::Kernel prediction(uint64_t id) const noexcept {
     return t_launch.kernel.id == id && id != 0 ? t_launch.kernel : predictions_.of(id);
+  }
+
+  uint64_t graph_kernel_ns(uint64_t shape_id) noexcept override {
+    share::Predictions::Kernel k;
+    return predictions_.by_shape(shape_id, k) ? k.dur_ns : 0;
   }
 
   void before_allocation() noexcept override { (void)lanes_.current(); }

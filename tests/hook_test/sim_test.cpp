@@ -177,6 +177,59 @@ TEST(HookSim, AutoModeOnALockedDatabaseDoesNotStallTheFirstCall) {
 }
 
 
+// ---- a job's graphs in segments (hook/graph/): graph_probe in share mode without a daemon ----
+
+const char kGraphProbeExpected[] =
+    "launch y=1 w=2 z=7 u=5 host_a=2 host_b=0\n"
+    "set-params y=3 w=3 z=7 u=5 host_a=2 host_b=1\n"
+    "update y=9 w=8 z=7 u=5 host_a=3 host_b=1\n"
+    "alloc-node y=11 w=0 z=0 u=0 host_a=3 host_b=1\n"
+    "captured y=4 w=0 z=0 u=0 host_a=3 host_b=1\n"
+    "done\n";
+
+Result graph_probe(const std::string& how, const std::string& extra_env) {
+  const std::string db = temp_path("graph-db-" + how);
+  Result r = run("FIKIT_MODE=share FIKIT_PRIORITY=5 FIKIT_TASK_KEY=graphs FIKIT_STATS=1 FIKIT_DB=" + db +
+                     " FIKIT_SCHEDULER=127.0.0.1:1 FIKIT_DAEMON_TIMEOUT_MS=20 " + extra_env,
+                 std::string(FIKIT_GRAPH_PROBE_PATH) + " " + how);
+  unlink(db.c_str());
+  return r;
+}
+
+// Each graph the job instantiates is cut into segments (12 kernels of unknown length at a quarter of
+// the 100-us budget each: 4 and more segments); launched segment by segment, changed node by node
+// (a set's value, a host function, a kernel, a node disabled), updated to a new graph and uploaded,
+// they leave what the whole graphs leave, through each instantiation entry point. The graph with a
+// memory allocation node stays whole, with its reason counted.
+TEST(HookSim, GraphSegmentsDoWhatTheWholeGraphDoes) {
+  for (const std::string how : {"flags", "legacy", "params"}) {
+    SCOPED_TRACE(how);
+    const Result whole = graph_probe(how, "FIKIT_GRAPH_SEGMENT_US=0");
+    ASSERT_EQ(whole.exit_code, 0) << whole.err;
+    EXPECT_EQ(whole.out, kGraphProbeExpected);
+    EXPECT_EQ(whole.err.find("graphs segmented="), std::string::npos) << whole.err;
+
+    const Result cut = graph_probe(how, "");
+    ASSERT_EQ(cut.exit_code, 0) << cut.err;
+    EXPECT_EQ(cut.out, kGraphProbeExpected);
+    // The main graph, its update and the captured one.
+    EXPECT_NE(cut.err.find("graphs segmented=3 "), std::string::npos) << cut.err;
+    EXPECT_NE(cut.err.find("memory allocation, free or conditional nodes"), std::string::npos) << cut.err;
+    // Each segment is an op of its own: more graph launches than the program made (6).
+    const size_t at = cut.err.find("graph_launches=");
+    ASSERT_NE(at, std::string::npos) << cut.err;
+    EXPECT_GT(std::stoul(cut.err.substr(at + 15)), 12u) << cut.err;
+  }
+}
+
+// A service's graphs (priority 0) are never cut.
+TEST(HookSim, AServicesGraphsStayWhole) {
+  const Result r = graph_probe("flags", "FIKIT_PRIORITY=0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, kGraphProbeExpected);
+  EXPECT_EQ(r.err.find("graphs segmented="), std::string::npos) << r.err;
+}
+
 // ---- device memory (hook/memory/): memory_probe under FIKIT_MEMORY_LIMIT ----
 
 // "name v1 v2 ..." lines of the probe's output, by name (the last of each).

@@ -18,58 +18,6 @@ Context* current_live() {
   return ctx && ctx->live ? ctx : nullptr;
 }
 
-uint64_t kernel_duration_ns(const Function& f, void** params, void** extra) {
-  if (!f.spin) return g_settings.kernel_ns;
-  if (params && params[0]) {
-    uint64_t ns;
-    std::memcpy(&ns, params[0], sizeof ns);
-    return ns;
-  }
-  // extra = { CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, END }
-  for (void** e = extra; e && *e != CU_LAUNCH_PARAM_END; e += 2) {
-    if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && e[1]) {
-      uint64_t ns;
-      std::memcpy(&ns, e[1], sizeof ns);
-      return ns;
-    }
-  }
-  return g_settings.kernel_ns;
-}
-
-// Sends one op either to the device or, while the stream is being captured, into its graph.
-CUresult put(CUstream handle, const GraphOp& op) {
-  Stream* stream = nullptr;
-  CUresult err = CUDA_SUCCESS;
-  Context* ctx = stream_context(handle, &stream, &err);
-  if (!ctx) return err;
-  if (stream && stream->capture) {
-    std::lock_guard guard(g_mutex);
-    stream->capture->ops.push_back(op);
-    return CUDA_SUCCESS;
-  }
-  // A green context's kernels occupy at most its SMs, for as many more waves as that takes.
-  if (op.kind == OpKind::Kernel && ctx->sm_limit != 0) {
-    const uint64_t cap = uint64_t(ctx->sm_limit) * 2048;
-    const uint64_t full = std::max<uint64_t>(1, (op.threads + kDeviceThreads - 1) / kDeviceThreads);
-    const uint64_t part = std::max<uint64_t>(1, (op.threads + cap - 1) / cap);
-    GraphOp confined = op;
-    confined.threads = uint32_t(std::min<uint64_t>(op.threads, cap));
-    confined.duration_ns = op.duration_ns * part / full;
-    return enqueue(ctx, stream, confined.kind, confined.duration_ns, 0, confined.threads, confined.block_threads);
-  }
-  // Data moves at submit time (documented): the simulator tracks no dependencies between copies.
-  if (op.kind == OpKind::Copy) std::memmove(op.dst, op.src, op.bytes);
-  if (op.kind == OpKind::Set) {
-    if (op.elem_size == 1) {
-      std::memset(op.dst, static_cast<int>(op.value), op.bytes);
-    } else {
-      auto* p = static_cast<uint32_t*>(op.dst);
-      for (size_t i = 0; i < op.bytes / 4; ++i) p[i] = op.value;
-    }
-  }
-  return enqueue(ctx, stream, op.kind, op.duration_ns, 0, op.threads, op.block_threads);
-}
-
 CUresult launch(CUfunction hfunc, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 CUstream stream, void** params, void** extra) {
   if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
@@ -82,7 +30,10 @@ CUresult launch(CUfunction hfunc, unsigned gx, unsigned gy, unsigned gz, unsigne
   const uint64_t threads = uint64_t(gx) * gy * gz * bx * by * bz;
   GraphOp op{OpKind::Kernel, kernel_duration_ns(*f, params, extra), uint32_t(std::min<uint64_t>(threads, UINT32_MAX)),
              nullptr, nullptr, 0, 0, 0, uint32_t(bx) * by * bz};
-  return put(stream, op);
+  op.func = f;
+  op.grid[0] = gx, op.grid[1] = gy, op.grid[2] = gz;
+  op.block[0] = bx, op.block[1] = by, op.block[2] = bz;
+  return submit(stream, op);
 }
 
 enum class Dir { HtoD, DtoH, DtoD };
@@ -94,7 +45,7 @@ CUresult copy(void* dst, const void* src, size_t bytes, Dir dir, CUstream stream
   if (dst_dev && !is_device_range(reinterpret_cast<CUdeviceptr>(dst), bytes)) return CUDA_ERROR_INVALID_VALUE;
   if (src_dev && !is_device_range(reinterpret_cast<CUdeviceptr>(src), bytes)) return CUDA_ERROR_INVALID_VALUE;
   GraphOp op{OpKind::Copy, copy_duration_ns(bytes), 0, dst, src, bytes, 0, 0};
-  CUresult r = put(stream, op);
+  CUresult r = submit(stream, op);
   if (r != CUDA_SUCCESS || !blocking) return r;
   Context* ctx = current_live();
   return ctx ? wait_for(ctx, ctx->tail.load(std::memory_order_acquire)) : CUDA_ERROR_INVALID_CONTEXT;
@@ -105,7 +56,7 @@ CUresult set(CUdeviceptr dst, uint32_t value, uint8_t elem, size_t count, CUstre
   const size_t bytes = count * elem;
   if (!is_device_range(dst, bytes)) return CUDA_ERROR_INVALID_VALUE;
   GraphOp op{OpKind::Set, set_duration_ns(bytes), 0, reinterpret_cast<void*>(dst), nullptr, bytes, value, elem};
-  CUresult r = put(stream, op);
+  CUresult r = submit(stream, op);
   if (r != CUDA_SUCCESS || !blocking) return r;
   Context* ctx = current_live();
   return ctx ? wait_for(ctx, ctx->tail.load(std::memory_order_acquire)) : CUDA_ERROR_INVALID_CONTEXT;
@@ -154,19 +105,61 @@ CUresult create_stream(CUstream* out, unsigned flags, int priority) {
   return CUDA_SUCCESS;
 }
 
-CUresult instantiate(CUgraphExec* out, CUgraph graph) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  Graph* g = g_graphs.find(graph);
-  if (!g) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard guard(g_mutex);
-  GraphExec* exec = g_graph_execs.allocate();
-  if (!exec) return CUDA_ERROR_OUT_OF_MEMORY;
-  exec->ops = g->ops;
-  *out = reinterpret_cast<CUgraphExec>(exec);
-  return CUDA_SUCCESS;
+}  // namespace
+
+namespace fikit::simgpu::driver {
+
+uint64_t kernel_duration_ns(const Function& f, void** params, void** extra) {
+  if (!f.spin) return g_settings.kernel_ns;
+  if (params && params[0]) {
+    uint64_t ns;
+    std::memcpy(&ns, params[0], sizeof ns);
+    return ns;
+  }
+  // extra = { CU_LAUNCH_PARAM_BUFFER_POINTER, buf, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, END }
+  for (void** e = extra; e && *e != CU_LAUNCH_PARAM_END; e += 2) {
+    if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER && e[1]) {
+      uint64_t ns;
+      std::memcpy(&ns, e[1], sizeof ns);
+      return ns;
+    }
+  }
+  return g_settings.kernel_ns;
 }
 
-}  // namespace
+CUresult submit(CUstream handle, const GraphOp& op) {
+  Stream* stream = nullptr;
+  CUresult err = CUDA_SUCCESS;
+  Context* ctx = stream_context(handle, &stream, &err);
+  if (!ctx) return err;
+  if (stream && stream->capture) {
+    std::lock_guard guard(g_mutex);
+    return append_captured(stream->capture, op) != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  // A green context's kernels occupy at most its SMs, for as many more waves as that takes.
+  if (op.kind == OpKind::Kernel && ctx->sm_limit != 0) {
+    const uint64_t cap = uint64_t(ctx->sm_limit) * 2048;
+    const uint64_t full = std::max<uint64_t>(1, (op.threads + kDeviceThreads - 1) / kDeviceThreads);
+    const uint64_t part = std::max<uint64_t>(1, (op.threads + cap - 1) / cap);
+    GraphOp confined = op;
+    confined.threads = uint32_t(std::min<uint64_t>(op.threads, cap));
+    confined.duration_ns = op.duration_ns * part / full;
+    return enqueue(ctx, stream, confined.kind, confined.duration_ns, 0, confined.threads, confined.block_threads);
+  }
+  // Data moves at submit time (documented): the simulator tracks no dependencies between copies.
+  if (op.kind == OpKind::Copy) std::memmove(op.dst, op.src, op.bytes);
+  if (op.kind == OpKind::Set) {
+    if (op.elem_size == 1) {
+      std::memset(op.dst, static_cast<int>(op.value), op.bytes);
+    } else {
+      auto* p = static_cast<uint32_t*>(op.dst);
+      for (size_t i = 0; i < op.bytes / 4; ++i) p[i] = op.value;
+    }
+  }
+  return enqueue(ctx, stream, op.kind, op.duration_ns, 0, op.threads, op.block_threads);
+}
+
+}  // namespace fikit::simgpu::driver
 
 extern "C" {
 
@@ -434,47 +427,6 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned 
                                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
                                         CUstream s, void** params) {
   return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shmem, s, params);
-}
-
-// ---- graphs ----------------------------------------------------------------------------------
-
-CUresult cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph graph, unsigned long long) {
-  return instantiate(out, graph);
-}
-CUresult cuGraphInstantiate(CUgraphExec* out, CUgraph graph, CUgraphNode*, char*, size_t) {
-  return instantiate(out, graph);
-}
-CUresult cuGraphInstantiate_v2(CUgraphExec* out, CUgraph graph, CUgraphNode*, char*, size_t) {
-  return instantiate(out, graph);
-}
-
-// A graph launch submits its captured ops in order (each one is a separate op on the timeline).
-CUresult cuGraphLaunch(CUgraphExec handle, CUstream stream) {
-  if (!g_device) return CUDA_ERROR_NOT_INITIALIZED;
-  GraphExec* exec = g_graph_execs.find(handle);
-  if (!exec) return CUDA_ERROR_INVALID_HANDLE;
-  for (const GraphOp& op : exec->ops) {
-    CUresult r = put(stream, op);
-    if (r != CUDA_SUCCESS) return r;
-  }
-  return CUDA_SUCCESS;
-}
-CUresult cuGraphLaunch_ptsz(CUgraphExec handle, CUstream stream) { return cuGraphLaunch(handle, stream); }
-
-CUresult cuGraphExecDestroy(CUgraphExec handle) {
-  GraphExec* exec = g_graph_execs.find(handle);
-  if (!exec) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard guard(g_mutex);
-  g_graph_execs.release(exec);
-  return CUDA_SUCCESS;
-}
-
-CUresult cuGraphDestroy(CUgraph handle) {
-  Graph* g = g_graphs.find(handle);
-  if (!g) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard guard(g_mutex);
-  g_graphs.release(g);
-  return CUDA_SUCCESS;
 }
 
 }  // extern "C"

@@ -20,8 +20,8 @@ Pool<Stream, 4096> g_streams;
 Pool<Event, 16384> g_events;
 Pool<Module, 1024> g_modules;
 Pool<Function, 16384> g_functions;
-Pool<Graph, 1024> g_graphs;
-Pool<GraphExec, 1024> g_graph_execs;
+Pool<Graph, 8192> g_graphs;
+Pool<GraphExec, 8192> g_graph_execs;
 Settings g_settings;
 DeviceState* g_device = nullptr;
 

@@ -33,6 +33,10 @@ struct Context {
   uint32_t next_event = 0;
 };
 
+struct Function;
+struct Event;
+struct Graph;
+
 struct GraphOp {
   OpKind kind;
   uint64_t duration_ns;
@@ -43,16 +47,53 @@ struct GraphOp {
   uint32_t value;      // Set
   uint8_t elem_size;   // Set: 1 or 4
   uint32_t block_threads = 0;   // Kernel: threads per block
+  // Kernel: what cuGraphKernelNodeGetParams reports of it
+  Function* func = nullptr;
+  uint32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0}, shared_mem = 0;
+};
+
+// A node of a graph (api_graph.cpp). Handles are node addresses, checked by their magic.
+struct GraphNode {
+  static constexpr uint64_t kMagic = 0x45444f4e4b494653ull;   // "SFIKNODE"
+  uint64_t magic = kMagic;
+  Graph* owner = nullptr;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  GraphOp op{};                          // KERNEL, MEMSET, MEMCPY: what a launch submits
+  std::vector<uint8_t> kernel_params;    // KERNEL: its parameters as copied at creation (packed)
+  Graph* child = nullptr;                // GRAPH: the node's own copy of the child graph
+  CUhostFn host_fn = nullptr;            // HOST: called when a launch submits it
+  void* host_data = nullptr;
+  CUevent event = nullptr;               // EVENT_RECORD / WAIT_EVENT
+  CUdeviceptr alloc = 0;                 // MEM_ALLOC / MEM_FREE
+  std::vector<GraphNode*> deps;
+  const GraphNode* cloned_from = nullptr;
 };
 
 struct Graph {
   std::atomic<bool> live{false};
-  std::vector<GraphOp> ops;
+  std::vector<GraphNode*> nodes;         // owned, in creation order
+  const Graph* cloned_from = nullptr;
+  GraphNode* capture_tail = nullptr;     // while captured: the node the next captured op follows
+};
+
+// One submitted item of an executable graph: a node of the instantiated graph (or of its child
+// graphs) with its parameters as the executable has them.
+struct ExecItem {
+  const GraphNode* key;      // the node a cuGraphExec*SetParams call names (a child's node: its parent)
+  const GraphNode* node;     // the node this item was made from
+  CUgraphNodeType type;
+  GraphOp op;
+  CUhostFn host_fn;
+  void* host_data;
+  CUevent event;
+  bool enabled;
 };
 
 struct GraphExec {
   std::atomic<bool> live{false};
-  std::vector<GraphOp> ops;
+  std::vector<ExecItem> items;   // topological order
+  std::vector<uint64_t> shape;   // the instantiated graph's topology (api_graph.cpp, shape_of)
+  unsigned long long flags = 0;
 };
 
 struct Stream {
@@ -147,8 +188,8 @@ extern Pool<Stream, 4096> g_streams;
 extern Pool<Event, 16384> g_events;
 extern Pool<Module, 1024> g_modules;
 extern Pool<Function, 16384> g_functions;
-extern Pool<Graph, 1024> g_graphs;
-extern Pool<GraphExec, 1024> g_graph_execs;
+extern Pool<Graph, 8192> g_graphs;
+extern Pool<GraphExec, 8192> g_graph_execs;
 extern Settings g_settings;
 extern DeviceState* g_device;  // nullptr until cuInit succeeds
 
@@ -175,6 +216,14 @@ CUresult enqueue(Context* ctx, Stream* stream, OpKind kind, uint64_t duration_ns
 CUresult wait_for(Context* ctx, uint64_t target);
 // CUDA_SUCCESS when done, CUDA_ERROR_NOT_READY when not.
 CUresult query(Context* ctx, uint64_t target);
+
+// Sends one op to the device, or while the stream is captured, into its graph (api_work.cpp).
+CUresult submit(CUstream stream, const GraphOp& op);
+// A captured op: a node appended to `g` after the previous captured one (api_graph.cpp); nullptr when
+// out of memory.
+GraphNode* append_captured(Graph* g, const GraphOp& op);
+// A kernel's simulated duration: a spin kernel's first parameter, else the configured length.
+uint64_t kernel_duration_ns(const Function& f, void** params, void** extra);
 
 uint64_t copy_duration_ns(size_t bytes);
 uint64_t set_duration_ns(size_t bytes);

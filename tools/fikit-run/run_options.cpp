@@ -53,6 +53,30 @@ std::string check_environment() {
   return {};
 }
 
+// The hook's settings that have no flag, from the settings table: checked like the flags when set.
+std::string environment_only_text() {
+  std::string text = "\nSettings through the environment only (checked like the flags):\n";
+  for (const settings::Setting& s : settings::kHookSettings) {
+    if (s.flag != nullptr) continue;
+    std::string line = std::string("  ") + s.env + "  ";
+    const size_t indent = 6;
+    std::string word, rest = s.meaning;
+    for (size_t at = 0; at <= rest.size(); ++at) {
+      if (at < rest.size() && rest[at] != ' ') {
+        word += rest[at];
+        continue;
+      }
+      const size_t last_line = line.rfind('\n') == std::string::npos ? 0 : line.rfind('\n') + 1;
+      if (line.size() - last_line + word.size() + 1 > 100) line += "\n" + std::string(indent, ' ');
+      else if (line.back() != ' ') line += ' ';
+      line += word;
+      word.clear();
+    }
+    text += line + "\n";
+  }
+  return text;
+}
+
 std::string usage_text() {
   return R"(Usage: fikit-run [options] [--] PROGRAM [ARGS...]
 Runs PROGRAM with FIKIT's hook (libfikit_hook.so) preloaded, so that its GPU kernels are measured
@@ -106,7 +130,7 @@ FIKIT_LOG_LEVEL=info it says which backend it found.
 
 Exit status: PROGRAM's own; 2 bad usage or unusable key file; 3 hook library not found;
 126 PROGRAM not executable; 127 PROGRAM not found.
-)";
+)" + environment_only_text();
 }
 
 }  // namespace fikit::run

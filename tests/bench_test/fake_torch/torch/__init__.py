@@ -45,6 +45,10 @@ def matmul(a, b, out=None):
     return out if out is not None else Tensor((a.shape[0], b.shape[1]), a.dtype)
 
 
+def manual_seed(seed):
+    return Generator().manual_seed(seed)
+
+
 def compile(model):
     return model
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# A job's CUDA graphs in segments on a real GPU (docs/scheduling.md, "Graphs"): the same losses, and
+# what segmenting costs a job alone.
+#   bench/gpu/graph_check.sh PREFIX OUT [SPEED_REPS]   (PARTS="results speed", SPEED_JOBS="jax vitl",
+#                                                       DURATION=5 narrow it down)
+# 1. Results: a PyTorch transformer trained as one captured CUDA graph a step, and a JAX/XLA
+#    transformer trained as command buffers (JAX's default), 100 steps each with deterministic
+#    kernels, printing every loss: run plainly, then under fikit-run (share mode, priority 5, no
+#    daemon: unscheduled) with the graphs launched whole (FIKIT_GRAPH_SEGMENT_US=0), twice (the
+#    floor: does the job repeat itself?), and in segments (the default). Each file of losses is
+#    compared byte for byte with the plain run's.
+# 2. Speed alone: the JAX job (command buffers on, default flags) and ViT-L captured as a graph
+#    (vit-l-graph-train), steps per second over DURATION s, whole and in segments interleaved,
+#    SPEED_REPS (default 5) times each.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$here/../..
+prefix=$(cd "$1" && pwd)
+out=$2
+reps=${3:-5}
+duration=${DURATION:-5}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+run=$prefix/bin/fikit-run
+db=$out/profiles.db
+pin="taskset -c 2-8"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
+
+torch_cmd=(python3 "$root/examples/pytorch/train.py" --model transformer --batch 8 --cuda-graph --deterministic --steps 100)
+jax_cmd=(env "XLA_FLAGS=--xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"
+         python3 "$root/examples/jax/train_jax.py" --steps 100)
+
+hooked() {   # TAG SEGMENT_US COMMAND...: under fikit-run, share mode, no daemon
+  local tag=$1 seg=$2
+  shift 2
+  FIKIT_GRAPH_SEGMENT_US=$seg FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
+    $pin "$run" --mode share --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
+}
+
+results() {   # NAME COMMAND...
+  local name=$1
+  shift
+  local t0=$SECONDS
+  timeout 150 $pin "$@" >"$out/$name-plain.txt" 2>"$out/$name-plain.err"
+  echo "$name plain rc=$? $((SECONDS - t0))s, $(grep -c '^loss' "$out/$name-plain.txt") losses"
+  for run_tag in whole whole2 segments; do
+    local seg=0
+    [ "$run_tag" = segments ] && seg=${FIKIT_GRAPH_SEGMENT_US_DEFAULT:-100}
+    t0=$SECONDS
+    timeout 150 hooked "$name" "$seg" "$@" >"$out/$name-$run_tag.txt" 2>"$out/$name-$run_tag.err"
+    local rc=$?
+    if cmp -s "$out/$name-plain.txt" "$out/$name-$run_tag.txt"; then same="identical"; else same="DIFFERENT"; fi
+    echo "$name $run_tag rc=$rc $((SECONDS - t0))s: losses $same to the plain run's ($(grep -c '^loss' "$out/$name-$run_tag.txt") losses)"
+    grep -h "graphs segmented=\|graph_launches=" "$out/$name-$run_tag.err" | sed 's/ |.*//; s/^/   /'
+    grep -h "warning: graphs\|error" "$out/$name-$run_tag.err" | head -3 | sed 's/^/   /'
+  done
+  if ! cmp -s "$out/$name-plain.txt" "$out/$name-segments.txt"; then
+    diff "$out/$name-plain.txt" "$out/$name-segments.txt" | head -6 | sed 's/^/   diff: /'
+  fi
+}
+
+parts=${PARTS:-results speed}
+jobs=${SPEED_JOBS:-jax vitl}
+if [[ " $parts " == *" results "* ]]; then
+  results torch-graph "${torch_cmd[@]}"
+  results jax-graph "${jax_cmd[@]}"
+fi
+[[ " $parts " == *" speed "* ]] || exit 0
+
+speed_once() {   # NAME SEGMENT_US COMMAND...
+  local name=$1 seg=$2
+  shift 2
+  timeout 120 hooked "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name.err" | tail -n 1
+}
+echo "speed alone (steps/s over ${duration} s; whole, segments interleaved; $reps reps)"
+for i in $(seq 1 "$reps"); do
+  for seg in 0 100; do
+    if [[ " $jobs " == *" jax "* ]]; then
+      line=$(speed_once jax "$seg" python3 "$root/examples/jax/train_jax.py")
+      echo "jax-train seg=$seg rep=$i $line"
+    fi
+    if [[ " $jobs " == *" vitl "* ]]; then
+      line=$(speed_once vitl "$seg" python3 "$root/examples/pytorch/train.py" --model vit_l_16 --batch 16 --cuda-graph)
+      echo "vit-l-graph-train seg=$seg rep=$i $line"
+    fi
+  done
+done
+grep -h "graphs segmented=" "$out"/speed-*.err | sort | uniq -c | head -6

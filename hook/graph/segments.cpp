@@ -1,0 +1,410 @@
+#include "segments.h"
+
+#include <algorithm>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "config.h"
+#include "driver.h"
+#include "kernelid.h"
+#include "log.h"
+#include "mode.h"
+
+namespace fikit::hook::graph {
+
+struct Plan {
+  struct Node {
+    CUgraphNode original;   // the program's node (of the graph it instantiated)
+    uint32_t segment;
+    CUgraphNode copy;       // the same node in the segment's graph
+  };
+  std::vector<Segment> segments;
+  std::vector<CUgraph> graphs;   // each segment's graph, kept: calls on the executable name its nodes
+  std::vector<Node> nodes;       // sorted by `original`
+  unsigned long long flags = 0;
+};
+
+namespace {
+
+// ---- counts ----
+
+std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0};
+std::atomic<uint64_t> g_whole[size_t(Whole::kCount)] = {};
+std::atomic<bool> g_warned[size_t(Whole::kCount)] = {};
+
+void left_whole(Whole why) noexcept {
+  g_whole[size_t(why)].fetch_add(1, std::memory_order_relaxed);
+  // Fitting one segment costs nothing; the others mean a service may wait behind the whole graph.
+  if (why != Whole::OnePiece && !g_warned[size_t(why)].exchange(true))
+    log(LogLevel::Warn, "graphs: a CUDA graph of this job is launched whole (%s): the scheduler holds or releases "
+        "all of it at once, so a service may wait for all of it (docs/scheduling.md, \"Graphs\")",
+        whole_reason(why));
+}
+
+// ---- the executables with segments: an open-addressed table, read without locks ----
+
+constexpr size_t kSlots = 4096;   // a power of two
+constexpr size_t kMaxProbe = 64;
+struct Slot {
+  std::atomic<CUgraphExec> key{nullptr};
+  std::atomic<Plan*> plan{nullptr};
+};
+Slot g_slots[kSlots];
+std::atomic<uint32_t> g_live{0};
+std::mutex g_table_mutex;   // taken by instantiation, update and destruction only
+const CUgraphExec kTombstone = reinterpret_cast<CUgraphExec>(uintptr_t(1));
+
+size_t home(CUgraphExec exec) noexcept {
+  uint64_t h = reinterpret_cast<uintptr_t>(exec);
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return size_t(h) & (kSlots - 1);
+}
+
+Slot* slot_of(CUgraphExec exec) noexcept {
+  for (size_t i = 0, at = home(exec); i < kMaxProbe; ++i, at = (at + 1) & (kSlots - 1)) {
+    const CUgraphExec key = g_slots[at].key.load(std::memory_order_acquire);
+    if (key == exec) return &g_slots[at];
+    if (key == nullptr) return nullptr;
+  }
+  return nullptr;
+}
+
+bool insert(CUgraphExec exec, Plan* plan) noexcept {
+  std::lock_guard lock(g_table_mutex);
+  for (size_t i = 0, at = home(exec); i < kMaxProbe; ++i, at = (at + 1) & (kSlots - 1)) {
+    Slot& s = g_slots[at];
+    const CUgraphExec key = s.key.load(std::memory_order_relaxed);
+    if (key != nullptr && key != kTombstone) continue;
+    s.plan.store(plan, std::memory_order_relaxed);
+    s.key.store(exec, std::memory_order_release);
+    g_live.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  return false;
+}
+
+Plan* take(CUgraphExec exec) noexcept {
+  if (g_live.load(std::memory_order_relaxed) == 0) return nullptr;
+  std::lock_guard lock(g_table_mutex);
+  Slot* s = slot_of(exec);
+  if (s == nullptr) return nullptr;
+  Plan* plan = s->plan.exchange(nullptr, std::memory_order_acq_rel);
+  s->key.store(kTombstone, std::memory_order_release);
+  g_live.fetch_sub(1, std::memory_order_relaxed);
+  return plan;
+}
+
+void release(Plan* plan) noexcept {
+  if (plan == nullptr) return;
+  const DriverCalls& d = driver_calls();
+  for (const Segment& s : plan->segments)
+    if (s.exec != nullptr && d.graph_exec_destroy != nullptr) d.graph_exec_destroy(s.exec);
+  for (CUgraph g : plan->graphs)
+    if (g != nullptr && d.graph_destroy != nullptr) d.graph_destroy(g);
+  delete plan;
+}
+
+// ---- cutting a graph ----
+
+uint64_t mix(uint64_t h, uint64_t v) noexcept {
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+struct Cutter {
+  const DriverCalls& d;
+  std::vector<CUgraphNode> original;     // topological order
+  std::vector<size_t> cut;               // segment s holds [cut[s], cut[s + 1])
+  std::vector<CUgraph> made;             // every graph made, for the cleanup of a failure
+  Plan* plan;
+
+  // `g` holds the nodes of segments [lo, hi); handles[i] are they in `g`.
+  bool split(CUgraph g, size_t lo, size_t hi, std::vector<CUgraphNode>& handles) noexcept {
+    if (hi - lo == 1) {
+      plan->graphs[lo] = g;
+      for (size_t i = cut[lo]; i < cut[hi]; ++i) plan->nodes.push_back({original[i], uint32_t(lo), handles[i]});
+      return true;
+    }
+    const size_t mid = lo + (hi - lo) / 2;
+    CUgraph second = nullptr;
+    if (d.graph_clone(&second, g) != CUDA_SUCCESS) return false;
+    made.push_back(second);
+    // The second half's nodes in the copy; the first half goes from it, the second from `g`.
+    std::vector<CUgraphNode> copies(cut[hi] - cut[mid]);
+    for (size_t i = cut[mid]; i < cut[hi]; ++i)
+      if (d.graph_node_find_in_clone(&copies[i - cut[mid]], handles[i], second) != CUDA_SUCCESS) return false;
+    for (size_t i = cut[lo]; i < cut[mid]; ++i) {
+      CUgraphNode there = nullptr;
+      if (d.graph_node_find_in_clone(&there, handles[i], second) != CUDA_SUCCESS ||
+          d.graph_destroy_node(there) != CUDA_SUCCESS)
+        return false;
+    }
+    for (size_t i = cut[mid]; i < cut[hi]; ++i) {
+      if (d.graph_destroy_node(handles[i]) != CUDA_SUCCESS) return false;
+      handles[i] = copies[i - cut[mid]];
+    }
+    return split(g, lo, mid, handles) && split(second, mid, hi, handles);
+  }
+};
+
+bool calls_present(const DriverCalls& d) noexcept {
+  return d.graph_get_nodes && (d.graph_get_edges_v2 || d.graph_get_edges) && d.graph_node_get_type &&
+         d.graph_kernel_node_get_params && d.graph_clone && d.graph_node_find_in_clone && d.graph_destroy_node &&
+         d.graph_destroy && d.graph_instantiate && d.graph_exec_destroy;
+}
+
+uint64_t kernel_shape(const DriverCalls& d, CUgraphNode node) noexcept {
+  CUDA_KERNEL_NODE_PARAMS p{};
+  if (d.graph_kernel_node_get_params(node, &p) != CUDA_SUCCESS) return 0;
+  CUfunction f = p.func;
+  if (f == nullptr && p.kern != nullptr && d.kernel_get_function != nullptr &&
+      d.kernel_get_function(&f, p.kern) != CUDA_SUCCESS)
+    f = nullptr;
+  if (f == nullptr) return 0;
+  const uint32_t grid[3] = {p.gridDimX, p.gridDimY, p.gridDimZ}, block[3] = {p.blockDimX, p.blockDimY, p.blockDimZ};
+  return kernelid::shape_id(f, grid, block, p.sharedMemBytes);
+}
+
+// The segments of `graph`, or nullptr with the reason it stays whole.
+Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t budget_ns, Whole* why) {
+  const DriverCalls& d = driver_calls();
+  *why = Whole::Failed;
+  if (!calls_present(d)) return nullptr;
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH) {
+    *why = Whole::DeviceLaunch;
+    return nullptr;
+  }
+  size_t n = 0;
+  if (d.graph_get_nodes(graph, nullptr, &n) != CUDA_SUCCESS) return nullptr;
+  std::vector<CUgraphNode> nodes(n);
+  if (n != 0 && d.graph_get_nodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return nullptr;
+  nodes.resize(n);
+  // What each node weighs against the budget, and what it adds to its segment's identity.
+  std::vector<uint64_t> weight(n), identity(n);
+  const uint64_t unknown_kernel = budget_ns / 4, memory_op = budget_ns / 16;
+  for (size_t i = 0; i < n; ++i) {
+    CUgraphNodeType type;
+    if (d.graph_node_get_type(nodes[i], &type) != CUDA_SUCCESS) return nullptr;
+    identity[i] = uint64_t(type) + 1;
+    switch (type) {
+      case CU_GRAPH_NODE_TYPE_KERNEL: {
+        const uint64_t shape = kernel_shape(d, nodes[i]);
+        const uint64_t predicted = shape != 0 && mode != nullptr ? mode->graph_kernel_ns(shape) : 0;
+        weight[i] = predicted != 0 ? predicted : unknown_kernel;
+        identity[i] = mix(identity[i], shape);
+        break;
+      }
+      case CU_GRAPH_NODE_TYPE_MEMCPY:
+      case CU_GRAPH_NODE_TYPE_MEMSET: weight[i] = memory_op; break;
+      case CU_GRAPH_NODE_TYPE_GRAPH: weight[i] = budget_ns; break;   // one piece: its own segment
+      case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      case CU_GRAPH_NODE_TYPE_CONDITIONAL: *why = Whole::NotCloneable; return nullptr;
+      default: weight[i] = 0; break;
+    }
+  }
+  // Dependencies, and whether any is of a kind a stream's order cannot stand in for.
+  size_t edges = 0;
+  const bool typed = d.graph_get_edges_v2 != nullptr;
+  if ((typed ? d.graph_get_edges_v2(graph, nullptr, nullptr, nullptr, &edges)
+             : d.graph_get_edges(graph, nullptr, nullptr, &edges)) != CUDA_SUCCESS)
+    return nullptr;
+  std::vector<CUgraphNode> from(edges), to(edges);
+  std::vector<CUgraphEdgeData> data(typed ? edges : 0);
+  if (edges != 0 && (typed ? d.graph_get_edges_v2(graph, from.data(), to.data(), data.data(), &edges)
+                           : d.graph_get_edges(graph, from.data(), to.data(), &edges)) != CUDA_SUCCESS)
+    return nullptr;
+  for (const CUgraphEdgeData& e : data) {
+    if (e.type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || e.from_port != 0 || e.to_port != 0) {
+      *why = Whole::Programmatic;
+      return nullptr;
+    }
+  }
+  // A topological order, ties broken by the driver's order of the nodes.
+  std::vector<size_t> order_index(n);
+  {
+    std::vector<std::pair<CUgraphNode, size_t>> index(n);
+    for (size_t i = 0; i < n; ++i) index[i] = {nodes[i], i};
+    std::sort(index.begin(), index.end());
+    const auto position = [&](CUgraphNode node) -> size_t {
+      auto it = std::lower_bound(index.begin(), index.end(), std::make_pair(node, size_t(0)));
+      return it != index.end() && it->first == node ? it->second : SIZE_MAX;
+    };
+    std::vector<std::vector<size_t>> after(n);
+    std::vector<size_t> waiting(n, 0);
+    for (size_t e = 0; e < edges; ++e) {
+      const size_t a = position(from[e]), b = position(to[e]);
+      if (a == SIZE_MAX || b == SIZE_MAX) return nullptr;
+      after[a].push_back(b);
+      ++waiting[b];
+    }
+    std::vector<size_t> ready, order;
+    for (size_t i = n; i-- > 0;)
+      if (waiting[i] == 0) ready.push_back(i);
+    // `ready` kept sorted descending: the lowest index is taken from the back.
+    while (!ready.empty()) {
+      const size_t i = ready.back();
+      ready.pop_back();
+      order.push_back(i);
+      for (size_t j : after[i]) {
+        if (--waiting[j] != 0) continue;
+        ready.insert(std::upper_bound(ready.begin(), ready.end(), j, std::greater<>()), j);
+      }
+    }
+    if (order.size() != n) return nullptr;   // a cycle: the driver would not have instantiated it
+    order_index = std::move(order);
+  }
+  // Consecutive pieces of at most the budget (a heavier node alone).
+  Cutter c{d, {}, {0}, {}, nullptr};
+  c.original.reserve(n);
+  uint64_t in_piece = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const size_t i = order_index[k];
+    if (in_piece != 0 && in_piece + weight[i] > budget_ns) {
+      c.cut.push_back(k);
+      in_piece = 0;
+    }
+    in_piece += weight[i];
+    c.original.push_back(nodes[i]);
+  }
+  c.cut.push_back(n);
+  const size_t pieces = c.cut.size() - 1;
+  if (pieces <= 1) {
+    *why = Whole::OnePiece;
+    return nullptr;
+  }
+  auto* plan = new (std::nothrow) Plan;
+  if (plan == nullptr) return nullptr;
+  plan->flags = flags;
+  plan->graphs.assign(pieces, nullptr);
+  plan->segments.assign(pieces, Segment{nullptr, 0, 0});
+  c.plan = plan;
+  CUgraph first = nullptr;
+  bool ok = d.graph_clone(&first, graph) == CUDA_SUCCESS;
+  if (ok) c.made.push_back(first);
+  std::vector<CUgraphNode> handles(n);
+  for (size_t k = 0; ok && k < n; ++k) ok = d.graph_node_find_in_clone(&handles[k], c.original[k], first) == CUDA_SUCCESS;
+  ok = ok && c.split(first, 0, pieces, handles);
+  // The segments, instantiated as the program asked (an upload is done when the program asks for one).
+  const unsigned long long segment_flags = flags & ~uint64_t(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
+  for (size_t s = 0; ok && s < pieces; ++s) {
+    uint64_t id = 0xcbf29ce484222325ull, predicted = 0;
+    for (size_t k = c.cut[s]; k < c.cut[s + 1]; ++k) {
+      const size_t i = order_index[k];
+      id = mix(id, identity[i]);
+      if (identity[i] != uint64_t(CU_GRAPH_NODE_TYPE_EMPTY) + 1) predicted += weight[i];
+    }
+    plan->segments[s].id = id != 0 ? id : 1;
+    plan->segments[s].predicted_ns = predicted;
+    ok = d.graph_instantiate(&plan->segments[s].exec, plan->graphs[s], segment_flags) == CUDA_SUCCESS;
+  }
+  if (!ok) {
+    // What was made goes: the segments' executables, and every graph (split or not).
+    for (const Segment& s : plan->segments)
+      if (s.exec != nullptr) d.graph_exec_destroy(s.exec);
+    for (CUgraph g : c.made) d.graph_destroy(g);
+    delete plan;
+    return nullptr;
+  }
+  std::sort(plan->nodes.begin(), plan->nodes.end(),
+            [](const Plan::Node& a, const Plan::Node& b) { return a.original < b.original; });
+  return plan;
+}
+
+void make_plan(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept {
+  const Config& cfg = config();
+  if (mode == nullptr || cfg.priority <= 0 || cfg.graph_segment_us == 0 || exec == nullptr) return;
+  Whole why = Whole::Failed;
+  Plan* plan = nullptr;
+  try {
+    plan = cut_graph(mode, graph, flags, uint64_t(cfg.graph_segment_us) * 1000, &why);
+  } catch (...) {   // out of memory: the graph stays whole
+    plan = nullptr;
+    why = Whole::Failed;
+  }
+  if (plan == nullptr) {
+    left_whole(why);
+    return;
+  }
+  if (!insert(exec, plan)) {
+    release(plan);
+    left_whole(Whole::TableFull);
+    return;
+  }
+  g_segmented.fetch_add(1, std::memory_order_relaxed);
+  g_segments.fetch_add(plan->segments.size(), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+const char* whole_reason(Whole why) noexcept {
+  switch (why) {
+    case Whole::OnePiece: return "it fits one segment";
+    case Whole::NotCloneable: return "it has memory allocation, free or conditional nodes, which the driver cannot copy";
+    case Whole::DeviceLaunch: return "it was instantiated for launches from the device";
+    case Whole::Programmatic: return "it has programmatic dependencies, whose nodes run together";
+    case Whole::Failed: return "making or updating its segments failed";
+    case Whole::TableFull: return "too many segmented graphs are alive at once";
+    case Whole::kCount: break;
+  }
+  return "?";
+}
+
+Counts counts() noexcept {
+  Counts c{};
+  c.segmented = g_segmented.load(std::memory_order_relaxed);
+  c.segments = g_segments.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < size_t(Whole::kCount); ++i) c.whole[i] = g_whole[i].load(std::memory_order_relaxed);
+  c.segment_launches = g_segment_launches.load(std::memory_order_relaxed);
+  return c;
+}
+
+void instantiated(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept {
+  make_plan(mode, exec, graph, flags);
+}
+
+void updated(Mode* mode, CUgraphExec exec, CUgraph graph) noexcept {
+  Plan* old = take(exec);
+  if (old == nullptr) return;   // it was launched whole; it stays so
+  const unsigned long long flags = old->flags;
+  release(old);
+  make_plan(mode, exec, graph, flags);
+}
+
+void destroying(CUgraphExec exec) noexcept { release(take(exec)); }
+
+const Plan* find(CUgraphExec exec) noexcept {
+  if (g_live.load(std::memory_order_relaxed) == 0) [[likely]] return nullptr;
+  const Slot* s = slot_of(exec);
+  return s != nullptr ? s->plan.load(std::memory_order_acquire) : nullptr;
+}
+
+uint32_t segment_count(const Plan& plan) noexcept { return uint32_t(plan.segments.size()); }
+const Segment& segment(const Plan& plan, uint32_t i) noexcept { return plan.segments[i]; }
+void launched_segment() noexcept { g_segment_launches.fetch_add(1, std::memory_order_relaxed); }
+
+bool node_in_segment(CUgraphExec exec, CUgraphNode node, CUgraphExec* segment_exec, CUgraphNode* segment_node) noexcept {
+  const Plan* plan = find(exec);
+  if (plan == nullptr) return false;
+  auto it = std::lower_bound(plan->nodes.begin(), plan->nodes.end(), node,
+                             [](const Plan::Node& a, CUgraphNode b) { return a.original < b; });
+  if (it == plan->nodes.end() || it->original != node) return false;
+  *segment_exec = plan->segments[it->segment].exec;
+  *segment_node = it->copy;
+  return true;
+}
+
+void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept {
+  log(LogLevel::Debug, "graphs: a change to a node failed in its segment (CUresult %d)", int(result));
+  release(take(exec));
+  g_segmented.fetch_sub(1, std::memory_order_relaxed);
+  left_whole(Whole::Failed);
+}
+
+}  // namespace fikit::hook::graph

@@ -1,0 +1,85 @@
+#pragma once
+// A job's executable CUDA graphs made launchable in segments (docs/scheduling.md, "Graphs").
+//
+// A graph launch is one op to the gate: tens of milliseconds of a training step that a returning
+// service would wait behind. When a process below the service (FIKIT_PRIORITY above 0, a mode on)
+// instantiates a graph, the hook instantiates it as it asked and, beside it, a few smaller graphs:
+// a topological order of its nodes cut into consecutive pieces of about FIKIT_GRAPH_SEGMENT_US of
+// predicted GPU work each (from the profile of the kernels in them; an unknown kernel, copy or set
+// counts a quarter of it, a child graph all of it). Launched in order on the application's stream,
+// each piece after the gate let it go, they do what the whole does: every dependency of a node is
+// on a node of its own piece or of an earlier one, which the stream ran first.
+//
+// The pieces are copies (cuGraphClone, then the nodes outside the piece destroyed), halved
+// recursively so that a graph of N nodes costs N log(pieces) node copies once, at instantiation.
+// Whatever the program does to the executable graph afterwards is done to the piece holding the
+// node too (the cuGraphExec*SetParams calls, enabling nodes, upload); an update
+// (cuGraphExecUpdate) cuts the new graph again; destroying it destroys the pieces.
+//
+// Launched whole, counted with the reason (Counts): graphs the driver will not clone (memory
+// allocation or free nodes, conditional nodes), graphs a device may launch itself, graphs with
+// programmatic (co-resident) dependencies, graphs that fit one piece, and any piece that could not
+// be made or kept in step with the whole.
+//
+// The launch path only looks the executable up, without locks or allocation; everything else
+// happens in the calls that make, change or destroy a graph, where the driver itself allocates.
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace fikit::hook {
+class Mode;
+}
+
+namespace fikit::hook::graph {
+
+struct Segment {
+  CUgraphExec exec;
+  uint64_t id;             // its op ID: the kinds and shapes of its nodes (kernelid::op_id)
+  uint64_t predicted_ns;   // what the profile predicts of its kernels (unknown ones at a fixed charge)
+};
+
+struct Plan;   // segments.cpp
+
+enum class Whole : uint8_t {
+  OnePiece,         // fits one segment
+  NotCloneable,     // memory allocation, free or conditional nodes: the driver clones none of them
+  DeviceLaunch,     // instantiated for device launch
+  Programmatic,     // edges of a programmatic (co-resident) kind
+  Failed,           // a driver call failed making or updating the segments
+  TableFull,        // more segmented graphs alive than the lookup table holds
+  kCount
+};
+const char* whole_reason(Whole why) noexcept;
+
+struct Counts {
+  uint64_t segmented;                         // executables made into segments
+  uint64_t segments;                          // segments made
+  uint64_t whole[size_t(Whole::kCount)];      // executables left whole, by reason
+  uint64_t segment_launches;                  // segments launched
+};
+Counts counts() noexcept;
+
+// After the program's instantiation of `graph` as `exec` succeeded: cuts it into segments when this
+// process is below a service and `mode` is on. Never fails the program's call.
+void instantiated(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept;
+// After a successful cuGraphExecUpdate of `exec` to `graph`: the segments are cut again.
+void updated(Mode* mode, CUgraphExec exec, CUgraph graph) noexcept;
+// Before the program destroys `exec`.
+void destroying(CUgraphExec exec) noexcept;
+
+// The launch path: the segments of `exec`, or nullptr (launch it whole). Lock-free.
+const Plan* find(CUgraphExec exec) noexcept;
+uint32_t segment_count(const Plan& plan) noexcept;
+const Segment& segment(const Plan& plan, uint32_t i) noexcept;
+void launched_segment() noexcept;
+
+// The segment executable and node that stand for `node` of `exec`, for a call that changes the
+// node in the whole executable (after the call succeeded there): false when `exec` has no segments.
+bool node_in_segment(CUgraphExec exec, CUgraphNode node, CUgraphExec* segment_exec, CUgraphNode* segment_node) noexcept;
+// The same call on the segment failed: the executable is launched whole from now on (its whole
+// form has the change; the segment does not).
+void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept;
+
+}  // namespace fikit::hook::graph
