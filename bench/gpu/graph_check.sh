@@ -3,7 +3,7 @@
 # what segmenting costs a job alone.
 #   bench/gpu/graph_check.sh PREFIX OUT [SPEED_REPS]   (PARTS="results speed", SPEED_JOBS="jax vitl",
 #                                                       DURATION=5 narrow it down)
-# 1. Results: a PyTorch transformer trained as one captured CUDA graph a step, and a JAX/XLA
+# 1. Results: two PyTorch models (a recurrent scan, ResNet-18) trained as one captured CUDA graph a step, and a JAX/XLA
 #    transformer trained as command buffers (JAX's default), 100 steps each with deterministic
 #    kernels, printing every loss: run plainly, then under fikit-run (share mode, priority 5, no
 #    daemon: unscheduled) with the graphs launched whole (FIKIT_GRAPH_SEGMENT_US=0), twice (the
@@ -26,14 +26,15 @@ db=$out/profiles.db
 pin="taskset -c 2-8"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 
-torch_cmd=(python3 "$root/examples/pytorch/train.py" --model transformer --batch 8 --cuda-graph --deterministic --steps 100)
+scan_cmd=(python3 "$root/examples/pytorch/train.py" --model scan --batch 64 --seq 64 --cuda-graph --deterministic --steps 100)
+resnet_cmd=(python3 "$root/examples/pytorch/train.py" --model resnet18 --batch 16 --cuda-graph --deterministic --steps 100)
 jax_cmd=(env "XLA_FLAGS=--xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"
          python3 "$root/examples/jax/train_jax.py" --steps 100)
 
-hooked() {   # TAG SEGMENT_US COMMAND...: under fikit-run, share mode, no daemon
-  local tag=$1 seg=$2
-  shift 2
-  FIKIT_GRAPH_SEGMENT_US=$seg FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
+hooked() {   # TIMEOUT TAG SEGMENT_US COMMAND...: under fikit-run, share mode, no daemon
+  local limit=$1 tag=$2 seg=$3
+  shift 3
+  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
     $pin "$run" --mode share --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
 }
 
@@ -47,10 +48,11 @@ results() {   # NAME COMMAND...
     local seg=0
     [ "$run_tag" = segments ] && seg=${FIKIT_GRAPH_SEGMENT_US_DEFAULT:-100}
     t0=$SECONDS
-    timeout 150 hooked "$name" "$seg" "$@" >"$out/$name-$run_tag.txt" 2>"$out/$name-$run_tag.err"
+    hooked 150 "$name" "$seg" "$@" >"$out/$name-$run_tag.txt" 2>"$out/$name-$run_tag.err"
     local rc=$?
     if cmp -s "$out/$name-plain.txt" "$out/$name-$run_tag.txt"; then same="identical"; else same="DIFFERENT"; fi
-    echo "$name $run_tag rc=$rc $((SECONDS - t0))s: losses $same to the plain run's ($(grep -c '^loss' "$out/$name-$run_tag.txt") losses)"
+    if cmp -s "$out/$name-whole.txt" "$out/$name-$run_tag.txt"; then same2="identical"; else same2="DIFFERENT"; fi
+    echo "$name $run_tag rc=$rc $((SECONDS - t0))s: losses $same to the plain run's, $same2 to the whole run's ($(grep -c '^loss' "$out/$name-$run_tag.txt") losses)"
     grep -h "graphs segmented=\|graph_launches=" "$out/$name-$run_tag.err" | sed 's/ |.*//; s/^/   /'
     grep -h "warning: graphs\|error" "$out/$name-$run_tag.err" | head -3 | sed 's/^/   /'
   done
@@ -62,7 +64,8 @@ results() {   # NAME COMMAND...
 parts=${PARTS:-results speed}
 jobs=${SPEED_JOBS:-jax vitl}
 if [[ " $parts " == *" results "* ]]; then
-  results torch-graph "${torch_cmd[@]}"
+  results scan-graph "${scan_cmd[@]}"
+  results resnet18-graph "${resnet_cmd[@]}"
   results jax-graph "${jax_cmd[@]}"
 fi
 [[ " $parts " == *" speed "* ]] || exit 0
@@ -70,7 +73,7 @@ fi
 speed_once() {   # NAME SEGMENT_US COMMAND...
   local name=$1 seg=$2
   shift 2
-  timeout 120 hooked "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name.err" | tail -n 1
+  hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name.err" | tail -n 1
 }
 echo "speed alone (steps/s over ${duration} s; whole, segments interleaved; $reps reps)"
 for i in $(seq 1 "$reps"); do

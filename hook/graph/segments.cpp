@@ -209,7 +209,9 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
       default: weight[i] = 0; break;
     }
   }
-  // Dependencies, and whether any is of a kind a stream's order cannot stand in for.
+  // Dependencies. A programmatic one (the dependent kernel may start before its producer ends) that
+  // falls between two segments becomes a full one, which is what stream order gives: the producer
+  // has ended by then, and the dependent's wait for it returns at once.
   size_t edges = 0;
   const bool typed = d.graph_get_edges_v2 != nullptr;
   if ((typed ? d.graph_get_edges_v2(graph, nullptr, nullptr, nullptr, &edges)
@@ -220,12 +222,6 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
   if (edges != 0 && (typed ? d.graph_get_edges_v2(graph, from.data(), to.data(), data.data(), &edges)
                            : d.graph_get_edges(graph, from.data(), to.data(), &edges)) != CUDA_SUCCESS)
     return nullptr;
-  for (const CUgraphEdgeData& e : data) {
-    if (e.type != CU_GRAPH_DEPENDENCY_TYPE_DEFAULT || e.from_port != 0 || e.to_port != 0) {
-      *why = Whole::Programmatic;
-      return nullptr;
-    }
-  }
   // A topological order, ties broken by the driver's order of the nodes.
   std::vector<size_t> order_index(n);
   {
@@ -348,7 +344,6 @@ const char* whole_reason(Whole why) noexcept {
     case Whole::OnePiece: return "it fits one segment";
     case Whole::NotCloneable: return "it has memory allocation, free or conditional nodes, which the driver cannot copy";
     case Whole::DeviceLaunch: return "it was instantiated for launches from the device";
-    case Whole::Programmatic: return "it has programmatic dependencies, whose nodes run together";
     case Whole::Failed: return "making or updating its segments failed";
     case Whole::TableFull: return "too many segmented graphs are alive at once";
     case Whole::kCount: break;

@@ -17,9 +17,10 @@
 // (cuGraphExecUpdate) cuts the new graph again; destroying it destroys the pieces.
 //
 // Launched whole, counted with the reason (Counts): graphs the driver will not clone (memory
-// allocation or free nodes, conditional nodes), graphs a device may launch itself, graphs with
-// programmatic (co-resident) dependencies, graphs that fit one piece, and any piece that could not
-// be made or kept in step with the whole.
+// allocation or free nodes, conditional nodes), graphs a device may launch itself, graphs that fit
+// one piece, and any piece that could not be made or kept in step with the whole. A programmatic
+// dependency (a kernel that may start before its producer ends) between two segments becomes a full
+// one: stream order is the stronger rule, and nothing waits on the weaker one but the dependent.
 //
 // The launch path only looks the executable up, without locks or allocation; everything else
 // happens in the calls that make, change or destroy a graph, where the driver itself allocates.
@@ -46,7 +47,6 @@ enum class Whole : uint8_t {
   OnePiece,         // fits one segment
   NotCloneable,     // memory allocation, free or conditional nodes: the driver clones none of them
   DeviceLaunch,     // instantiated for device launch
-  Programmatic,     // edges of a programmatic (co-resident) kind
   Failed,           // a driver call failed making or updating the segments
   TableFull,        // more segmented graphs alive than the lookup table holds
   kCount
