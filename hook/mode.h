@@ -85,6 +85,10 @@ class Mode {
     (void)shape_id;
     return 0;
   }
+  // Whether a job's graph with segments (hook/graph/segments.h) launches segment by segment now:
+  // only while something above it may have to be protected from it (share mode: a task below the
+  // holder). Launching whole costs the job nothing; each segment boundary costs it some GPU time.
+  virtual bool wants_graph_segments() noexcept { return true; }
   // Process exit: flush, say goodbye. Bounded (about a second at most).
   virtual void shutdown() noexcept = 0;
 };

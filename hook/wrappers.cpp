@@ -176,14 +176,16 @@ CUresult launch_kernel_ex(const CUlaunchConfig* config, CUfunction f, void** par
 }
 
 // A job's graph with segments (graph/segments.h) goes segment by segment, each through the mode
-// like any op; under stream capture, or without segments, it is one op.
+// like any op, while the mode wants it so (a task below a service); else, and under stream capture,
+// it is one op.
 template <Variant V>
 CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   Mode* mode = detail::loaded_mode();
   if (passthrough(mode)) [[likely]] return real(graph, stream);
   const graph::Plan* plan = graph::find(graph);
-  if (plan == nullptr || capturing(stream))
+  mode = detail::settled_mode(mode);
+  if (plan == nullptr || mode == nullptr || !mode->wants_graph_segments() || capturing(stream))
     return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
                           [&](CUstream) { return real(graph, stream); });
   for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {

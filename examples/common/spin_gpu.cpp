@@ -30,6 +30,12 @@ struct Driver {
   CUresult (*stream_synchronize)(CUstream);
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             CUstream, void**, void**);
+  CUresult (*begin_capture)(CUstream, CUstreamCaptureMode);
+  CUresult (*end_capture)(CUstream, CUgraph*);
+  CUresult (*graph_instantiate)(CUgraphExec*, CUgraph, unsigned long long);
+  CUresult (*graph_launch)(CUgraphExec, CUstream);
+  CUresult (*graph_exec_destroy)(CUgraphExec);
+  CUresult (*graph_destroy)(CUgraph);
 };
 
 // Where the simulated driver is, for the message of a machine without a GPU: installed next to
@@ -78,6 +84,12 @@ const Driver& driver() {
     resolve(lib, "cuStreamDestroy_v2", r.stream_destroy);
     resolve(lib, "cuStreamSynchronize", r.stream_synchronize);
     resolve(lib, "cuLaunchKernel", r.launch_kernel);
+    resolve(lib, "cuStreamBeginCapture_v2", r.begin_capture);
+    resolve(lib, "cuStreamEndCapture", r.end_capture);
+    resolve(lib, "cuGraphInstantiateWithFlags", r.graph_instantiate);
+    resolve(lib, "cuGraphLaunch", r.graph_launch);
+    resolve(lib, "cuGraphExecDestroy", r.graph_exec_destroy);
+    resolve(lib, "cuGraphDestroy", r.graph_destroy);
     return r;
   }();
   return d;
@@ -101,6 +113,8 @@ SpinGpu::SpinGpu(LaunchShape shape) : shape_(shape) {
 SpinGpu::~SpinGpu() {
   const Driver& cu = driver();
   // Teardown errors are not worth failing an example that already produced its result.
+  if (graph_exec_ != nullptr) cu.graph_exec_destroy(graph_exec_);
+  if (graph_ != nullptr) cu.graph_destroy(graph_);
   if (stream_ != nullptr) {
     cu.stream_synchronize(stream_);
     cu.stream_destroy(stream_);
@@ -116,5 +130,16 @@ void SpinGpu::launch(uint64_t duration_ns) {
 }
 
 void SpinGpu::synchronize() { FIKIT_CU(driver().stream_synchronize(stream_)); }
+
+void SpinGpu::capture_graph(uint64_t kernels, uint64_t duration_ns) {
+  const Driver& cu = driver();
+  // Relaxed: the capture must not make other threads' calls (there are none here) fail.
+  FIKIT_CU(cu.begin_capture(stream_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  for (uint64_t k = 0; k < kernels; ++k) launch(duration_ns);
+  FIKIT_CU(cu.end_capture(stream_, &graph_));
+  FIKIT_CU(cu.graph_instantiate(&graph_exec_, graph_, 0));
+}
+
+void SpinGpu::launch_graph() { FIKIT_CU(driver().graph_launch(graph_exec_, stream_)); }
 
 }  // namespace fikit::examples

@@ -24,6 +24,10 @@ class SpinGpu {
   void launch(uint64_t duration_ns);
   // Waits until everything launched so far has finished.
   void synchronize();
+  // Captures `kernels` spin kernels of `duration_ns` into a CUDA graph (stream capture), instantiated
+  // once; launch_graph() queues all of them in one launch, as a framework replays a captured step.
+  void capture_graph(uint64_t kernels, uint64_t duration_ns);
+  void launch_graph();
   // Later launches use this shape (a new input shape: to FIKIT, new kernels).
   void set_shape(LaunchShape shape) { shape_ = shape; }
 
@@ -34,6 +38,8 @@ class SpinGpu {
   CUmodule module_ = nullptr;
   CUfunction spin_ = nullptr;
   CUstream stream_ = nullptr;
+  CUgraph graph_ = nullptr;
+  CUgraphExec graph_exec_ = nullptr;
 };
 
 }  // namespace fikit::examples

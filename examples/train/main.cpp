@@ -1,6 +1,8 @@
 // fikit-example-train: a training-like background job. It launches spin kernels back to back (or
 // with host work between) and synchronises every --sync-every kernels, which ends one iteration.
 // Runs for --duration-s or --iterations, or until SIGTERM/SIGINT; it reports its throughput either way.
+// With --graph an iteration's kernels are captured once as a CUDA graph and each iteration is one
+// graph launch (a framework replaying a captured training step).
 // With --progress-ms it also writes "progress {"t":S,"kernels":K,"iterations":I}" lines on stderr
 // (t: CLOCK_MONOTONIC seconds, at most one per --progress-ms, at iteration ends), so a harness can
 // count its throughput over any window (bench/gpu/eval.py: the window a high-priority job ran in).
@@ -26,6 +28,7 @@ int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   double kernel_us = 10, cpu_us = 0, duration_s = 5, progress_ms = 0;
   uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0;
+  bool graph = false;
 
   ex::Flags flags("fikit-example-train [options]",
                   "Training-like GPU background job: iterations of spin kernels, a stream\n"
@@ -41,13 +44,16 @@ int main(int argc, char** argv) {
   flags.add("new-shape-after", &new_shape_after,
             "after this many iterations launch with one block more: new kernels to FIKIT (0: never)");
   flags.add("progress-ms", &progress_ms, "write timestamped progress lines on stderr at most this often (0: none)");
+  flags.add_switch("graph", &graph, "capture an iteration's kernels as one CUDA graph and launch it each iteration");
   flags.parse(argc, argv);
+  if (graph && (cpu_us > 0 || new_shape_after > 0)) ex::Flags::fail("--graph replays one captured iteration: no --cpu-us or --new-shape-after");
   if (sync_every == 0) ex::Flags::fail("--sync-every must be at least 1");
   if (blocks == 0 || threads == 0) ex::Flags::fail("--blocks and --threads must be at least 1");
 
   ex::SpinGpu gpu({static_cast<uint32_t>(blocks), static_cast<uint32_t>(threads)});
   const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
   const double duration_us = duration_s * 1e6;
+  if (graph) gpu.capture_graph(sync_every, kernel_ns);
 
   uint64_t kernels_launched = 0, iterations_done = 0;
   double last_progress_s = 0;
@@ -62,6 +68,10 @@ int main(int argc, char** argv) {
     // A signal mid-iteration stops the launches; the partial iteration's kernels still count as
     // kernels (they ran) but not as an iteration.
     uint64_t k = 0;
+    if (graph) {
+      gpu.launch_graph();
+      k = sync_every;
+    }
     for (; k < sync_every && !ex::stop_requested(); ++k) {
       ex::busy_wait_us(cpu_us);
       gpu.launch(kernel_ns);

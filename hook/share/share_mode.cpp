@@ -173,6 +173,13 @@ class ShareMode final : public Mode {
     return t_launch.kernel.id == id && id != 0 ? t_launch.kernel : predictions_.of(id);
   }
 
+  // With no daemon, or as the holder (nothing above this task on its GPU), no gate would hold a
+  // segment: the graph goes whole.
+  bool wants_graph_segments() noexcept override {
+    Lane* lane = lanes_.current();
+    return lane != nullptr && lane->client.connected() && !(lane->client.directive().role() & protocol::kRoleHolder);
+  }
+
   uint64_t graph_kernel_ns(uint64_t shape_id) noexcept override {
     share::Predictions::Kernel k;
     return predictions_.by_shape(shape_id, k) ? k.dur_ns : 0;

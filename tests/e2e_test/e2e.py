@@ -189,6 +189,7 @@ class Run:
         if self.proc.returncode != 0:
             raise SystemExit(f"{self.what} failed ({self.proc.returncode}): {' '.join(self.cmd)}\n{err[-2000:]}")
         self.result = last_json(out, self.what)
+        self.err = err
         self.device = read_lines(self.sim_stats)
         self.share = read_lines(self.share_stats)
         return self
@@ -324,6 +325,44 @@ def ratio_case(env, case):
         ok &= check(overlap > 0, f"the LP's short kernels ran beside the active HP ({overlap} overlap launches)")
         ok &= check(med(fikit_waits) <= med(bounds),
                     f"the HP barely waits: {med(fikit_waits):.1f} <= {med(bounds):.1f} ms")
+    return ok
+
+
+def graph_job(env):
+    """A job that replays a captured CUDA graph (fikit-example-train --graph: 40 kernels of 500 us, 20 ms a
+    launch) beside a service of short kernels, time-sliced, both measured first. Launched whole
+    (FIKIT_GRAPH_SEGMENT_US=0) a graph is one op: the gate lets all of it go, and the service's kernels
+    then wait behind the job's kernels until it drains. In segments (the default) the gate holds what
+    is left of it while the service is active: the service waits for about a segment at each return."""
+    hp_flags = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"]
+    lp_flags = ["--graph", "--kernel-us", "500", "--sync-every", "40"]
+    requests = 200
+    measure(env, hp_flags, lp_flags)
+    env.start_daemon()
+    hp_cmd = env.fikit("share", "hp", 0) + [env.a.infer, "--requests", str(requests)] + hp_flags
+    lp_cmd = env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags
+    ok = True
+    waits = {"segments": [], "whole": []}
+    for i in range(2):   # interleaved
+        for label in ("segments", "whole"):
+            lp_env = {"FIKIT_STATS": "1"}
+            if label == "whole":
+                lp_env["FIKIT_GRAPH_SEGMENT_US"] = "0"
+            hp, lp = pair(env, hp_cmd, lp_cmd, f"graph job, {label}", lp_env=lp_env)
+            waits[label].append(hp.wait_ms())
+            segmented = "graphs segmented=1 " in lp.err
+            ok &= check(segmented == (label == "segments"),
+                        f"round {i}, {label}: the job's graph {'was' if segmented else 'was not'} cut into segments")
+            ok &= check(lp.result["kernels"] > 0, f"round {i}, {label}: the job made progress ({lp.result['kernels']} kernels)")
+            print(f"round {i}, {label}: the service's device wait {waits[label][-1]:.1f} ms over {requests} requests, "
+                  f"p99 {hp.result['jct_us']['p99']:.0f} us; the job {lp.result['kernels']} kernels", flush=True)
+    env.stop_daemon()
+    med = statistics.median
+    # Whole, each of the service's returns meets up to a launch's 20 ms in flight; in segments, about one
+    # segment's (4 kernels: 2 ms). Half is far from either.
+    ok &= check(med(waits["segments"]) < med(waits["whole"]) / 2,
+                f"in segments the service waits less than half as long: {med(waits['segments']):.1f} < "
+                f"{med(waits['whole']):.1f} / 2 ms")
     return ok
 
 
@@ -758,7 +797,7 @@ def context_reset(env):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "memory_reserve",
-                                                 "auto_progress", "controller", "context_reset", "stall"])
+                                                 "auto_progress", "controller", "context_reset", "stall", "graph_job"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -786,6 +825,8 @@ def main():
                 ok = context_reset(env)
             elif args.case == "stall":
                 ok = stall(env)
+            elif args.case == "graph_job":
+                ok = graph_job(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

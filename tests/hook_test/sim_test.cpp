@@ -189,7 +189,7 @@ const char kGraphProbeExpected[] =
 
 Result graph_probe(const std::string& how, const std::string& extra_env) {
   const std::string db = temp_path("graph-db-" + how);
-  Result r = run("FIKIT_MODE=share FIKIT_PRIORITY=5 FIKIT_TASK_KEY=graphs FIKIT_STATS=1 FIKIT_DB=" + db +
+  Result r = run("FIKIT_MODE=measure FIKIT_PRIORITY=5 FIKIT_TASK_KEY=graphs FIKIT_STATS=1 FIKIT_DB=" + db +
                      " FIKIT_SCHEDULER=127.0.0.1:1 FIKIT_DAEMON_TIMEOUT_MS=20 " + extra_env,
                  std::string(FIKIT_GRAPH_PROBE_PATH) + " " + how);
   unlink(db.c_str());
