@@ -304,6 +304,11 @@ __attribute__((noinline)) uint64_t call_site() noexcept {
   return site_hash(reinterpret_cast<uintptr_t>(__builtin_return_address(0)));
 }
 
+void describe_op(uint64_t id, const char* name) noexcept {
+  const uint32_t none[3] = {0, 0, 0};
+  remember(id, 0, name, false, none, none, 0);
+}
+
 const Description* describe(uint64_t id) noexcept {
   std::lock_guard lock(detail::slow_path_mutex());
   if (g_descriptions == nullptr) return nullptr;

@@ -31,6 +31,9 @@ struct Description {
 
 // The description of an ID produced in this process, or nullptr. Thread-safe; pointers stay valid.
 const Description* describe(uint64_t id) noexcept;
+// Gives an ID made outside this module (a graph's segment, hook/graph/) the description `name`, with
+// no call site and no shape, so that profiles and tools name it. The first description of an ID stays.
+void describe_op(uint64_t id, const char* name) noexcept;
 
 // Hash of a device function's readable name as Description::name holds it (0: "?", the driver
 // gave none); with a mangled name from elsewhere (CUPTI's records), of its demangled form. Lets

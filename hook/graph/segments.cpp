@@ -1,6 +1,7 @@
 #include "segments.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <new>
 #include <vector>
@@ -287,10 +288,14 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
   std::vector<CUgraphNode> handles(n);
   for (size_t k = 0; ok && k < n; ++k) ok = d.graph_node_find_in_clone(&handles[k], c.original[k], first) == CUDA_SUCCESS;
   ok = ok && c.split(first, 0, pieces, handles);
+  // The graph's own identity: with a segment's place in it and its nodes, the segment's op ID (the
+  // same in every run of the program), and the name of its segments in profiles.
+  uint64_t graph_identity = 0xcbf29ce484222325ull;
+  for (size_t k = 0; k < n; ++k) graph_identity = mix(graph_identity, identity[order_index[k]]);
   // The segments, instantiated as the program asked (an upload is done when the program asks for one).
   const unsigned long long segment_flags = flags & ~uint64_t(CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD);
   for (size_t s = 0; ok && s < pieces; ++s) {
-    uint64_t id = 0xcbf29ce484222325ull, predicted = 0;
+    uint64_t id = mix(graph_identity, s), predicted = 0;
     for (size_t k = c.cut[s]; k < c.cut[s + 1]; ++k) {
       const size_t i = order_index[k];
       id = mix(id, identity[i]);
@@ -298,6 +303,10 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     }
     plan->segments[s].id = id != 0 ? id : 1;
     plan->segments[s].predicted_ns = predicted;
+    char name[96];
+    std::snprintf(name, sizeof name, "[graph %08x segment %zu/%zu, %zu nodes]", unsigned(graph_identity >> 32), s + 1,
+                  pieces, c.cut[s + 1] - c.cut[s]);
+    kernelid::describe_op(plan->segments[s].id, name);
     ok = d.graph_instantiate(&plan->segments[s].exec, plan->graphs[s], segment_flags) == CUDA_SUCCESS;
   }
   if (!ok) {

@@ -37,7 +37,7 @@ namespace fikit::hook::graph {
 
 struct Segment {
   CUgraphExec exec;
-  uint64_t id;             // its op ID: the kinds and shapes of its nodes (kernelid::op_id)
+  uint64_t id;             // its op ID: its graph's node kinds and kernel shapes, its place, its own nodes
   uint64_t predicted_ns;   // what the profile predicts of its kernels (unknown ones at a fixed charge)
 };
 

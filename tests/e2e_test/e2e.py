@@ -328,6 +328,16 @@ def ratio_case(env, case):
     return ok
 
 
+def graph_segments(env):
+    """The job's profile records of its graph's segments (4 kernels of 500 us each): (name, mean ns)."""
+    db = sqlite3.connect(env.db)
+    try:
+        return db.execute("SELECT name, dur_sum / dur_count FROM kernels WHERE task_key = 'lp' AND name LIKE "
+                          "'[graph %'").fetchall()
+    finally:
+        db.close()
+
+
 def graph_job(env):
     """A job that replays a captured CUDA graph (fikit-example-train --graph: 40 kernels of 500 us, 20 ms a
     launch) beside a service of short kernels, time-sliced, both measured first. Launched whole
@@ -338,10 +348,13 @@ def graph_job(env):
     lp_flags = ["--graph", "--kernel-us", "500", "--sync-every", "40"]
     requests = 200
     measure(env, hp_flags, lp_flags)
+    measured = graph_segments(env)
+    ok = check(len(measured) == 10 and all(1_500_000 <= d <= 2_500_000 for _, d in measured),
+               f"measure mode timed the job's graph segment by segment: {len(measured)} of 10 in the profile, "
+               f"about 2 ms each ({measured[:1]}...)")
     env.start_daemon()
     hp_cmd = env.fikit("share", "hp", 0) + [env.a.infer, "--requests", str(requests)] + hp_flags
     lp_cmd = env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags
-    ok = True
     waits = {"segments": [], "whole": []}
     for i in range(2):   # interleaved
         for label in ("segments", "whole"):
