@@ -71,8 +71,8 @@ void read_memory_limit(Config& cfg) noexcept {
 }
 
 void read_path(const char* var, char* out, size_t size) noexcept {
-  const char* value = std::getenv(var);
-  if (value != nullptr && *value != '\0') copy_setting(var, value, out, size);
+  uint32_t unused = 0;
+  if (const char* value = checked(var, &unused, "ignored")) copy_setting(var, value, out, size);
 }
 
 void read_scheduler(Config& cfg) noexcept {
@@ -166,11 +166,12 @@ Config parse() noexcept {
   read_path("FIKIT_BELL", cfg.bell_path, sizeof cfg.bell_path);
   if (cfg.bell_path[0] == '\0')
     std::snprintf(cfg.bell_path, sizeof cfg.bell_path, "/dev/shm/fikit-bell-%u", unsigned(cfg.scheduler_port));
-  const char* stats = std::getenv("FIKIT_STATS");
-  cfg.stats = stats != nullptr && stats[0] != '\0' && std::strcmp(stats, "0") != 0;
-  if (const char* trace = std::getenv("FIKIT_TRACE_IDS"); trace != nullptr && *trace != '\0') {
-    copy_setting("FIKIT_TRACE_IDS", trace, cfg.trace_ids_path, sizeof cfg.trace_ids_path);
-  }
+  uint32_t stats = 0;
+  read_number("FIKIT_STATS", stats);
+  cfg.stats = stats != 0;
+  read_path("FIKIT_TRACE_IDS", cfg.trace_ids_path, sizeof cfg.trace_ids_path);
+  read_path("FIKIT_CUPTI_PATH", cfg.cupti_path, sizeof cfg.cupti_path);
+  read_number("FIKIT_NOTIFY_SPIN_US", cfg.notify_spin_us);
   return cfg;
 }
 

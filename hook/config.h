@@ -43,6 +43,8 @@ struct Config {
   char memory_limit_text[32] = {};      // as written, for messages
   uint32_t objective_permille = 0;      // FIKIT_OBJECTIVE=1.2: a service's objective (0: the daemon's)
   char key_file[512] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)
+  char cupti_path[512] = {};            // FIKIT_CUPTI_PATH: the libcupti tried first
+  uint32_t notify_spin_us = settings::fallback_of("FIKIT_NOTIFY_SPIN_US");  // FIKIT_NOTIFY_SPIN_US: the notification thread's spin
   char share_stats_path[512] = {};      // FIKIT_SHARE_STATS=path: share-mode statistics appended at exit
   char bell_path[512] = {};             // FIKIT_BELL=path|off (default /dev/shm/fikit-bell-PORT): the holder's bell
   char command_line[1024] = {};         // /proc/self/cmdline, spaces between arguments (for the profile DB)

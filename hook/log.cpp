@@ -7,24 +7,32 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "hook_settings.h"
+
 namespace fikit::hook {
 namespace {
 
 constexpr int kUnparsed = -1;
 std::atomic<int> g_level{kUnparsed};
 
-// Read here rather than in config(): config parsing logs its own errors.
+// Read here rather than in config(): config parsing logs its own errors. The table's choices are
+// in LogLevel's order.
 int parse_level() noexcept {
+  int level = static_cast<int>(settings::fallback_of("FIKIT_LOG_LEVEL"));
   const char* value = std::getenv("FIKIT_LOG_LEVEL");
-  int level = static_cast<int>(LogLevel::Warn);
-  if (value != nullptr) {
-    if (std::strcmp(value, "error") == 0) level = static_cast<int>(LogLevel::Error);
-    else if (std::strcmp(value, "info") == 0) level = static_cast<int>(LogLevel::Info);
-    else if (std::strcmp(value, "debug") == 0) level = static_cast<int>(LogLevel::Debug);
+  char why[160] = {};
+  bool refused = false;
+  if (value != nullptr && *value != '\0') {
+    uint32_t index = 0;
+    const settings::Setting* setting = settings::find("FIKIT_LOG_LEVEL");
+    if (setting != nullptr && settings::check(*setting, value, &index, why, sizeof why)) level = static_cast<int>(index);
+    else refused = true;
   }
   g_level.store(level, std::memory_order_relaxed);
+  if (refused) log(LogLevel::Error, "FIKIT_LOG_LEVEL: %s; using warn", why);
   return level;
 }
+static_assert(settings::fallback_of("FIKIT_LOG_LEVEL") == static_cast<uint32_t>(LogLevel::Warn));
 
 const char* level_name(LogLevel level) noexcept {
   switch (level) {

@@ -69,6 +69,19 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_KEY_FILE", "--key-file", Kind::Path, 1, 511, 0, nullptr, "", "the daemon's key"},
     {"FIKIT_OBJECTIVE", "--objective", Kind::Objective, 0, 0, 0, nullptr, "",
      "a service's objective: its GPU work per request at most this many times its time alone (unset: the daemon's)"},
+    {"FIKIT_LOG_LEVEL", nullptr, Kind::Choice, 0, 0, 1, "error|warn|info|debug", "", "what the hook says on stderr"},
+    {"FIKIT_STATS", nullptr, Kind::Number, 0, 1, 0, nullptr, "",
+     "1: launch counts per entry point, the hook's time per op and its graphs' segments on stderr at exit"},
+    {"FIKIT_SHARE_STATS", nullptr, Kind::Path, 1, 511, 0, nullptr, "", "a file: share mode's statistics appended at exit"},
+    {"FIKIT_TRACE_IDS", nullptr, Kind::Path, 1, 511, 0, nullptr, "", "a file: one line per new kernel ID (debugging)"},
+    {"FIKIT_BELL", nullptr, Kind::Path, 1, 511, 0, nullptr, "",
+     "the daemon's bell board, or off (unset: /dev/shm/fikit-bell-PORT)"},
+    {"FIKIT_CUPTI_PATH", nullptr, Kind::Path, 1, 511, 0, nullptr, "",
+     "the libcupti to load first (then libcupti.so.13, libcupti.so, /usr/local/cuda's)"},
+    {"FIKIT_NOTIFY_SPIN_US", nullptr, Kind::Number, 0, 100000, 200, nullptr, "us",
+     "how long the holder's notification thread spins for work before it sleeps (0: never)"},
+    // fikit-run's own (its --hook wins): where the hook library is.
+    {"FIKIT_HOOK", nullptr, Kind::Path, 1, 4095, 0, nullptr, "", "the hook library fikit-run preloads (--hook overrides it)"},
 };
 
 // The value of a Number, or the index of a Choice, when it is unset: the hook's defaults

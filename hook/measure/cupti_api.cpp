@@ -6,13 +6,14 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "../config.h"
 #include "../real_dlsym.h"
 
 namespace fikit::hook::measure {
 namespace {
 
 void* open_cupti(char* why, size_t why_len) noexcept {
-  const char* candidates[] = {std::getenv("FIKIT_CUPTI_PATH"), "libcupti.so.13", "libcupti.so",
+  const char* candidates[] = {config().cupti_path, "libcupti.so.13", "libcupti.so",
                               "/usr/local/cuda/lib64/libcupti.so.13", "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so"};
   for (const char* path : candidates) {
     if (!path || !*path) continue;

@@ -97,17 +97,7 @@ std::optional<ClientOptions> client_options(const Config& cfg, protocol::TaskMod
     }
     o.key = key;
   }
-  if (const char* spin = std::getenv("FIKIT_NOTIFY_SPIN_US"); spin != nullptr && *spin != '\0') {
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long us = std::strtoul(spin, &end, 10);
-    // Bounded: the sender thread spins this long at most, and shutdown waits for one spin.
-    if (errno != 0 || end == spin || *end != '\0' || us > 100'000 || spin[0] == '-')
-      log(LogLevel::Warn, "FIKIT_NOTIFY_SPIN_US='%s' is not a number of microseconds in 0..100000: using %u",
-          spin, o.notify_spin_us);
-    else
-      o.notify_spin_us = uint32_t(us);
-  }
+  o.notify_spin_us = cfg.notify_spin_us;
   return o;
 }
 

@@ -372,6 +372,25 @@ TEST_F(FikitRun, AMemoryLimitIsCheckedAndBecomesEnvironment) {
   EXPECT_EQ(parse_env(r.out).count("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), 0u) << "a share needs the GPU's size";
 }
 
+// Every FIKIT_* variable is in the settings table, so fikit-run checks each one it hands on: the
+// ones without a flag too (they were read unchecked by the hook: FIKIT_STATS=yes meant on).
+TEST_F(FikitRun, EveryFikitVariableInTheEnvironmentIsChecked) {
+  const std::pair<const char*, const char*> bad[] = {
+      {"FIKIT_STATS=yes", "FIKIT_STATS (from the environment): 'yes' is not a whole number from 0 to 1"},
+      {"FIKIT_LOG_LEVEL=loud", "FIKIT_LOG_LEVEL (from the environment): 'loud' is not one of error|warn|info|debug"},
+      {"FIKIT_NOTIFY_SPIN_US=200000", "FIKIT_NOTIFY_SPIN_US (from the environment): 200000 is out of range"},
+      {"FIKIT_GRAPH_SEGMENT_US=-1", "FIKIT_GRAPH_SEGMENT_US (from the environment)"}};
+  for (const auto& [env, message] : bad) {
+    const Result r = run_with_hook({"/bin/true"}, {env});
+    EXPECT_EQ(r.exit_code, 2) << env;
+    EXPECT_EQ(line_count(r.err), 1u) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+  const Result ok = run_with_hook({"/usr/bin/env"}, {"FIKIT_STATS=1", "FIKIT_LOG_LEVEL=info", "FIKIT_NOTIFY_SPIN_US=0"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(parse_env(ok.out)["FIKIT_LOG_LEVEL"], "info");
+}
+
 TEST_F(FikitRun, AControlPipeWithItsDaemonReadingCountsToo) {
   const fs::path pipe = dir_ / "mps";
   fs::create_directories(pipe);
