@@ -17,6 +17,7 @@
 #include "kernelid.h"
 #include "clock.h"
 #include "device_lanes.h"
+#include "graph/segments.h"
 #include "log.h"
 #include "mode.h"
 #include "predictions.h"
@@ -265,9 +266,12 @@ class ShareMode final : public Mode {
     retry_wake_.notify_all();
     if (retry_.joinable() && owner_pid_ == getpid()) retry_.join();
     relearner_.stop();   // stores what it learned
-    lanes_.each([this](Lane& l) {
+    const graph::Counts g = graph::counts();
+    share::ShareStats::Graphs graphs{g.segmented, g.segment_launches, 0};
+    for (uint64_t w : g.whole) graphs.whole += w;
+    lanes_.each([this, graphs](Lane& l) {
       l.client.stop();
-      l.client.stats().write(int(getpid()), l.window.untracked_ns(), relearner_.samples_taken());
+      l.client.stats().write(int(getpid()), l.window.untracked_ns(), relearner_.samples_taken(), graphs);
     });
   }
 

@@ -51,9 +51,14 @@ class ShareStats {
   uint64_t forced_count() const noexcept { return forced_.load(std::memory_order_relaxed); }
   uint64_t credit_count() const noexcept { return credit_launches_.load(std::memory_order_relaxed); }
 
+  // The process's CUDA graphs (hook/graph/segments.h): executables cut into segments, segments
+  // launched, executables left whole (whatever the reason).
+  struct Graphs {
+    uint64_t segmented = 0, segment_launches = 0, whole = 0;
+  };
   // Appends the JSON line (at exit; `untracked_ns` from the in-flight window, `relearned` the
   // launches of unknown kernels timed by online re-profiling).
-  void write(int pid, uint64_t untracked_ns, uint64_t relearned) noexcept;
+  void write(int pid, uint64_t untracked_ns, uint64_t relearned, Graphs graphs) noexcept;
 
  private:
   static constexpr uint32_t kMaxSamples = 1u << 16;

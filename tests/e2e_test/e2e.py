@@ -366,6 +366,9 @@ def graph_job(env):
             segmented = "graphs segmented=1 " in lp.err
             ok &= check(segmented == (label == "segments"),
                         f"round {i}, {label}: the job's graph {'was' if segmented else 'was not'} cut into segments")
+            launched = (lp.share[-1] if lp.share else {}).get("graph_segment_launches", -1)
+            ok &= check((launched > 0) == (label == "segments") and launched >= 0,
+                        f"round {i}, {label}: its share statistics count {launched} segment launches")
             ok &= check(lp.result["kernels"] > 0, f"round {i}, {label}: the job made progress ({lp.result['kernels']} kernels)")
             print(f"round {i}, {label}: the service's device wait {waits[label][-1]:.1f} ms over {requests} requests, "
                   f"p99 {hp.result['jct_us']['p99']:.0f} us; the job {lp.result['kernels']} kernels", flush=True)
