@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# README's main job: a high-priority inference-like service (fikit-example-infer) beside two
-# low-priority jobs (fikit-example-train), one whose kernels hold every SM for 1.5 ms and one of
-# short kernels, each uncoordinated, under MPS with client priorities and under FIKIT as set up by
+# README's main job: a high-priority inference-like service (fikit-example-infer) beside three
+# low-priority jobs (fikit-example-train): one whose kernels hold every SM for 1.5 ms, one of short
+# kernels, and one of short kernels beside a variant of the service with host work between its
+# kernels (gaps FIKIT fills), each uncoordinated, under MPS with client priorities and under FIKIT as set up by
 # default (on MPS); prints one comparison table. Runs on a real GPU when `nvidia-smi -L` works, else
 # on the simulated driver built with the tests.
 set -euo pipefail
@@ -12,11 +13,14 @@ Usage: scripts/demo.sh [--quick] [--prefix DIR] [--build DIR] [--help]
 
 Installs dependencies and builds (scripts/setup.sh, scripts/build.sh), then runs the service
 HP = fikit-example-infer (priority 0: 50 kernels of 5 us a request, 20 us of host work before each)
-beside two jobs, LP = fikit-example-train (priority 5):
+beside three jobs, LP = fikit-example-train (priority 5):
   long holds       1.5 ms kernels that fill every SM (the shape of cuBLAS's and cuDNN's persistent
                    kernels): MPS with client priority cannot protect the service from them
   short kernels    10 us kernels: MPS with client priority protects the service, and FIKIT must
                    cost the job nothing
+  gaps             50 us kernels beside a variant of the service with 300 us of host work before
+                   each of its 20 kernels: gaps in its GPU work that FIKIT fills with the job's
+                   kernels (gap fills, and early stops when the service comes back sooner)
 each in four setups:
   alone            each program by itself
   default sharing  both at once, no FIKIT (the driver time-slices)
@@ -102,6 +106,14 @@ hp_shape=(--warmup 10 --kernels 50 --kernel-us 5 --cpu-us 20 --think-us 500)
 hp_args=(--requests "$hp_requests" "${hp_shape[@]}")
 long_args=(--kernel-us 1500 --sync-every 10 --blocks 264 --threads 1024)
 short_args=(--kernel-us 10 --sync-every 100)
+# The gaps job's service: 20 kernels of 5 us, 300 us of host work before each (the gaps), and its job
+# of 50 us kernels, a synchronisation every 50.
+gaps_hp_shape=(--warmup 10 --kernels 20 --kernel-us 5 --cpu-us 300 --think-us 500)
+gaps_args=(--kernel-us 50 --sync-every 50)
+# Each job's service, and its task key under FIKIT (the first two share one).
+long_hp=("${hp_args[@]}") short_hp=("${hp_args[@]}") gaps_hp=(--requests "$hp_requests" "${gaps_hp_shape[@]}")
+long_key=demo-hp short_key=demo-hp gaps_key=demo-hp-gaps
+jobs=(long short gaps)
 run_limit_s=120                  # no single run may hang the demo
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/fikit-demo.XXXXXX")
@@ -163,20 +175,23 @@ fi
 
 echo "running: alone"
 run alone-hp "$bin/fikit-example-infer" "${hp_args[@]}"
-run long-alone-lp "$bin/fikit-example-train" "${long_args[@]}" --duration-s "$lp_alone_s"
-run short-alone-lp "$bin/fikit-example-train" "${short_args[@]}" --duration-s "$lp_alone_s"
-for job in long short; do
+run gaps-alone-hp "$bin/fikit-example-infer" "${gaps_hp[@]}"
+for job in "${jobs[@]}"; do
   args_name="${job}_args[@]"
+  run "$job-alone-lp" "$bin/fikit-example-train" "${!args_name}" --duration-s "$lp_alone_s"
+done
+for job in "${jobs[@]}"; do
+  args_name="${job}_args[@]" hp_name="${job}_hp[@]"
   echo "running: default sharing, $job job"
-  pair "$job-default" "$bin/fikit-example-infer" "${hp_args[@]}" :: "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+  pair "$job-default" "$bin/fikit-example-infer" "${!hp_name}" :: "$bin/fikit-example-train" "${!args_name}" --duration-s 600
 done
 
 # ---- MPS with client priorities: HP normal (0), LP below normal (1) ----
 if [ ${#sim_mps[@]} -gt 0 ]; then
-  for job in long short; do
-    args_name="${job}_args[@]"
+  for job in "${jobs[@]}"; do
+    args_name="${job}_args[@]" hp_name="${job}_hp[@]"
     echo "running: MPS + client priority, $job job (simulated MPS device $FIKIT_SIMGPU_NAME-mps)"
-    pair "$job-mps" "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
+    pair "$job-mps" "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${!hp_name}" \
       :: "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
   done
 elif [ -z "$mps_note" ]; then
@@ -184,9 +199,9 @@ elif [ -z "$mps_note" ]; then
   mps_env=(CUDA_MPS_PIPE_DIRECTORY="$work/mps-pipe" CUDA_MPS_LOG_DIRECTORY="$work/mps-log")
   echo "running: MPS + client priority (MPS control daemon with pipe folder $work/mps-pipe)"
   if env "${mps_env[@]}" nvidia-cuda-mps-control -d; then
-    for job in long short; do
-      args_name="${job}_args[@]"
-      pair "$job-mps" env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${hp_args[@]}" \
+    for job in "${jobs[@]}"; do
+      args_name="${job}_args[@]" hp_name="${job}_hp[@]"
+      pair "$job-mps" env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${!hp_name}" \
         :: env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
     done
   else
@@ -224,7 +239,9 @@ else
   echo "running: FIKIT measure (each alone)"
   run measure-hp "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp --priority 0 -- \
       "$bin/fikit-example-infer" --requests "$measure_requests" "${hp_shape[@]}"
-  for job in long short; do
+  run measure-hp-gaps "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp-gaps --priority 0 -- \
+      "$bin/fikit-example-infer" --requests "$measure_requests" "${gaps_hp_shape[@]}"
+  for job in "${jobs[@]}"; do
     args_name="${job}_args[@]"
     run "$job-measure-lp" "${lp_client[@]}" "${fikit[@]}" --mode measure --task-key "demo-$job" --priority 5 -- \
         "$bin/fikit-example-train" "${!args_name}" --duration-s "$lp_alone_s"
@@ -237,19 +254,19 @@ else
   if ! kill -0 "$scheduler_pid" 2>/dev/null; then
     echo "demo: fikit-scheduler exited at start:" >&2; tail -n 5 "$work/scheduler.log" >&2; failed=1
   else
-    for job in long short; do
-      args_name="${job}_args[@]"
+    for job in "${jobs[@]}"; do
+      args_name="${job}_args[@]" hp_name="${job}_hp[@]" key_name="${job}_key"
       "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-before.json" 2>/dev/null || true
       # The service's controller while the pair runs (the service's task is gone once it ends): the
       # last status that lists it.
       (while :; do
          "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-poll" 2>/dev/null &&
-           grep -q '"demo-hp"' "$work/$job-status-poll" && mv "$work/$job-status-poll" "$work/$job-status-during.json"
+           grep -q "\"${!key_name}\"" "$work/$job-status-poll" && mv "$work/$job-status-poll" "$work/$job-status-during.json"
          sleep 0.3
        done) &
       poller=$!
-      pair "$job-fikit" "${hp_client[@]}" "${fikit[@]}" --mode share --task-key demo-hp --priority 0 -- \
-          "$bin/fikit-example-infer" "${hp_args[@]}" \
+      pair "$job-fikit" "${hp_client[@]}" "${fikit[@]}" --mode share --task-key "${!key_name}" --priority 0 -- \
+          "$bin/fikit-example-infer" "${!hp_name}" \
         :: "${lp_client[@]}" FIKIT_SHARE_STATS="$work/$job-share-stats.json" "${fikit[@]}" --mode share \
           --task-key "demo-$job" --priority 5 -- "$bin/fikit-example-train" "${!args_name}" --duration-s 600
       kill "$poller" 2>/dev/null || true; wait "$poller" 2>/dev/null || true; poller=""
@@ -286,8 +303,10 @@ lines, notes, conclusions = [], [], []
 # The demo's criterion for "kept the service": its p99 within this multiple of alone (one run each:
 # generous, so that the host's noise does not decide).
 KEPT = 1.5
-for job, title in (("long", "long holds"), ("short", "short kernels")):
+for job, title, hp_key in (("long", "long holds", "demo-hp"), ("short", "short kernels", "demo-hp"),
+                           ("gaps", "short kernels, the service with gaps", "demo-hp-gaps")):
     alone_lp = load(job + "-alone-lp")
+    alone_hp = load(job + "-alone-hp") or load("alone-hp")
     outcome = {}
     for setup, hp, lp in (("alone", alone_hp, alone_lp), ("default sharing", load(job + "-default-hp"), load(job + "-default-lp")),
                           ("MPS + client priority", load(job + "-mps-hp"), load(job + "-mps-lp")),
@@ -325,7 +344,7 @@ for job, title in (("long", "long holds"), ("short", "short kernels")):
                          (stats or {}).get("overlap_launches", "?"), (stats or {}).get("partition_launches", "?")))
     # What the service's controller chose for the job, and why: its last judged window against its objective.
     during = load(job + "-status-during")
-    hp = next((t for t in (during or {}).get("tasks", []) if t.get("key") == "demo-hp"), None)
+    hp = next((t for t in (during or {}).get("tasks", []) if t.get("key") == hp_key), None)
     if hp and hp.get("controlled"):
         measured = ("its last window of periods %.2fx of its baseline" % hp["inflation"] if hp.get("inflation")
                     else "no window judged yet")
@@ -348,7 +367,8 @@ for text in notes + [mps_note, note]:
         print(text)
 for text in conclusions:
     print(text)
-print("Long holds: 1.5 ms kernels filling every SM; short kernels: 10 us. One run of each: a demonstration, "
-      "not a measurement (bench/gpu/eval.py repeats and gives intervals).")
+print("Long holds: 1.5 ms kernels filling every SM; short kernels: 10 us; the service with gaps: 300 us of host work "
+      "before each of its 20 kernels, its job 50 us kernels. One run of each: a demonstration, not a measurement "
+      "(bench/gpu/eval.py repeats and gives intervals).")
 EOF
 exit "$failed"
