@@ -30,7 +30,7 @@ bool copy_setting(const char* var, const char* value, char* out, size_t out_size
 
 // The value of `env` when it is set and valid by the settings table (hook_settings.h, which
 // fikit-run checks against too); a bad one is logged, saying what stays in use.
-const char* checked(const char* env, uint32_t* value, const char* instead) noexcept {
+const char* checked(const char* env, settings::Value* value, const char* instead) noexcept {
   const char* text = std::getenv(env);
   if (text == nullptr || *text == '\0') return nullptr;
   const settings::Setting* setting = settings::find(env);
@@ -47,45 +47,40 @@ template <class T>
 bool read_number(const char* env, T& out) noexcept {
   char instead[48];
   std::snprintf(instead, sizeof instead, "using %lu", static_cast<unsigned long>(out));
-  uint32_t value = 0;
+  settings::Value value;
   if (checked(env, &value, instead) == nullptr) return false;
-  out = static_cast<T>(value);
+  out = static_cast<T>(value.number);
   return true;
 }
 
 // A Choice's index is its enum value: the table lists the choices in the enum's order.
 template <class Enum>
 void read_choice(const char* env, Enum& out, const char* instead) noexcept {
-  uint32_t index = 0;
-  if (checked(env, &index, instead) != nullptr) out = static_cast<Enum>(index);
+  settings::Value value;
+  if (checked(env, &value, instead) != nullptr) out = static_cast<Enum>(value.number);
 }
 
 void read_memory_limit(Config& cfg) noexcept {
-  uint32_t unused = 0;
-  const char* value = checked("FIKIT_MEMORY_LIMIT", &unused, "no memory limit");
+  settings::Value parsed;
+  const char* value = checked("FIKIT_MEMORY_LIMIT", &parsed, "no memory limit");
   if (value == nullptr) return;
-  values::MemorySize size;
-  values::parse_memory_size(value, size);
   if (copy_setting("FIKIT_MEMORY_LIMIT", value, cfg.memory_limit_text, sizeof cfg.memory_limit_text))
-    cfg.memory_limit = size;
+    cfg.memory_limit = parsed.memory;
 }
 
 void read_path(const char* var, char* out, size_t size) noexcept {
-  uint32_t unused = 0;
+  settings::Value unused;
   if (const char* value = checked(var, &unused, "ignored")) copy_setting(var, value, out, size);
 }
 
 void read_scheduler(Config& cfg) noexcept {
   char instead[96];
   std::snprintf(instead, sizeof instead, "using %s:%u", cfg.scheduler_host, cfg.scheduler_port);
-  uint32_t unused = 0;
-  const char* value = checked("FIKIT_SCHEDULER", &unused, instead);
-  std::string_view host;
-  uint16_t port = 0;
-  if (value == nullptr || !values::split_host_port(value, &host, &port)) return;
-  std::memcpy(cfg.scheduler_host, host.data(), host.size());   // the table bounds the host's length
-  cfg.scheduler_host[host.size()] = '\0';
-  cfg.scheduler_port = port;
+  settings::Value parsed;
+  if (checked("FIKIT_SCHEDULER", &parsed, instead) == nullptr) return;
+  std::memcpy(cfg.scheduler_host, parsed.host.data(), parsed.host.size());   // the table bounds the host's length
+  cfg.scheduler_host[parsed.host.size()] = '\0';
+  cfg.scheduler_port = parsed.port;
 }
 
 // Whole small file into buf; returns the byte count (0 on failure).
@@ -103,7 +98,7 @@ size_t read_file(const char* path, char* buf, size_t size) noexcept {
 }
 
 void read_db_path(Config& cfg) noexcept {
-  uint32_t unused = 0;
+  settings::Value unused;
   const char* value = checked("FIKIT_DB", &unused, "using the default database");
   if (value != nullptr && copy_setting("FIKIT_DB", value, cfg.db_path, sizeof cfg.db_path)) return;
   const char* xdg = std::getenv("XDG_DATA_HOME");
@@ -126,7 +121,7 @@ void read_identity(Config& cfg) noexcept {
   while (n > 0 && cfg.command_line[n - 1] == ' ') --n;
   cfg.command_line[n] = '\0';
 
-  uint32_t unused = 0;
+  settings::Value unused;
   const char* key = checked("FIKIT_TASK_KEY", &unused, "using the key derived from the command line");
   if (key != nullptr && copy_setting("FIKIT_TASK_KEY", key, cfg.task_key, sizeof cfg.task_key)) {
     return;
@@ -158,9 +153,9 @@ Config parse() noexcept {
   read_number("FIKIT_MAX_WAIT_MS", cfg.max_wait_ms);
   read_choice("FIKIT_BACKEND", cfg.backend, "using auto");
   read_memory_limit(cfg);
-  if (uint32_t permille = 0; checked("FIKIT_OBJECTIVE", &permille, "using the daemon's objective") != nullptr)
-    cfg.objective_permille = permille;
-  if (uint32_t unused = 0; const char* key_file = checked("FIKIT_KEY_FILE", &unused, "no key"))
+  if (settings::Value objective; checked("FIKIT_OBJECTIVE", &objective, "using the daemon's objective") != nullptr)
+    cfg.objective_permille = objective.number;
+  if (settings::Value unused; const char* key_file = checked("FIKIT_KEY_FILE", &unused, "no key"))
     copy_setting("FIKIT_KEY_FILE", key_file, cfg.key_file, sizeof cfg.key_file);
   read_path("FIKIT_SHARE_STATS", cfg.share_stats_path, sizeof cfg.share_stats_path);
   read_path("FIKIT_BELL", cfg.bell_path, sizeof cfg.bell_path);

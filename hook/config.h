@@ -18,10 +18,10 @@ enum class BackendKind : uint8_t { Auto, TimeSlice, Mps };
 // Defaults are the table's; the comments name the variable each field comes from.
 struct Config {
   ModeKind mode = ModeKind(settings::fallback_of("FIKIT_MODE"));  // FIKIT_MODE=off|measure|share|auto
-  char task_key[128] = {};              // FIKIT_TASK_KEY, else derived from executable + arguments
-  char db_path[512] = {};               // FIKIT_DB, else $XDG_DATA_HOME/fikit/profiles.db (~/.local/share/...)
+  char task_key[settings::max_of("FIKIT_TASK_KEY") + 1] = {};              // FIKIT_TASK_KEY, else derived from executable + arguments
+  char db_path[settings::max_of("FIKIT_DB") + 1] = {};               // FIKIT_DB, else $XDG_DATA_HOME/fikit/profiles.db (~/.local/share/...)
   int priority = int(settings::fallback_of("FIKIT_PRIORITY"));  // FIKIT_PRIORITY, 0 (highest) .. 9
-  char scheduler_host[64] = "127.0.0.1";// FIKIT_SCHEDULER=HOST:PORT
+  char scheduler_host[settings::max_of("FIKIT_SCHEDULER") + 1] = "127.0.0.1";// FIKIT_SCHEDULER=HOST:PORT
   uint16_t scheduler_port = protocol::kDefaultPort;
   uint32_t measure_runs = settings::fallback_of("FIKIT_MEASURE_RUNS");  // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
   uint32_t run_iterations = settings::fallback_of("FIKIT_RUN_ITERATIONS");  // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
@@ -42,14 +42,14 @@ struct Config {
   values::MemorySize memory_limit;
   char memory_limit_text[32] = {};      // as written, for messages
   uint32_t objective_permille = 0;      // FIKIT_OBJECTIVE=1.2: a service's objective (0: the daemon's)
-  char key_file[512] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)
-  char cupti_path[512] = {};            // FIKIT_CUPTI_PATH: the libcupti tried first
+  char key_file[settings::max_of("FIKIT_KEY_FILE") + 1] = {};              // FIKIT_KEY_FILE: authenticate datagrams (docs/security.md)
+  char cupti_path[settings::max_of("FIKIT_CUPTI_PATH") + 1] = {};            // FIKIT_CUPTI_PATH: the libcupti tried first
   uint32_t notify_spin_us = settings::fallback_of("FIKIT_NOTIFY_SPIN_US");  // FIKIT_NOTIFY_SPIN_US: the notification thread's spin
-  char share_stats_path[512] = {};      // FIKIT_SHARE_STATS=path: share-mode statistics appended at exit
-  char bell_path[512] = {};             // FIKIT_BELL=path|off (default /dev/shm/fikit-bell-PORT): the holder's bell
+  char share_stats_path[settings::max_of("FIKIT_SHARE_STATS") + 1] = {};      // FIKIT_SHARE_STATS=path: share-mode statistics appended at exit
+  char bell_path[settings::max_of("FIKIT_BELL") + 1] = {};             // FIKIT_BELL=path|off (default /dev/shm/fikit-bell-PORT): the holder's bell
   char command_line[1024] = {};         // /proc/self/cmdline, spaces between arguments (for the profile DB)
   bool stats = false;                   // FIKIT_STATS=1: per-entry-point call counts on stderr at exit
-  char trace_ids_path[512] = {};        // FIKIT_TRACE_IDS=path: one line per new kernel ID (debugging, tests)
+  char trace_ids_path[settings::max_of("FIKIT_TRACE_IDS") + 1] = {};        // FIKIT_TRACE_IDS=path: one line per new kernel ID (debugging, tests)
 };
 
 // Parsed on first use; never fails (bad values are logged and replaced by defaults).

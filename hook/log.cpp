@@ -23,9 +23,9 @@ int parse_level() noexcept {
   char why[160] = {};
   bool refused = false;
   if (value != nullptr && *value != '\0') {
-    uint32_t index = 0;
+    settings::Value index;
     const settings::Setting* setting = settings::find("FIKIT_LOG_LEVEL");
-    if (setting != nullptr && settings::check(*setting, value, &index, why, sizeof why)) level = static_cast<int>(index);
+    if (setting != nullptr && settings::check(*setting, value, &index, why, sizeof why)) level = static_cast<int>(index.number);
     else refused = true;
   }
   g_level.store(level, std::memory_order_relaxed);

@@ -30,7 +30,7 @@ const Setting* find(const char* env) noexcept {
   return nullptr;
 }
 
-bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_t why_size) noexcept {
+bool check(const Setting& s, const char* text, Value* value, char* why, size_t why_size) noexcept {
   const std::string_view v(text);
   auto fail = [&](const char* format, auto... args) {
     if (why_size > 0) std::snprintf(why, why_size, format, args...);
@@ -47,7 +47,7 @@ bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_
       const char* space = s.unit[0] != '\0' ? " " : "";
       if (!digits) return fail("'%s' is not a whole number from %u to %u%s%s", text, s.min, s.max, space, s.unit);
       if (n < s.min || n > s.max) return fail("%s is out of range %u to %u%s%s", text, s.min, s.max, space, s.unit);
-      *value = uint32_t(n);
+      value->number = uint32_t(n);
       return true;
     }
     case Kind::Choice: {
@@ -55,7 +55,7 @@ bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_
       for (std::string_view rest(s.choices);; ++index) {
         const size_t bar = rest.find('|');
         if (rest.substr(0, bar) == v) {
-          *value = index;
+          value->number = index;
           return true;
         }
         if (bar == std::string_view::npos) break;
@@ -75,18 +75,21 @@ bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_
       uint16_t port = 0;
       if (!values::split_host_port(v, &host, &port) || host.size() > s.max)
         return fail("'%s' is not HOST:PORT (port 1 to 65535; %s)", text, values::kAddressForm);
+      value->host = host;
+      value->port = port;
       return true;
     }
     case Kind::Objective: {
       uint32_t permille = 0;
       if (const char* error = values::parse_objective(v, permille)) return fail("'%s' %s", text, error);
-      *value = permille;
+      value->number = permille;
       return true;
     }
     case Kind::MemorySize: {
       values::MemorySize size;
       if (const char* error = values::parse_memory_size(v, size)) return fail("'%s': %s", text, error);
       if (size.is_zero()) return fail("'%s': a limit of 0 would refuse every allocation (leave it out for no limit)", text);
+      value->memory = size;
       return true;
     }
   }

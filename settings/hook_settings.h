@@ -8,6 +8,7 @@
 #include <iterator>
 #include <string_view>
 
+#include "memory_size.h"
 #include "protocol.h"
 
 namespace fikit::settings {
@@ -92,6 +93,16 @@ consteval uint32_t fallback_of(std::string_view env) {
   return kHookSettings[std::size(kHookSettings)].fallback;   // no such setting: does not compile
 }
 
+// The longest value a TaskKey, Path or Address setting takes (its host's, for an address): the hook's
+// Config sizes its buffers by it, one more for the terminator.
+consteval uint32_t max_of(std::string_view env) {
+  for (const Setting& s : kHookSettings)
+    if (std::string_view(s.env) == env) return s.max;
+  return kHookSettings[std::size(kHookSettings)].max;   // no such setting: does not compile
+}
+
+static_assert(max_of("FIKIT_TASK_KEY") == protocol::kMaxKeyLength, "a key the hook holds must fit the wire's");
+
 // FIKIT_MEASURE_SAMPLE when unset and measure mode samples ops in windows rather than whole
 // iterations (the table's fallback): on an H200 one op in 8 cost an eager service's requests 1.10x
 // at the median in two series, one in 16 1.007x (docs/performance-measure.md). A run holds as many
@@ -117,9 +128,18 @@ inline constexpr size_t kMaxCommandLineBytes = 32768;
 // The entry of `env`, nullptr when the table has none.
 const Setting* find(const char* env) noexcept;
 
-// Checks `text` against `s`. True when valid, with a Number's value or a Choice's index in *value;
-// else false with the reason, in words a user can act on ("0 is out of range 1 to 1000000 runs"),
-// in `why` (always terminated, cut to why_size).
-bool check(const Setting& s, const char* text, uint32_t* value, char* why, size_t why_size) noexcept;
+// What a valid setting says, parsed once: the hook and fikit-run take it from here rather than parse
+// the text again (a second parser is a second rule).
+struct Value {
+  uint32_t number = 0;          // Number: the value; Choice: the index; Objective: permille
+  values::MemorySize memory;    // MemorySize
+  std::string_view host;        // Address: a view into the checked text
+  uint16_t port = 0;            // Address
+};
+
+// Checks `text` against `s`. True when valid, with what it says in *value; else false with the
+// reason, in words a user can act on ("0 is out of range 1 to 1000000 runs"), in `why` (always
+// terminated, cut to why_size).
+bool check(const Setting& s, const char* text, Value* value, char* why, size_t why_size) noexcept;
 
 }  // namespace fikit::settings

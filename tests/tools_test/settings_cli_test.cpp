@@ -16,7 +16,7 @@ using fikit::settings::find;
 using fikit::settings::Kind;
 
 std::string refusal(const char* env, const std::string& text) {
-  uint32_t value = 0;
+  fikit::settings::Value value;
   char why[192] = {};
   EXPECT_FALSE(check(*find(env), text.c_str(), &value, why, sizeof why)) << env << "=" << text;
   return why;
@@ -25,12 +25,12 @@ std::string refusal(const char* env, const std::string& text) {
 TEST(HookSettings, NumbersAcceptTheirRangeAndSayItWhenRefusing) {
   for (const auto& s : fikit::settings::kHookSettings) {
     if (s.kind != Kind::Number) continue;
-    uint32_t value = 0;
+    fikit::settings::Value value;
     char why[192];
     EXPECT_TRUE(check(s, std::to_string(s.min).c_str(), &value, why, sizeof why)) << s.env;
-    EXPECT_EQ(value, s.min) << s.env;
+    EXPECT_EQ(value.number, s.min) << s.env;
     EXPECT_TRUE(check(s, std::to_string(s.max).c_str(), &value, why, sizeof why)) << s.env;
-    EXPECT_EQ(value, s.max) << s.env;
+    EXPECT_EQ(value.number, s.max) << s.env;
     const std::string range = std::to_string(s.min) + " to " + std::to_string(s.max);
     EXPECT_NE(refusal(s.env, std::to_string(uint64_t(s.max) + 1)).find("out of range " + range), std::string::npos);
     if (s.min > 0) {
@@ -43,22 +43,27 @@ TEST(HookSettings, NumbersAcceptTheirRangeAndSayItWhenRefusing) {
 }
 
 TEST(HookSettings, ChoicesParseToTheirPositionInTheHooksEnum) {
-  uint32_t index = 99;
+  fikit::settings::Value index;
   char why[192];
   EXPECT_TRUE(check(*find("FIKIT_MODE"), "auto", &index, why, sizeof why));
-  EXPECT_EQ(index, 3u);   // hook::ModeKind::Auto
+  EXPECT_EQ(index.number, 3u);   // hook::ModeKind::Auto
   EXPECT_TRUE(check(*find("FIKIT_BACKEND"), "mps", &index, why, sizeof why));
-  EXPECT_EQ(index, 2u);   // hook::BackendKind::Mps
+  EXPECT_EQ(index.number, 2u);   // hook::BackendKind::Mps
+  EXPECT_TRUE(check(*find("FIKIT_LOG_LEVEL"), "debug", &index, why, sizeof why));
+  EXPECT_EQ(index.number, 3u);   // hook::LogLevel::Debug
   EXPECT_EQ(refusal("FIKIT_TIMING", "cuda"), "'cuda' is not one of auto|cupti|events");
   refusal("FIKIT_MODE", "");
   refusal("FIKIT_MODE", "autox");
 }
 
 TEST(HookSettings, StringsFollowWhatTheHookCanHoldAndSend) {
-  uint32_t unused = 0;
+  fikit::settings::Value unused;
   char why[192];
   EXPECT_TRUE(check(*find("FIKIT_SCHEDULER"), "[::1]:47800", &unused, why, sizeof why));
+  EXPECT_EQ(unused.host, "::1");   // parsed once, here: the hook and fikit-run take it as it is
+  EXPECT_EQ(unused.port, 47800);
   EXPECT_TRUE(check(*find("FIKIT_SCHEDULER"), "gpu-node-3:47800", &unused, why, sizeof why));
+  EXPECT_EQ(unused.host, "gpu-node-3");
   for (const char* bad : {"localhost", ":47800", "h:0", "h:65536", "h:-1", "::1:47800", "a b:1"})
     EXPECT_NE(refusal("FIKIT_SCHEDULER", bad).find("is not HOST:PORT"), std::string::npos) << bad;
   refusal("FIKIT_SCHEDULER", std::string(64, 'h') + ":1");   // the hook's host buffer holds 63
@@ -66,16 +71,20 @@ TEST(HookSettings, StringsFollowWhatTheHookCanHoldAndSend) {
   refusal("FIKIT_DB", std::string(512, 'p'));
   refusal("FIKIT_TASK_KEY", "caf\xc3\xa9");
   EXPECT_NE(refusal("FIKIT_MEMORY_LIMIT", "0").find("refuse every allocation"), std::string::npos);
+  EXPECT_TRUE(check(*find("FIKIT_MEMORY_LIMIT"), "20GiB", &unused, why, sizeof why));
+  EXPECT_FALSE(unused.memory.is_share());
+  EXPECT_TRUE(check(*find("FIKIT_MEMORY_LIMIT"), "30%", &unused, why, sizeof why));
+  EXPECT_TRUE(unused.memory.is_share());
   EXPECT_NE(refusal("FIKIT_MEMORY_LIMIT", "20XB").find("unknown unit"), std::string::npos);
 }
 
 TEST(HookSettings, AnObjectiveIsAFactorAsPeopleWriteIt) {
-  uint32_t permille = 0;
+  fikit::settings::Value permille;
   char why[192];
   const auto parsed = [&](const char* text) {
-    permille = 0;
+    permille = {};
     EXPECT_TRUE(check(*find("FIKIT_OBJECTIVE"), text, &permille, why, sizeof why)) << text << ": " << why;
-    return permille;
+    return permille.number;
   };
   EXPECT_EQ(parsed("1.2"), 1200u);
   EXPECT_EQ(parsed("1.25x"), 1250u);
@@ -89,7 +98,7 @@ TEST(HookSettings, AnObjectiveIsAFactorAsPeopleWriteIt) {
 }
 
 TEST(HookSettings, AReasonIsCutToItsBufferAndTerminated) {
-  uint32_t unused = 0;
+  fikit::settings::Value unused;
   char why[8];
   std::memset(why, 'x', sizeof why);
   EXPECT_FALSE(check(*find("FIKIT_MODE"), "nonsense", &unused, why, sizeof why));

@@ -87,13 +87,14 @@ void set_env(const char* name, const std::string& value) { setenv(name, value.c_
 // The scheduler's address as the hook needs it: numeric (the hook never resolves names inside a
 // program). Empty with `error` set when the name does not resolve.
 std::string numeric_scheduler(const std::string& text, std::string* error) {
-  std::string_view host_view;
-  uint16_t port = 0;
-  if (!fikit::values::split_host_port(text, &host_view, &port)) {
-    *error = "the scheduler's address must be HOST:PORT, got '" + text + "'";
+  fikit::settings::Value address;   // checked with the environment already: this only takes it apart
+  char why[192];
+  if (!fikit::settings::check(*fikit::settings::find("FIKIT_SCHEDULER"), text.c_str(), &address, why, sizeof why)) {
+    *error = std::string("FIKIT_SCHEDULER: ") + why;
     return {};
   }
-  const std::string host(host_view);
+  const std::string host(address.host);
+  const uint16_t port = address.port;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
@@ -179,11 +180,13 @@ int main(int argc, char** argv) {
       set_env("CUDA_MPS_CLIENT_PRIORITY", *prio);
     // MPS's own cap as well, where a size is given (a share needs the GPU's size, which only the hook
     // learns): the driver then enforces it whatever path the program allocates by.
-    fikit::values::MemorySize limit;
+    fikit::settings::Value limit;
+    char why[192];
     uint64_t pinned_bytes = 0;
     if (memory_limit != nullptr && *memory_limit != '\0' &&
-        fikit::values::parse_memory_size(memory_limit, limit) == nullptr && !limit.is_share())
-      pinned_bytes = limit.bytes;
+        fikit::settings::check(*fikit::settings::find("FIKIT_MEMORY_LIMIT"), memory_limit, &limit, why, sizeof why) &&
+        !limit.memory.is_share())
+      pinned_bytes = limit.memory.bytes;
     // A job below a service of fikit-scheduler --mps --reserve-memory: at most what the reserve
     // leaves of the smallest GPU, so that a program that escapes the hook still cannot take it.
     std::string pinned_why = "its --memory-limit";

@@ -39,11 +39,11 @@ bool is_elf(const std::string& path) {
 
 uint32_t setting_or_fallback(const char* env, uint32_t fallback) {
   const char* text = std::getenv(env);
-  uint32_t value = fallback;
+  settings::Value value;
   char why[192];
-  if (text != nullptr && *text != '\0' && !settings::check(*settings::find(env), text, &value, why, sizeof why))
+  if (text == nullptr || *text == '\0' || !settings::check(*settings::find(env), text, &value, why, sizeof why))
     return fallback;
-  return value;
+  return value.number;
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ int parse_run_options(int argc, const char* const* argv, RunOptions* out) {
   if (rc != cli::kGoOn) return rc;
   for (auto& [setting, value] : values) {
     if (app->count(setting->flag) == 0) continue;
-    uint32_t unused = 0;
+    settings::Value unused;
     char why[192];
     if (!settings::check(*setting, value.c_str(), &unused, why, sizeof why))
       return cli::usage_error("fikit-run", std::string(setting->flag) + ": " + why);
@@ -45,7 +45,7 @@ std::string check_environment() {
   for (const settings::Setting& s : settings::kHookSettings) {
     const char* value = std::getenv(s.env);
     if (value == nullptr || *value == '\0') continue;
-    uint32_t unused = 0;
+    settings::Value unused;
     char why[192];
     if (!settings::check(s, value, &unused, why, sizeof why))
       return std::string(s.env) + " (from the environment): " + why;
