@@ -9,7 +9,6 @@
 namespace fikit::hook::share {
 namespace {
 constexpr uint64_t kLookAgainNs = 10'000'000;     // a waiting launch re-checks the daemon's liveness
-constexpr uint64_t kWantAgainNs = 100'000'000;    // a want may have been lost: said again this often
 constexpr uint64_t kForcedLogEveryNs = 10'000'000'000;
 std::atomic<uint64_t> g_last_forced_log{0};
 
@@ -25,101 +24,116 @@ const char* forced_reason(protocol::State state, bool waited_for_own_work) {
 }
 }  // namespace
 
+GateInput LaunchGate::input_of(const DirectiveCell::View& v, uint64_t now, uint64_t predicted_ns, uint64_t hold_ns,
+                               bool partition_ready, Bell* bell) noexcept {
+  GateInput in;
+  in.state = v.state;
+  // The holder's bell rang and the daemon's directive has not caught up: it is Fill already.
+  if (v.state == protocol::State::Run && client_.bell_pending(v.watch_slot, v.watch_generation, now, &bell->ring,
+                                                              &bell->rung_at)) {
+    in.holder_back = true;
+    client_.holder_returned(bell->ring, bell->rung_at);
+  }
+  in.bound_ns = v.bound_ns;
+  in.short_hold_ns = v.short_hold_ns;
+  in.confine = v.confine;
+  in.partition_ready = partition_ready && v.partition_pct != 0;
+  in.return_ns = v.return_ns;
+  in.now = now;
+  in.predicted_ns = predicted_ns;
+  in.hold_ns = hold_ns;
+  return in;
+}
+
+LaunchGate::Step LaunchGate::try_go(const DirectiveCell::View& v, const GateInput& in, const Decision& d,
+                                    uint64_t kernel_id, bool profiled, Want* want, Admission* admission) noexcept {
+  DirectiveCell& cell = client_.directive();
+  ShareStats& stats = client_.stats();
+  const uint64_t predicted_ns = in.predicted_ns, now = in.now;
+  if (d.verdict == Verdict::Go) {
+    if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();
+    return Step::Go;
+  }
+  // Gap credit first, when it covers the launch (once per look: another thread may spend it).
+  const bool credit = d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now);
+  const bool to_partition = d.verdict == Verdict::GoPartition ||
+                            (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition && !credit);
+  // Where it goes should it wait out FIKIT_MAX_WAIT_MS: a launch meant for the partition stays
+  // off the service's SMs even then.
+  *admission = to_partition
+                   ? Admission{Route::Partition, partition_charge_ns(predicted_ns, v.partition_pct), v.partition_pct}
+                   : Admission{Route::FullWidth, predicted_ns, 0};
+  if (to_partition)   // (counted once it is there: share_mode)
+    return window_.admit(admission->charge_ns, v.bound_ns) ? Step::Go : Step::WaitGpu;
+  if (d.verdict == Verdict::Bounded) {
+    // Before a service's predicted return, a launch goes whatever the bound if the work in
+    // flight, it included, drains by then. (Not once the holder's bell rang: it is back. In Fill
+    // the credit end is a gap's, spent by credit.)
+    const bool run_credit = v.state == protocol::State::Run && !in.holder_back && v.credit_until_ns > now;
+    const uint64_t drain_budget = run_credit ? v.credit_until_ns - now : 0;
+    if (!window_.admit(predicted_ns, v.bound_ns, drain_budget)) return Step::WaitGpu;
+    if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();   // beside it (flag 8)
+    return Step::Go;
+  }
+  if (credit) {
+    // On credit too, no more than the bound in flight: an early stop then costs the holder
+    // little, and a credit that arrived late cannot pile work into its next kernels.
+    if (!window_.admit(predicted_ns, v.bound_ns)) return Step::WaitGpu;
+    if (!cell.take_credit(predicted_ns, now)) return Step::LookAgain;   // another thread spent it
+    stats.on_credit();
+    return Step::Go;
+  }
+  if (d.verdict == Verdict::Credit && (want->for_changes != v.changes || now - want->at >= kWantAgainNs)) {
+    client_.send_want(kernel_id, predicted_ns, profiled);
+    want->for_changes = v.changes;
+    want->at = now;
+  }
+  return Step::WaitDirective;
+}
+
+void LaunchGate::forced(uint64_t now, protocol::State state, bool waited_for_own_work) noexcept {
+  ShareStats& stats = client_.stats();
+  stats.forced();
+  uint64_t last = g_last_forced_log.load(std::memory_order_relaxed);
+  if (now - last >= kForcedLogEveryNs && g_last_forced_log.compare_exchange_strong(last, now))
+    log(LogLevel::Warn, "share mode: a launch waited %llu ms (FIKIT_MAX_WAIT_MS) and goes ahead anyway (%llu so "
+        "far): %s", static_cast<unsigned long long>(max_wait_ns_ / 1'000'000),
+        static_cast<unsigned long long>(stats.forced_count()), forced_reason(state, waited_for_own_work));
+}
+
 LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_ns, uint64_t hold_ns, bool profiled,
                                         bool partition_ready) noexcept {
   DirectiveCell& cell = client_.directive();
-  ShareStats& stats = client_.stats();
   // One clock read for a launch that goes at once (most of them); a waiting one reads it after
   // each wait.
   const uint64_t start = monotonic_ns();
   const uint64_t deadline = start + max_wait_ns_;
   uint64_t now = start;
-  uint32_t want_for = UINT32_MAX;   // the directive (changes count) the last want answered
-  uint64_t want_at = 0;
+  Want want;
   uint64_t stopped_ns = 0;          // of the wait, the part spent stopped (not Run) rather than on the GPU
   Admission admission{Route::FullWidth, predicted_ns, 0};
   for (;;) {
     if (!client_.connected()) break;   // no daemon: unscheduled
     const DirectiveCell::View v = cell.load();
     if (v.role & protocol::kRoleHolder) break;
-    GateInput in;
-    in.state = v.state;
-    // The holder's bell rang and the daemon's directive has not caught up: it is Fill already.
-    uint32_t ring = 0;
-    uint64_t rung_at = 0;
-    if (v.state == protocol::State::Run && client_.bell_pending(v.watch_slot, v.watch_generation, now, &ring, &rung_at)) {
-      in.holder_back = true;
-      client_.holder_returned(ring, rung_at);
-    }
-    in.bound_ns = v.bound_ns;
-    in.short_hold_ns = v.short_hold_ns;
-    in.confine = v.confine;
-    in.partition_ready = partition_ready && v.partition_pct != 0;
-    in.return_ns = v.return_ns;
-    in.now = now;
-    in.predicted_ns = predicted_ns;
-    in.hold_ns = hold_ns;
-    const Decision d = decide(in);
-    bool wait_gpu = false;
-    if (d.verdict == Verdict::Go) {
-      if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();
-      break;
-    }
-    // Gap credit first, when it covers the launch (once per look: another thread may spend it).
-    const bool credit = d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now);
-    const bool to_partition = d.verdict == Verdict::GoPartition ||
-                              (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition && !credit);
-    // Where it goes should it wait out FIKIT_MAX_WAIT_MS: a launch meant for the partition stays
-    // off the service's SMs even then.
-    admission = to_partition
-                    ? Admission{Route::Partition, partition_charge_ns(predicted_ns, v.partition_pct), v.partition_pct}
-                    : Admission{Route::FullWidth, predicted_ns, 0};
-    if (to_partition) {
-      if (window_.admit(admission.charge_ns, v.bound_ns)) break;   // (counted once it is there: share_mode)
-      wait_gpu = true;
-    } else if (d.verdict == Verdict::Bounded) {
-      // Before a service's predicted return, a launch goes whatever the bound if the work in
-      // flight, it included, drains by then. (Not once the holder's bell rang: it is back. In Fill
-      // the credit end is a gap's, spent by credit.)
-      const bool run_credit = v.state == protocol::State::Run && !in.holder_back && v.credit_until_ns > now;
-      const uint64_t drain_budget = run_credit ? v.credit_until_ns - now : 0;
-      if (window_.admit(predicted_ns, v.bound_ns, drain_budget)) {
-        if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();   // beside it (flag 8)
-        break;
-      }
-      wait_gpu = true;
-    } else if (credit) {
-      // On credit too, no more than the bound in flight: an early stop then costs the holder
-      // little, and a credit that arrived late cannot pile work into its next kernels.
-      if (window_.admit(predicted_ns, v.bound_ns)) {
-        if (cell.take_credit(predicted_ns, now)) {
-          stats.on_credit();
-          break;
-        }
-        now = monotonic_ns();
-        continue;   // another thread spent it
-      }
-      wait_gpu = true;
-    } else if (d.verdict == Verdict::Credit && (want_for != v.changes || now - want_at >= kWantAgainNs)) {
-      client_.send_want(kernel_id, predicted_ns, profiled);
-      want_for = v.changes;
-      want_at = now;
+    Bell bell;
+    const GateInput in = input_of(v, now, predicted_ns, hold_ns, partition_ready, &bell);
+    const Step step = try_go(v, in, decide(in), kernel_id, profiled, &want, &admission);
+    if (step == Step::Go) break;
+    if (step == Step::LookAgain) {
+      now = monotonic_ns();
+      continue;
     }
     if (now >= deadline) {
-      stats.forced();
-      uint64_t last = g_last_forced_log.load(std::memory_order_relaxed);
-      if (now - last >= kForcedLogEveryNs && g_last_forced_log.compare_exchange_strong(last, now))
-        log(LogLevel::Warn, "share mode: a launch waited %llu ms (FIKIT_MAX_WAIT_MS) and goes ahead anyway (%llu so "
-            "far): %s", static_cast<unsigned long long>(max_wait_ns_ / 1'000'000),
-            static_cast<unsigned long long>(stats.forced_count()), forced_reason(v.state, wait_gpu));
+      forced(now, v.state, step == Step::WaitGpu);
       break;
     }
-    if (wait_gpu) {
+    if (step == Step::WaitGpu) {
       window_.wait_progress(std::min(deadline, now + kLookAgainNs));
       now = monotonic_ns();
     } else {
       // A bell waits for the daemon's directive only so long: past that the ring is ignored.
-      const uint64_t until = ring != 0 ? std::min(deadline, rung_at + protocol::kBellConfirmNs + 1) : deadline;
+      const uint64_t until = bell.ring != 0 ? std::min(deadline, bell.rung_at + protocol::kBellConfirmNs + 1) : deadline;
       cell.wait_change(v.changes, std::max<uint64_t>(std::min(until - std::min(until, now), kLookAgainNs), 1000));
       const uint64_t after = monotonic_ns();
       stopped_ns += after - now;
@@ -128,7 +142,7 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
   }
   // `now` is the clock read after the last wait, or `start` for a launch that never waited.
   client_.launch_went(now);
-  if (now - start > 1'000) stats.waited(now - start, stopped_ns);
+  if (now - start > 1'000) client_.stats().waited(now - start, stopped_ns);
   return admission;
 }
 

@@ -37,6 +37,27 @@ class LaunchGate {
                   bool partition_ready) noexcept;
 
  private:
+  static constexpr uint64_t kWantAgainNs = 100'000'000;   // a want may have been lost: said again this often
+  // What one look at the directive allows: go; look again at once (credit another thread spent);
+  // wait for the GPU (this task's work in flight to drain) or for the directive to change.
+  enum class Step : uint8_t { Go, LookAgain, WaitGpu, WaitDirective };
+  struct Bell {
+    uint32_t ring = 0;      // the holder's bell, when it rang and the directive has not caught up
+    uint64_t rung_at = 0;
+  };
+  struct Want {
+    uint32_t for_changes = UINT32_MAX;   // the directive (changes count) the last want answered
+    uint64_t at = 0;
+  };
+  // The rules' input from the directive as this look sees it (and the bell, which may have rung).
+  GateInput input_of(const DirectiveCell::View& v, uint64_t now, uint64_t predicted_ns, uint64_t hold_ns,
+                     bool partition_ready, Bell* bell) noexcept;
+  // Applies the rules' decision: where the launch would go (*admission) and whether it goes now.
+  Step try_go(const DirectiveCell::View& v, const GateInput& in, const Decision& d, uint64_t kernel_id, bool profiled,
+              Want* want, Admission* admission) noexcept;
+  // FIKIT_MAX_WAIT_MS ran out: counted, and said at most every 10 s.
+  void forced(uint64_t now, protocol::State state, bool waited_for_own_work) noexcept;
+
   Client& client_;
   InflightWindow& window_;
   uint64_t max_wait_ns_;
