@@ -24,6 +24,8 @@ FAKE(cuLaunchKernel_ptsz, CUfunction, unsigned, unsigned, unsigned, unsigned, un
      CUstream, void**, void**)
 FAKE(cuCtxSynchronize, void)
 FAKE(fake_pre_4000_launch, void)   // stands in for an older ABI of cuLaunchKernel
+FAKE(cuGraphInstantiateWithFlags, CUgraphExec*, CUgraph, unsigned long long)
+FAKE(fake_graph_instantiate_v1, CUgraphExec*, CUgraph, CUgraphNode*, char*, size_t)
 
 // Allocations that cost nothing, for the benchmark of the hook's memory accounting
 // (bench/hook/bench_hook.cpp): addresses counting up, one device of 80 GiB.
@@ -60,6 +62,9 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
       {"cuLaunchKernel", 4000, reinterpret_cast<void*>(&cuLaunchKernel), reinterpret_cast<void*>(&cuLaunchKernel_ptsz)},
       {"cuLaunchKernel", 1000, reinterpret_cast<void*>(&fake_pre_4000_launch), nullptr},
       {"cuCtxSynchronize", 2000, reinterpret_cast<void*>(&cuCtxSynchronize), nullptr},
+      // Renamed in CUDA 12.0: the name asks for WithFlags' ABI from then on.
+      {"cuGraphInstantiate", 10000, reinterpret_cast<void*>(&fake_graph_instantiate_v1), nullptr},
+      {"cuGraphInstantiate", 12000, reinterpret_cast<void*>(&cuGraphInstantiateWithFlags), nullptr},
       {"cuMemAlloc", 3020, reinterpret_cast<void*>(&cuMemAlloc_v2), nullptr},
       {"cuMemFree", 3020, reinterpret_cast<void*>(&cuMemFree_v2), nullptr},
       {"cuGetProcAddress", 11030, reinterpret_cast<void*>(&cuGetProcAddress), nullptr},

@@ -101,6 +101,19 @@ TEST(Resolve, OlderAbiThanTheTablePassesThroughUnwrapped) {
   EXPECT_FALSE(in_hook(old));
 }
 
+// cuGetProcAddress("cuGraphInstantiate") from CUDA 12.0 on returns cuGraphInstantiateWithFlags' ABI
+// (the entry table's FIKIT_PROC_ALIAS row): it gets that wrapper, which reaches that real function.
+TEST(Resolve, ARenamedEntryPointGetsTheWrapperOfItsNewAbi) {
+  auto get = reinterpret_cast<GetProcV2>(dlsym(driver(), "cuGetProcAddress_v2"));
+  void* renamed = nullptr;
+  ASSERT_EQ(get("cuGraphInstantiate", &renamed, 12080, 0, nullptr), CUDA_SUCCESS);
+  EXPECT_TRUE(in_hook(renamed));
+  EXPECT_EQ(renamed, dlsym(driver(), "cuGraphInstantiateWithFlags"));
+  CUgraphExec exec = nullptr;
+  reinterpret_cast<CUresult (*)(CUgraphExec*, CUgraph, unsigned long long)>(renamed)(&exec, nullptr, 0);
+  EXPECT_EQ(last_call(), "cuGraphInstantiateWithFlags");
+}
+
 TEST(Resolve, NonCudaNamesAreUntouched) {
   EXPECT_EQ(dlsym(RTLD_DEFAULT, "strlen"), dlvsym(RTLD_DEFAULT, "strlen", "GLIBC_2.2.5"));
   EXPECT_EQ(dlsym(RTLD_DEFAULT, "no_such_symbol_fikit"), nullptr);
