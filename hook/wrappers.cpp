@@ -188,6 +188,7 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   if (plan == nullptr || mode == nullptr || !mode->wants_graph_segments() || capturing(stream))
     return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
                           [&](CUstream) { return real(graph, stream); });
+  graph::launching(*plan, stream);
   for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
     const graph::Segment& segment = graph::segment(*plan, i);
     LaunchInfo op = make_op(OpKind::Graph, effective_stream<V>(stream), 0);
@@ -195,8 +196,8 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
     op.graph_hint_ns = segment.predicted_ns;
     const CUresult result = observed_op<V>(mode, op, [&](CUstream) { return real(segment.exec, stream); });
     if (result != CUDA_SUCCESS) return result;
-    graph::launched_segment();
   }
+  graph::launched(*plan, stream);
   return CUDA_SUCCESS;
 }
 

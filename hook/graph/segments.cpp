@@ -24,6 +24,11 @@ struct Plan {
   std::vector<CUgraph> graphs;   // each segment's graph, kept: calls on the executable name its nodes
   std::vector<Node> nodes;       // sorted by `original`
   unsigned long long flags = 0;
+  // The driver runs whole launches of one executable one after the other, whatever their streams.
+  // Its pieces on two streams could interleave: a launch on another stream than the last one waits
+  // for this event, recorded after each launch's last piece.
+  CUevent done = nullptr;
+  std::atomic<CUstream> last_stream{nullptr};
 };
 
 namespace {
@@ -105,6 +110,7 @@ void release(Plan* plan) noexcept {
     if (s.exec != nullptr && d.graph_exec_destroy != nullptr) d.graph_exec_destroy(s.exec);
   for (CUgraph g : plan->graphs)
     if (g != nullptr && d.graph_destroy != nullptr) d.graph_destroy(g);
+  if (plan->done != nullptr && d.event_destroy != nullptr) d.event_destroy(plan->done);
   delete plan;
 }
 
@@ -157,7 +163,8 @@ struct Cutter {
 bool calls_present(const DriverCalls& d) noexcept {
   return d.graph_get_nodes && (d.graph_get_edges_v2 || d.graph_get_edges) && d.graph_node_get_type &&
          d.graph_kernel_node_get_params && d.graph_clone && d.graph_node_find_in_clone && d.graph_destroy_node &&
-         d.graph_destroy && d.graph_instantiate && d.graph_exec_destroy;
+         d.graph_destroy && d.graph_instantiate && d.graph_exec_destroy && d.event_create && d.event_record &&
+         d.event_destroy && d.stream_wait_event;
 }
 
 uint64_t kernel_shape(const DriverCalls& d, CUgraphNode node) noexcept {
@@ -309,6 +316,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     kernelid::describe_op(plan->segments[s].id, name);
     ok = d.graph_instantiate(&plan->segments[s].exec, plan->graphs[s], segment_flags) == CUDA_SUCCESS;
   }
+  ok = ok && d.event_create(&plan->done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
   if (!ok) {
     // What was made goes: the segments' executables, and every graph (split or not).
     for (const Segment& s : plan->segments)
@@ -389,9 +397,23 @@ const Plan* find(CUgraphExec exec) noexcept {
   return s != nullptr ? s->plan.load(std::memory_order_acquire) : nullptr;
 }
 
+static void launched_segment_count(const Plan& plan) noexcept {
+  g_segment_launches.fetch_add(plan.segments.size(), std::memory_order_relaxed);
+}
+
+void launching(const Plan& plan, CUstream stream) noexcept {
+  Plan& p = const_cast<Plan&>(plan);   // only its ordering state changes
+  const CUstream last = p.last_stream.exchange(stream, std::memory_order_acq_rel);
+  if (last != nullptr && last != stream) (void)driver_calls().stream_wait_event(stream, p.done, 0);
+}
+
+void launched(const Plan& plan, CUstream stream) noexcept {
+  (void)driver_calls().event_record(plan.done, stream);
+  launched_segment_count(plan);
+}
+
 uint32_t segment_count(const Plan& plan) noexcept { return uint32_t(plan.segments.size()); }
 const Segment& segment(const Plan& plan, uint32_t i) noexcept { return plan.segments[i]; }
-void launched_segment() noexcept { g_segment_launches.fetch_add(1, std::memory_order_relaxed); }
 
 bool node_in_segment(CUgraphExec exec, CUgraphNode node, CUgraphExec* segment_exec, CUgraphNode* segment_node) noexcept {
   const Plan* plan = find(exec);

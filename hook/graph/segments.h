@@ -73,7 +73,11 @@ void destroying(CUgraphExec exec) noexcept;
 const Plan* find(CUgraphExec exec) noexcept;
 uint32_t segment_count(const Plan& plan) noexcept;
 const Segment& segment(const Plan& plan, uint32_t i) noexcept;
-void launched_segment() noexcept;
+// Around one launch of all the segments on `stream`: before the first, a launch on another stream
+// than the last one waits for the last one (as the driver orders whole launches of one executable);
+// after the last, that launch's end is recorded and the segments counted.
+void launching(const Plan& plan, CUstream stream) noexcept;
+void launched(const Plan& plan, CUstream stream) noexcept;
 
 // The segment executable and node that stand for `node` of `exec`, for a call that changes the
 // node in the whole executable (after the call succeeded there): false when `exec` has no segments.

@@ -190,7 +190,13 @@ int main(int argc, char** argv) {
     CHECK(cuGraphInstantiate(&exec, g.graph, 0));
   }
   CHECK(cuGraphUpload(exec, stream));
-  for (int i = 0; i < 2; ++i) CHECK(cuGraphLaunch(exec, stream));
+  // Twice, the second time on another stream (ordered after the first, as the driver orders whole
+  // launches of one executable).
+  CUstream other;
+  CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+  CHECK(cuGraphLaunch(exec, stream));
+  CHECK(cuGraphLaunch(exec, other));
+  CHECK(cuStreamSynchronize(other));
   CHECK(cuStreamSynchronize(stream));
   print("launch", b);
 
