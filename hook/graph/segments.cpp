@@ -226,6 +226,8 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
              : d.graph_get_edges(graph, nullptr, nullptr, &edges)) != CUDA_SUCCESS)
     return nullptr;
   std::vector<CUgraphNode> from(edges), to(edges);
+  // (The edges' data is asked for though unused: without it the driver refuses to list an edge that
+  // carries some, CUDA_ERROR_LOSSY_QUERY.)
   std::vector<CUgraphEdgeData> data(typed ? edges : 0);
   if (edges != 0 && (typed ? d.graph_get_edges_v2(graph, from.data(), to.data(), data.data(), &edges)
                            : d.graph_get_edges(graph, from.data(), to.data(), &edges)) != CUDA_SUCCESS)
