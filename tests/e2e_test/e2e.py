@@ -539,8 +539,13 @@ def controller(env):
         run(env, env.fikit("measure", name, 5) + [env.a.train, "--duration-s", "1"] + flags, "measure " + name)
     steps = ["held", "hold-narrow", "hold", "partition", "short-beside", "beside"]
     ok = True
+    # Each job meets a controller that starts from its baseline. Beside the small job the objective
+    # is 2: on a 2-core machine beside two busy loops the service's periods (host time included)
+    # read 1.6-2.5x its baseline from the host alone, and at 1.5 four runs in six never got past
+    # short-beside; the long job's 5-ms holds put a period past any such objective.
+    objective = {"small": "2", "long": "1.5"}
     for name, flags in jobs.items():
-        env.start_daemon("--objective", "1.5")   # each job meets a controller that starts from its baseline
+        env.start_daemon("--objective", objective[name])
         job = Run(env, env.fikit("share", name, 5) + [env.a.train, "--duration-s", "600"] + flags,
                   "job " + name, mps_priority=1).start()
         time.sleep(0.3)
@@ -550,8 +555,8 @@ def controller(env):
                       "HP beside " + name, mps_priority=0).start()
             # The baseline (16 periods) and four trials of 16 take ~80 periods, under a second at 300
             # a second on an idle machine; a loaded one delays periods and may refuse a step (the
-            # pause before it is tried again is 2 s, then 4 s): up to 40 s.
-            deadline = time.monotonic() + 40
+            # pause before it is tried again is 2 s, then 4 s): up to 60 s.
+            deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 time.sleep(0.25)
                 tasks = {t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])}
