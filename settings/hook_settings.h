@@ -87,19 +87,18 @@ inline constexpr Setting kHookSettings[] = {
 
 // The value of a Number, or the index of a Choice, when it is unset: the hook's defaults
 // (hook/config.h's Config takes them from here).
-consteval uint32_t fallback_of(std::string_view env) {
+// The entry of `env`, at compile time: a name the table lacks does not compile.
+consteval const Setting& setting_of(std::string_view env) {
   for (const Setting& s : kHookSettings)
-    if (std::string_view(s.env) == env) return s.fallback;
-  return kHookSettings[std::size(kHookSettings)].fallback;   // no such setting: does not compile
+    if (std::string_view(s.env) == env) return s;
+  return kHookSettings[std::size(kHookSettings)];
 }
+
+consteval uint32_t fallback_of(std::string_view env) { return setting_of(env).fallback; }
 
 // The longest value a TaskKey, Path or Address setting takes (its host's, for an address): the hook's
 // Config sizes its buffers by it, one more for the terminator.
-consteval uint32_t max_of(std::string_view env) {
-  for (const Setting& s : kHookSettings)
-    if (std::string_view(s.env) == env) return s.max;
-  return kHookSettings[std::size(kHookSettings)].max;   // no such setting: does not compile
-}
+consteval uint32_t max_of(std::string_view env) { return setting_of(env).max; }
 
 static_assert(max_of("FIKIT_TASK_KEY") == protocol::kMaxKeyLength, "a key the hook holds must fit the wire's");
 

@@ -324,6 +324,32 @@ CUresult exec_update(CUgraphExec handle, CUgraph graph, CUgraphExecUpdateResult*
   return CUDA_SUCCESS;
 }
 
+// A set or copy node: made from its parameters by `set` (set_memset, set_memcpy), then added.
+template <class Params>
+CUresult add_op_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count, CUgraphNodeType type,
+                     CUresult (*set)(GraphNode&, const Params*), const Params* params) {
+  Graph* g = g_graphs.find(graph);
+  if (out == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto node = make_node(type);
+  CUresult r = set(*node, params);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard guard(g_mutex);
+  return add_node(g, std::move(node), deps, count, out);
+}
+
+// The same node's op in an executable, from new parameters.
+template <class Params>
+CUresult set_exec_op(CUgraphExec exec, CUgraphNode node, CUgraphNodeType type,
+                     CUresult (*set)(GraphNode&, const Params*), const Params* params) {
+  GraphNode scratch;
+  CUresult r = set(scratch, params);
+  if (r != CUDA_SUCCESS) return r;
+  return edit_item(exec, node, type, [&](ExecItem& item) {
+    item.op = scratch.op;
+    return CUDA_SUCCESS;
+  });
+}
+
 }  // namespace
 
 namespace fikit::simgpu::driver {
@@ -376,24 +402,12 @@ CUresult cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph graph, const CUgraphN
 
 CUresult cuGraphAddMemsetNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
                               const CUDA_MEMSET_NODE_PARAMS* params, CUcontext) {
-  Graph* g = g_graphs.find(graph);
-  if (out == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto node = make_node(CU_GRAPH_NODE_TYPE_MEMSET);
-  CUresult r = set_memset(*node, params);
-  if (r != CUDA_SUCCESS) return r;
-  std::lock_guard guard(g_mutex);
-  return add_node(g, std::move(node), deps, count, out);
+  return add_op_node(out, graph, deps, count, CU_GRAPH_NODE_TYPE_MEMSET, set_memset, params);
 }
 
 CUresult cuGraphAddMemcpyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count,
                               const CUDA_MEMCPY3D* params, CUcontext) {
-  Graph* g = g_graphs.find(graph);
-  if (out == nullptr || g == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  auto node = make_node(CU_GRAPH_NODE_TYPE_MEMCPY);
-  CUresult r = set_memcpy(*node, params);
-  if (r != CUDA_SUCCESS) return r;
-  std::lock_guard guard(g_mutex);
-  return add_node(g, std::move(node), deps, count, out);
+  return add_op_node(out, graph, deps, count, CU_GRAPH_NODE_TYPE_MEMCPY, set_memcpy, params);
 }
 
 CUresult cuGraphAddEmptyNode(CUgraphNode* out, CUgraph graph, const CUgraphNode* deps, size_t count) {
@@ -653,23 +667,11 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode node, c
 
 CUresult cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p,
                                         CUcontext) {
-  GraphNode scratch;
-  CUresult r = set_memset(scratch, p);
-  if (r != CUDA_SUCCESS) return r;
-  return edit_item(exec, node, CU_GRAPH_NODE_TYPE_MEMSET, [&](ExecItem& item) {
-    item.op = scratch.op;
-    return CUDA_SUCCESS;
-  });
+  return set_exec_op(exec, node, CU_GRAPH_NODE_TYPE_MEMSET, set_memset, p);
 }
 
 CUresult cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_MEMCPY3D* p, CUcontext) {
-  GraphNode scratch;
-  CUresult r = set_memcpy(scratch, p);
-  if (r != CUDA_SUCCESS) return r;
-  return edit_item(exec, node, CU_GRAPH_NODE_TYPE_MEMCPY, [&](ExecItem& item) {
-    item.op = scratch.op;
-    return CUDA_SUCCESS;
-  });
+  return set_exec_op(exec, node, CU_GRAPH_NODE_TYPE_MEMCPY, set_memcpy, p);
 }
 
 CUresult cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode node, const CUDA_HOST_NODE_PARAMS* p) {
