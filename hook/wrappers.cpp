@@ -94,12 +94,14 @@ struct StepClock {
 // A GPU operation with the mode (or the counters) on: skip it during capture, else identify it and
 // let the mode act before and after the real call. `call(stream)` makes the real call on `stream`:
 // the op's own, or the one the mode sent a reroutable launch to.
-template <Variant V, class Call>
+// kNotCapturing: the caller already found the stream not capturing (a graph's segments: one query
+// for all of them, not one per segment).
+template <Variant V, bool kNotCapturing = false, class Call>
 CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   mode = detail::settled_mode(mode);
   const bool counting = stats::enabled();
   StepClock clock{counting && mode != nullptr, counting && mode != nullptr ? stats::now_ns() : 0};
-  const bool captured = capturing(op.stream);
+  const bool captured = !kNotCapturing && capturing(op.stream);
   clock.lap(stats::Phase::Capture);
   if (captured) {
     if (counting) stats::count(V, stats::Event::Captured);
@@ -184,7 +186,7 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   Mode* mode = detail::loaded_mode();
   if (passthrough(mode)) [[likely]] return real(graph, stream);
   const graph::Plan* plan = graph::find(graph);
-  mode = detail::settled_mode(mode);
+  if (plan != nullptr) mode = detail::settled_mode(mode);
   if (plan == nullptr || mode == nullptr || !mode->wants_graph_segments() || capturing(stream))
     return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
                           [&](CUstream) { return real(graph, stream); });
@@ -194,7 +196,8 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
     LaunchInfo op = make_op(OpKind::Graph, effective_stream<V>(stream), 0);
     op.graph_id = segment.id;
     op.graph_hint_ns = segment.predicted_ns;
-    const CUresult result = observed_op<V>(mode, op, [&](CUstream) { return real(segment.exec, stream); });
+    const CUresult result =
+        observed_op<V, /*kNotCapturing=*/true>(mode, op, [&](CUstream) { return real(segment.exec, stream); });
     if (result != CUDA_SUCCESS) return result;
   }
   graph::launched(*plan, stream);
