@@ -222,6 +222,17 @@ TEST(HookSim, GraphSegmentsDoWhatTheWholeGraphDoes) {
   }
 }
 
+// A job with no daemon (or nothing above it) cuts its graphs but launches them whole: no gate would
+// hold a segment, and each boundary costs GPU time.
+TEST(HookSim, AJobWithNothingAboveItLaunchesItsGraphsWhole) {
+  const Result r = graph_probe("flags", "FIKIT_MODE=share");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, kGraphProbeExpected);
+  EXPECT_NE(r.err.find("graphs segmented=3 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("segment_launches=0 "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("graph_launches=6 "), std::string::npos) << r.err;   // the program's own
+}
+
 // A service's graphs (priority 0) are never cut.
 TEST(HookSim, AServicesGraphsStayWhole) {
   const Result r = graph_probe("flags", "FIKIT_PRIORITY=0");
