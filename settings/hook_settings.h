@@ -58,6 +58,9 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_GRAPH_SEGMENT_US", nullptr, Kind::Number, 0, 1000000, 100, nullptr, "us",
      "a job's (priority above 0) CUDA graphs launch in segments of about this much predicted GPU work, held one "
      "by one (0: launched whole)"},
+    {"FIKIT_GRAPH_SEGMENTS", nullptr, Kind::Choice, 0, 0, 0, "auto|always", "",
+     "auto: a job's graphs go in segments only where a gate could hold one (a daemon, a task above it); always: "
+     "every launch of a segmented graph goes in segments (to measure what segments cost)"},
     {"FIKIT_BACKTRACE_DEPTH", nullptr, Kind::Number, 0, 16, 4, nullptr, "frames", "caller frames in the kernel ID"},
     {"FIKIT_TIMING", nullptr, Kind::Choice, 0, 0, 0, "auto|cupti|events", "", "how kernels are timed while measuring (auto: events in auto mode, CUPTI in measure mode)"},
     {"FIKIT_DAEMON_TIMEOUT_MS", nullptr, Kind::Number, 1, 60000, 100, nullptr, "ms",

@@ -10,8 +10,10 @@
 #    floor: does the job repeat itself?), and in segments (the default). Each file of losses is
 #    compared byte for byte with the plain run's.
 # 2. Speed alone: the JAX job (command buffers on, default flags) and ViT-L captured as a graph
-#    (vit-l-graph-train), steps per second over DURATION s, whole and in segments interleaved,
-#    SPEED_REPS (default 5) times each.
+#    (vit-l-graph-train), and with SPEED_JOBS also the scan and ResNet-18 graphs, steps per second
+#    over DURATION s, whole and in segments of each of SEGMENT_BUDGETS us (default 100) interleaved,
+#    SPEED_REPS (default 5) times each. A job alone launches its graphs whole (no gate would hold a
+#    piece): FIKIT_GRAPH_SEGMENTS=always makes it launch them in segments, which is what is measured.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$here/../..
@@ -34,7 +36,7 @@ jax_cmd=(env "XLA_FLAGS=--xla_gpu_deterministic_ops=true --xla_gpu_autotune_leve
 hooked() {   # TIMEOUT TAG SEGMENT_US COMMAND...: under fikit-run, share mode, no daemon
   local limit=$1 tag=$2 seg=$3
   shift 3
-  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
+  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" FIKIT_GRAPH_SEGMENTS=always FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
     $pin "$run" --mode share --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
 }
 
@@ -75,9 +77,10 @@ speed_once() {   # NAME SEGMENT_US COMMAND...
   shift 2
   hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name.err" | tail -n 1
 }
-echo "speed alone (steps/s over ${duration} s; whole, segments interleaved; $reps reps)"
+budgets=${SEGMENT_BUDGETS:-100}
+echo "speed alone (steps/s over ${duration} s; whole, segments of $budgets us interleaved; $reps reps)"
 for i in $(seq 1 "$reps"); do
-  for seg in 0 100; do
+  for seg in 0 $budgets; do
     if [[ " $jobs " == *" jax "* ]]; then
       line=$(speed_once jax "$seg" python3 "$root/examples/jax/train_jax.py")
       echo "jax-train seg=$seg rep=$i $line"
@@ -86,6 +89,16 @@ for i in $(seq 1 "$reps"); do
       line=$(speed_once vitl "$seg" python3 "$root/examples/pytorch/train.py" --model vit_l_16 --batch 16 --cuda-graph)
       echo "vit-l-graph-train seg=$seg rep=$i $line"
     fi
+    if [[ " $jobs " == *" scan "* ]]; then
+      line=$(speed_once scan "$seg" python3 "$root/examples/pytorch/train.py" --model scan --batch 64 --seq 64 --cuda-graph)
+      echo "scan-graph-train seg=$seg rep=$i $line"
+    fi
+    if [[ " $jobs " == *" resnet "* ]]; then
+      line=$(speed_once resnet "$seg" python3 "$root/examples/pytorch/train.py" --model resnet18 --batch 16 --cuda-graph)
+      echo "resnet18-graph-train seg=$seg rep=$i $line"
+    fi
   done
 done
-grep -h "graphs segmented=" "$out"/speed-*.err | sort | uniq -c | head -6
+for f in "$out"/speed-*.err; do   # the last run's statistics of each job (the hook's time per op: real = the driver's)
+  echo "${f##*/}:"; grep -h "stats:" "$f" | tail -n 3 | sed 's/^/   /'
+done

@@ -175,8 +175,9 @@ class ShareMode final : public Mode {
   }
 
   // With no daemon, or as the holder (nothing above this task on its GPU), no gate would hold a
-  // segment: the graph goes whole.
+  // segment: the graph goes whole (unless FIKIT_GRAPH_SEGMENTS=always, to measure what segments cost).
   bool wants_graph_segments() noexcept override {
+    if (config().graph_segments_always) return true;
     Lane* lane = lanes_.current();
     return lane != nullptr && lane->client.connected() && !(lane->client.directive().role() & protocol::kRoleHolder);
   }

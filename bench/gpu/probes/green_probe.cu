@@ -3,7 +3,10 @@
 //     CUkernel launch onto a green-context stream, and run only on that partition's SMs;
 //  2. an event hop (app stream -> green stream -> app stream) keeps the application's stream order;
 //  3. what the device attribute and occupancy queries say with a green context current;
-//  4. the CPU cost of a redirected launch against a plain one.
+//  4. the CPU cost of a redirected launch against a plain one;
+//  5. whether a CUDA graph made in the primary context (captured there, or built of kernel nodes) and
+//     launched onto a green-context stream runs on that partition's SMs or on all of them, and whether
+//     instantiating it with the green context current changes that.
 // Build: nvcc -O2 -o green_probe green_probe.cu -lcuda   Run: ./green_probe [N_SMS...]
 #include <cuda.h>
 #include <chrono>
@@ -124,6 +127,43 @@ int main(int argc, char** argv) {
     std::printf("  CPU per launch: plain %.2f us, redirected %.2f us (drain %.0f / %.0f us)\n", (t1 - t0) / iters,
                 (t3 - t2) / iters, t2 - t1, now_us() - t3);
     (void)t4;
+    // 5. graphs: one captured on the application's stream (primary context), one built of a kernel
+    //    node, each launched onto the green stream; which SMs ran their blocks?
+    const char* kGraphVariant[] = {"captured", "kernel node", "captured, instantiated in the green context",
+                                   "kernel node, instantiated in the green context"};
+    for (int variant = 0; variant < 4; ++variant) {
+      CK(cuMemsetD32(out, 0xFFFFFFFF, blocks));
+      unsigned long long spin = 20000;
+      void* args[] = {&out, &spin};
+      CUgraph graph = nullptr;
+      if (variant % 2 == 0) {
+        CK(cuStreamBeginCapture(app, CU_STREAM_CAPTURE_MODE_RELAXED));
+        CK(cuLaunchKernel(f_smid, blocks, 1, 1, 128, 1, 1, 0, app, args, nullptr));
+        CK(cuStreamEndCapture(app, &graph));
+      } else {
+        CK(cuGraphCreate(&graph, 0));
+        CUDA_KERNEL_NODE_PARAMS kp{};
+        kp.func = f_smid; kp.gridDimX = blocks; kp.gridDimY = kp.gridDimZ = 1;
+        kp.blockDimX = 128; kp.blockDimY = kp.blockDimZ = 1; kp.kernelParams = args;
+        CUgraphNode node; CK(cuGraphAddKernelNode(&node, graph, nullptr, 0, &kp));
+      }
+      CUgraphExec exec = nullptr;
+      if (variant >= 2) CK(cuCtxPushCurrent(gc));
+      r = cuGraphInstantiate(&exec, graph, 0);
+      if (variant >= 2) CK(cuCtxPopCurrent(&popped));
+      if (r == CUDA_SUCCESS) r = cuGraphLaunch(exec, gs);
+      if (r != CUDA_SUCCESS) {
+        std::printf("  N=%u graph (%s) launched on green stream: error %d\n", want, kGraphVariant[variant], int(r));
+      } else {
+        CK(cuStreamSynchronize(gs));
+        std::vector<unsigned> ids(blocks); CK(cuMemcpyDtoH(ids.data(), out, blocks * 4));
+        std::set<unsigned> used(ids.begin(), ids.end());
+        std::printf("  N=%u graph (%s) on green stream ran on %zu distinct SMs (max id %u)\n", want,
+                    kGraphVariant[variant], used.size(), *used.rbegin());
+      }
+      if (exec != nullptr) CK(cuGraphExecDestroy(exec));
+      CK(cuGraphDestroy(graph));
+    }
     CK(cuEventDestroy(e1)); CK(cuEventDestroy(e2)); CK(cuStreamDestroy(gs)); CK(cuGreenCtxDestroy(g));
   }
   std::printf("done\n");
