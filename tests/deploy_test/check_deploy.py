@@ -4,13 +4,17 @@
   - YAML: plain `yamllint` in the repository root (its .yamllint.yaml) on every YAML file of the
     repository, and the same rules on every ```yaml block of docs/deploy.md.
   - Kubernetes (examples/deploy/kubernetes): every overlay and example rendered with
-    `kubectl kustomize`, plus the job components on a Pod, Job, CronJob, Deployment and
-    StatefulSet; each rendering validated against the Kubernetes schema (kubernetes-validate
-    --strict, offline) for the oldest and newest versions named below, and checked for what the
-    schema cannot say: mounts name volumes, secrets are mounted as files (subPath: FIKIT opens key
-    files without following links), the DaemonSet tolerates GPU taints, probes the control socket
-    it serves, has a priority class, installs the hook by rename, and the job components point at
-    the paths, port and key the DaemonSet serves.
+    `kubectl kustomize` from a copy of the package as committed (no key or other file made first),
+    plus workloads of every kind asking for fikit.io/job; each rendering validated against the
+    Kubernetes schema (kubernetes-validate --strict, offline) for the oldest and newest versions
+    named below, and checked for what the schema cannot say: mounts name volumes, secrets are
+    mounted as files (subPath: FIKIT opens key files without following links), the DaemonSet
+    tolerates GPU taints, probes the control socket it serves, has a priority class, installs the
+    hook by rename, makes its key on the node, and runs fikit-device-plugin with the daemon's port,
+    database, bell, key and reserved priorities, the hook the init container installs, and only
+    the CHOWN capability; every pod asking for a fikit.io resource meets Pod Security "restricted"
+    (no host path, namespace or port, non-root, seccomp, no escalation, every capability dropped) in
+    a namespace that enforces it, and a service runs as the user the key's copy is for.
   - Every flag given to fikit-scheduler or fikit-run (manifests, probes, the systemd unit, the docs'
     shell and ini blocks) is one the program's --help names.
   - The systemd unit, with the built daemon's path in it: systemd-analyze verify, an exposure of
@@ -30,7 +34,6 @@ import ipaddress
 import json
 import os
 import re
-import secrets
 import shutil
 import subprocess
 import sys
@@ -46,7 +49,12 @@ SETUP_NOT_IN_IMAGE = {"libgtest-dev", "libgmock-dev", "libbenchmark-dev", "sqlit
                       "libclang-rt-14-dev", "yamllint", "python3-yaml", "systemd", "python3-venv",
                       "python3-prometheus-client"}
 # The recipe's own: fetching NVIDIA's repository key.
-IMAGE_NOT_IN_SETUP = {"ca-certificates", "wget", "libsqlite3-0"}
+IMAGE_NOT_IN_SETUP = {"ca-certificates", "wget", "libsqlite3-0", "libgrpc++1.51", "libprotobuf32"}
+# What the device plugin advertises (its defaults, deviceplugin/plugin_config.cpp).
+FIKIT_RESOURCES = ("fikit.io/job", "fikit.io/service")
+# Pod Security "restricted": the volume kinds it allows, and the one capability a container may add.
+RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
+                      "projected", "secret"}
 problems = []
 
 
@@ -221,6 +229,14 @@ def check_daemonset(where, docs, ds):
             names = {(d.get("metadata") or {}).get("name") for d in docs if d.get("kind") == "Secret"}
             if v["secret"].get("secretName") not in names:
                 problem(f"{where}: secret {v['secret'].get('secretName')} is not rendered with it")
+    # The key: made on the node by an init container, so that nothing is made by hand first.
+    key_file = values.get("--key-file")
+    if key_file:
+        scripts = " ".join(str(w) for ic in pod.get("initContainers") or [] for w in ic.get("command") or [])
+        if host_path_of(c, volumes, key_file) is None:
+            problem(f"{where}: the key {key_file} is not on a host path (the device plugin copies it from there)")
+        if f"keygen {key_file}" not in scripts:
+            problem(f"{where}: no init container makes the key {key_file} on the node (fikit-scheduler keygen)")
     metrics = values.get("--metrics", "off")
     if metrics != "off":
         host = metrics.rsplit(":", 1)[0]
@@ -241,7 +257,67 @@ def check_daemonset(where, docs, ds):
         problem(f"{where}: the profile database and the bell must be on host paths, shared with job pods")
     if pod.get("hostNetwork") is not True:
         problem(f"{where}: not on the host network: job pods reach the daemon at the node's address")
+    served.update(check_device_plugin(where, pod, values, served))
     return served
+
+
+def check_device_plugin(where, pod, daemon, served):
+    """The device plugin beside the daemon: what it hands containers is what the daemon serves."""
+    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
+    plugins = [c for c in pod.get("containers") or [] if (c.get("command") or [""])[0] == "fikit-device-plugin"]
+    if len(plugins) != 1:
+        problem(f"{where}: {len(plugins)} fikit-device-plugin containers, want 1")
+        return {}
+    p = plugins[0]
+    args = [str(a) for a in p.get("args") or []]
+    values = flag_values(args)
+    defaults = {"--db": "/var/lib/fikit/profiles/profiles.db", "--bell": "/run/fikit/bell", "--hook-dir": "/opt/fikit",
+                "--hook": "/opt/fikit/current/lib/libfikit_hook.so", "--reserved-priorities": "1",
+                "--plugin-dir": "/var/lib/kubelet/device-plugins", "--key-uid": "1000",
+                "--key-copy": "/var/lib/fikit/keys/container.key"}
+    value = lambda flag: values.get(flag, defaults.get(flag))
+
+    def same_on_node(path, what):
+        """The plugin names node paths: in its container they must be the node's, on a hostPath."""
+        found = mount_for(p, volumes, path)
+        if found is None or host_path_of(p, volumes, path) != path:
+            problem(f"{where}: device-plugin: {what} {path} is not the node's {path} in its container")
+    for flag in ("--db", "--bell"):
+        if value(flag) != daemon.get(flag):
+            problem(f"{where}: device-plugin {flag} {value(flag)}, the daemon's is {daemon.get(flag)}")
+    if value("--reserved-priorities") != daemon.get("--reserved-priorities", "1"):
+        problem(f"{where}: device-plugin --reserved-priorities {value('--reserved-priorities')}, the daemon's is "
+                f"{daemon.get('--reserved-priorities', '1')}: the key would go to the wrong resources")
+    if value("--key-file") != served["key_file"]:
+        problem(f"{where}: device-plugin --key-file {value('--key-file')}, the daemon's is {served['key_file']}")
+    if served["db_host"] != value("--db"):
+        problem(f"{where}: the daemon's database is {served['db_host']} on the node; the plugin hands {value('--db')}")
+    if served["bell_host"] != value("--bell"):
+        problem(f"{where}: the daemon's bell is {served['bell_host']} on the node; the plugin hands {value('--bell')}")
+    same_on_node(os.path.dirname(value("--db")), "the database's folder, which it prepares,")
+    same_on_node(value("--plugin-dir"), "the kubelet's plugin folder")
+    if value("--key-file"):
+        same_on_node(value("--key-file"), "the key it copies")
+        same_on_node(os.path.dirname(value("--key-copy")), "the key copy's folder")
+    if served["hook_host"] is None or value("--hook-dir") != served["hook_host"] or \
+            value("--hook") != value("--hook-dir") + "/current/lib/libfikit_hook.so":
+        problem(f"{where}: device-plugin --hook {value('--hook')} is not the hook the init container installs "
+                f"({served['hook_host']}/current/lib/libfikit_hook.so)")
+    m = re.fullmatch(r"\$\((\w+)\):(\d+)", values.get("--scheduler", ""))
+    env = {e.get("name"): e for e in p.get("env") or []}
+    if not m:
+        problem(f"{where}: device-plugin --scheduler {values.get('--scheduler')!r} is not $(NODE_IP_VARIABLE):PORT")
+    else:
+        ref = ((env.get(m.group(1)) or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
+        if ref != "status.hostIP":
+            problem(f"{where}: device-plugin: {m.group(1)} must be status.hostIP (the daemon is on the host network)")
+        if m.group(2) != served["port"]:
+            problem(f"{where}: device-plugin --scheduler port {m.group(2)}, the daemon listens on {served['port']}")
+    sc = p.get("securityContext") or {}
+    caps = sc.get("capabilities") or {}
+    if sc.get("privileged") or "ALL" not in (caps.get("drop") or []) or set(caps.get("add") or []) - {"CHOWN"}:
+        problem(f"{where}: device-plugin: not privileged, every capability dropped but CHOWN (the key copy's owner)")
+    return {"key_uid": value("--key-uid"), "reserved": int(value("--reserved-priorities"))}
 
 
 def check_monitoring(where, docs, ds):
@@ -264,79 +340,103 @@ def check_monitoring(where, docs, ds):
                     problem(f"{where}: {name_of(s)} targets {sports[ep['port']].get('targetPort')}, no port of the pod")
 
 
-def check_job(where, docs, doc, served):
-    """A workload opted in by components/job: does it reach what the DaemonSet serves?"""
+def fikit_resources(container):
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return {r for r in limits if r in FIKIT_RESOURCES}
+
+
+def check_restricted(where, doc, namespaces, served, report=None):
+    """A workload asking for a fikit.io resource: Pod Security "restricted" holds for its pod (the
+    rules kubernetes' admission applies), its namespace enforces it, and nothing of FIKIT's is in
+    its spec but the resource line. `report` collects the problems (the check of this checker)."""
+    report = report or problem
     pod = pod_spec(doc)
-    volumes = {v.get("name"): v for v in pod.get("volumes") or []}
-    c = (pod.get("containers") or [{}])[0]
-    env = {}
-    order = []
-    for e in c.get("env") or []:
-        env[e.get("name")] = e
-        order.append(e.get("name"))
-    maps = {(d.get("metadata") or {}).get("name"): d.get("data") or {} for d in docs if d.get("kind") == "ConfigMap"}
-    from_maps = {}
-    for ef in c.get("envFrom") or []:
-        ref = (ef.get("configMapRef") or {}).get("name")
-        if ref is not None and ref not in maps:
-            problem(f"{where}: envFrom names ConfigMap {ref}, which is not rendered with it")
-        from_maps.update(maps.get(ref, {}))
-
-    def value(name):
-        return (env.get(name) or {}).get("value", from_maps.get(name))
-
-    preload = value("LD_PRELOAD")
-    if not preload:
-        problem(f"{where}: no LD_PRELOAD: the hook is not loaded")
-    elif served["hook_host"] is None or host_path_of(c, volumes, preload) is None or \
-            not host_path_of(c, volumes, preload).startswith(served["hook_host"] + "/"):
-        problem(f"{where}: LD_PRELOAD {preload} is not in the tree the DaemonSet installs ({served['hook_host']})")
-    if value("FIKIT_MODE") in (None, "off"):
-        problem(f"{where}: FIKIT_MODE is off: the hook would do nothing")
-    scheduler = value("FIKIT_SCHEDULER") or ""
-    m = re.fullmatch(r"\$\((\w+)\):(\d+)", scheduler)
-    if not m:
-        problem(f"{where}: FIKIT_SCHEDULER {scheduler!r} is not $(NODE_IP_VARIABLE):PORT")
-    else:
-        var, port = m.groups()
-        ref = ((env.get(var) or {}).get("valueFrom") or {}).get("fieldRef", {}).get("fieldPath")
-        if ref != "status.hostIP" or var not in order or order.index(var) > order.index("FIKIT_SCHEDULER"):
-            problem(f"{where}: {var} must be status.hostIP, set before FIKIT_SCHEDULER")
-        if port != served["port"]:
-            problem(f"{where}: FIKIT_SCHEDULER port {port}, the daemon listens on {served['port']}")
-    for var, key in (("FIKIT_DB", "db_host"), ("FIKIT_BELL", "bell_host")):
-        path = value(var)
-        if not path or host_path_of(c, volumes, path) != served[key]:
-            problem(f"{where}: {var} {path} is not the daemon's {served[key]} on the node")
-    key = value("FIKIT_KEY_FILE")
-    if served["key_file"] and key:
-        found = mount_for(c, volumes, key)
-        if found is None or "secret" not in found[1] or found[0].get("mountPath") != key:
-            problem(f"{where}: FIKIT_KEY_FILE {key} is not a secret mounted as that file")
-    elif served["key_file"]:
-        problem(f"{where}: no FIKIT_KEY_FILE, and the daemon wants the key (it listens off loopback)")
-    if "CUDA_MPS_PIPE_DIRECTORY" in from_maps or "CUDA_MPS_PIPE_DIRECTORY" in env:
-        pipe = value("CUDA_MPS_PIPE_DIRECTORY")
-        if served["mps_host"] is None or host_path_of(c, volumes, pipe) != served["mps_host"] + "/pipe":
-            problem(f"{where}: CUDA_MPS_PIPE_DIRECTORY {pipe} is not the pipe folder of the daemon's --mps "
-                    f"({served['mps_host']}/pipe on the node)")
-        if pod.get("hostIPC") is not True:
-            problem(f"{where}: an MPS client needs the host's IPC namespace, as the MPS daemon has")
+    psc = pod.get("securityContext") or {}
+    ns = (doc.get("metadata") or {}).get("namespace")
+    labels = ((namespaces.get(ns) or {}).get("metadata") or {}).get("labels") or {}
+    if labels.get("pod-security.kubernetes.io/enforce") != "restricted":
+        report(f"{where}: its namespace {ns} is not rendered with it enforcing Pod Security restricted")
+    for field in ("hostNetwork", "hostIPC", "hostPID", "hostUsers"):
+        if pod.get(field) is (field != "hostUsers"):
+            report(f"{where}: {field} is {pod.get(field)}: restricted forbids it")
+    for v in pod.get("volumes") or []:
+        kinds = set(v) - {"name"}
+        if not kinds <= RESTRICTED_VOLUMES:
+            report(f"{where}: volume {v.get('name')} is {', '.join(sorted(kinds))}: restricted forbids it")
+    containers = (pod.get("initContainers") or []) + (pod.get("containers") or [])
+    for c in containers:
+        cwhere = f"{where}: container {c.get('name')}"
+        sc = c.get("securityContext") or {}
+        caps = sc.get("capabilities") or {}
+        if sc.get("privileged"):
+            report(f"{cwhere}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            report(f"{cwhere}: allowPrivilegeEscalation must be false")
+        if "ALL" not in (caps.get("drop") or []) or set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
+            report(f"{cwhere}: must drop ALL capabilities and add none but NET_BIND_SERVICE")
+        if sc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
+            report(f"{cwhere}: runAsNonRoot must be true")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            report(f"{cwhere}: runAsUser 0")
+        seccomp = (sc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            report(f"{cwhere}: seccompProfile must be RuntimeDefault or Localhost, is {seccomp}")
+        if any(p.get("hostPort") for p in c.get("ports") or []):
+            report(f"{cwhere}: a hostPort")
+        # The resource line is the whole opt-in: what the device plugin hands is not in the spec.
+        names = {e.get("name") for e in c.get("env") or []}
+        for var in sorted(names & {"LD_PRELOAD", "FIKIT_SCHEDULER", "FIKIT_KEY_FILE", "FIKIT_DB", "FIKIT_BELL"}):
+            report(f"{cwhere}: sets {var}, which the device plugin hands")
+        if "fikit.io/service" in fikit_resources(c) and served is not None:
+            uid = sc.get("runAsUser", psc.get("runAsUser"))
+            if str(uid) != str(served["key_uid"]):
+                report(f"{cwhere}: asks for fikit.io/service (the key) but runs as {uid}, "
+                       f"not the device plugin's --key-uid {served['key_uid']}: the hook could not read it")
+    if not any(fikit_resources(c) for c in pod.get("containers") or []):
+        report(f"{where}: no container asks for {' or '.join(FIKIT_RESOURCES)}")
 
 
+# A pod of everything "restricted" refuses: check_restricted must name each.
+RESTRICTED_VIOLATIONS = {
+    "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bad", "namespace": "open"},
+    "spec": {"hostIPC": True, "volumes": [{"name": "h", "hostPath": {"path": "/opt/fikit"}}],
+             "containers": [{"name": "c", "image": "x", "env": [{"name": "LD_PRELOAD", "value": "/x.so"}],
+                             "securityContext": {"runAsUser": 0, "capabilities": {"add": ["SYS_ADMIN"]}},
+                             "resources": {"limits": {"fikit.io/service": 1}}}]}}
+RESTRICTED_VIOLATION_WORDS = ("namespace open", "hostIPC", "hostPath", "allowPrivilegeEscalation", "drop ALL",
+                              "runAsNonRoot", "runAsUser 0", "seccompProfile", "LD_PRELOAD", "--key-uid")
+
+
+# Every kind of workload asking for fikit.io/job under "restricted", as a user would write them.
+RESTRICTED_POD = """
+      securityContext: {runAsNonRoot: true, runAsUser: 1000, seccompProfile: {type: RuntimeDefault}}
+      containers:
+        - name: main
+          image: example/cuda
+          securityContext: {allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}
+          resources: {limits: {fikit.io/job: 1}}
+          volumeMounts: [{name: data, mountPath: /data}]
+      volumes: [{name: data, emptyDir: {}}]"""
 JOB_FIXTURES = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: jobs, labels: {pod-security.kubernetes.io/enforce: restricted}}
+---
 apiVersion: v1
 kind: Pod
 metadata: {name: fixture-pod}
-spec:
-  containers: [{name: main, image: example/cuda, env: [{name: FIKIT_PRIORITY, value: "0"}]}, {name: side, image: x}]
+spec:%s
 ---
 apiVersion: batch/v1
 kind: CronJob
 metadata: {name: fixture-cronjob}
 spec:
   schedule: "0 * * * *"
-  jobTemplate: {spec: {template: {spec: {restartPolicy: Never, containers: [{name: main, image: example/cuda}]}}}}
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never%s
 ---
 apiVersion: apps/v1
 kind: Deployment
@@ -345,9 +445,7 @@ spec:
   selector: {matchLabels: {app: x}}
   template:
     metadata: {labels: {app: x}}
-    spec:
-      containers: [{name: main, image: example/cuda, volumeMounts: [{name: data, mountPath: /data}]}]
-      volumes: [{name: data, emptyDir: {}}]
+    spec:%s
 ---
 apiVersion: apps/v1
 kind: StatefulSet
@@ -357,8 +455,9 @@ spec:
   selector: {matchLabels: {app: y}}
   template:
     metadata: {labels: {app: y}}
-    spec: {containers: [{name: main, image: example/cuda}]}
-"""
+    spec:%s
+""" % (RESTRICTED_POD.replace("\n      ", "\n  "), RESTRICTED_POD.replace("\n      ", "\n          "),
+       RESTRICTED_POD, RESTRICTED_POD)
 
 
 def render(tools, kdir):
@@ -387,18 +486,18 @@ def validate(tools, label, text, tmp):
 
 
 def prepare_tree(src, tmp):
-    """A copy of the Kubernetes package with a made-up key wherever a secretGenerator wants one."""
+    """A copy of the Kubernetes package as committed: without the keys and whatever else git ignores
+    there, so that a rendering that needs a file made by hand fails."""
     dst = os.path.join(tmp, "kubernetes")
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.key"))
-    for base, _, files in os.walk(dst):
-        if "kustomization.yaml" not in files:
-            continue
-        with open(os.path.join(base, "kustomization.yaml")) as f:
-            k = yaml.safe_load(f) or {}
-        for gen in k.get("secretGenerator") or []:
-            for entry in gen.get("files") or []:
-                with open(os.path.join(base, entry.split("=", 1)[-1]), "w") as f:
-                    f.write(secrets.token_hex(32) + "\n")
+    listed = run(["git", "-C", src, "ls-files", "--cached", "--others", "--exclude-standard", "."])
+    if listed.returncode != 0:
+        problem(f"git ls-files {src}: {listed.stderr.strip()}")
+        shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.key"))
+        return dst
+    for rel in listed.stdout.split():
+        if os.path.exists(os.path.join(src, rel)):
+            os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+            shutil.copy(os.path.join(src, rel), os.path.join(dst, rel))
     return dst
 
 
@@ -409,16 +508,14 @@ def check_kubernetes(root, tools, flags, tmp):
     for group in ("overlays", "examples"):
         for name in sorted(os.listdir(os.path.join(tree, group))):
             renderings[f"{group}/{name}"] = os.path.join(tree, group, name)
-    # The job components on every kind of workload they promise to handle, MPS on and off.
-    for label, components in (("job-fixtures", ["job"]), ("job-mps-fixtures", ["job", "job-mps"])):
-        kdir = os.path.join(tree, "fixtures", label)
-        os.makedirs(kdir)
-        with open(os.path.join(kdir, "workloads.yaml"), "w") as f:
-            f.write(JOB_FIXTURES)
-        with open(os.path.join(kdir, "kustomization.yaml"), "w") as f:
-            yaml.safe_dump({"namespace": "jobs", "resources": ["workloads.yaml"],
-                            "components": [f"../../components/{c}" for c in components]}, f)
-        renderings[label] = kdir
+    # Workloads of every kind a user opts in with the resource line alone.
+    kdir = os.path.join(tree, "fixtures", "job-fixtures")
+    os.makedirs(kdir)
+    with open(os.path.join(kdir, "workloads.yaml"), "w") as f:
+        f.write(JOB_FIXTURES)
+    with open(os.path.join(kdir, "kustomization.yaml"), "w") as f:
+        yaml.safe_dump({"namespace": "jobs", "resources": ["workloads.yaml"]}, f)
+    renderings["job-fixtures"] = kdir
     served = {}
     rendered = {}
     for label, kdir in renderings.items():
@@ -433,29 +530,29 @@ def check_kubernetes(root, tools, flags, tmp):
         for ds in (d for d in docs if d.get("kind") == "DaemonSet"):
             served[label] = check_daemonset(f"{label}: {name_of(ds)}", docs, ds)
             check_monitoring(label, docs, ds)
-    # Jobs against the daemon as the overlays serve it: MPS jobs against the overlay that runs MPS.
+    # Every pod that asks for a fikit.io resource, against the daemon as overlays/default serves it.
     daemon = served.get("overlays/default")
-    daemon_mps = next((s for s in served.values() if s.get("mps_host")), None)
-    if daemon is None or daemon_mps is None:
-        problem("kubernetes: need overlays/default and an overlay with MPS on to check the job components against")
-    else:
-        for label, docs in rendered.items():
-            if label.startswith("overlays/"):
-                continue
-            for doc in docs:
-                if pod_spec(doc) is not None:
-                    mps = "CUDA_MPS_PIPE_DIRECTORY" in json.dumps(docs)
-                    check_job(f"{label}: {name_of(doc)}", docs, doc, daemon_mps if mps else daemon)
-        fixtures = [d for d in rendered.get("job-fixtures", []) if pod_spec(d) is not None]
-        if len(fixtures) != 4:
-            problem(f"job-fixtures: rendered {len(fixtures)} workloads of 4")
-        for doc in fixtures:
-            c = pod_spec(doc)["containers"]
-            if len(c) > 1 and (c[1].get("envFrom") or c[1].get("volumeMounts")):
-                problem(f"job-fixtures: {name_of(doc)}: the second container got FIKIT's settings too")
-            if doc.get("kind") == "Pod" and (c[0].get("env") or [{}])[0] != {"name": "FIKIT_PRIORITY", "value": "0"}:
-                problem(f"job-fixtures: {name_of(doc)}: the container's own env was changed")
-    note(f"kubernetes: rendered and validated {', '.join(rendered)} (schemas of {' and '.join(K8S_VERSIONS)})")
+    if daemon is None:
+        problem("kubernetes: need overlays/default to check the job pods against")
+    opted_in = 0
+    for label, docs in rendered.items():
+        if label.startswith("overlays/"):
+            continue
+        namespaces = {(d.get("metadata") or {}).get("name"): d for d in docs if d.get("kind") == "Namespace"}
+        for doc in docs:
+            if pod_spec(doc) is not None:
+                opted_in += 1
+                check_restricted(f"{label}: {name_of(doc)}", doc, namespaces, daemon)
+    if len([d for d in rendered.get("job-fixtures", []) if pod_spec(d) is not None]) != 4:
+        problem("job-fixtures: did not render 4 workloads")
+    # The restricted check itself: a pod of every violation must be refused for each.
+    found = []
+    check_restricted("self-check", RESTRICTED_VIOLATIONS, {}, {"key_uid": "1000"}, report=found.append)
+    for word in RESTRICTED_VIOLATION_WORDS:
+        if not any(word in line for line in found):
+            problem(f"check_restricted does not notice {word!r} (it said: {found})")
+    note(f"kubernetes: rendered and validated {', '.join(rendered)} (schemas of {' and '.join(K8S_VERSIONS)}); "
+         f"{opted_in} workloads asking for a fikit.io resource meet Pod Security restricted")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -682,6 +779,7 @@ def main():
     ap.add_argument("--root", required=True)
     ap.add_argument("--scheduler", help="the built fikit-scheduler")
     ap.add_argument("--run", help="the built fikit-run")
+    ap.add_argument("--device-plugin", help="the built fikit-device-plugin")
     ap.add_argument("--tools", help="the venv scripts/setup.sh makes (default ROOT/.dist-tools)")
     ap.add_argument("--list-context", action="store_true",
                     help="print the files a container build of ROOT would be sent, and exit")
@@ -691,9 +789,10 @@ def main():
         files, _ = build_context(root, read_ignore(os.path.join(root, ".containerignore")))
         print("\n".join(files))
         return 0
-    if not a.scheduler or not a.run:
-        ap.error("--scheduler and --run are needed")
-    flags = {"fikit-scheduler": help_flags(a.scheduler), "fikit-run": help_flags(a.run)}
+    if not a.scheduler or not a.run or not a.device_plugin:
+        ap.error("--scheduler, --run and --device-plugin are needed")
+    flags = {"fikit-scheduler": help_flags(a.scheduler), "fikit-run": help_flags(a.run),
+             "fikit-device-plugin": help_flags(a.device_plugin)}
     tools = find_tools(root, a.tools)
     with open(os.path.join(root, "docs", "deploy.md")) as f:
         markdown = f.read()
