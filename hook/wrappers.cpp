@@ -191,14 +191,19 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
     return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
                           [&](CUstream) { return real(graph, stream); });
   graph::launching(*plan, stream);
+  // A bounded wait for queue room (graph::kSegmentsAhead); past FIKIT_MAX_WAIT_MS the rest go unthrottled.
+  const uint64_t max_room_wait_ns = uint64_t(config().max_wait_ms) * 1'000'000;
+  bool throttled = true;
   for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
     const graph::Segment& segment = graph::segment(*plan, i);
+    if (throttled) throttled = graph::wait_for_room(*plan, i, max_room_wait_ns);
     LaunchInfo op = make_op(OpKind::Graph, effective_stream<V>(stream), 0);
     op.graph_id = segment.id;
     op.graph_hint_ns = segment.predicted_ns;
     const CUresult result =
         observed_op<V, /*kNotCapturing=*/true>(mode, op, [&](CUstream) { return real(segment.exec, stream); });
     if (result != CUDA_SUCCESS) return result;
+    graph::queued(*plan, i, stream);
   }
   graph::launched(*plan, stream);
   return CUDA_SUCCESS;

@@ -1,11 +1,14 @@
 #include "segments.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <mutex>
 #include <new>
 #include <vector>
 
+#include "clock.h"
 #include "config.h"
 #include "driver.h"
 #include "kernelid.h"
@@ -29,6 +32,9 @@ struct Plan {
   // for this event, recorded after each launch's last piece.
   CUevent done = nullptr;
   std::atomic<CUstream> last_stream{nullptr};
+  // Recorded after each segment in turn (segment i into ahead[i % kSegmentsAhead]): a launch waits
+  // for the segment kSegmentsAhead back before it queues the next (queued()). Empty: no throttle.
+  CUevent ahead[kSegmentsAhead] = {};
 };
 
 namespace {
@@ -111,6 +117,8 @@ void release(Plan* plan) noexcept {
   for (CUgraph g : plan->graphs)
     if (g != nullptr && d.graph_destroy != nullptr) d.graph_destroy(g);
   if (plan->done != nullptr && d.event_destroy != nullptr) d.event_destroy(plan->done);
+  for (CUevent e : plan->ahead)
+    if (e != nullptr && d.event_destroy != nullptr) d.event_destroy(e);
   delete plan;
 }
 
@@ -164,7 +172,7 @@ bool calls_present(const DriverCalls& d) noexcept {
   return d.graph_get_nodes && (d.graph_get_edges_v2 || d.graph_get_edges) && d.graph_node_get_type &&
          d.graph_kernel_node_get_params && d.graph_clone && d.graph_node_find_in_clone && d.graph_destroy_node &&
          d.graph_destroy && d.graph_instantiate && d.graph_exec_destroy && d.event_create && d.event_record &&
-         d.event_destroy && d.stream_wait_event;
+         d.event_destroy && d.event_query && d.stream_wait_event;
 }
 
 uint64_t kernel_shape(const DriverCalls& d, CUgraphNode node) noexcept {
@@ -319,6 +327,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     ok = d.graph_instantiate(&plan->segments[s].exec, plan->graphs[s], segment_flags) == CUDA_SUCCESS;
   }
   ok = ok && d.event_create(&plan->done, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
+  for (CUevent& e : plan->ahead) ok = ok && d.event_create(&e, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS;
   if (!ok) {
     // What was made goes: the segments' executables, and every graph (split or not).
     for (const Segment& s : plan->segments)
@@ -412,6 +421,30 @@ void launching(const Plan& plan, CUstream stream) noexcept {
 void launched(const Plan& plan, CUstream stream) noexcept {
   (void)driver_calls().event_record(plan.done, stream);
   launched_segment_count(plan);
+}
+
+bool wait_for_room(const Plan& plan, uint32_t i, uint64_t max_wait_ns) noexcept {
+  if (i < kSegmentsAhead) return true;
+  const DriverCalls& d = driver_calls();
+  CUevent back = plan.ahead[i % kSegmentsAhead];   // recorded after segment i - kSegmentsAhead
+  uint64_t deadline_ns = 0;
+  for (uint32_t spins = 0;; ++spins) {
+    const CUresult r = d.event_query(back);
+    if (r != CUDA_ERROR_NOT_READY) return true;   // done (or unusable: no throttle is no error)
+    const uint64_t now = monotonic_ns();
+    if (deadline_ns == 0) deadline_ns = now + max_wait_ns;
+    if (now >= deadline_ns) {
+      log(LogLevel::Debug, "graphs: a segment ran %llu ms without finishing; the rest of this launch is not throttled",
+          static_cast<unsigned long long>(max_wait_ns / 1000000));
+      return false;
+    }
+    // A segment lasts tens of microseconds: spin briefly, then let other threads of the program run.
+    if (spins >= 64) sched_yield();
+  }
+}
+
+void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept {
+  (void)driver_calls().event_record(plan.ahead[i % kSegmentsAhead], stream);
 }
 
 uint32_t segment_count(const Plan& plan) noexcept { return uint32_t(plan.segments.size()); }

@@ -79,6 +79,20 @@ const Segment& segment(const Plan& plan, uint32_t i) noexcept;
 void launching(const Plan& plan, CUstream stream) noexcept;
 void launched(const Plan& plan, CUstream stream) noexcept;
 
+// How many of one launch's segments may be queued on the GPU at once. Many graph launches queued
+// on one stream slow the GPU down: a PyTorch ViT-L training step cut into 512 pieces and launched all
+// at once cost 155-208 us of GPU time per boundary on an H100; the same pieces with at most 32
+// queued 6.4 us, with 8 queued 1.9 us, with 2 queued 1.6 us (bench/gpu/probes/graph_split_probe.py,
+// docs/scheduling.md, "Graphs"). The gate's in-flight bound counts predicted time, not launches,
+// and a deep queue makes each piece run longer than predicted, so the bound alone does not cap it.
+inline constexpr uint32_t kSegmentsAhead = 8;
+// Before segment i of a launch: waits (spinning, then yielding) until segment i - kSegmentsAhead of
+// it has run, at most `max_wait_ns` (false: stop waiting for the rest of this launch; a segment can
+// depend on work the program has not queued yet, such as a stream-memory wait on a later write).
+bool wait_for_room(const Plan& plan, uint32_t i, uint64_t max_wait_ns) noexcept;
+// After segment i was queued on `stream`.
+void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept;
+
 // The segment executable and node that stand for `node` of `exec`, for a call that changes the
 // node in the whole executable (after the call succeeded there): false when `exec` has no segments.
 bool node_in_segment(CUgraphExec exec, CUgraphNode node, CUgraphExec* segment_exec, CUgraphNode* segment_node) noexcept;
