@@ -5,6 +5,8 @@
 // left in memory, one line per step, so that a test can compare a run whose graphs the hook cut
 // into segments with one whose graphs it launched whole.
 //   graph_probe [legacy|flags|params]   how the main graph is instantiated (default: flags)
+//   graph_probe queue   one launch of a chain of 12 x (4 kernels of 500 us, an event recorded); prints
+//                       how many events were complete when cuGraphLaunch returned, and in the end
 #include <cuda.h>
 
 #include <cstdio>
@@ -149,6 +151,40 @@ void print(const char* step, const Buffers& b) {
               g_host_a, g_host_b);
 }
 
+unsigned long long g_queue_ns = 500'000;
+
+// The hook keeps at most 8 of one launch's segments queued: when the launch of the 12 segments
+// (4 unknown kernels at a quarter of the budget each, then an event recorded) returns, the first 4
+// have run. (The simulator runs a host function when its launch is queued, so events tell.)
+int queue(CUstream stream) {
+  CUgraph g;
+  CHECK(cuGraphCreate(&g, 0));
+  CUgraphNode prev = nullptr, node;
+  CUevent done[12];
+  for (int piece = 0; piece < 12; ++piece) {
+    for (int i = 0; i < 4; ++i) {
+      CUDA_KERNEL_NODE_PARAMS k = spin_params(&g_queue_ns);
+      CHECK(cuGraphAddKernelNode(&node, g, prev != nullptr ? &prev : nullptr, prev != nullptr ? 1 : 0, &k));
+      prev = node;
+    }
+    CHECK(cuEventCreate(&done[piece], CU_EVENT_DISABLE_TIMING));
+    CHECK(cuGraphAddEventRecordNode(&node, g, &prev, 1, done[piece]));
+    prev = node;
+  }
+  CUgraphExec exec;
+  CHECK(cuGraphInstantiate(&exec, g, 0));
+  CHECK(cuGraphLaunch(exec, stream));
+  int at_return = 0;
+  for (CUevent e : done) at_return += cuEventQuery(e) == CUDA_SUCCESS;
+  CHECK(cuStreamSynchronize(stream));
+  int in_all = 0;
+  for (CUevent e : done) in_all += cuEventQuery(e) == CUDA_SUCCESS;
+  std::printf("queue pieces_done_at_return %d of %d\n", at_return, in_all);
+  CHECK(cuGraphExecDestroy(exec));
+  CHECK(cuGraphDestroy(g));
+  return 0;
+}
+
 int clear(const Buffers& b) {
   for (CUdeviceptr p : {b.x, b.y, b.z, b.w, b.v, b.u}) CHECK(cuMemsetD32(p, 0, 16));
   return 0;
@@ -169,6 +205,7 @@ int main(int argc, char** argv) {
   CHECK(cuModuleGetFunction(&g_spin, mod, "spin_kernel"));
   CUstream stream;
   CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  if (how == "queue") return queue(stream);
   CUevent ev;
   CHECK(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING));
   Buffers b{};

@@ -233,6 +233,22 @@ TEST(HookSim, AJobWithNothingAboveItLaunchesItsGraphsWhole) {
   EXPECT_NE(r.err.find("graph_launches=6 "), std::string::npos) << r.err;   // the program's own
 }
 
+// One launch keeps at most 8 of its segments queued (graph::kSegmentsAhead): when the launch of 12
+// returns, the first 4 have run (launched whole, it returns at once: 0 of 12 on an idle host).
+TEST(HookSim, AGraphLaunchKeepsAtMostEightSegmentsQueued) {
+  const Result cut = graph_probe("queue", "FIKIT_MODE=share FIKIT_GRAPH_SEGMENTS=always");
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_NE(cut.err.find("segments=12 segment_launches=12 "), std::string::npos) << cut.err;
+  int at_return = -1, in_all = -1;
+  ASSERT_EQ(std::sscanf(cut.out.c_str(), "queue pieces_done_at_return %d of %d", &at_return, &in_all), 2) << cut.out;
+  EXPECT_GE(at_return, 12 - 8);
+  EXPECT_EQ(in_all, 12);
+  const Result whole = graph_probe("queue", "FIKIT_MODE=share FIKIT_GRAPH_SEGMENT_US=0");
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(std::sscanf(whole.out.c_str(), "queue pieces_done_at_return %d of %d", &at_return, &in_all), 2) << whole.out;
+  EXPECT_EQ(in_all, 12);   // (when it returned is left unasserted: a busy host may stall 24 ms)
+}
+
 // A service's graphs (priority 0) are never cut.
 TEST(HookSim, AServicesGraphsStayWhole) {
   const Result r = graph_probe("flags", "FIKIT_PRIORITY=0");
