@@ -21,6 +21,9 @@ find_package(Boost 1.74 REQUIRED)            # Asio is header-only
 find_package(spdlog REQUIRED)                # used header-only: the GPU machine has another soname
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)   # the tools' JSON output (header-only)
+# The metrics endpoint's exposition text (prometheus-cpp's TextSerializer; the daemon serves the HTTP
+# itself): prometheus-cpp::core, a shared library (Debian ships no static one).
+find_package(prometheus-cpp CONFIG REQUIRED)
 
 # libsodium for the datagrams' HMAC (protocol/auth.cpp), linked statically so the hook and
 # the daemon carry it: the GPU machine need not have it. Only HMAC-SHA256 is used; it is

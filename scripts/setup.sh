@@ -11,6 +11,7 @@ packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog
           libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3
           libcli11-dev nlohmann-json3-dev   # command lines and JSON of the tools
           libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler   # fikit-device-plugin's gRPC
+          prometheus-cpp-dev   # the metrics' exposition text (fikit-scheduler)
           clang-14 libclang-rt-14-dev   # clang: the libFuzzer target on the protocol decoder
           yamllint python3-yaml systemd python3-venv   # the deployment files' checks (tests/deploy_test)
           python3-prometheus-client)   # the metrics' format check (tests/scheduler_test)
@@ -20,7 +21,7 @@ programs_only=0
 if [ "$programs_only" = 1 ]; then
   packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev libsodium-dev
             libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3 libcli11-dev nlohmann-json3-dev
-            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler)
+            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus-cpp-dev)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -1,10 +1,16 @@
 #include "metrics.h"
 
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -16,25 +22,55 @@ using asio::ip::tcp;
 
 namespace {
 
-std::string label_value(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') { out += "\\n"; continue; }
-    out += c;
-  }
-  return out;
-}
+namespace pm = prometheus;
+using Labels = std::vector<pm::ClientMetric::Label>;
 
-void family(std::string& out, const char* name, const char* type, const char* help) {
-  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
-}
+// The exposition's families in the order they are written; prometheus-cpp's TextSerializer writes
+// them (escaping, number formatting, the histogram's _bucket/_sum/_count lines).
+class Families {
+ public:
+  // A new family; samples go into the last one added. Its help must hold no backslash or newline:
+  // Debian's prometheus-cpp (1.0.1) writes HELP as it is, unescaped (label values it escapes).
+  void add(std::string name, pm::MetricType type, std::string help) {
+    all_.push_back(pm::MetricFamily{std::move(name), std::move(help), type, {}});
+  }
+  // A counter's or gauge's sample. Values are doubles in prometheus-cpp: integers are exact up to
+  // 2^53, which no counter here comes near.
+  void sample(Labels labels, double value) {
+    pm::MetricFamily& f = all_.back();
+    pm::ClientMetric m;
+    m.label = std::move(labels);
+    (f.type == pm::MetricType::Counter ? m.counter.value : m.gauge.value) = value;
+    f.metric.push_back(std::move(m));
+  }
+  void histogram(Labels labels, const policy::WaitHistogram& h) {
+    pm::ClientMetric m;
+    m.label = std::move(labels);
+    m.histogram.sample_count = h.count;
+    m.histogram.sample_sum = h.sum_ns / 1e9;
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b < policy::WaitHistogram::kBoundsNs.size(); ++b) {
+      cumulative += h.counts[b];
+      m.histogram.bucket.push_back({cumulative, policy::WaitHistogram::kBoundsNs[b] / 1e9});
+    }
+    m.histogram.bucket.push_back({h.count, std::numeric_limits<double>::infinity()});
+    all_.back().metric.push_back(std::move(m));
+  }
+  std::string text() const {
+    std::ostringstream out;
+    pm::TextSerializer().Serialize(out, all_);
+    return out.str();
+  }
+
+ private:
+  std::vector<pm::MetricFamily> all_;
+};
 
 // A per-device counter (or gauge) from each domain's counters.
 template <class Get>
-void per_device(std::string& out, const DaemonSnapshot& s, const char* name, const char* type, const char* help, Get get) {
-  family(out, name, type, help);
-  for (const auto& d : s.domains) out += fmt::format("{}{{device=\"{}\"}} {}\n", name, label_value(d.device), get(d));
+void per_device(Families& out, const DaemonSnapshot& s, std::string name, pm::MetricType type, const char* help, Get get) {
+  out.add(std::move(name), type, help);
+  for (const auto& d : s.domains) out.sample({{"device", d.device}}, double(get(d)));
 }
 
 // The answer to an HTTP request (its request line and headers): the metrics at /metrics, GET or HEAD.
@@ -53,10 +89,6 @@ std::string http_answer(const std::string& request, const MetricsServer::Source&
   return fmt::format("HTTP/1.1 {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
                      status, type, body.size(), head ? std::string() : body);
 }
-
-}  // namespace
-
-namespace {
 
 void add(policy::WaitHistogram& into, const policy::WaitHistogram& h) {
   for (size_t b = 0; b < h.counts.size(); ++b) into.counts[b] += h.counts[b];
@@ -90,14 +122,15 @@ const DepartedTasks::Counts* DepartedTasks::of(const std::string& device, const 
 
 std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) {
   if (departed != nullptr) departed->update(s);
-  std::string out;
-  family(out, "fikit_build_info", "gauge", "The daemon's version (always 1).");
-  out += fmt::format("fikit_build_info{{version=\"{}\"}} 1\n", FIKIT_VERSION);
-  family(out, "fikit_uptime_seconds", "gauge", "Seconds since the daemon started.");
-  out += fmt::format("fikit_uptime_seconds {:.3f}\n", s.uptime_ns / 1e9);
+  using T = pm::MetricType;
+  Families out;
+  out.add("fikit_build_info", T::Gauge, "The daemon's version (always 1).");
+  out.sample({{"version", FIKIT_VERSION}}, 1);
+  out.add("fikit_uptime_seconds", T::Gauge, "Seconds since the daemon started.");
+  out.sample({}, std::round(s.uptime_ns / 1e6) / 1e3);   // to the millisecond, as it always was
   using D = DomainSnapshot;
-  per_device(out, s, "fikit_tasks", "gauge", "Tasks registered on the GPU.", [](const D& d) { return d.tasks.size(); });
-  per_device(out, s, "fikit_grants_total", "counter",
+  per_device(out, s, "fikit_tasks", T::Gauge, "Tasks registered on the GPU.", [](const D& d) { return d.tasks.size(); });
+  per_device(out, s, "fikit_grants_total", T::Counter,
              "Launches a task waited for and the daemon let go (a gap fill, or the task's turn to run).",
              [](const D& d) {
                uint64_t n = 0;
@@ -109,28 +142,26 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   const auto policy_counter = [&](const char* name, const char* help, uint64_t policy::Counters::*field) {
     static constexpr std::string_view kUnfilled = "unfilled_";
     if (std::string_view(name).substr(0, kUnfilled.size()) == kUnfilled) return;
-    per_device(out, s, fmt::format("fikit_{}_total", name).c_str(), "counter", help,
-               [field](const D& d) { return d.counters.*field; });
+    per_device(out, s, fmt::format("fikit_{}_total", name), T::Counter, help, [field](const D& d) { return d.counters.*field; });
   };
 #define FIKIT_COUNTER_METRIC(name, help) policy_counter(#name, help, &policy::Counters::name);
   FIKIT_POLICY_COUNTERS(FIKIT_COUNTER_METRIC)
 #undef FIKIT_COUNTER_METRIC
-  family(out, "fikit_gaps_unfilled_total", "counter", "Predicted gaps of the holder that ended with no filler, by why.");
+  out.add("fikit_gaps_unfilled_total", T::Counter, "Predicted gaps of the holder that ended with no filler, by why.");
   for (const auto& d : s.domains) {
     const auto& c = d.counters;
     const std::pair<const char*, uint64_t> reasons[] = {{"no_want", c.unfilled_no_want}, {"unprofiled", c.unfilled_unprofiled},
                                                         {"too_long", c.unfilled_too_long}, {"late", c.unfilled_late}};
-    for (const auto& [reason, n] : reasons)
-      out += fmt::format("fikit_gaps_unfilled_total{{device=\"{}\",reason=\"{}\"}} {}\n", label_value(d.device), reason, n);
+    for (const auto& [reason, n] : reasons) out.sample({{"device", d.device}, {"reason", reason}}, double(n));
   }
 
-  family(out, "fikit_dropped_datagrams_total", "counter", "Datagrams the daemon dropped, by reason.");
+  out.add("fikit_dropped_datagrams_total", T::Counter, "Datagrams the daemon dropped, by reason.");
   const auto& c = s.sessions;
   const std::pair<const char*, uint64_t> drops[] = {
       {"malformed", s.malformed},           {"bad_mac", s.bad_mac},           {"wrong_direction", s.wrong_direction},
       {"unknown_session", c.unknown_session}, {"stale_epoch", c.stale_epoch}, {"wrong_address", c.wrong_address},
       {"wrong_auth", c.wrong_auth},         {"replayed", c.replayed},         {"wrong_task", c.wrong_task}};
-  for (const auto& [reason, n] : drops) out += fmt::format("fikit_dropped_datagrams_total{{reason=\"{}\"}} {}\n", reason, n);
+  for (const auto& [reason, n] : drops) out.sample({{"reason", reason}}, double(n));
 
   // Per task key, not per task ID: a key names the same program across its restarts, so a scrape
   // series outlives a process instead of every run making new ones. Processes of one key on one GPU
@@ -172,35 +203,33 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
       }
   // Labels that stay for the life of the key's series (its priority is a gauge of its own: as a label
   // it would start a new series whenever it changed).
-  const auto labels_of = [](const KeyTotals& k) {
-    return fmt::format("device=\"{}\",key=\"{}\"", label_value(k.device), label_value(k.key));
+  const auto labels_of = [](const KeyTotals& k) { return Labels{{"device", k.device}, {"key", k.key}}; };
+  auto per_key = [&](const char* name, T type, const char* help, auto get) {
+    out.add(name, type, help);
+    for (const auto& [_, k] : by_key) out.sample(labels_of(k), double(get(k)));
   };
-  auto per_key = [&](const char* name, const char* type, const char* help, auto get) {
-    family(out, name, type, help);
-    for (const auto& [_, k] : by_key) out += fmt::format("{}{{{}}} {}\n", name, labels_of(k), get(k));
-  };
-  per_key("fikit_task_processes", "gauge", "Processes registered under the task key.",
+  per_key("fikit_task_processes", T::Gauge, "Processes registered under the task key.",
           [](const KeyTotals& k) { return k.processes; });
-  per_key("fikit_task_priority", "gauge", "The task key's priority (0 highest .. 9; the highest of its processes).",
+  per_key("fikit_task_priority", T::Gauge, "The task key's priority (0 highest .. 9; the highest of its processes).",
           [](const KeyTotals& k) { return k.priority; });
   // Device memory (docs/memory.md).
-  per_key("fikit_task_memory_bytes", "gauge", "Device memory the task's allocations hold (their last heartbeats).",
+  per_key("fikit_task_memory_bytes", T::Gauge, "Device memory the task's allocations hold (their last heartbeats).",
           [](const KeyTotals& k) { return k.memory_used; });
-  per_key("fikit_task_memory_cap_bytes", "gauge",
+  per_key("fikit_task_memory_cap_bytes", T::Gauge,
           "Device memory the task may hold: its own limit or what --reserve-memory leaves it (0: no cap).",
           [](const KeyTotals& k) { return k.memory_cap; });
-  per_key("fikit_task_memory_refusals_total", "counter",
+  per_key("fikit_task_memory_refusals_total", T::Counter,
           "Allocations the task's hook refused with CUDA_ERROR_OUT_OF_MEMORY over its cap.",
           [](const KeyTotals& k) { return k.memory_refusals; });
-  per_key("fikit_task_busy_ratio", "gauge",
+  per_key("fikit_task_busy_ratio", T::Gauge,
           "Share of its requests' time the task keeps the GPU busy, from its profile (docs/scheduling.md).",
           [](const KeyTotals& k) { return k.busy_pct / 100.0; });
   // A controlled service: its objective, its last judged inflation (0 until a window was judged),
   // and its regime as the ladder's step (0 held .. 5 beside: policy/controller.h).
   auto per_service = [&](const char* name, const char* help, auto get) {
-    family(out, name, "gauge", help);
+    out.add(name, T::Gauge, help);
     for (const auto& [_, k] : by_key)
-      if (k.controlled) out += fmt::format("{}{{{}}} {}\n", name, labels_of(k), get(k));
+      if (k.controlled) out.sample(labels_of(k), double(get(k)));
   };
   per_service("fikit_service_objective_ratio", "The service's objective: its periods at most this multiple of its baseline.",
               [](const KeyTotals& k) { return k.objective / 1000.0; });
@@ -211,27 +240,19 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
               [](const KeyTotals& k) { return k.regime; });
   // The state the daemon holds each task in: one series per state, 1 for the current one (processes
   // of one key may differ: each counts).
-  family(out, "fikit_task_state", "gauge", "Processes of the task key in each scheduling state (run, fill, hold, ...).");
+  out.add("fikit_task_state", T::Gauge, "Processes of the task key in each scheduling state (run, fill, hold, ...).");
   for (const auto& [_, k] : by_key)
-    for (const protocol::State state : {protocol::State::Run, protocol::State::Fill, protocol::State::Hold})
-      out += fmt::format("fikit_task_state{{{},state=\"{}\"}} {}\n", labels_of(k), protocol::to_string(state),
-                         k.states.count(protocol::to_string(state)) ? k.states.at(protocol::to_string(state)) : 0);
-
-  family(out, "fikit_task_wait_seconds", "histogram",
-         "How long a task waited for the daemon to let a launch go (its wants, from the first to the grant): the time it was held.");
-  for (const auto& [_, k] : by_key) {
-    const std::string labels = labels_of(k);
-    uint64_t cumulative = 0;
-    for (size_t b = 0; b < policy::WaitHistogram::kBoundsNs.size(); ++b) {
-      cumulative += k.waits.counts[b];
-      out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"{}\"}} {}\n", labels,
-                         policy::WaitHistogram::kBoundsNs[b] / 1e9, cumulative);
+    for (const protocol::State state : {protocol::State::Run, protocol::State::Fill, protocol::State::Hold}) {
+      const std::string name = protocol::to_string(state);
+      Labels labels = labels_of(k);
+      labels.push_back({"state", name});
+      out.sample(std::move(labels), double(k.states.count(name) ? k.states.at(name) : 0));
     }
-    out += fmt::format("fikit_task_wait_seconds_bucket{{{},le=\"+Inf\"}} {}\n", labels, k.waits.count);
-    out += fmt::format("fikit_task_wait_seconds_sum{{{}}} {:.9f}\n", labels, k.waits.sum_ns / 1e9);
-    out += fmt::format("fikit_task_wait_seconds_count{{{}}} {}\n", labels, k.waits.count);
-  }
-  return out;
+
+  out.add("fikit_task_wait_seconds", T::Histogram,
+          "How long a task waited for the daemon to let a launch go (its wants, from the first to the grant): the time it was held.");
+  for (const auto& [_, k] : by_key) out.histogram(labels_of(k), k.waits);
+  return out.text();
 }
 
 MetricsServer::MetricsServer(asio::io_context& io, const std::string& host, uint16_t port, Source source)

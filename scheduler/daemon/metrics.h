@@ -1,7 +1,9 @@
 #pragma once
 // Prometheus metrics: the daemon's counters and per-task wait histograms, per GPU, in the text
-// exposition format (version 0.0.4), served over HTTP on a loopback TCP port when asked for
-// (--metrics HOST:PORT; off by default). One GET per connection; anything else gets 404 or 405.
+// exposition format (version 0.0.4, written by prometheus-cpp's TextSerializer), served over HTTP on
+// a loopback TCP port when asked for (--metrics HOST:PORT; off by default) by the daemon's own
+// one-request server (one_request.h): prometheus-cpp's Exposer would bring a second HTTP server
+// (civetweb) and threads of its own. One GET per connection; anything else gets 404 or 405.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 

@@ -48,8 +48,10 @@ CRD_KINDS = {"ServiceMonitor"}          # no schema in kubernetes-validate: chec
 SETUP_NOT_IN_IMAGE = {"libgtest-dev", "libgmock-dev", "libbenchmark-dev", "sqlite3", "python3", "clang-14",
                       "libclang-rt-14-dev", "yamllint", "python3-yaml", "systemd", "python3-venv",
                       "python3-prometheus-client"}
-# The recipe's own: fetching NVIDIA's repository key.
-IMAGE_NOT_IN_SETUP = {"ca-certificates", "wget", "libsqlite3-0", "libgrpc++1.51", "libprotobuf32"}
+# The recipe's own: fetching NVIDIA's repository key, and the run stage's shared libraries (the -dev
+# packages' runtime halves).
+IMAGE_NOT_IN_SETUP = {"ca-certificates", "wget", "libsqlite3-0", "libprometheus-cpp-core1.0", "libgrpc++1.51",
+                      "libprotobuf32"}
 # What the device plugin advertises (its defaults, deviceplugin/plugin_config.cpp).
 FIKIT_RESOURCES = ("fikit.io/job", "fikit.io/service")
 # Pod Security "restricted": the volume kinds it allows, and the one capability a container may add.
