@@ -29,7 +29,8 @@ BellBoard* create_bell(const std::string& path, uint64_t epoch, std::string& err
     return nullptr;
   }
   void* p = MAP_FAILED;
-  if (ftruncate(fd, sizeof(BellBoard)) == 0)
+  // Readable by all (whatever the umask), writable by this user only (map_bell).
+  if (fchmod(fd, 0644) == 0 && ftruncate(fd, sizeof(BellBoard)) == 0)
     p = mmap(nullptr, sizeof(BellBoard), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) {
@@ -57,13 +58,18 @@ BellBoard* create_bell(const std::string& path, uint64_t epoch, std::string& err
   return board;
 }
 
-BellBoard* map_bell(const std::string& path, uint64_t epoch) noexcept {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+BellBoard* map_bell(const std::string& path, uint64_t epoch, bool* writable) noexcept {
+  *writable = true;
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 && errno == EACCES) {   // root's board, this process another user: listen only
+    *writable = false;
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  }
   if (fd < 0) return nullptr;
   struct stat st;
   void* p = MAP_FAILED;
   if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && trusted(st) && size_t(st.st_size) == sizeof(BellBoard))
-    p = mmap(nullptr, sizeof(BellBoard), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = mmap(nullptr, sizeof(BellBoard), *writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return nullptr;
   auto* board = static_cast<BellBoard*>(p);

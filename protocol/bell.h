@@ -35,12 +35,16 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 
 // /dev/shm/fikit-bell-<port>
 std::string default_bell_path(uint16_t port);
-// The daemon: creates (or replaces) the board at `path` for `epoch`, mode 0600. nullptr with `error`.
+// The daemon: creates (or replaces) the board at `path` for `epoch`, mode 0644: its own user writes
+// it, everyone may read it (a job in a container of another user hears the holder's return from it;
+// what it tells is when services start work, which nvidia-smi tells anyone too). nullptr with `error`.
 BellBoard* create_bell(const std::string& path, uint64_t epoch, std::string& error);
 // A client: maps the board at `path` if it is one of the daemon with `epoch` and a file of this
 // process's user or root that no one else may write (owned_files.h: another user could truncate
 // it under the mapping, and every program that touched it then would die of SIGBUS); nullptr otherwise.
-BellBoard* map_bell(const std::string& path, uint64_t epoch) noexcept;
+// Read and write where this process may write the file, else (root's board, another user) read
+// only: `*writable` says which. A read-only board must never be rung (a write would be SIGSEGV).
+BellBoard* map_bell(const std::string& path, uint64_t epoch, bool* writable) noexcept;
 void unmap_bell(BellBoard* board) noexcept;
 
 }  // namespace fikit::protocol

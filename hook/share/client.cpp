@@ -180,7 +180,7 @@ void Client::send_want(uint64_t kernel_id, uint64_t predicted_ns, bool profiled)
 }
 
 uint32_t Client::ring(uint64_t now) noexcept {
-  protocol::BellBoard* board = bell_.load(std::memory_order_acquire);
+  protocol::BellBoard* board = ring_board_.load(std::memory_order_acquire);
   const uint16_t slot = bell_slot_.load(std::memory_order_relaxed);
   if (board == nullptr || slot >= protocol::kBellSlots) return 0;
   const uint32_t generation = rung_.fetch_add(1, std::memory_order_relaxed) + 1;
@@ -291,7 +291,12 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     protocol::BellBoard* board = bell_.load();
     if ((board == nullptr || board->epoch != m.header.epoch) && opts_.bell_path[0] != '\0' &&
         std::strcmp(opts_.bell_path, "off") != 0 && unconfirmed_rings_.load() < kMaxUnconfirmedRings)
-      bell_.store(protocol::map_bell(opts_.bell_path, m.header.epoch), std::memory_order_release);
+    {
+      bool writable = false;
+      protocol::BellBoard* mapped = protocol::map_bell(opts_.bell_path, m.header.epoch, &writable);
+      ring_board_.store(writable ? mapped : nullptr, std::memory_order_release);
+      bell_.store(mapped, std::memory_order_release);
+    }
     backoff_ns_ = 0;
     profile_grew_.store(false, std::memory_order_release);
     lost_.store(false, std::memory_order_release);

@@ -153,6 +153,9 @@ class Client {
   std::atomic<uint32_t> estimators_{kNoEstimators};   // the last heard (packed)
   void* probe_context_ = nullptr;
   std::atomic<protocol::BellBoard*> bell_{nullptr};
+  // The board this process may ring: bell_ when it was mapped writable, else nullptr (a board mapped
+  // read-only, another user's daemon's, is only listened to: a ring would be SIGSEGV).
+  std::atomic<protocol::BellBoard*> ring_board_{nullptr};
   std::atomic<uint16_t> bell_slot_{protocol::kNoBellSlot};
   std::atomic<uint32_t> rung_{0};                // this task's rings
   std::atomic<uint32_t> ignored_ring_{0};        // a ring the daemon never confirmed

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -382,19 +383,21 @@ TEST_F(SharedFile, ABellBoardOfAnotherUserOrWritableByOthersIsNeverMapped) {
   std::string error;
   BellBoard* own = create_bell(path("bell"), kEpoch, error);
   ASSERT_NE(own, nullptr) << error;
-  BellBoard* mapped = map_bell(path("bell"), kEpoch);
+  bool writable = false;
+  BellBoard* mapped = map_bell(path("bell"), kEpoch, &writable);
   ASSERT_NE(mapped, nullptr) << "the daemon's own board";
+  EXPECT_TRUE(writable);
   unmap_bell(mapped);
-  EXPECT_EQ(map_bell(path("bell"), kEpoch + 1), nullptr) << "another daemon's";
+  EXPECT_EQ(map_bell(path("bell"), kEpoch + 1, &writable), nullptr) << "another daemon's";
   chmod(path("bell").c_str(), 0622);
-  EXPECT_EQ(map_bell(path("bell"), kEpoch), nullptr) << "writable by others";
+  EXPECT_EQ(map_bell(path("bell"), kEpoch, &writable), nullptr) << "writable by others";
   chmod(path("bell").c_str(), 0600);
   unmap_bell(own);
   if (geteuid() != 0) GTEST_SKIP() << "the rest needs root: it plants a board as another user";
   ASSERT_EQ(chown(path("bell").c_str(), 65534, 65534), 0);
-  EXPECT_EQ(map_bell(path("bell"), kEpoch), nullptr) << "planted by another user";
+  EXPECT_EQ(map_bell(path("bell"), kEpoch, &writable), nullptr) << "planted by another user";
   ASSERT_EQ(truncate(path("bell").c_str(), 0), 0);   // the attack's second step: harms no one
-  EXPECT_EQ(map_bell(path("bell"), kEpoch), nullptr);
+  EXPECT_EQ(map_bell(path("bell"), kEpoch, &writable), nullptr);
   // In a sticky folder such as /dev/shm: root's daemon replaces the planted file with its own.
   chmod(dir_.c_str(), 01777);
   own = create_bell(path("bell"), kEpoch, error);
@@ -402,9 +405,45 @@ TEST_F(SharedFile, ABellBoardOfAnotherUserOrWritableByOthersIsNeverMapped) {
   struct stat st;
   ASSERT_EQ(stat(path("bell").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u);
-  mapped = map_bell(path("bell"), kEpoch);
+  mapped = map_bell(path("bell"), kEpoch, &writable);
   EXPECT_NE(mapped, nullptr);
   unmap_bell(mapped);
+  unmap_bell(own);
+}
+
+// Issue 40: a job in a container of another user than root's daemon hears the holder's return from
+// the board (mode 0644, whatever the umask), read-only: it may listen, never ring.
+TEST_F(SharedFile, AnotherUserMapsRootsBellBoardReadOnly) {
+  constexpr uint64_t kEpoch = 0xdef;
+  std::string error;
+  const mode_t old_umask = umask(077);
+  BellBoard* own = create_bell(path("bell"), kEpoch, error);
+  umask(old_umask);
+  ASSERT_NE(own, nullptr) << error;
+  struct stat st;
+  ASSERT_EQ(stat(path("bell").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  if (geteuid() != 0) {
+    unmap_bell(own);
+    GTEST_SKIP() << "the rest needs root: it maps root's board as another user";
+  }
+  chmod(dir_.c_str(), 0755);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {   // another user: maps it, reads what root rings, and is told not to ring
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(10);
+    bool writable = true;
+    BellBoard* board = map_bell(path("bell"), kEpoch, &writable);
+    if (board == nullptr) _exit(11);
+    if (writable) _exit(12);
+    for (int i = 0; i < 5000 && board->slots[3].generation.load() != 7; ++i) usleep(1000);
+    _exit(board->slots[3].generation.load() == 7 ? 0 : 13);
+  }
+  own->slots[3].generation.store(7);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "10: setuid, 11: not mapped, 12: mapped writable, 13: ring not seen";
   unmap_bell(own);
 }
 
