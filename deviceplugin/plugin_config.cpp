@@ -107,7 +107,8 @@ std::string check_config(Config& cfg) {
   if (!cfg.mps_dir.empty() && cfg.mps_dir.front() != '/') return "--mps-dir must be an absolute path";
   if (!cfg.hook.starts_with(cfg.hook_dir + "/"))
     return "--hook " + cfg.hook + " is not inside --hook-dir " + cfg.hook_dir + " (the folder mounted read-only)";
-  if (cfg.scheduler.empty()) return "--scheduler is needed: the daemon's address on the node (NODE_IP:47800)";
+  if (cfg.scheduler.empty())
+    return "--scheduler is needed: the daemon's address on the node (NODE_IP:" + std::to_string(protocol::kDefaultPort) + ")";
   // The hook takes a numeric address (fikit-run resolves names; the plugin hands the value on as is).
   std::string host = cfg.scheduler.substr(0, cfg.scheduler.rfind(':'));
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
