@@ -86,7 +86,21 @@ struct Setting {
   std::string (*meaning)();
   bool tuning;
   bool (*apply)(Options& o, const std::string& v, std::string& why);
+  // The value as written, read from `o` (for --help, from a fresh Options: the default is stated
+  // once, where Options and policy::Settings initialise it); nullptr where the default is not one
+  // value (a path made from the port, the user's folders) and its meaning says what it is.
+  std::string (*value_of)(const Options& o) = nullptr;
 };
+
+std::string on_off_of(bool on) { return on ? "on" : "off"; }
+
+// 1200 permille -> "1.2"
+std::string objective_of(uint32_t permille) {
+  std::string s = std::to_string(permille / 1000) + "." + std::to_string(1000 + permille % 1000).substr(1);
+  while (s.back() == '0') s.pop_back();
+  if (s.back() == '.') s.pop_back();
+  return s;
+}
 
 bool on_off(const std::string& v, bool& out, std::string& why) {
   if (v != "on" && v != "off") {
@@ -112,7 +126,7 @@ const Setting kSettings[] = {
        return "run an NVIDIA MPS control daemon for the GPUs' clients, with its pipe and log folders in DIR (on: " +
               mps::default_directory() + ", or $FIKIT_MPS_DIR), stopped with it; fikit-run makes programs its "
               "clients: the recommended setup (docs/scheduling.md). One already running there is used and left "
-              "running (default off)";
+              "running";
      },
      false,
      [](Options& o, const std::string& v, std::string& why) {
@@ -123,13 +137,13 @@ const Setting kSettings[] = {
        }
        o.mps_dir = v == "off" ? std::string() : v == "on" ? mps::default_directory() : v;
        return true;
-     }},
+     },
+     [](const Options& o) { return o.mps_dir.empty() ? std::string("off") : o.mps_dir; }},
     {"objective", "X",
      [] {
        return std::string("a service's objective unless it states its own (fikit-run --objective): its GPU work per "
                           "request at most X times its time alone, e.g. 1.2; under MPS each service's controller "
-                          "gives the jobs below it the most generous regime that keeps it (docs/scheduling.md; "
-                          "default 1.2)");
+                          "gives the jobs below it the most generous regime that keeps it (docs/scheduling.md)");
      },
      false,
      [](Options& o, const std::string& v, std::string& why) {
@@ -140,11 +154,12 @@ const Setting kSettings[] = {
        }
        o.policy.controller.objective_permille = permille;
        return true;
-     }},
+     },
+     [](const Options& o) { return objective_of(o.policy.controller.objective_permille); }},
     {"reserve-memory", "SIZE",
      [] {
        return std::string("device memory kept for priority-0 tasks on each GPU: tasks below them cannot allocate into "
-                          "it, whatever their own limits (e.g. 20GiB, 25%; 0: none; default 0). Under --mps the MPS "
+                          "it, whatever their own limits (e.g. 20GiB, 25%; 0: none). Under --mps the MPS "
                           "server holds jobs to it too");
      },
      false,
@@ -160,17 +175,27 @@ const Setting kSettings[] = {
        }
        o.policy.reserve_memory = size;
        return true;
+     },
+     [](const Options& o) {
+       const values::MemorySize& m = o.policy.reserve_memory;
+       if (m.is_share()) return objective_of(m.ppm / 10) + "%";
+       char text[32];
+       values::format_bytes(m.bytes, text, sizeof text);
+       return m.bytes == 0 ? std::string("0") : std::string(text);
      }},
     {"listen", "HOST:PORT",
      [] {
-       return "UDP address to serve (default 127.0.0.1:" + std::to_string(protocol::kDefaultPort) +
-              "; a non-loopback address needs --key-file)";
+       return std::string("UDP address to serve (a non-loopback address needs --key-file)");
      },
      false,
      [](Options& o, const std::string& v, std::string& why) {
        if (parse_host_port(v, o.listen_host, o.listen_port)) return true;
        why = "'" + v + "' is not HOST:PORT (port 0 for any free one; " + values::kAddressForm + ")";
        return false;
+     },
+     [](const Options& o) {
+       const bool v6 = o.listen_host.find(':') != std::string::npos;
+       return (v6 ? "[" + o.listen_host + "]" : o.listen_host) + ":" + std::to_string(o.listen_port);
      }},
     {"db", "PATH", [] { return "profile database (default " + profiledb::Database::default_path() + ")"; }, false,
      [](Options& o, const std::string& v, std::string&) {
@@ -203,15 +228,17 @@ const Setting kSettings[] = {
     // GPU's 256 slots, so a machine shared by many users wants a lower one, or a key.
     {"user-tasks", "N",
      [] {
-       return std::string("tasks one local user (or remote address) may hold (default 64); beyond it a registration "
-                          "is refused with the reason");
+       return std::string("tasks one local user (or remote address) may hold; beyond it a registration is refused "
+                          "with the reason");
      },
      false,
      [](Options& o, const std::string& v, std::string& why) {
        return count(v, 1, unsigned(policy::Policy::kMaxTasks), o.user_tasks, why, "a number");
-     }},
-    {"user-gpus", "N", [] { return std::string("GPUs one user's tasks may name (default 16)"); }, false,
-     [](Options& o, const std::string& v, std::string& why) { return count(v, 1, 255, o.user_gpus, why, "a number"); }},
+     },
+     [](const Options& o) { return std::to_string(o.user_tasks); }},
+    {"user-gpus", "N", [] { return std::string("GPUs one user's tasks may name"); }, false,
+     [](Options& o, const std::string& v, std::string& why) { return count(v, 1, 255, o.user_gpus, why, "a number"); },
+     [](const Options& o) { return std::to_string(o.user_gpus); }},
     {"control", "PATH",
      [] {
        return std::string("control socket for `status` (default for root /run/fikit/scheduler-PORT.sock; for a user "
@@ -229,8 +256,8 @@ const Setting kSettings[] = {
     {"bell", "PATH|off",
      [] {
        return std::string("the bell board where holders ring when they start launching, so lower tasks stop at once "
-                          "(default /dev/shm/fikit-bell-PORT; mode 600: clients of other users hear of the holder by "
-                          "datagram only)");
+                          "(default /dev/shm/fikit-bell-PORT; mode 644: clients of other users listen to it read-only, "
+                          "and a service of another user cannot ring it)");
      },
      false,
      [](Options& o, const std::string& v, std::string& why) {
@@ -243,8 +270,8 @@ const Setting kSettings[] = {
      }},
     {"metrics", "HOST:PORT|:PORT|off",
      [] {
-       return std::string("serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (:PORT: 127.0.0.1; default "
-                          "off; whoever can connect reads every task's key: docs/security.md)");
+       return std::string("serve Prometheus metrics at http://HOST:PORT/metrics, per GPU (:PORT: 127.0.0.1; whoever "
+                          "can connect reads every task's key: docs/security.md)");
      },
      false,
      [](Options& o, const std::string& v, std::string& why) {
@@ -258,12 +285,16 @@ const Setting kSettings[] = {
        if (parse_host_port(address, o.metrics_host, o.metrics_port) && o.metrics_port != 0) return true;
        why = "'" + v + "' is not HOST:PORT (port 1 to 65535; " + values::kAddressForm + ") or off";
        return false;
+     },
+     [](const Options& o) {
+       return o.metrics_host.empty() ? std::string("off") : o.metrics_host + ":" + std::to_string(o.metrics_port);
      }},
     {"metrics-remote", "on|off",
-     [] { return std::string("allow a --metrics address off loopback, for a cluster's scraper (default off)"); }, false,
-     [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.metrics_remote, why); }},
+     [] { return std::string("allow a --metrics address off loopback, for a cluster's scraper"); }, false,
+     [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.metrics_remote, why); },
+     [](const Options& o) { return on_off_of(o.metrics_remote); }},
     {"mps-control", "PATH",
-     [] { return std::string("the program that starts and stops it (default nvidia-cuda-mps-control)"); }, false,
+     [] { return std::string("the program that starts and stops it"); }, false,
      [](Options& o, const std::string& v, std::string& why) {
        if (v.empty()) {
          why = "give the nvidia-cuda-mps-control program";
@@ -271,8 +302,9 @@ const Setting kSettings[] = {
        }
        o.mps_control = v;
        return true;
-     }},
-    {"log-level", "LEVEL", [] { return std::string("error|warn|info|debug|trace (default info)"); }, false,
+     },
+     [](const Options& o) { return o.mps_control; }},
+    {"log-level", "LEVEL", [] { return std::string("error|warn|info|debug|trace"); }, false,
      [](Options& o, const std::string& v, std::string& why) {
        if (v != "error" && v != "warn" && v != "info" && v != "debug" && v != "trace") {
          why = "'" + v + "' is not one of error, warn, info, debug, trace";
@@ -280,10 +312,11 @@ const Setting kSettings[] = {
        }
        o.log_level = v;
        return true;
-     }},
+     },
+     [](const Options& o) { return o.log_level; }},
     // ---- tuning ----
     {"gap-estimator", "mean|p50|p10",
-     [] { return std::string("statistic of a kernel's following gap used as the prediction (default mean)"); }, true,
+     [] { return std::string("statistic of a kernel's following gap used as the prediction"); }, true,
      [](Options& o, const std::string& v, std::string& why) {
        constexpr std::pair<const char*, policy::GapEstimator> kAll[] = {
            {"mean", policy::GapEstimator::Mean}, {"p50", policy::GapEstimator::P50}, {"p10", policy::GapEstimator::P10}};
@@ -291,9 +324,13 @@ const Setting kSettings[] = {
          if (v == name) return o.policy.estimators.gap = e, true;
        why = "'" + v + "' is not one of mean, p50, p10";
        return false;
+     },
+     [](const Options& o) {
+       const auto e = o.policy.estimators.gap;
+       return std::string(e == policy::GapEstimator::Mean ? "mean" : e == policy::GapEstimator::P50 ? "p50" : "p10");
      }},
     {"duration-estimator", "mean|p50|p90",
-     [] { return std::string("statistic of a kernel's duration used as its predicted length (default p90)"); }, true,
+     [] { return std::string("statistic of a kernel's duration used as its predicted length"); }, true,
      [](Options& o, const std::string& v, std::string& why) {
        constexpr std::pair<const char*, policy::DurationEstimator> kAll[] = {{"mean", policy::DurationEstimator::Mean},
                                                                            {"p50", policy::DurationEstimator::P50},
@@ -302,24 +339,31 @@ const Setting kSettings[] = {
          if (v == name) return o.policy.estimators.duration = e, true;
        why = "'" + v + "' is not one of mean, p50, p90";
        return false;
+     },
+     [](const Options& o) {
+       const auto e = o.policy.estimators.duration;
+       return std::string(e == policy::DurationEstimator::Mean  ? "mean"
+                          : e == policy::DurationEstimator::P50 ? "p50"
+                                                                : "p90");
      }},
     {"regime", "auto|hold-narrow|hold|partition|short-beside|beside",
      [] {
        return std::string("under MPS, what the jobs may do while a service above them is active: auto, each "
-                          "service's controller chooses from its measured periods; a name fixes that regime for all "
-                          "(default auto)");
+                          "service's controller chooses from its measured periods; a name fixes that regime for all");
      },
      true,
      [](Options& o, const std::string& v, std::string& why) {
        if (policy::regime_from_string(v.c_str(), o.policy.regime_auto, o.policy.fixed_regime)) return true;
        why = "'" + v + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside";
        return false;
+     },
+     [](const Options& o) {
+       return o.policy.regime_auto ? std::string("auto") : std::string(policy::to_string(o.policy.fixed_regime));
      }},
     {"partition", "PERCENT",
      [] {
-       return "under MPS, the share of the GPU's SMs of the partition the regimes hold-narrow, partition and "
-              "short-beside send launches to (0: no partitions) (default " +
-              std::to_string(policy::Settings{}.partition_pct) + ")";
+       return std::string("under MPS, the share of the GPU's SMs of the partition the regimes hold-narrow, partition "
+                          "and short-beside send launches to (0: no partitions)");
      },
      true,
      [](Options& o, const std::string& v, std::string& why) {
@@ -332,13 +376,15 @@ const Setting kSettings[] = {
        }
        o.policy.partition_pct = pct;
        return true;
-     }},
+     },
+     [](const Options& o) { return std::to_string(o.policy.partition_pct); }},
     {"return-credit", "on|off",
      [] {
        return std::string("below a service pausing in a rhythm, launches predicted to end by return-margin before "
-                          "its return go whatever the bound (default on)");
+                          "its return go whatever the bound");
      },
-     true, [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.policy.return_credit, why); }},
+     true, [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.policy.return_credit, why); },
+     [](const Options& o) { return on_off_of(o.policy.return_credit); }},
 };
 
 // `text` wrapped to lines of at most `width` characters, each indented by `indent` spaces.
@@ -459,12 +505,28 @@ bool check_options(Options& opts, std::string& error) {
   return true;
 }
 
+std::vector<std::pair<std::string, std::string>> setting_defaults() {
+  const Options fresh;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& setting : kSettings)
+    if (setting.value_of != nullptr) out.emplace_back(setting.name, setting.value_of(fresh));
+  return out;
+}
+
+std::optional<std::string> setting_value(const Options& opts, const std::string& name) {
+  for (const auto& setting : kSettings)
+    if (name == setting.name && setting.value_of != nullptr) return setting.value_of(opts);
+  return std::nullopt;
+}
+
 std::string settings_help(bool tuning) {
   policy::Settings defaults;
+  const Options fresh;
   std::string s;
   for (const auto& setting : kSettings) {
     if (setting.tuning != tuning) continue;
-    s += "  --" + std::string(setting.name) + " " + setting.form + "\n" + wrapped(setting.meaning(), 6);
+    const std::string fallback = setting.value_of != nullptr ? " (default " + setting.value_of(fresh) + ")" : "";
+    s += "  --" + std::string(setting.name) + " " + setting.form + "\n" + wrapped(setting.meaning() + fallback, 6);
   }
   if (!tuning) return s;
   for (const auto& d : kDurations)

@@ -3,6 +3,7 @@
 // Every value is checked when it is parsed, against what it means and against the wire format's
 // limits (a lease is sent in milliseconds, the in-flight bound in 32-bit nanoseconds, ...).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,5 +51,10 @@ bool is_loopback(const std::string& host);
 
 // --help's text of the settings, from their table: what a user sets, or (tuning) the rest.
 std::string settings_help(bool tuning);
+
+// Each setting whose default is one value, with that value as written (read from a fresh Options).
+std::vector<std::pair<std::string, std::string>> setting_defaults();
+// The setting `name` as written, read from `opts` (nullopt: no such setting, or not one value).
+std::optional<std::string> setting_value(const Options& opts, const std::string& name);
 
 }  // namespace fikit::scheduler

@@ -1217,6 +1217,46 @@ TEST(Options, EverySettingIsInTheHelpOnceAndNamesItselfWhenRefusing) {
   }
 }
 
+// A default is stated once, where Options initialises it: --help prints each setting's default as
+// read from a fresh Options, and that text, given back as the setting, is taken and reads the same
+// (a help text typed by hand, or a value_of that reads the wrong field, fails here).
+TEST(Options, EachDefaultInTheHelpIsReadFromOptionsAndIsAValueTheSettingTakes) {
+  const std::string help = scheduler::settings_help(false) + scheduler::settings_help(true);
+  const auto defaults = scheduler::setting_defaults();
+  EXPECT_GE(defaults.size(), 15u);
+  for (const auto& [name, value] : defaults) {
+    const size_t at = help.find("  --" + name + " ");
+    ASSERT_NE(at, std::string::npos) << name;
+    const size_t next = help.find("\n  --", at + 1);
+    std::string entry = help.substr(at, next == std::string::npos ? std::string::npos : next - at);
+    for (char& c : entry)
+      if (c == '\n') c = ' ';
+    std::string flat;
+    for (char c : entry)
+      if (c != ' ' || flat.empty() || flat.back() != ' ') flat += c;   // the wrapping's indents
+    EXPECT_NE(flat.find("(default " + value + ")"), std::string::npos) << name << ": " << flat;
+    size_t defaults_stated = 0;
+    for (size_t i = flat.find("default"); i != std::string::npos; i = flat.find("default", i + 1)) ++defaults_stated;
+    EXPECT_EQ(defaults_stated, 1u) << name << " states a default twice: " << flat;
+    scheduler::Options o;
+    std::string error;
+    ASSERT_TRUE(scheduler::apply_setting(o, name, value, error)) << name << " = " << value << ": " << error;
+    EXPECT_EQ(scheduler::setting_value(o, name), value) << name;
+  }
+  // And a changed setting reads back changed (value_of reads the field apply_setting writes).
+  scheduler::Options o;
+  std::string error;
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{{"user-tasks", "7"},     {"objective", "1.5"},
+                                                        {"partition", "50"},     {"regime", "hold"},
+                                                        {"gap-estimator", "p50"}, {"duration-estimator", "mean"},
+                                                        {"return-credit", "off"}, {"log-level", "debug"},
+                                                        {"reserve-memory", "25%"}, {"listen", "127.0.0.1:47900"}}) {
+    ASSERT_TRUE(scheduler::apply_setting(o, name, value, error)) << error;
+    EXPECT_EQ(scheduler::setting_value(o, name), value) << name;
+  }
+}
+
 TEST(Options, AnUnbracketedIpv6AddressIsRefusedWithTheFormThatWorks) {
   for (const char* key : {"listen", "metrics"}) {
     std::string error;
