@@ -4,22 +4,26 @@
 # BUILD/fikit-build.log, and its tail is shown when the build fails.
 #   scripts/build.sh [--programs] [CMAKE CONFIGURE ARGS...]
 # --programs builds only what is installed (the tools, the hook, the examples and the simulated
-# driver): what scripts/demo.sh runs. Without it everything is built, tests and benchmarks too.
+# driver): what scripts/demo.sh runs, without the Kubernetes device plugin. Without it everything is
+# built, tests, benchmarks and the device plugin too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${FIKIT_BUILD_DIR:-build}
 prefix=${FIKIT_PREFIX:-.dist}
 targets=()
+# Stated either way: the demo and the tests may share a build folder, whose cache keeps the last one.
+plugin=(-DFIKIT_DEVICE_PLUGIN=ON)
 if [ "${1:-}" = "--programs" ]; then
   shift
   targets=(fikit-run fikit-scheduler fikit-profile fikit_hook fikit-example-infer fikit-example-train
            fikit_simcuda fikit-simgpu)
+  plugin=(-DFIKIT_DEVICE_PLUGIN=OFF)   # gRPC is only for Kubernetes (setup.sh --programs omits it)
 fi
 mkdir -p "$build"
 log="$build/fikit-build.log"
 start=$(date +%s)
 echo "build: configuring $build (compiler output: $log)"
-if ! cmake -S . -B "$build" -G Ninja "$@" >"$log" 2>&1; then
+if ! cmake -S . -B "$build" -G Ninja "${plugin[@]}" "$@" >"$log" 2>&1; then
   echo "build: error: cmake failed; the end of $log:" >&2; tail -n 30 "$log" >&2; exit 1
 fi
 if [ ${#targets[@]} -gt 0 ]; then what="the programs"; else what="everything (tests and benchmarks too)"; fi

@@ -21,7 +21,7 @@ programs_only=0
 if [ "$programs_only" = 1 ]; then
   packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev libsodium-dev
             libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3 libcli11-dev nlohmann-json3-dev
-            libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler prometheus-cpp-dev)
+            prometheus-cpp-dev)   # (not gRPC: build.sh --programs leaves the device plugin out)
 fi
 missing=()
 for p in "${packages[@]}"; do
