@@ -92,6 +92,7 @@ class EventTimer final : public Timer {
     }
     slot.start_event = pair.start;
     slot.end_event = pair.end;
+    slot.record_call_ns = protocol::monotonic_ns();
     slot.timed = f_.record(slot.start_event, stream) == CUDA_SUCCESS;
     slot.host_ns = protocol::monotonic_ns();
     // The record has been submitted: on an idle stream its event completes a GPU's submission
@@ -118,6 +119,7 @@ class EventTimer final : public Timer {
     Chain& chain = chain_of(slot.context, seq);
     const CUresult q = f_.query(slot.end_event);
     if (q == CUDA_ERROR_NOT_READY) return Poll::Pending;
+    const uint64_t found_done_ns = protocol::monotonic_ns();
     if (q != CUDA_SUCCESS) {
       // Its event is gone (the context with it?): the chain starts again at the context's next op
       // timed, so the anchor does not keep the pool's pairs in use for good.
@@ -127,7 +129,9 @@ class EventTimer final : public Timer {
     int64_t start = 0;
     float ms = 0;
     if (!chain.has_anchor) {
-      start = static_cast<int64_t>(kOriginNs + slot.recorded_at_ns);
+      // From the host's clock just before the record call: a host preempted after the call (before
+      // it could read its clock) would place the chain late, which no later op could tell (below).
+      start = static_cast<int64_t>(kOriginNs + slot.record_call_ns);
     } else if (f_.elapsed(&ms, ring_.at(chain.anchor_seq).start_event, slot.start_event) == CUDA_SUCCESS) {
       start = chain.anchor_start + std::llround(static_cast<double>(ms) * 1e6);
     } else {
@@ -135,6 +139,16 @@ class EventTimer final : public Timer {
       return Poll::Lost;
     }
     if (f_.elapsed(&ms, slot.start_event, slot.end_event) != CUDA_SUCCESS) return Poll::Lost;
+    // A chain's place on the host's clock comes from its first op's record, which a host preempted
+    // between the record and its clock read places late (or a busy stream, early), and every later
+    // op inherits that: across two GPUs' chains a gap read 330 us off after one 300-us stall. Each op
+    // bounds it: its start event completed after its record call began, its end event before the
+    // query that found it done. The chain moves to the nearest place within both (never past them,
+    // so it only comes closer), from this op on.
+    const int64_t duration = std::llround(static_cast<double>(ms) * 1e6);
+    const int64_t earliest = static_cast<int64_t>(kOriginNs + slot.record_call_ns);
+    const int64_t latest = static_cast<int64_t>(kOriginNs + found_done_ns) - duration;
+    if (earliest <= latest) start = std::clamp(start, earliest, latest);
     chain.has_anchor = true;
     chain.anchor_seq = seq;
     chain.anchor_start = start;

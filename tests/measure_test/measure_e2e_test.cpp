@@ -46,6 +46,10 @@ class MeasureE2E : public ::testing::Test {
     std::filesystem::remove("/dev/shm/" + name_);   // the test's simulated device
   }
 
+  // The probe on two simulated GPUs, a kernel on each in turn, checked op by op (below); `stall`:
+  // FIKIT_SIMGPU_RECORD_STALL, or none.
+  void two_devices_alternating(const std::string& stall);
+
   // Starts the probe under the hook; `extra` adds or overrides FIKIT_* settings.
   pid_t spawn(const std::vector<std::string>& args, const std::map<std::string, std::string>& extra, int index = 0) {
     std::map<std::string, std::string> env;
@@ -339,10 +343,12 @@ TEST_F(MeasureE2E, ManyOpsAreAllTimedWithEvents) {
 // One thread driving two GPUs, a context each, switching per launch (as data-parallel programs
 // do): every op is timed, each duration within its bounds, each gap counted. An event pair is its
 // context's, and elapsed times exist only within a context: the timer keeps a chain per context.
-TEST_F(MeasureE2E, OpsAlternatingBetweenTwoDevicesAreAllTimed) {
+void MeasureE2E::two_devices_alternating(const std::string& stall) {
   auto args = kRhythm;
   args.insert(args.end(), {"--iterations", "30", "--devices", "2"});
-  ASSERT_EQ(run(args, {{"FIKIT_SIMGPU_DEVICES", "2"}}), 0) << slurp("err0");
+  std::map<std::string, std::string> env{{"FIKIT_SIMGPU_DEVICES", "2"}};
+  if (!stall.empty()) env["FIKIT_SIMGPU_RECORD_STALL"] = stall;
+  ASSERT_EQ(run(args, env), 0) << slurp("err0");
   const auto want = expected();
   ASSERT_EQ(want.size(), 3u) << slurp("out0");
   const auto stored = one_run_all_timed(90);
@@ -358,15 +364,28 @@ TEST_F(MeasureE2E, OpsAlternatingBetweenTwoDevicesAreAllTimed) {
     // Each gap lies between a kernel on one GPU and the next on the other: counted, on one timeline.
     if (p < 2) {
       EXPECT_EQ(k.gap_count + got.at(p + 1).dur_unresolved, 30u) << p;
-      // (Each GPU's chain starts from the host's clock: off by a record call at most, within the
-      // uncertainty the run states. A gap spans both chains, whose offsets may lie on opposite sides:
-      // twice that. With once, CI on a busy 2-core machine read a gap 0.4 % under the bound.)
+      // (Each GPU's chain is placed on the host's clock and kept within what every op bounds: its
+      // record call before its start, its completion found after its end. Twice the run's stated
+      // uncertainty: a gap spans both chains.)
       const uint64_t two_chains = 2 * uncertainty;
       expect_between(k.gap_p50, want[p].gap_lo - std::min(want[p].gap_lo, two_chains), want[p].gap_hi + two_chains,
                      "gap p50");
     }
   }
   EXPECT_EQ(slurp("err0"), "") << "measure mode prints nothing when all is well";
+}
+
+TEST_F(MeasureE2E, OpsAlternatingBetweenTwoDevicesAreAllTimed) { two_devices_alternating(""); }
+
+// A host stalled at the record that places a GPU's chain on its clock (300 us, on the simulated GPU)
+// after the call, or before it: the gaps between the two GPUs' kernels stay within their bounds. (A
+// chain placed by the clock read after its first record read one gap 330 us long and the other
+// 330 us short; CI on a busy 2-core machine read 50 us.)
+TEST_F(MeasureE2E, AHostStalledAfterTheFirstRecordOfAGpuDoesNotShiftItsTimeline) {
+  two_devices_alternating("1:1:300");
+}
+TEST_F(MeasureE2E, AHostStalledBeforeTheFirstRecordOfAGpuDoesNotShiftItsTimeline) {
+  two_devices_alternating("1:1:300:before");
 }
 
 // A GPU used once and then left: its context's last op must not hold the timer's pool of event pairs

@@ -36,6 +36,20 @@ CUresult init_once() {
   g_settings.kernel_ns = env_u64("FIKIT_SIMGPU_KERNEL_NS", 5000);
   g_settings.die_in_lock_at = env_u64("FIKIT_SIMGPU_TEST_DIE_IN_LOCK", 0);
   g_settings.strict_handles = env_u64("FIKIT_SIMGPU_STRICT", 0) != 0;
+  if (const char* v = std::getenv("FIKIT_SIMGPU_RECORD_STALL"); v && *v) {
+    unsigned device = 0;
+    unsigned long long nth = 0, us = 0;
+    char where[8] = {};
+    const int n = std::sscanf(v, "%u:%llu:%llu:%7s", &device, &nth, &us, where);
+    if ((n == 3 || (n == 4 && std::strcmp(where, "before") == 0))) {
+      g_settings.stall_device = device;
+      g_settings.stall_nth = nth;
+      g_settings.stall_us = us;
+      g_settings.stall_before = n == 4;
+    } else {
+      log_error("ignoring FIKIT_SIMGPU_RECORD_STALL=%s: not DEVICE:NTH:US[:before]", v);
+    }
+  }
   const uint64_t gbps = env_u64("FIKIT_SIMGPU_COPY_GBPS", 25);
   g_settings.copy_gbps = gbps == 0 ? 25.0 : static_cast<double>(gbps);
   // As the real MPS client reads it: 0 normal, 1 below normal (anything else: normal).

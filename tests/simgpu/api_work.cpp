@@ -2,6 +2,9 @@
 // The _ptsz/_ptds forms behave like the plain ones: every stream of a context runs in one FIFO,
 // so the per-thread default stream and the legacy one are the same queue here.
 #include <algorithm>
+#include <thread>
+#include <chrono>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -357,8 +360,16 @@ CUresult cuEventRecord(CUevent handle, CUstream stream_handle) {
   // A green context shares its primary's slot.
   if (ctx->slot != ev->ctx->slot || ctx->device != ev->ctx->device) return CUDA_ERROR_INVALID_CONTEXT;
   if (stream && stream->capture) return CUDA_SUCCESS;  // captured records are markers the graph drops
+  // A test's stalled host (FIKIT_SIMGPU_RECORD_STALL), before or after the event is queued.
+  bool stall = false;
+  if (g_settings.stall_us != 0 && uint32_t(ctx->device) == g_settings.stall_device) {
+    static std::atomic<uint64_t> records[8];
+    stall = records[g_settings.stall_device % 8].fetch_add(1) + 1 == g_settings.stall_nth;
+  }
+  if (stall && g_settings.stall_before) std::this_thread::sleep_for(std::chrono::microseconds(g_settings.stall_us));
   CUresult r = enqueue(ctx, stream, OpKind::EventMarker, 0, ev->index);
   if (r == CUDA_SUCCESS) ev->recorded = true;
+  if (stall && !g_settings.stall_before) std::this_thread::sleep_for(std::chrono::microseconds(g_settings.stall_us));
   return r;
 }
 CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return cuEventRecord(e, s); }

@@ -175,6 +175,13 @@ struct Settings {
   uint32_t mps_priority = 0;    // CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal)
   char stats_path[512] = {};    // FIKIT_SIMGPU_STATS: one JSON line per context at its release
   uint64_t die_in_lock_at = 0;  // test only: SIGKILL this process inside the lock on that submit
+  // Test only (FIKIT_SIMGPU_RECORD_STALL=DEVICE:NTH:US[:before]): the NTH cuEventRecord on a stream
+  // of device DEVICE returns US microseconds after its event was queued, as a host preempted right
+  // after the call would (a timer reading its clock then reads it late); with ":before", it waits
+  // that long before queuing it (a clock read before the call is then early). 0 US: never.
+  uint32_t stall_device = 0;
+  uint64_t stall_nth = 0, stall_us = 0;
+  bool stall_before = false;
   bool strict_handles = false;
   // CUDA_VISIBLE_DEVICES as the real driver reads it (ordinals only): ordinal i is device visible[i].
   // A CUdevice is the device's index on the simulated machine.
