@@ -383,6 +383,13 @@ struct Database::Impl {
     // runs (only a power cut can lose the last ones), and the file is never corrupted.
     exec(db, "PRAGMA journal_mode = WAL");
     exec(db, "PRAGMA synchronous = NORMAL");
+    // The log and its index stay when the last connection closes. In a folder several users write
+    // (a node's database shared by containers of other users: docs/deploy.md) a process making
+    // them anew creates them under its umask before SQLite widens their mode to the database's,
+    // and another user's process opening them in between was left read-only ("attempt to write a
+    // readonly database", a suite beside two busy loops caught it); kept, they are made once.
+    int persist = 1;
+    sqlite3_file_control(db, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
     migrate();
   }
 
