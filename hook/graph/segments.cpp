@@ -33,7 +33,7 @@ struct Plan {
   CUevent done = nullptr;
   std::atomic<CUstream> last_stream{nullptr};
   // Recorded after each segment in turn (segment i into ahead[i % kSegmentsAhead]): a launch waits
-  // for the segment kSegmentsAhead back before it queues the next (queued()). Empty: no throttle.
+  // for the segment kSegmentsAhead back before it queues the next (queued()).
   CUevent ahead[kSegmentsAhead] = {};
 };
 

@@ -95,9 +95,6 @@ class EventTimer final : public Timer {
     slot.record_call_ns = protocol::monotonic_ns();
     slot.timed = f_.record(slot.start_event, stream) == CUDA_SUCCESS;
     slot.host_ns = protocol::monotonic_ns();
-    // The record has been submitted: on an idle stream its event completes a GPU's submission
-    // latency (microseconds) after this.
-    slot.recorded_at_ns = slot.host_ns;
   }
 
   void after(OpSlot& slot, uint64_t, const LaunchInfo& op, bool launched) noexcept override {

@@ -32,12 +32,10 @@ struct OpSlot {
   // key (event_timer.cpp; 0: not known).
   CUevent start_event = nullptr, end_event = nullptr;
   uint64_t context = 0;
-  // Events timing: the host time when its start event had been recorded, and how long its launch
-  // call took, between its two records (event_timer.cpp).
-  uint64_t recorded_at_ns = 0, host_ns = 0;
   // Events timing: the host time just before its start event's record call (the event cannot have
-  // completed earlier: a bound on its context's timeline, event_timer.cpp).
-  uint64_t record_call_ns = 0;
+  // completed earlier: a bound on its context's timeline), and how long its launch call took,
+  // between its two records (event_timer.cpp).
+  uint64_t record_call_ns = 0, host_ns = 0;
   // CUPTI timing. The launching thread fills in what the record matcher needs (record_matcher.h):
   // CUPTI's ids of the op's context and stream, and the op's shape; the matcher's result comes
   // back in gpu_start/gpu_end, published by gpu_state.
