@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "config.h"
+#include "cut_rule.h"
 #include "driver.h"
 #include "kernelid.h"
 #include "log.h"
@@ -35,13 +36,14 @@ struct Plan {
   // Recorded after each segment in turn (segment i into ahead[i % kSegmentsAhead]): a launch waits
   // for the segment kSegmentsAhead back before it queues the next (queued()).
   CUevent ahead[kSegmentsAhead] = {};
+  uint32_t clean_cuts = 0;   // boundaries where the graph's branches met (one node open)
 };
 
 namespace {
 
 // ---- counts ----
 
-std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0};
+std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0};
 std::atomic<uint64_t> g_whole[size_t(Whole::kCount)] = {};
 std::atomic<bool> g_warned[size_t(Whole::kCount)] = {};
 
@@ -242,6 +244,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     return nullptr;
   // A topological order, ties broken by the driver's order of the nodes.
   std::vector<size_t> order_index(n);
+  std::vector<std::vector<size_t>> after;   // each node's successors (indices into `nodes`)
   {
     std::vector<std::pair<CUgraphNode, size_t>> index(n);
     for (size_t i = 0; i < n; ++i) index[i] = {nodes[i], i};
@@ -250,7 +253,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
       auto it = std::lower_bound(index.begin(), index.end(), std::make_pair(node, size_t(0)));
       return it != index.end() && it->first == node ? it->second : SIZE_MAX;
     };
-    std::vector<std::vector<size_t>> after(n);
+    after.assign(n, {});
     std::vector<size_t> waiting(n, 0);
     for (size_t e = 0; e < edges; ++e) {
       const size_t a = position(from[e]), b = position(to[e]);
@@ -274,21 +277,28 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     if (order.size() != n) return nullptr;   // a cycle: the driver would not have instantiated it
     order_index = std::move(order);
   }
-  // Consecutive pieces of at most the budget (a heavier node alone).
-  Cutter c{d, {}, {0}, {}, nullptr};
+  // Consecutive pieces of at most the budget (a heavier node alone), ending where the graph's
+  // branches meet when one such place keeps half the budget in the piece (cut_rule.h).
+  Cutter c{d, {}, {}, {}, nullptr};
   c.original.reserve(n);
-  uint64_t in_piece = 0;
+  std::vector<size_t> position_of(n);
+  for (size_t k = 0; k < n; ++k) position_of[order_index[k]] = k;
+  std::vector<uint64_t> weight_in_order(n);
+  std::vector<size_t> succ_last(n, n);
   for (size_t k = 0; k < n; ++k) {
     const size_t i = order_index[k];
-    if (in_piece != 0 && in_piece + weight[i] > budget_ns) {
-      c.cut.push_back(k);
-      in_piece = 0;
-    }
-    in_piece += weight[i];
+    weight_in_order[k] = weight[i];
     c.original.push_back(nodes[i]);
+    if (!after[i].empty()) {
+      succ_last[k] = 0;
+      for (size_t j : after[i]) succ_last[k] = std::max(succ_last[k], position_of[j]);
+    }
   }
-  c.cut.push_back(n);
+  const std::vector<uint32_t> open = open_nodes(succ_last);
+  c.cut = choose_cuts(weight_in_order, open, budget_ns);
   const size_t pieces = c.cut.size() - 1;
+  uint32_t clean_cuts = 0;
+  for (size_t s = 1; s < pieces; ++s) clean_cuts += open[c.cut[s]] == 1;
   if (pieces <= 1) {
     *why = Whole::OnePiece;
     return nullptr;
@@ -296,6 +306,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
   auto* plan = new (std::nothrow) Plan;
   if (plan == nullptr) return nullptr;
   plan->flags = flags;
+  plan->clean_cuts = clean_cuts;
   plan->graphs.assign(pieces, nullptr);
   plan->segments.assign(pieces, Segment{nullptr, 0, 0});
   c.plan = plan;
@@ -363,6 +374,7 @@ void make_plan(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long f
   }
   g_segmented.fetch_add(1, std::memory_order_relaxed);
   g_segments.fetch_add(plan->segments.size(), std::memory_order_relaxed);
+  g_clean_cuts.fetch_add(plan->clean_cuts, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -385,6 +397,7 @@ Counts counts() noexcept {
   c.segments = g_segments.load(std::memory_order_relaxed);
   for (size_t i = 0; i < size_t(Whole::kCount); ++i) c.whole[i] = g_whole[i].load(std::memory_order_relaxed);
   c.segment_launches = g_segment_launches.load(std::memory_order_relaxed);
+  c.clean_cuts = g_clean_cuts.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -6,7 +6,8 @@
 // instantiates a graph, the hook instantiates it as it asked and, beside it, a few smaller graphs:
 // a topological order of its nodes cut into consecutive pieces of about FIKIT_GRAPH_SEGMENT_US of
 // predicted GPU work each (from the profile of the kernels in them; an unknown kernel, copy or set
-// counts a quarter of it, a child graph all of it). Launched in order on the application's stream,
+// counts a quarter of it, a child graph all of it), each ending where the graph's branches meet when
+// that keeps half of it (cut_rule.h). Launched in order on the application's stream,
 // each piece after the gate let it go, they do what the whole does: every dependency of a node is
 // on a node of its own piece or of an earlier one, which the stream ran first.
 //
@@ -58,6 +59,7 @@ struct Counts {
   uint64_t segments;                          // segments made
   uint64_t whole[size_t(Whole::kCount)];      // executables left whole, by reason
   uint64_t segment_launches;                  // segments launched
+  uint64_t clean_cuts;                        // of the segments' boundaries, those where the branches met
 };
 Counts counts() noexcept;
 
