@@ -14,6 +14,8 @@
 #    over DURATION s, whole and in segments of each of SEGMENT_BUDGETS us (default 100) interleaved,
 #    SPEED_REPS (default 5) times each. A job alone launches its graphs whole (no gate would hold a
 #    piece): FIKIT_GRAPH_SEGMENTS=always makes it launch them in segments, which is what is measured.
+#    With OTHER_PREFIX=DIR the segments are also run from that install (another build of the hook),
+#    interleaved, as seg=N@other: an A/B of two builds on one GPU.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$here/../..
@@ -24,6 +26,8 @@ duration=${DURATION:-5}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 run=$prefix/bin/fikit-run
+other_run=""
+[ -n "${OTHER_PREFIX:-}" ] && other_run=$(cd "$OTHER_PREFIX" && pwd)/bin/fikit-run
 db=$out/profiles.db
 pin="taskset -c 2-8"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -34,10 +38,11 @@ jax_cmd=(env "XLA_FLAGS=--xla_gpu_deterministic_ops=true --xla_gpu_autotune_leve
          python3 "$root/examples/jax/train_jax.py" --steps 100)
 
 hooked() {   # TIMEOUT TAG SEGMENT_US COMMAND...: under fikit-run, share mode, no daemon
-  local limit=$1 tag=$2 seg=$3
+  local limit=$1 tag=$2 seg=$3 tool=$run
   shift 3
+  if [[ "$seg" == *@other ]]; then seg=${seg%@other}; tool=$other_run; fi
   timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" FIKIT_GRAPH_SEGMENTS=always FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
-    $pin "$run" --mode share --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
+    $pin "$tool" --mode share --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
 }
 
 results() {   # NAME COMMAND...
@@ -75,12 +80,14 @@ fi
 speed_once() {   # NAME SEGMENT_US COMMAND...
   local name=$1 seg=$2
   shift 2
-  hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name.err" | tail -n 1
+  hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name-seg${seg//@/-}.err" | tail -n 1
 }
 budgets=${SEGMENT_BUDGETS:-100}
-echo "speed alone (steps/s over ${duration} s; whole, segments of $budgets us interleaved; $reps reps)"
+setups="0 $budgets"
+if [ -n "$other_run" ]; then for b in $budgets; do setups="$setups $b@other"; done; fi
+echo "speed alone (steps/s over ${duration} s; whole, segments of $budgets us${other_run:+, and from $OTHER_PREFIX} interleaved; $reps reps)"
 for i in $(seq 1 "$reps"); do
-  for seg in 0 $budgets; do
+  for seg in $setups; do
     if [[ " $jobs " == *" jax "* ]]; then
       line=$(speed_once jax "$seg" python3 "$root/examples/jax/train_jax.py")
       echo "jax-train seg=$seg rep=$i $line"
