@@ -33,7 +33,9 @@ each in four setups:
   FIKIT            as set up by default: fikit-scheduler --mps (its own MPS control daemon), both
                    programs under fikit-run, each measured alone first (--mode measure); on the
                    simulator, on its MPS device
-and prints one table (HP request time p50/p99, LP kernels/s, both relative to running alone) with
+With 2 or more CPUs the service runs on the first half of them and the job and fikit-scheduler on
+the rest (taskset), so that neither slows the other's host work.
+Prints one table (HP request time p50/p99, LP kernels/s, both relative to running alone) with
 FIKIT's gap fills, early stops and the job's launches beside the service and on its SM partition.
 One run each: a demonstration, not a measurement (bench/gpu/eval.py repeats and gives intervals).
 
@@ -116,6 +118,19 @@ long_key=demo-hp short_key=demo-hp gaps_key=demo-hp-gaps
 jobs=(long short gaps)
 run_limit_s=120                  # no single run may hang the demo
 
+# The service on the first half of the CPUs, the job and fikit-scheduler on the rest (taskset), as
+# the GPU benchmarks pin them: the service's request time is host time as well as GPU time, and on a
+# small machine a job's launching thread on the service's core slows the service whatever the GPU
+# does (on 2 cores that alone moved single runs' p99 past 1.5x). Unpinned with one CPU or no taskset.
+hp_pin=() lp_pin=() pin_note="not pinned"
+ncpu=$(nproc 2>/dev/null || echo 1)
+if [ "$ncpu" -ge 2 ] && command -v taskset >/dev/null 2>&1; then
+  half=$((ncpu / 2))
+  hp_cpus="0-$((half - 1))" lp_cpus="$half-$((ncpu - 1))"
+  hp_pin=(taskset -c "$hp_cpus") lp_pin=(taskset -c "$lp_cpus")
+  pin_note="the service on CPUs $hp_cpus, the job and fikit-scheduler on $lp_cpus"
+fi
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/fikit-demo.XXXXXX")
 # Background processes still running (cleared once reaped, so a reused pid is never signalled).
 lp_pid="" scheduler_pid="" poller=""
@@ -174,16 +189,17 @@ elif ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
 fi
 
 echo "running: alone"
-run alone-hp "$bin/fikit-example-infer" "${hp_args[@]}"
-run gaps-alone-hp "$bin/fikit-example-infer" "${gaps_hp[@]}"
+run alone-hp "${hp_pin[@]}" "$bin/fikit-example-infer" "${hp_args[@]}"
+run gaps-alone-hp "${hp_pin[@]}" "$bin/fikit-example-infer" "${gaps_hp[@]}"
 for job in "${jobs[@]}"; do
   args_name="${job}_args[@]"
-  run "$job-alone-lp" "$bin/fikit-example-train" "${!args_name}" --duration-s "$lp_alone_s"
+  run "$job-alone-lp" "${lp_pin[@]}" "$bin/fikit-example-train" "${!args_name}" --duration-s "$lp_alone_s"
 done
 for job in "${jobs[@]}"; do
   args_name="${job}_args[@]" hp_name="${job}_hp[@]"
   echo "running: default sharing, $job job"
-  pair "$job-default" "$bin/fikit-example-infer" "${!hp_name}" :: "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+  pair "$job-default" "${hp_pin[@]}" "$bin/fikit-example-infer" "${!hp_name}" \
+    :: "${lp_pin[@]}" "$bin/fikit-example-train" "${!args_name}" --duration-s 600
 done
 
 # ---- MPS with client priorities: HP normal (0), LP below normal (1) ----
@@ -191,8 +207,8 @@ if [ ${#sim_mps[@]} -gt 0 ]; then
   for job in "${jobs[@]}"; do
     args_name="${job}_args[@]" hp_name="${job}_hp[@]"
     echo "running: MPS + client priority, $job job (simulated MPS device $FIKIT_SIMGPU_NAME-mps)"
-    pair "$job-mps" "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${!hp_name}" \
-      :: "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+    pair "$job-mps" "${hp_pin[@]}" "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${!hp_name}" \
+      :: "${lp_pin[@]}" "${sim_mps[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
   done
 elif [ -z "$mps_note" ]; then
   mkdir -p "$work/mps-pipe" "$work/mps-log"
@@ -201,8 +217,8 @@ elif [ -z "$mps_note" ]; then
   if env "${mps_env[@]}" nvidia-cuda-mps-control -d; then
     for job in "${jobs[@]}"; do
       args_name="${job}_args[@]" hp_name="${job}_hp[@]"
-      pair "$job-mps" env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${!hp_name}" \
-        :: env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
+      pair "$job-mps" "${hp_pin[@]}" env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=0 "$bin/fikit-example-infer" "${!hp_name}" \
+        :: "${lp_pin[@]}" env "${mps_env[@]}" CUDA_MPS_CLIENT_PRIORITY=1 "$bin/fikit-example-train" "${!args_name}" --duration-s 600
     done
   else
     echo "demo: nvidia-cuda-mps-control -d failed" >&2; failed=1
@@ -237,17 +253,17 @@ else
     mps_flag=(--mps "$FIKIT_MPS_DIR")
   fi
   echo "running: FIKIT measure (each alone)"
-  run measure-hp "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp --priority 0 -- \
+  run measure-hp "${hp_pin[@]}" "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp --priority 0 -- \
       "$bin/fikit-example-infer" --requests "$measure_requests" "${hp_shape[@]}"
-  run measure-hp-gaps "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp-gaps --priority 0 -- \
+  run measure-hp-gaps "${hp_pin[@]}" "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp-gaps --priority 0 -- \
       "$bin/fikit-example-infer" --requests "$measure_requests" "${gaps_hp_shape[@]}"
   for job in "${jobs[@]}"; do
     args_name="${job}_args[@]"
-    run "$job-measure-lp" "${lp_client[@]}" "${fikit[@]}" --mode measure --task-key "demo-$job" --priority 5 -- \
+    run "$job-measure-lp" "${lp_pin[@]}" "${lp_client[@]}" "${fikit[@]}" --mode measure --task-key "demo-$job" --priority 5 -- \
         "$bin/fikit-example-train" "${!args_name}" --duration-s "$lp_alone_s"
   done
   echo "running: FIKIT (fikit-scheduler on 127.0.0.1:$port${mps_flag[*]:+, --mps $FIKIT_MPS_DIR})"
-  "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" --control "$work/scheduler.sock" \
+  "${lp_pin[@]}" "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" --control "$work/scheduler.sock" \
     --bell "$work/bell" "${mps_flag[@]}" >"$work/scheduler.log" 2>&1 &
   scheduler_pid=$!
   for _ in $(seq 100); do "$bin/fikit-scheduler" status --control "$work/scheduler.sock" >/dev/null 2>&1 && break; sleep 0.1; done
@@ -265,9 +281,9 @@ else
          sleep 0.3
        done) &
       poller=$!
-      pair "$job-fikit" "${hp_client[@]}" "${fikit[@]}" --mode share --task-key "${!key_name}" --priority 0 -- \
+      pair "$job-fikit" "${hp_pin[@]}" "${hp_client[@]}" "${fikit[@]}" --mode share --task-key "${!key_name}" --priority 0 -- \
           "$bin/fikit-example-infer" "${!hp_name}" \
-        :: "${lp_client[@]}" FIKIT_SHARE_STATS="$work/$job-share-stats.json" "${fikit[@]}" --mode share \
+        :: "${lp_pin[@]}" "${lp_client[@]}" FIKIT_SHARE_STATS="$work/$job-share-stats.json" "${fikit[@]}" --mode share \
           --task-key "demo-$job" --priority 5 -- "$bin/fikit-example-train" "${!args_name}" --duration-s 600
       kill "$poller" 2>/dev/null || true; wait "$poller" 2>/dev/null || true; poller=""
       "$bin/fikit-scheduler" status --control "$work/scheduler.sock" --json >"$work/$job-status-after.json" 2>/dev/null || true
@@ -279,10 +295,10 @@ else
 fi
 
 # ---- the table ----
-python3 - "$work" "$fikit_note" "$mps_note" <<'EOF'
+python3 - "$work" "$fikit_note" "$mps_note" "$pin_note" <<'EOF'
 import json, os, sys
 
-work, note, mps_note = sys.argv[1], sys.argv[2], sys.argv[3]
+work, note, mps_note, pin_note = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 
 def load(name):
     try:
@@ -368,7 +384,7 @@ for text in notes + [mps_note, note]:
 for text in conclusions:
     print(text)
 print("Long holds: 1.5 ms kernels filling every SM; short kernels: 10 us; the service with gaps: 300 us of host work "
-      "before each of its 20 kernels, its job 50 us kernels. One run of each: a demonstration, not a measurement "
+      "before each of its 20 kernels, its job 50 us kernels. CPUs: " + pin_note + ". One run of each: a demonstration, not a measurement "
       "(bench/gpu/eval.py repeats and gives intervals).")
 EOF
 exit "$failed"
