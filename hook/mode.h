@@ -54,6 +54,10 @@ class Mode {
   // Launching thread, before the real driver call. May wait (share mode: for a grant), but bounded.
   // May set op.rerouted_to when op.reroutable.
   virtual void before_launch(LaunchInfo& op) noexcept = 0;
+  // Launching thread: the launch before_launch sent to op.rerouted_to failed there with `result`
+  // (the partition's SMs cannot place it: a thread-block cluster, say). The mode undoes the reroute;
+  // the launch is then made again where the program sent it, as if never rerouted.
+  virtual void rerouted_launch_failed(const LaunchInfo& op, CUresult result) noexcept { (void)op, (void)result; }
   // Launching thread, after the real call returned `result`.
   virtual void after_launch(const LaunchInfo& op, CUresult result) noexcept = 0;
   // After a synchronising call (stream/context/event synchronize, synchronous memcpy) returned.

@@ -113,7 +113,14 @@ CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   clock.lap(stats::Phase::Id);
   mode->before_launch(op);
   clock.lap(stats::Phase::Before);
-  const CUresult result = call(op.rerouted_to != nullptr ? op.rerouted_to : op.stream);
+  CUresult result = call(op.rerouted_to != nullptr ? op.rerouted_to : op.stream);
+  if (result != CUDA_SUCCESS && op.rerouted_to != nullptr) [[unlikely]] {
+    // A failed launch queued nothing: made again on the program's stream, it fails or succeeds as
+    // it would have without FIKIT (a JAX job's cuBLASLt GEMM failed on an H200's partition).
+    mode->rerouted_launch_failed(op, result);
+    op.rerouted_to = nullptr;
+    result = call(op.stream);
+  }
   clock.lap(stats::Phase::Real);
   mode->after_launch(op, result);
   clock.lap(stats::Phase::After);

@@ -30,6 +30,7 @@ struct Driver {
   CUresult (*stream_synchronize)(CUstream);
   CUresult (*launch_kernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                             CUstream, void**, void**);
+  CUresult (*launch_kernel_ex)(const CUlaunchConfig*, CUfunction, void**, void**);
   CUresult (*begin_capture)(CUstream, CUstreamCaptureMode);
   CUresult (*end_capture)(CUstream, CUgraph*);
   CUresult (*graph_instantiate)(CUgraphExec*, CUgraph, unsigned long long);
@@ -84,6 +85,7 @@ const Driver& driver() {
     resolve(lib, "cuStreamDestroy_v2", r.stream_destroy);
     resolve(lib, "cuStreamSynchronize", r.stream_synchronize);
     resolve(lib, "cuLaunchKernel", r.launch_kernel);
+    resolve(lib, "cuLaunchKernelEx", r.launch_kernel_ex);
     resolve(lib, "cuStreamBeginCapture_v2", r.begin_capture);
     resolve(lib, "cuStreamEndCapture", r.end_capture);
     resolve(lib, "cuGraphInstantiateWithFlags", r.graph_instantiate);
@@ -126,7 +128,21 @@ SpinGpu::~SpinGpu() {
 void SpinGpu::launch(uint64_t duration_ns) {
   uint64_t out = 0;   // no device buffer: the examples time requests on the host
   void* params[] = {&duration_ns, &out};
-  FIKIT_CU(driver().launch_kernel(spin_, shape_.blocks, 1, 1, shape_.threads, 1, 1, 0, stream_, params, nullptr));
+  if (shape_.cluster <= 1) {
+    FIKIT_CU(driver().launch_kernel(spin_, shape_.blocks, 1, 1, shape_.threads, 1, 1, 0, stream_, params, nullptr));
+    return;
+  }
+  // Thread-block clusters, as cuBLAS's Hopper GEMMs launch them.
+  CUlaunchAttribute cluster{};
+  cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster.value.clusterDim.x = shape_.cluster, cluster.value.clusterDim.y = 1, cluster.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = shape_.blocks, config.gridDimY = 1, config.gridDimZ = 1;
+  config.blockDimX = shape_.threads, config.blockDimY = 1, config.blockDimZ = 1;
+  config.hStream = stream_;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  FIKIT_CU(driver().launch_kernel_ex(&config, spin_, params, nullptr));
 }
 
 void SpinGpu::synchronize() { FIKIT_CU(driver().stream_synchronize(stream_)); }

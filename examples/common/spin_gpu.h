@@ -11,6 +11,7 @@ namespace fikit::examples {
 struct LaunchShape {
   uint32_t blocks = 132;    // one block per SM of an H100/H200
   uint32_t threads = 128;
+  uint32_t cluster = 1;     // blocks per thread-block cluster (above 1: launched with cuLaunchKernelEx)
 };
 
 class SpinGpu {

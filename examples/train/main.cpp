@@ -27,7 +27,7 @@ double monotonic_s() {
 int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   double kernel_us = 10, cpu_us = 0, duration_s = 5, progress_ms = 0;
-  uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0;
+  uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0, cluster = 1;
   bool graph = false;
 
   ex::Flags flags("fikit-example-train [options]",
@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
   flags.add("iterations", &iterations, "stop after this many iterations (0: use --duration-s)");
   flags.add("blocks", &blocks, "thread blocks per kernel");
   flags.add("threads", &threads, "threads per block");
+  flags.add("cluster", &cluster, "blocks per thread-block cluster (above 1: launched with cuLaunchKernelEx; divides --blocks)");
   flags.add("new-shape-after", &new_shape_after,
             "after this many iterations launch with one block more: new kernels to FIKIT (0: never)");
   flags.add("progress-ms", &progress_ms, "write timestamped progress lines on stderr at most this often (0: none)");
@@ -49,8 +50,10 @@ int main(int argc, char** argv) {
   if (graph && (cpu_us > 0 || new_shape_after > 0)) ex::Flags::fail("--graph replays one captured iteration: no --cpu-us or --new-shape-after");
   if (sync_every == 0) ex::Flags::fail("--sync-every must be at least 1");
   if (blocks == 0 || threads == 0) ex::Flags::fail("--blocks and --threads must be at least 1");
+  if (cluster == 0 || cluster > 16 || blocks % cluster != 0 || (new_shape_after > 0 && cluster > 1))
+    ex::Flags::fail("--cluster must be 1 to 16 and divide --blocks (and is not for --new-shape-after)");
 
-  ex::SpinGpu gpu({static_cast<uint32_t>(blocks), static_cast<uint32_t>(threads)});
+  ex::SpinGpu gpu({static_cast<uint32_t>(blocks), static_cast<uint32_t>(threads), static_cast<uint32_t>(cluster)});
   const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
   const double duration_us = duration_s * 1e6;
   if (graph) gpu.capture_graph(sync_every, kernel_ns);

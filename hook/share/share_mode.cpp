@@ -118,8 +118,9 @@ class ShareMode final : public Mode {
     // The holder never waits. A task below may be sent to its SM partition instead (within the bound).
     if (!(role & protocol::kRoleHolder)) {
       const uint8_t partition_pct = client.directive().partition_pct();
-      const auto admission = lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
-                                              op.reroutable && lane->partition.usable(partition_pct));
+      const auto admission =
+          lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
+                           op.reroutable && lane->partition.usable(partition_pct) && !lane->partition.refuses(op.func));
       if (admission.route == share::LaunchGate::Route::Partition) {
         op.rerouted_to = lane->partition.enter(op.stream, admission.partition_pct);
         t_launch.partition_charge_ns = admission.charge_ns;
@@ -133,6 +134,20 @@ class ShareMode final : public Mode {
     const bool unthrottled = op.rerouted_to == nullptr &&
                              ((role & protocol::kRoleHolder) || client.directive().state() == protocol::State::Run);
     t_launch.relearn_ticket = relearner_.before(op, k.measured, unthrottled);
+  }
+
+  void rerouted_launch_failed(const LaunchInfo& op, CUresult result) noexcept override {
+    Lane* lane = lane_of(op);
+    if (lane == nullptr) return;
+    // Keeps the stream's order as a launch there would (what follows waits for an empty hop).
+    lane->partition.leave(op.stream, op.rerouted_to);
+    // Said once at warn (each further kernel at debug): the program runs on, the kernel at full width.
+    static std::atomic<bool> said{false};
+    if (lane->partition.refuse(op.func))
+      log(said.exchange(true) ? LogLevel::Debug : LogLevel::Warn,
+          "SM partition: a kernel launch failed there (CUresult %d: a thread-block cluster its SMs cannot place, "
+          "say) and was made again at full width, where the program sent it; that kernel stays off the partition",
+          int(result));
   }
 
   void after_launch(const LaunchInfo& op, CUresult result) noexcept override {

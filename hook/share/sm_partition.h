@@ -13,6 +13,7 @@
 // partition, so such launches are never sent there.
 #include <cuda.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <mutex>
@@ -81,9 +82,31 @@ class SmPartitions {
   void forget_context(uint64_t context_key, bool destroy = true) noexcept {
     for (SmPartition& p : parts_) p.forget_context(context_key, destroy);
   }
+  // Kernels a partition refused to launch (a thread-block cluster its SMs cannot place): they go
+  // where the program sends them from then on. Lock-free; the first kRefusedMax are remembered, later
+  // ones fail on the partition and are made again at full width each time (correct, a launch slower).
+  bool refuses(CUfunction f) const noexcept {
+    const size_t n = std::min(refused_count_.load(std::memory_order_acquire), kRefusedMax);
+    for (size_t i = 0; i < n; ++i)
+      if (refused_[i].load(std::memory_order_relaxed) == f) return true;
+    return false;
+  }
+  // true: newly remembered.
+  bool refuse(CUfunction f) noexcept {
+    std::lock_guard lock(mutex_);
+    if (refuses(f)) return false;
+    const size_t n = refused_count_.load(std::memory_order_relaxed);
+    if (n >= kRefusedMax) return false;
+    refused_[n].store(f, std::memory_order_relaxed);
+    refused_count_.store(n + 1, std::memory_order_release);
+    return true;
+  }
 
  private:
   static constexpr size_t kSizes = 3;
+  static constexpr size_t kRefusedMax = 64;
+  std::atomic<CUfunction> refused_[kRefusedMax] = {};
+  std::atomic<size_t> refused_count_{0};
   // The slot of size `pct`, lock-free (slots fill in order and never change): kSizes when none.
   size_t find(uint8_t pct) const noexcept {
     for (size_t i = 0; i < kSizes; ++i) {

@@ -37,6 +37,9 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  periods overrun there) and stays on a step that confines them. Objectives 2x and 1.5x:
                  on a busy 2-core machine the host's own delays move the median of 8 periods by more
                  than 1.2x.
+  partition_refused  the mps_partition pair, the job launching thread-block clusters its partition refuses
+                 (a simulated green context that places none): each refused launch is made again at full
+                 width, the job finishes, and its log says so once.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
   relearn        the LP switches to a new input shape (kernels its profile lacks) while the HP leaves 1 ms
                  gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
@@ -592,6 +595,37 @@ def controller(env):
     return ok
 
 
+def partition_refused(env):
+    # The job launches its kernels in thread-block clusters of 2 (cuLaunchKernelEx), and the simulated
+    # green context refuses clusters above 1 block, as an H200's partition refused a JAX job's cuBLASLt
+    # GEMM: under --regime partition its launches while the service is active are sent there, fail,
+    # and must be made again at full width. The job finishes every iteration it was asked for.
+    hp, lp_flags = CASES["mps_partition"][0], CASES["mps_partition"][1] + ["--cluster", "2"]
+    refuse = {"FIKIT_SIMGPU_GREEN_MAX_CLUSTER": "1"}
+    run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp, "measure HP")
+    run(env, env.fikit("measure", "lp", 5) + [env.a.train, "--iterations", "5"] + lp_flags, "measure LP",
+        extra_env=refuse)
+    env.start_daemon("--regime", "partition")
+    iterations = 100
+    lp = Run(env, env.fikit("share", "lp", 5) + [env.a.train, "--iterations", str(iterations)] + lp_flags, "LP",
+             mps_priority=1, extra_env=refuse).start()
+    time.sleep(0.3)
+    try:
+        svc = run(env, env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "300"] + hp, "HP", mps_priority=0)
+    finally:
+        lp.finish(timeout=60)
+    env.stop_daemon()
+    s = lp.share[-1] if lp.share else {}
+    ok = check(lp.result.get("iterations") == iterations,
+               f"the job ran all {iterations} of its iterations ({lp.result.get('iterations')})")
+    ok &= check(s.get("partition_launches", 0) > 0,
+                f"its launches were sent to the partition while the service ran ({s.get('partition_launches')})")
+    ok &= check("SM partition: a kernel launch failed there" in lp.err and lp.err.count("SM partition:") == 1,
+                "the refusal was said once in the job's log")
+    ok &= check(svc.result["jct_us"]["p99"] > 0, "the service finished")
+    return ok
+
+
 def memory_reserve(env):
     ok = True
     probe = env.a.memory_probe
@@ -822,13 +856,14 @@ def context_reset(env):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "memory_reserve",
-                                                 "auto_progress", "controller", "context_reset", "stall", "graph_job"])
+                                                 "auto_progress", "controller", "context_reset", "stall", "graph_job",
+                                                 "partition_refused"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
     args = p.parse_args()
     sharing = CASES[args.case][3] if args.case in CASES else \
-        "mps" if args.case == "controller" else "timeslice"
+        "mps" if args.case in ("controller", "partition_refused") else "timeslice"
     with tempfile.TemporaryDirectory(prefix="fikit-e2e-") as work:
         env = Env(args, work, sharing)
         try:
@@ -852,6 +887,8 @@ def main():
                 ok = stall(env)
             elif args.case == "graph_job":
                 ok = graph_job(env)
+            elif args.case == "partition_refused":
+                ok = partition_refused(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:

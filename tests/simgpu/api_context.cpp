@@ -36,6 +36,7 @@ CUresult init_once() {
   g_settings.kernel_ns = env_u64("FIKIT_SIMGPU_KERNEL_NS", 5000);
   g_settings.die_in_lock_at = env_u64("FIKIT_SIMGPU_TEST_DIE_IN_LOCK", 0);
   g_settings.strict_handles = env_u64("FIKIT_SIMGPU_STRICT", 0) != 0;
+  g_settings.green_max_cluster = uint32_t(env_u64("FIKIT_SIMGPU_GREEN_MAX_CLUSTER", 0));
   if (const char* v = std::getenv("FIKIT_SIMGPU_RECORD_STALL"); v && *v) {
     unsigned device = 0;
     unsigned long long nth = 0, us = 0;

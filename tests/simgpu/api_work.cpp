@@ -423,6 +423,20 @@ CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, uns
 
 CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params, void** extra) {
   if (!config) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t cluster = 1;
+  for (unsigned i = 0; i < config->numAttrs && config->attrs != nullptr; ++i)
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      const auto& d = config->attrs[i].value.clusterDim;
+      cluster = uint64_t(d.x) * d.y * d.z;
+      if (cluster == 0 || config->gridDimX % d.x != 0 || config->gridDimY % d.y != 0 || config->gridDimZ % d.z != 0)
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    }
+  if (g_settings.green_max_cluster != 0 && cluster > g_settings.green_max_cluster && g_device) {
+    Stream* stream = nullptr;
+    CUresult err = CUDA_SUCCESS;
+    const Context* ctx = stream_context(config->hStream, &stream, &err);
+    if (ctx != nullptr && ctx->parent != nullptr) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
   return launch(f, config->gridDimX, config->gridDimY, config->gridDimZ, config->blockDimX, config->blockDimY,
                 config->blockDimZ, config->hStream, params, extra);
 }

@@ -183,6 +183,10 @@ struct Settings {
   uint64_t stall_nth = 0, stall_us = 0;
   bool stall_before = false;
   bool strict_handles = false;
+  // Test only (FIKIT_SIMGPU_GREEN_MAX_CLUSTER=N): a launch on a green context's stream whose thread-
+  // block cluster has more than N blocks fails with CUDA_ERROR_INVALID_CLUSTER_SIZE, as a launch the
+  // partition's SMs cannot place would. 0: no limit.
+  uint32_t green_max_cluster = 0;
   // CUDA_VISIBLE_DEVICES as the real driver reads it (ordinals only): ordinal i is device visible[i].
   // A CUdevice is the device's index on the simulated machine.
   uint32_t visible[8] = {};
