@@ -116,7 +116,8 @@ CUresult observed_op(Mode* mode, LaunchInfo op, Call call) noexcept {
   CUresult result = call(op.rerouted_to != nullptr ? op.rerouted_to : op.stream);
   if (result != CUDA_SUCCESS && op.rerouted_to != nullptr) [[unlikely]] {
     // A failed launch queued nothing: made again on the program's stream, it fails or succeeds as
-    // it would have without FIKIT (a JAX job's cuBLASLt GEMM failed on an H200's partition).
+    // it would have without FIKIT (a launch a green context cannot place must not kill the program;
+    // docs/scheduling.md, "MPS: SM holds and partitions").
     mode->rerouted_launch_failed(op, result);
     op.rerouted_to = nullptr;
     result = call(op.stream);
