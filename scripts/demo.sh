@@ -34,7 +34,7 @@ each in four setups:
                    programs under fikit-run, each measured alone first (--mode measure); on the
                    simulator, on its MPS device
 With 2 or more CPUs the service runs on the first half of them and the job and fikit-scheduler on
-the rest (taskset), so that neither slows the other's host work.
+the rest (taskset), as the GPU benchmarks pin them.
 Prints one table (HP request time p50/p99, LP kernels/s, both relative to running alone) with
 FIKIT's gap fills, early stops and the job's launches beside the service and on its SM partition.
 One run each: a demonstration, not a measurement (bench/gpu/eval.py repeats and gives intervals).
@@ -119,9 +119,10 @@ jobs=(long short gaps)
 run_limit_s=120                  # no single run may hang the demo
 
 # The service on the first half of the CPUs, the job and fikit-scheduler on the rest (taskset), as
-# the GPU benchmarks pin them: the service's request time is host time as well as GPU time, and on a
-# small machine a job's launching thread on the service's core slows the service whatever the GPU
-# does (on 2 cores that alone moved single runs' p99 past 1.5x). Unpinned with one CPU or no taskset.
+# the GPU benchmarks pin them: the service's request time is host time as well as GPU time, and a
+# job's launching thread on the service's core would add to it whatever the GPU does. (On the 2-core
+# VM, 10 runs pinned agreed with the H100's conclusions 8 and then 4 times, unpinned 5: it is not
+# what decides there; docs/simulated-gpu.md.) Unpinned with one CPU or no taskset.
 hp_pin=() lp_pin=() pin_note="not pinned"
 ncpu=$(nproc 2>/dev/null || echo 1)
 if [ "$ncpu" -ge 2 ] && command -v taskset >/dev/null 2>&1; then

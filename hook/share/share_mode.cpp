@@ -120,7 +120,8 @@ class ShareMode final : public Mode {
       const uint8_t partition_pct = client.directive().partition_pct();
       const auto admission =
           lane->gate.admit(op.id, k.dur_ns, k.hold_ns, k.measured,
-                           op.reroutable && lane->partition.usable(partition_pct) && !lane->partition.refuses(op.func));
+                           op.reroutable && partition_pct != 0 && lane->partition.usable(partition_pct) &&
+                               !lane->partition.refuses(op.func));
       if (admission.route == share::LaunchGate::Route::Partition) {
         op.rerouted_to = lane->partition.enter(op.stream, admission.partition_pct);
         t_launch.partition_charge_ns = admission.charge_ns;
