@@ -49,6 +49,14 @@ inline uint64_t current_context_key() noexcept {
   return context_key(context);
 }
 
+// Whether the program's contexts on `device` go through MPS (an MPS client): the driver says so
+// for each device (CU_DEVICE_ATTRIBUTE_MPS_ENABLED). False when it cannot tell.
+inline bool mps_client(CUdevice device) noexcept {
+  const auto attribute = driver_calls().device_get_attribute;
+  int mps = 0;
+  return attribute != nullptr && attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, device) == CUDA_SUCCESS && mps == 1;
+}
+
 // The real driver's event functions, which the hook's own timing and bookkeeping use: a view of
 // driver_calls() that says whether all of them are there (tests hand in fakes of their own).
 struct EventFns {

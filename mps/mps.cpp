@@ -107,8 +107,10 @@ bool daemon_running(const std::string& pipe_dir) {
     if (path.size() >= sizeof addr.sun_path) return false;
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    // Non-blocking: a control daemon that stopped accepting (its backlog full: stuck, or an impostor)
+    // answers EAGAIN at once where a blocking connect would wait for good.
     for (int type : {SOCK_STREAM, SOCK_SEQPACKET}) {
-      const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+      const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
       if (fd < 0) continue;
       const int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
       const int err = errno;

@@ -219,6 +219,13 @@ ALTER TABLE kernels ADD COLUMN dur_unresolved INTEGER NOT NULL DEFAULT 0;
     R"sql(
 ALTER TABLE runs ADD COLUMN sample_unit TEXT NOT NULL DEFAULT 'iteration';
 )sql",
+    // 5 -> 6: the backend of each run and its requests' median as the host saw them (issue 36:
+    // what being an MPS client costs a service)
+    R"sql(
+ALTER TABLE runs ADD COLUMN backend TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN request_p50_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(std::size(kMigrations) == Database::kSchemaVersion);
 
@@ -472,7 +479,7 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
   Stmt(db,
        "INSERT OR REPLACE INTO runs (task_key, run_no, finished_unix, pid, gpu_ops, busy_ns, wall_ns, iterations, "
        "ops_launched, ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, timing_uncertainty_ns, "
-       "sample_unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+       "sample_unit, backend, request_p50_ns, requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, task_key)
       .bind_u(2, run_no)
       .bind(3, now)
@@ -489,6 +496,9 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
       .bind_u(14, run.timing_bias_ns)
       .bind_u(15, run.timing_uncertainty_ns)
       .bind(16, run.sample_unit)
+      .bind(17, run.backend)
+      .bind_u(18, run.request_p50_ns)
+      .bind_u(19, run.requests)
       .run();
 
   Stmt(db, "DELETE FROM trace WHERE task_key = ?").bind(1, task_key).run();
@@ -588,6 +598,7 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
   if (version >= 3) columns += ", request_busy_pct";
   if (version >= 4) columns += ", timer, timing_bias_ns, timing_uncertainty_ns";
   if (version >= 5) columns += ", sample_unit";
+  if (version >= 6) columns += ", backend, request_p50_ns, requests";
   Stmt s(impl_->db, ("SELECT " + columns + " FROM runs WHERE task_key = ? ORDER BY run_no").c_str());
   s.bind(1, key);
   while (s.step()) {
@@ -609,6 +620,11 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
       r.timing_uncertainty_ns = s.u64(11);
     }
     if (version >= 5) r.sample_unit = s.text(12);
+    if (version >= 6) {
+      r.backend = s.text(13);
+      r.request_p50_ns = s.u64(14);
+      r.requests = s.u64(15);
+    }
     out.push_back(r);
   }
   return out;

@@ -71,6 +71,14 @@ struct RunSummary {
   // stream; timing_uncertainty_ns bounds the error of each duration and gap either way.
   std::string timer{};
   uint64_t timing_bias_ns = 0, timing_uncertainty_ns = 0;
+  // How the process shared the GPU (schema version 6): "mps" (an MPS client), "plain" (a context of
+  // its own), "" (unknown). And its requests as the host saw them: from the first launch after a
+  // host synchronisation to the return of the next one, the median over the run (0: unknown).
+  // Runs of one task under both backends tell what being an MPS client costs it
+  // (rules/backend_rule.h).
+  std::string backend{};
+  uint64_t request_p50_ns = 0;
+  uint64_t requests = 0;                // requests behind request_p50_ns
   int64_t finished_unix = 0;            // read side only: when the run was stored
 };
 // Timed / launched ops over runs that say (-1 when none does). Below kGoodCoverage the profile
@@ -154,7 +162,7 @@ class Database {
   Histogram gap_histogram(const std::string& key);
   bool delete_task(const std::string& key);                        // false: no such key
 
-  static constexpr int kSchemaVersion = 5;   // PRAGMA user_version written by the migrations
+  static constexpr int kSchemaVersion = 6;   // PRAGMA user_version written by the migrations
   int schema_version();
   // SQLite's own check of the file: "ok", or the first problem it found.
   std::string integrity_check();

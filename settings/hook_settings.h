@@ -73,6 +73,11 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_KEY_FILE", "--key-file", Kind::Path, 1, 511, 0, nullptr, "", "the daemon's key"},
     {"FIKIT_OBJECTIVE", "--objective", Kind::Objective, 0, 0, 0, nullptr, "",
      "a service's objective: its GPU work per request at most this many times its time alone (unset: the daemon's)"},
+    // fikit-run's (rules/backend_rule.h): a service whose runs as an MPS client were slower than its
+    // runs outside MPS by more than this starts outside MPS.
+    {"FIKIT_MPS_COST_LIMIT", "--mps-cost-limit", Kind::Objective, 0, 0, 1030, nullptr, "",
+     "a service (priority 0) under an MPS control daemon starts outside MPS when its measured runs as an MPS "
+     "client were slower than outside by more than this factor (unset: 1.03)"},
     {"FIKIT_LOG_LEVEL", nullptr, Kind::Choice, 0, 0, 1, "error|warn|info|debug", "", "what the hook says on stderr"},
     {"FIKIT_STATS", nullptr, Kind::Number, 0, 1, 0, nullptr, "",
      "1: launch counts per entry point, the hook's time per op and its graphs' segments on stderr at exit"},

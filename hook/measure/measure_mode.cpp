@@ -24,6 +24,7 @@
 #include "kernelid.h"
 #include "op_ring.h"
 #include "profiledb.h"
+#include "request_clock.h"
 #include "run_builder.h"
 #include "timer.h"
 
@@ -89,6 +90,11 @@ class MeasureMode final : public Mode {
     if (windows_ && (op.kind == OpKind::Kernel || op.kind == OpKind::Graph) &&
         !sm_work_since_sync_.load(std::memory_order_relaxed))
       sm_work_since_sync_.store(true, std::memory_order_relaxed);
+    // A request's start: the first launch of work after a synchronisation (a clock read per request).
+    if ((op.kind == OpKind::Kernel || op.kind == OpKind::Graph) && !requests_.open()) {
+      requests_.launched(monotonic_ns());
+      if (backend_.load(std::memory_order_relaxed) == kBackendUnknown) note_backend();
+    }
     uintptr_t measured = 0;
     if (retired_.load(std::memory_order_relaxed)) {
       measured = 0;
@@ -139,6 +145,7 @@ class MeasureMode final : public Mode {
   void before_allocation() noexcept override { announce_measurement(cfg_, /*wait=*/true); }
 
   void after_sync(SyncKind) noexcept override {
+    if (requests_.open()) requests_.synchronised(monotonic_ns());
     // With windows a run is counted in these: PyTorch uploads a model's weights with hundreds of
     // synchronous copies, which would otherwise make the first runs of a few ops each.
     if (windows_ && sm_work_since_sync_.exchange(false, std::memory_order_relaxed))
@@ -188,6 +195,16 @@ class MeasureMode final : public Mode {
 
  private:
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
+  static constexpr int kBackendUnknown = 0, kBackendPlain = 1, kBackendMps = 2;
+
+  // Whether this process is an MPS client, from the device of the launching thread's context: a
+  // run's requests are compared with the task's runs under the other backend (rules/backend_rule.h).
+  void note_backend() noexcept {
+    const auto get_device = driver_calls().ctx_get_device;
+    CUdevice dev = 0;
+    if (get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) return;
+    backend_.store(mps_client(dev) ? kBackendMps : kBackendPlain, std::memory_order_relaxed);
+  }
   // Bursts of burst_ iterations in a row, one iteration in sample_every_ overall: one switch of
   // CUPTI's collection on and one off per burst. (Measured on an H100, fewer switches did not make
   // the launches between measured iterations faster: CUPTI attached at all is what costs them;
@@ -363,6 +380,11 @@ class MeasureMode final : public Mode {
     run.summary.ops_timed = timed_in_run_;
     run.summary.sample_every = sample_every_;
     run.summary.sample_unit = windows_ ? "window" : "iteration";
+    const int backend = backend_.load(std::memory_order_relaxed);
+    run.summary.backend = backend == kBackendMps ? "mps" : backend == kBackendPlain ? "plain" : "";
+    const measure::RequestClock::Taken requests = requests_.take();
+    run.summary.request_p50_ns = requests.p50_ns;
+    run.summary.requests = requests.requests;
     timer_->describe(run.summary);
     uint64_t runs = 0;
     try {
@@ -427,6 +449,8 @@ class MeasureMode final : public Mode {
   std::atomic<bool> finished_{false};
   std::atomic<int> thread_state_{kIdle};
   std::atomic<uint64_t> consumed_{0};        // next_, for launching threads (before_context_teardown)
+  std::atomic<int> backend_{kBackendUnknown};
+  measure::RequestClock requests_;
 
   // Measurement thread only.
   uint64_t next_ = 0;

@@ -34,12 +34,8 @@ protocol::Backend detect_backend(const Config& cfg, const protocol::DeviceUuid& 
   if (cfg.backend == BackendKind::TimeSlice) return protocol::Backend::TimeSlice;
   if (cfg.backend == BackendKind::Mps) return protocol::Backend::Mps;
   auto get_device = driver_calls().ctx_get_device;
-  auto attribute = driver_calls().device_get_attribute;
   CUdevice dev = 0;
-  int mps = 0;
-  if (get_device && attribute && get_device(&dev) == CUDA_SUCCESS &&
-      attribute(&mps, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, dev) == CUDA_SUCCESS && mps == 1)
-    return protocol::Backend::Mps;
+  if (get_device && get_device(&dev) == CUDA_SUCCESS && mps_client(dev)) return protocol::Backend::Mps;
   return protocol::Backend::TimeSlice;
 }
 

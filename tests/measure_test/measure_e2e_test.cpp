@@ -273,6 +273,14 @@ TEST_F(MeasureE2E, WindowsSpreadTheMeasuringOverEveryIteration) {
   EXPECT_EQ(runs[0].ops_timed, runs[0].ops_launched);
   EXPECT_GE(runs[0].iterations, 200u) << "every synchronisation counts, measured or not";
   EXPECT_GE(runs[0].request_busy_pct, 0) << "a busy share from the windows";
+  // Its requests as the host saw them (first launch after a synchronisation to the next), and its
+  // backend: what tells a service's MPS cost (rules/backend_rule.h).
+  EXPECT_EQ(runs[0].backend, "plain");
+  EXPECT_GE(runs[0].requests, 200u);
+  EXPECT_LE(runs[0].requests, 241u);
+  uint64_t iteration_gpu_ns = 0;
+  for (const auto& w : want) iteration_gpu_ns += w.dur_lo;
+  EXPECT_GE(runs[0].request_p50_ns, iteration_gpu_ns) << "a request waits for its kernels";
 }
 
 // A run counts synchronisations that ended work on SMs: hundreds of synchronous weight uploads
@@ -310,6 +318,20 @@ TEST_F(MeasureE2E, WindowsMeasureOneOpInSixteenUnlessTold) {
   EXPECT_EQ(runs[0].sample_unit, "iteration");
   EXPECT_EQ(runs[0].sample_every, 8u);
   EXPECT_EQ(runs[0].ops_launched, 13u * 3) << "iterations 0, 8, .., 96";
+}
+
+// A run says whether its process was an MPS client (the driver's answer): a service's runs under
+// each backend tell what being one costs it.
+TEST_F(MeasureE2E, ARunSaysWhetherItsProcessWasAnMpsClient) {
+  const std::string mps_device = name_ + "-mps";
+  const int rc = run({"--iterations", "40"}, {{"FIKIT_SIMGPU_NAME", mps_device}, {"FIKIT_SIMGPU_MPS", "1"}});
+  std::filesystem::remove("/dev/shm/" + mps_device);
+  ASSERT_EQ(rc, 0) << slurp("err0");
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].backend, "mps");
+  EXPECT_GE(runs[0].requests, 40u);
+  EXPECT_GT(runs[0].request_p50_ns, 0u);
 }
 
 TEST_F(MeasureE2E, BurstsMeasureConsecutiveIterations) {

@@ -235,7 +235,8 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   // Back to what FIKIT wrote before coverage was recorded.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(path_.c_str(), &raw), SQLITE_OK);
-  for (const char* sql : {"ALTER TABLE runs DROP COLUMN sample_unit", "ALTER TABLE runs DROP COLUMN timer", "ALTER TABLE runs DROP COLUMN timing_bias_ns",
+  for (const char* sql : {"ALTER TABLE runs DROP COLUMN backend", "ALTER TABLE runs DROP COLUMN request_p50_ns",
+                          "ALTER TABLE runs DROP COLUMN requests", "ALTER TABLE runs DROP COLUMN sample_unit", "ALTER TABLE runs DROP COLUMN timer", "ALTER TABLE runs DROP COLUMN timing_bias_ns",
                           "ALTER TABLE runs DROP COLUMN timing_uncertainty_ns",
                           "ALTER TABLE kernels DROP COLUMN dur_unresolved",
                           "ALTER TABLE runs DROP COLUMN request_busy_pct", "ALTER TABLE kernels DROP COLUMN blocks_per_sm",
@@ -266,10 +267,30 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0].ops_launched, 0u);
   EXPECT_EQ(runs[0].sample_unit, "iteration") << "every run before version 5 measured whole iterations";
+  EXPECT_EQ(runs[0].backend, "") << "the backend of a run before version 6: unknown";
+  EXPECT_EQ(runs[0].request_p50_ns, 0u);
   EXPECT_EQ(runs[1].ops_launched, 4u);
   EXPECT_EQ(runs[1].sample_every, 4u);
   EXPECT_EQ(runs[1].sample_unit, "window");
   EXPECT_DOUBLE_EQ(coverage(runs), 0.75) << "runs that do not say are left out";
+}
+
+TEST_F(DbTest, EachRunKeepsItsBackendAndItsRequestsMedian) {
+  Database db(path_, Database::Open::Create);
+  db.add_run("svc", "prog", RunSummary{.gpu_ops = 3, .iterations = 1, .backend = "mps", .request_p50_ns = 1'750'000,
+                                       .requests = 300},
+             {sample(1, 1000, 3, 50)}, {}, 10);
+  db.add_run("svc", "prog", RunSummary{.gpu_ops = 3, .iterations = 1, .backend = "plain", .request_p50_ns = 1'610'000,
+                                       .requests = 280},
+             {sample(1, 1000, 3, 50)}, {}, 10);
+  const auto runs = Database(path_, Database::Open::ReadOnly).runs("svc");
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].backend, "mps");
+  EXPECT_EQ(runs[0].request_p50_ns, 1'750'000u);
+  EXPECT_EQ(runs[0].requests, 300u);
+  EXPECT_EQ(runs[1].backend, "plain");
+  EXPECT_EQ(runs[1].request_p50_ns, 1'610'000u);
+  EXPECT_EQ(runs[1].requests, 280u);
 }
 
 TEST_F(DbTest, OccupancyAndRequestBusyShareAreStoredAndKeptWhenALaterSampleLacksThem) {

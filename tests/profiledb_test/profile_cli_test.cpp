@@ -297,6 +297,35 @@ TEST_F(ProfileCli, ShowReportsCoverageAndWarnsBelowNinetyNinePercent) {
   EXPECT_NE(err_.find("warning: task \"poor\" timed under 99 %"), std::string::npos) << err_;
 }
 
+// What being an MPS client costs the task's requests, from its runs under each backend: the rule
+// fikit-run starts a service by (rules/backend_rule.h).
+TEST_F(ProfileCli, ShowSaysWhatBeingAnMpsClientCostsTheRequests) {
+  {
+    Database db(path_, Database::Open::Create);
+    for (int i = 0; i < 5; ++i) {
+      db.add_run("svc", "p", {.gpu_ops = 4, .backend = "mps", .request_p50_ns = 1'620'000, .requests = 300},
+                 {sample(1, 1000, 4, 5000)}, {}, 10);
+      db.add_run("svc", "p", {.gpu_ops = 4, .backend = "plain", .request_p50_ns = 1'500'000, .requests = 300},
+                 {sample(1, 1000, 4, 5000)}, {}, 10);
+    }
+    db.add_run("half", "p", {.gpu_ops = 4, .backend = "mps", .request_p50_ns = 1'000'000, .requests = 30},
+               {sample(1, 1000, 4, 5000)}, {}, 10);
+    db.add_run("old", "p", {.gpu_ops = 4}, {sample(1, 1000, 4, 5000)}, {});
+  }
+  ASSERT_EQ(cli(db_arg() + "show svc"), 0) << err_;
+  EXPECT_NE(out_.find("requests: 1.62 ms as an MPS client (median of 5 runs), 1.50 ms outside MPS (median of 5 runs): "
+                      "being an MPS client costs it 1.080x; as a service (priority 0) under an MPS control daemon it "
+                      "starts outside MPS (limit 1.03x"),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(cli(db_arg() + "show half"), 0) << err_;
+  EXPECT_NE(out_.find("no run outside MPS: what being an MPS client costs it is not known yet (5 runs each way needed)"),
+            std::string::npos)
+      << out_;
+  ASSERT_EQ(cli(db_arg() + "show old"), 0) << err_;
+  EXPECT_EQ(out_.find("requests:"), std::string::npos) << "runs that do not say their backend: nothing to say";
+}
+
 TEST_F(ProfileCli, CompareCountsKernelsThatAgreeAndExitsSevenOtherwise) {
   {
     Database db(path_, Database::Open::Create);

@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "hook_settings.h"
+#include "profiledb.h"
 
 extern char** environ;
 
@@ -336,6 +337,86 @@ TEST_F(FikitRun, ATimeSlicedProgramIsKeptOffARunningMpsDaemon) {
   // Without the flag the same program is the daemon's client.
   const Result mps = run_with_hook({"--priority", "0", "/usr/bin/env"}, {"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string()});
   EXPECT_EQ(parse_env(mps.out)["CUDA_MPS_PIPE_DIRECTORY"], pipe.string());
+}
+
+// (These start fikit-run a dozen times against one stand-in control daemon that never accepts: past
+// its backlog of 4, a blocking connect would wait for good. fikit-run's check must not.)
+// A service (priority 0) under an MPS control daemon, its backend left to choose: while it
+// measures its runs alternate between an MPS client and a context of its own, and once half its
+// runs were measured each way it is an MPS client only if that cost its requests at most
+// --mps-cost-limit (rules/backend_rule.h).
+class ServiceBackend : public FikitRun {
+ protected:
+  void SetUp() override {
+    FikitRun::SetUp();
+    pipe_ = dir_ / "mps";
+    control_ = std::make_unique<FakeMpsControl>(pipe_);
+    db_ = (dir_ / "profiles.db").string();
+  }
+  void add_runs(int n, const char* backend, uint64_t request_ns) {
+    fikit::profiledb::Database db(db_, fikit::profiledb::Database::Open::Create);
+    for (int i = 0; i < n; ++i)
+      db.add_run("svc", "prog",
+                 fikit::profiledb::RunSummary{.gpu_ops = 3, .iterations = 1, .backend = backend,
+                                              .request_p50_ns = request_ns, .requests = 100},
+                 {}, {}, 10);
+  }
+  struct Start {
+    bool mps;
+    std::map<std::string, std::string> env;
+    std::string err;
+  };
+  Start start(std::vector<std::string> flags, std::vector<std::string> env = {}) {
+    flags.insert(flags.begin(), {"--task-key", "svc", "--db", db_});
+    flags.push_back("/usr/bin/env");
+    env.push_back("CUDA_MPS_PIPE_DIRECTORY=" + pipe_.string());
+    const Result r = run_with_hook(flags, env);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    Start s{false, parse_env(r.out), r.err};
+    s.mps = s.env["CUDA_MPS_PIPE_DIRECTORY"] == pipe_.string();
+    return s;
+  }
+  fs::path pipe_;
+  std::unique_ptr<FakeMpsControl> control_;
+  std::string db_;
+};
+
+TEST_F(ServiceBackend, WhileItMeasuresItsRunsAlternateAndThenTheCheaperOneIsKept) {
+  Start s = start({"--priority", "0"});
+  EXPECT_TRUE(s.mps) << "the first run as an MPS client";
+  EXPECT_NE(s.err.find("is measured as an MPS client this start"), std::string::npos) << s.err;
+  add_runs(1, "mps", 1'080'000);
+  s = start({"--priority", "0"});
+  EXPECT_FALSE(s.mps) << "the next outside MPS";
+  EXPECT_EQ(s.env.count("CUDA_MPS_CLIENT_PRIORITY"), 0u);
+  EXPECT_NE(s.err.find("is measured outside MPS this start"), std::string::npos) << s.err;
+  add_runs(1, "plain", 1'000'000);
+  EXPECT_TRUE(start({"--priority", "0"}).mps);
+  add_runs(4, "mps", 1'080'000);
+  add_runs(4, "plain", 1'000'000);
+  // 5 and 5 runs: 1.08x is more than 3 %.
+  s = start({"--priority", "0"});
+  EXPECT_FALSE(s.mps);
+  EXPECT_EQ(s.err.find("fikit-run: task"), std::string::npos) << "the choice is said at info level only: " << s.err;
+  s = start({"--priority", "0"}, {"FIKIT_LOG_LEVEL=info"});
+  EXPECT_NE(s.err.find("runs outside MPS: its requests took 1.08x as an MPS client"), std::string::npos) << s.err;
+  EXPECT_TRUE(start({"--priority", "0", "--mps-cost-limit", "1.1"}).mps) << "within a limit of 1.1";
+  EXPECT_TRUE(start({"--priority", "0", "--backend", "mps"}).mps) << "the user's choice wins";
+  EXPECT_TRUE(start({"--priority", "5"}).mps) << "a job is always an MPS client: its service's regime governs it";
+  EXPECT_TRUE(start({"--priority", "0", "--mode", "off"}).mps);
+  EXPECT_FALSE(start({"--priority", "0", "--mode", "share"}).mps);
+}
+
+TEST_F(ServiceBackend, AServerThatMeasuredAllItsRunsOneWayMeasuresTheOtherBeforeItShares) {
+  add_runs(10, "mps", 1'000'000);
+  Start s = start({"--priority", "0"});
+  EXPECT_FALSE(s.mps);
+  EXPECT_EQ(s.env["FIKIT_MEASURE_RUNS"], "15") << "5 runs outside MPS more";
+  EXPECT_NE(s.err.find("5 runs more than --measure-runs"), std::string::npos) << s.err;
+  // Forced share mode measures nothing: no trial there, an MPS client as without a choice.
+  s = start({"--priority", "0", "--mode", "share"});
+  EXPECT_TRUE(s.mps);
+  EXPECT_EQ(s.err.find("fikit-run: task"), std::string::npos) << s.err;
 }
 
 // --memory-limit: the hook's FIKIT_MEMORY_LIMIT, checked by the same rules the hook reads it with;

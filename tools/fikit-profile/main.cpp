@@ -176,6 +176,7 @@ int run(const Args& a) {
     const auto runs = db.runs(task.key);
     report::write_kernel_table(std::cout, task, kernels);
     report::write_timing(std::cout, runs, kernels);
+    report::write_backend(std::cout, runs, uint32_t(task.runs_wanted));
     if (!report::write_coverage(std::cout, runs))
       std::fprintf(stderr,
                    "fikit-profile: warning: task \"%s\" timed under 99 %% of its ops: kernels missing from the "

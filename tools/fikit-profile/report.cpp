@@ -1,5 +1,8 @@
 #include "report.h"
 
+#include "backend_rule.h"
+#include "hook_settings.h"
+
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 #include <nlohmann/json.hpp>
@@ -222,6 +225,35 @@ void write_timing(std::ostream& out, const std::vector<profiledb::RunSummary>& r
   fmt::print(out, "timing: {}; each duration and gap within +-{}; {} kernel{} read shorter than that in some "
              "launches (unresolved)\n", how, human_ns(static_cast<double>(uncertainty)), short_kernels,
              short_kernels == 1 ? "" : "s");
+}
+
+void write_backend(std::ostream& out, const std::vector<profiledb::RunSummary>& runs, uint32_t runs_wanted) {
+  std::vector<rules::BackendRun> told;
+  std::vector<uint64_t> mps, plain;
+  for (const auto& r : runs) {
+    if (r.backend != "mps" && r.backend != "plain") continue;
+    told.push_back({r.backend == "mps", r.request_p50_ns});
+    if (r.request_p50_ns > 0) (r.backend == "mps" ? mps : plain).push_back(r.request_p50_ns);
+  }
+  if (told.empty()) return;
+  const auto side = [](const std::vector<uint64_t>& v, const char* how) {
+    return v.empty() ? fmt::format("no run {}", how)
+                     : fmt::format("{} {} (median of {} run{})", human_ns(double(rules::median_of(v))), how, v.size(),
+                                   v.size() == 1 ? "" : "s");
+  };
+  const rules::BackendChoice c =
+      rules::choose_backend(told, runs.size(), runs_wanted, settings::fallback_of("FIKIT_MPS_COST_LIMIT"));
+  std::string verdict;
+  if (c.cost > 0)
+    verdict = fmt::format("being an MPS client costs it {:.3f}x; as a service (priority 0) under an MPS control daemon "
+                          "it starts {} MPS (limit {:.2f}x, fikit-run --mps-cost-limit)",
+                          c.cost, c.mps ? "as a client of" : "outside", settings::fallback_of("FIKIT_MPS_COST_LIMIT") / 1000.0);
+  else if (c.trial)
+    verdict = fmt::format("what being an MPS client costs it is not known yet ({} runs each way needed)",
+                          rules::backend_trial_runs(runs_wanted));
+  else
+    verdict = "its runs show no requests to compare";
+  fmt::print(out, "requests: {}, {}: {}\n", side(mps, "as an MPS client"), side(plain, "outside MPS"), verdict);
 }
 
 namespace {

@@ -31,6 +31,10 @@ bool write_coverage(std::ostream& out, const std::vector<profiledb::RunSummary>&
 // uncertainty) and how many kernels had durations too short for that timer.
 void write_timing(std::ostream& out, const std::vector<profiledb::RunSummary>& runs,
                   const std::vector<profiledb::KernelProfile>& kernels);
+// One line on what being an MPS client costs the task's requests, as its runs under each backend
+// show (rules/backend_rule.h; fikit-run decides a service's backend by it); nothing when no run
+// says its backend.
+void write_backend(std::ostream& out, const std::vector<profiledb::RunSummary>& runs, uint32_t runs_wanted);
 // Two profiles of one program (e.g. sampled vs every iteration): the kernels both have, their
 // duration means and gap medians side by side, and how many agree within the given tolerances.
 struct CompareRules {

@@ -17,6 +17,7 @@
 
 #include "address.h"
 #include "auth.h"
+#include "backend_choice.h"
 #include "cli.h"
 #include "memory_size.h"
 #include "mps.h"
@@ -162,15 +163,31 @@ int main(int argc, char** argv) {
   // client's priority comes from its environment at start: make it FIKIT's.
   const fikit::mps::Found mps = fikit::mps::find_daemon(std::getenv("CUDA_MPS_PIPE_DIRECTORY"));
   const bool verbose = log_info();
-  if (mps.running && backend != nullptr && *backend == "timeslice") {
+  bool outside_mps = mps.running && backend != nullptr && *backend == "timeslice";
+  std::string outside_why = "--backend timeslice";
+  // A service left to choose (--backend auto) is an MPS client unless its measured runs say that
+  // costs it more than --mps-cost-limit; while it measures, its runs alternate between the two
+  // (rules/backend_rule.h). Jobs are always MPS clients here: the service's regime governs them.
+  const std::string mode = std::getenv("FIKIT_MODE");
+  if (mps.running && priority == 0 && (backend == nullptr || *backend == "auto") && mode != "off") {
+    if (const auto service = fikit::run::service_backend(opts.command);
+        service && (!service->choice.trial || mode != "share")) {
+      outside_mps = !service->choice.mps;
+      outside_why = service->choice.trial ? "measured outside MPS this start" : "its measured MPS cost";
+      if (service->choice.measure_more != 0 && mode == "auto")
+        set_env("FIKIT_MEASURE_RUNS", std::to_string(service->runs_stored + service->choice.measure_more));
+      if (service->choice.trial || verbose) std::fprintf(stderr, "%s\n", fikit::run::backend_line(*service).c_str());
+    }
+  }
+  if (outside_mps) {
     // Not an MPS client although a control daemon runs: a folder where none ever runs, so CUDA
     // finds no pipe and the program gets a context of its own (a service that pays more for being
-    // an MPS client than its objective leaves: docs/scheduling.md, "The controller").
+    // an MPS client than its objective leaves: docs/scheduling.md, "A service outside MPS").
     const std::string none = "/tmp/fikit-no-mps-" + std::to_string(geteuid());
     if (!fikit::protocol::make_private_folder(none, error)) return fikit::cli::usage_error("fikit-run", error);
     set_env("CUDA_MPS_PIPE_DIRECTORY", none);
-    if (verbose) std::fprintf(stderr, "fikit-run: backend time-sliced (--backend timeslice; the MPS control daemon at %s "
-                                      "is not used)\n", mps.pipe_dir.c_str());
+    if (verbose) std::fprintf(stderr, "fikit-run: backend time-sliced (%s; the MPS control daemon at %s "
+                                      "is not used)\n", outside_why.c_str(), mps.pipe_dir.c_str());
   } else if (mps.running) {
     if (mps.fikit_owned) {
       set_env("CUDA_MPS_PIPE_DIRECTORY", mps.pipe_dir);

@@ -62,14 +62,18 @@ std::optional<std::string> expected_task_key(const std::vector<std::string>& com
   return std::string(key);
 }
 
+std::string profile_db_path() {
+  const char* db_env = std::getenv("FIKIT_DB");
+  return db_env != nullptr && *db_env != '\0' ? db_env : profiledb::Database::default_path();
+}
+
 std::string measure_progress_line(const std::vector<std::string>& command) {
   const char* mode = std::getenv("FIKIT_MODE");
   const bool automatic = mode != nullptr && std::strcmp(mode, "auto") == 0;
   if (!automatic && (mode == nullptr || std::strcmp(mode, "measure") != 0)) return {};
   const auto key = expected_task_key(command);
   if (!key) return {};
-  const char* db_env = std::getenv("FIKIT_DB");
-  const std::string db_path = db_env != nullptr && *db_env != '\0' ? db_env : profiledb::Database::default_path();
+  const std::string db_path = profile_db_path();
   uint64_t stored = 0;
   if (access(db_path.c_str(), F_OK) == 0) {
     try {

@@ -12,6 +12,9 @@ namespace fikit::run {
 // kernel runs its interpreter, whose path the key takes).
 std::optional<std::string> expected_task_key(const std::vector<std::string>& command);
 
+// The profile database the hook will use: FIKIT_DB, else the default.
+std::string profile_db_path();
+
 // The line for FIKIT_MODE auto or measure, from the runs the profile database holds for the task
 // (empty: nothing to say: auto mode with every run measured shares, or the database cannot be read
 // within a few milliseconds).

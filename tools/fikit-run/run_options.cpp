@@ -103,9 +103,14 @@ Options:
   --key-file PATH     authenticate with the daemon's key (it must be private: mode 600); sets
                       FIKIT_KEY_FILE. Priorities the daemon reserves need it (docs/security.md)
   --backend B         auto|timeslice|mps: how the GPU is shared; sets FIKIT_BACKEND (default auto:
-                      an MPS client where a control daemon runs). timeslice: never an MPS
-                      client, even where one runs (a service whose MPS cost its objective
-                      cannot afford; the jobs below it then wait while it is active)
+                      an MPS client where a control daemon runs, but a service (priority 0)
+                      whose measured runs say being one costs it more than --mps-cost-limit
+                      runs outside). timeslice: never an MPS client, even where one runs (the
+                      jobs below it then wait while it is active); mps: always one
+  --mps-cost-limit X  how much slower a service's requests may be as an MPS client than outside
+                      MPS, e.g. 1.03 (3 %), as its measured runs show: while it measures, its runs
+                      alternate between the two; sets FIKIT_MPS_COST_LIMIT (default 1.03;
+                      docs/scheduling.md, "A service outside MPS")
   --max-wait-ms N     the longest one launch may wait for the scheduler; sets FIKIT_MAX_WAIT_MS
                       (default 1000)
   --memory-limit SIZE the device memory each process of PROGRAM may hold on each GPU (a child

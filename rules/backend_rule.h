@@ -1,0 +1,85 @@
+#pragma once
+// Whether a service is an MPS client: decided by what being one costs it, measured.
+//
+// Being an MPS client costs some services before any job runs (an LLM decode replayed as CUDA
+// graphs: 1.08x at p50 on an H100, docs/results.md), which no regime of the controller can give
+// back: its baseline is measured under MPS. A process is an MPS client or not for its whole life,
+// so the comparison is made across the service's measured runs: fikit-run measures its runs under
+// both backends in turn (with the jobs below held, as while any task measures), stores the median
+// of its requests as the host saw them per run (profiledb RunSummary::request_p50_ns), and from then
+// on starts the service outside MPS when the runs as an MPS client were slower than the runs of a
+// context of its own by more than the limit. Outside MPS the jobs below wait while it is active
+// (time-sliced hold: docs/scheduling.md); inside, its controller may let them beside it.
+//
+// Header-only and dependency-free: fikit-run decides with it, fikit-profile shows it.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace fikit::rules {
+
+// One measured run whose backend is known (runs stored before schema version 6 are left out): its
+// backend and the median of its requests (0: it had none the host could tell: no synchronisation).
+struct BackendRun {
+  bool mps = false;
+  uint64_t request_p50_ns = 0;
+};
+
+// What being an MPS client may cost a service, unset: 3 % (FIKIT_MPS_COST_LIMIT).
+inline constexpr uint32_t kMpsCostLimitPermille = 1030;
+
+struct BackendChoice {
+  bool mps = true;               // start the service as an MPS client
+  bool trial = false;            // measuring: this start measures runs under `mps` to learn the cost
+  uint32_t measure_more = 0;     // runs to measure beyond those stored (a trial after the task measured)
+  uint32_t runs_mps = 0, runs_plain = 0;   // runs that tell, each way
+  double cost = 0;               // median request as an MPS client / as a plain process (0: not known)
+};
+
+// Runs each backend needs before the cost is read: half of the runs measured (10 by default: 5
+// and 5). The medians of 5 runs of 300 requests each resolved a service's 8 % cost on an H100.
+inline uint32_t backend_trial_runs(uint32_t runs_wanted) { return std::max<uint32_t>(1, runs_wanted / 2); }
+
+inline uint64_t median_of(std::vector<uint64_t> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// runs: the task's stored runs; runs_stored: all of them (those that do not tell included);
+// runs_wanted: the runs a task measures before it shares (FIKIT_MEASURE_RUNS); limit_permille: the
+// most being an MPS client may cost it.
+inline BackendChoice choose_backend(const std::vector<BackendRun>& runs, uint64_t runs_stored, uint32_t runs_wanted,
+                                    uint32_t limit_permille) {
+  std::vector<uint64_t> mps, plain;
+  uint32_t silent = 0;
+  for (const BackendRun& r : runs) {
+    if (r.request_p50_ns > 0)
+      (r.mps ? mps : plain).push_back(r.request_p50_ns);
+    else
+      ++silent;
+  }
+  BackendChoice c;
+  c.runs_mps = uint32_t(mps.size());
+  c.runs_plain = uint32_t(plain.size());
+  const uint32_t need = backend_trial_runs(runs_wanted);
+  // A program whose runs show no requests (it never synchronises with the GPU), or that measured a
+  // whole trial past its runs without the runs telling: nothing to compare, and no end to measuring.
+  if (silent >= need || runs_stored >= uint64_t(runs_wanted) + 2 * need) return c;
+  if (c.runs_mps >= need && c.runs_plain >= need) {
+    c.cost = double(median_of(mps)) / double(median_of(plain));
+    c.mps = c.cost * 1000.0 <= double(limit_permille);
+    return c;
+  }
+  // The backend with fewer runs next, MPS first: alternate while the task measures anyway; a task
+  // that measured all its runs one way (a server measuring them in one process) measures the runs
+  // the other way lacks before it shares.
+  c.trial = true;
+  c.mps = c.runs_mps <= c.runs_plain;
+  const uint32_t have = c.mps ? c.runs_mps : c.runs_plain;
+  if (runs_stored >= runs_wanted) c.measure_more = need - have;
+  return c;
+}
+
+}  // namespace fikit::rules

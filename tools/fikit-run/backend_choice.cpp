@@ -1,0 +1,76 @@
+#include "backend_choice.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "hook_settings.h"
+#include "measure_progress.h"
+#include "profiledb.h"
+
+namespace fikit::run {
+namespace {
+
+uint32_t checked_or_fallback(const char* env) {
+  const settings::Setting& s = *settings::find(env);
+  const char* text = std::getenv(env);
+  settings::Value value;
+  char why[192];
+  if (text == nullptr || *text == '\0' || !settings::check(s, text, &value, why, sizeof why)) return s.fallback;
+  return value.number;
+}
+
+std::string factor(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3gx", x);
+  return text;
+}
+
+}  // namespace
+
+std::optional<ServiceBackend> service_backend(const std::vector<std::string>& command) {
+  const auto key = expected_task_key(command);
+  if (!key) return std::nullopt;
+  ServiceBackend b;
+  b.task_key = *key;
+  b.runs_wanted = checked_or_fallback("FIKIT_MEASURE_RUNS");
+  b.limit_permille = checked_or_fallback("FIKIT_MPS_COST_LIMIT");
+  std::vector<rules::BackendRun> runs;
+  const std::string path = profile_db_path();
+  if (access(path.c_str(), F_OK) == 0) {
+    try {
+      profiledb::Database db(path, profiledb::Database::Open::ReadOnly, /*busy_timeout_ms=*/20);
+      if (const auto task = db.task(*key)) {
+        b.runs_stored = task->runs_measured;
+        for (const profiledb::RunSummary& r : db.runs(*key))
+          if (r.backend == "mps" || r.backend == "plain") runs.push_back({r.backend == "mps", r.request_p50_ns});
+      }
+    } catch (const std::exception&) {
+      return std::nullopt;   // locked, corrupt or unreadable: the hook says what it finds
+    }
+  }
+  b.choice = rules::choose_backend(runs, b.runs_stored, b.runs_wanted, b.limit_permille);
+  return b;
+}
+
+std::string backend_line(const ServiceBackend& b) {
+  const rules::BackendChoice& c = b.choice;
+  const std::string task = "fikit-run: task '" + b.task_key + "' ";
+  const std::string limit = factor(b.limit_permille / 1000.0);
+  if (c.trial) {
+    const uint32_t need = rules::backend_trial_runs(b.runs_wanted);
+    return task + "is measured " + (c.mps ? "as an MPS client" : "outside MPS") + " this start (runs so far: " +
+           std::to_string(c.runs_mps) + " as an MPS client, " + std::to_string(c.runs_plain) + " outside, " +
+           std::to_string(need) + " each needed), to learn what being an MPS client costs it" +
+           (c.measure_more ? " (" + std::to_string(c.measure_more) + " runs more than --measure-runs)" : std::string());
+  }
+  if (c.cost == 0)
+    return task + "is an MPS client (its runs do not show what that costs it: no requests the host could tell)";
+  return task + (c.mps ? "is an MPS client" : "runs outside MPS") + ": its requests took " + factor(c.cost) +
+         " as an MPS client of what they took outside (" + std::to_string(c.runs_mps) + " and " +
+         std::to_string(c.runs_plain) + " runs; limit " + limit + ", --mps-cost-limit)" +
+         (c.mps ? std::string() : "; the jobs below it wait while it is active");
+}
+
+}  // namespace fikit::run

@@ -1,0 +1,30 @@
+#pragma once
+// Whether a service starts as an MPS client, where a control daemon runs: by what being one cost it
+// in its measured runs (rules/backend_rule.h). fikit-run decides before the program starts, since a
+// process is an MPS client or not for its whole life.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend_rule.h"
+
+namespace fikit::run {
+
+struct ServiceBackend {
+  std::string task_key;
+  uint64_t runs_stored = 0;
+  uint32_t runs_wanted = 0;        // FIKIT_MEASURE_RUNS
+  uint32_t limit_permille = 0;     // FIKIT_MPS_COST_LIMIT
+  rules::BackendChoice choice;
+};
+
+// The choice for `command`'s task from the profile database (a task it does not hold yet: the
+// trial's first run). Nothing when the task key cannot be known from here or the database cannot
+// be read within a few milliseconds: the program is then an MPS client, as without a choice.
+std::optional<ServiceBackend> service_backend(const std::vector<std::string>& command);
+
+// What fikit-run says of it: the trial (always: the program is measured this start) or the choice
+// (a line for FIKIT_LOG_LEVEL=info).
+std::string backend_line(const ServiceBackend& b);
+
+}  // namespace fikit::run
