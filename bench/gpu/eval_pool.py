@@ -277,7 +277,14 @@ class Pool:
         if clients is None:
             return
         entry["mps_client"] = p.pid in clients
-        if entry["mps_client"] != spec.setup.mps:
+        # A service under FIKIT may be started outside MPS by fikit-run itself, when its measured
+        # runs say being an MPS client costs it more than --mps-cost-limit (rules/backend_rule.h):
+        # a choice, recorded, not a contradiction.
+        if spec.role == "hp" and spec.setup.hook == "share" and not entry["mps_client"]:
+            entry["outside_mps_by_fikit_run"] = True
+            self.h.log("%s (setup %s) runs outside MPS: fikit-run's choice by its measured MPS cost" %
+                       (p.name, spec.setup.name))
+        elif entry["mps_client"] != spec.setup.mps:
             self.h.warn("%s (setup %s) is %san MPS client" % (p.name, spec.setup.name, "" if entry["mps_client"] else "not "))
 
     def after_exit(self, p, handle):
