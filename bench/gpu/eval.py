@@ -293,6 +293,9 @@ def parse_args(argv):
                         "50..--hp-requests requests (0: always --hp-requests) [0]")
     g.add_argument("--synthetic-requests", type=int, default=500, help="the same, synthetic HP [500]")
     g.add_argument("--warmup", type=int, default=5, help="HP requests before every window's measured ones [5]")
+    g.add_argument("--phase-s", type=float, default=4.0,
+                   help="a pair whose load changes ('HP:LP@poisson=0.05/0.4/0.05'): each phase this long at "
+                        "its rate [4]")
     g.add_argument("--window-max-s", type=float, default=8,
                    help="a PyTorch HP's measured requests end after this long (a 'capped' window: beside a "
                         "job that slows it down many times); 0: never [8]")
@@ -361,7 +364,7 @@ def resolve_defaults(ap, a, real_gpu):
     try:
         for text in a.pairs.split(","):
             wl.parse_pair(text, a.arrival)
-            wl.pair_load(text, a.load)
+            wl.pair_loads(text, a.load)
         for name in a.lpo_lps.split(","):
             wl.LP(name, None)
         for name in a.overhead_hps.split(","):

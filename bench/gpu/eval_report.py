@@ -157,6 +157,8 @@ def pair_block(label, pr, workers):
     a = s.get("alone") or {}
     how = ("closed loop, think %g ms" % pr["think_ms"]) if pr["arrival"] == "closed" else \
         ("Poisson arrivals at load %.2f of the HP's alone service time (%.1f requests/s)" % (pr["load"], pr.get("rate_per_s") or 0))
+    if pr.get("phase"):
+        how += "; phase %d of %d, loads %s" % (pr["phase"], len(pr["phases"]), " -> ".join("%g" % x for x in pr["phases"]))
     head = "PAIR %s : %s  (%s; %d requests a window)\n  alone medians: HP p50 %s us, p99 %s us; LP %s %s" % (
         pr["hp"], pr["lp"], how, pr["requests"], fmt(a.get("p50")), fmt(a.get("p99")), fmt(a.get("lp"), "{:.1f}"),
         pr["lp_unit"])

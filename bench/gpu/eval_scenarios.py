@@ -91,9 +91,14 @@ def pairs(h):
     longest = 0.0
     for text in h.a.pairs.split(","):
         hp_name, lp_name, arrival = wl.parse_pair(text, h.a.arrival)
-        load = wl.pair_load(text, h.a.load)
+        loads = wl.pair_loads(text, h.a.load)
+        load = loads[0]
         hp, lp = wl.HP(hp_name, h.paths), wl.LP(lp_name, h.paths)
-        label = "%s:%s@%s" % (hp.name, lp.name, arrival) + ("=%g" % load if load != h.a.load else "")
+        label = "%s:%s@%s" % (hp.name, lp.name, arrival) + \
+            ("=%s" % "/".join("%g" % x for x in loads) if loads != [h.a.load] else "")
+        if len(loads) > 1 and (arrival != "poisson" or not hp.served):
+            h.warn("pair %s: a load that changes needs Poisson arrivals and a served HP: skipped" % label)
+            continue
         if not _admit(h, "pair", label, longest):
             continue
         started = time.monotonic()
@@ -114,6 +119,36 @@ def pairs(h):
             pr.update(load=load, rate_per_s=rate * load / h.a.load)
             if h.a.window_s > 0 and hp.served:   # a slow or quiet service: windows of similar length
                 pr["requests"] = int(min(h.a.hp_requests, max(50, round(pr["rate_per_s"] * h.a.window_s))))
+
+        if len(loads) > 1:
+            # One entry per phase, each with the setups' runs of that phase: the report treats each
+            # as a pair of its own; the LP's rate is counted over each phase's requests.
+            del out[label]
+            per_load = pr["rate_per_s"] / load
+            phases = []
+            for i, x in enumerate(loads):
+                phase = out["%s phase %d of %d" % (label, i + 1, len(loads))] = dict(
+                    pr, load=x, rate_per_s=per_load * x, phase=i + 1, phases=loads, runs={s.name: [] for s in setups},
+                    requests=max(20, int(round(per_load * x * h.a.phase_s))))
+                phases.append(phase)
+
+            def phased(setup, rep):
+                options = [{"warmup": h.a.warmup if i == 0 else 0, "arrival": "poisson", "max_s": 2 * h.a.phase_s + 5,
+                            "rate": round(ph["rate_per_s"], 3), "seed": h.a.seed + 100 * rep + i}
+                           for i, ph in enumerate(phases)]
+                return phased_window(h, hp, lp, setup, [ph["requests"] for ph in phases], options,
+                                     "%s %s rep %d" % (label, setup.name, rep + 1))
+
+            def store(s, rep, records):
+                for ph, r in zip(phases, records):
+                    ph["runs"][s.name].append(dict(r, rep=rep + 1))
+            done = _reps(h, label, setups, phased, store)
+            for ph in phases:
+                ph["complete_reps"] = done
+            longest = max(longest, time.monotonic() - started)
+            if h.budget_spent:
+                break
+            continue
 
         def window(setup, rep):
             options = {"warmup": h.a.warmup, "arrival": arrival, "max_s": h.a.window_max_s}
@@ -179,6 +214,49 @@ def pair_window(h, hp, lp, setup, requests, options, label):
     for w in warnings:
         h.warn("%s: %s" % (label, w))
     return {"hp": _hp_numbers(res), "lp_rate": rate, "status": status_file, "warning": "; ".join(warnings) or None}
+
+
+def phased_window(h, hp, lp, setup, requests, options, label):
+    """One setup's window of a load that changes: the HP serves each phase's requests at its rate,
+    one phase right after the other. Shared setups: the LP runs throughout, and its rate is counted
+    over each phase's requests; fikit-scheduler's status is kept after each phase (the regime each
+    service's controller is on). Alone setups: the HP's phases, then the LP alone for --lp-alone-s.
+    Returns one record per phase, as pair_window's."""
+    hp_h = h.pool.get(epool.Spec("hp", hp, setup))
+    lp_h = h.pool.get(epool.Spec("lp", lp, setup))
+    timeout = h.limit(h.a.run_limit_s)
+    results, statuses = [], []
+    if setup.alone:
+        results = [hp_h.run(n, o, timeout) for n, o in zip(requests, options)]
+        lp_h.go(timeout)
+        try:
+            time.sleep(h.a.lp_warm_s)
+            t0 = ep.monotonic()
+            time.sleep(h.a.lp_alone_s)
+            t1 = ep.monotonic()
+        finally:
+            lp_h.pause(timeout)
+        rates = [lp_h.rate(t0, t1)] * len(results)
+        statuses = [(None, None)] * len(results)
+    else:
+        lp_h.go(timeout)
+        try:
+            time.sleep(h.a.lp_warm_s)
+            for i, (n, o) in enumerate(zip(requests, options)):
+                results.append(hp_h.run(n, o, timeout))
+                statuses.append(_status(h, setup, "%s phase %d" % (label, i + 1)))
+        finally:
+            lp_h.pause(timeout)
+        rates = [lp_h.rate(r["t0"], r["t1"]) for r in results]
+    out = []
+    for i, (res, rate, (status_file, warning)) in enumerate(zip(results, rates, statuses)):
+        warnings = [warning] if warning else []
+        if rate is None:
+            warnings.append("the LP's progress records do not cover phase %d" % (i + 1))
+        for w in warnings:
+            h.warn("%s: %s" % (label, w))
+        out.append({"hp": _hp_numbers(res), "lp_rate": rate, "status": status_file, "warning": "; ".join(warnings) or None})
+    return out
 
 
 # ---------------------------------------------------------------- lp-overhead

@@ -128,19 +128,29 @@ class LP:
                                                                          "--progress-ms", progress_ms]
 
 
-def pair_load(text, default_load):
-    """The Poisson load of a pair 'HP:LP@poisson=L' (L in (0, 1]), else default_load."""
+def pair_loads(text, default_load):
+    """The Poisson loads of a pair 'HP:LP@poisson=L' or, for a load that changes within each
+    window, 'HP:LP@poisson=L1/L2/...' (each in (0, 1]: one phase each), else [default_load]."""
     _, _, arrival = text.partition("@")
-    _, eq, load = arrival.partition("=")
+    _, eq, loads = arrival.partition("=")
     if not eq:
-        return default_load
-    try:
-        value = float(load)
-    except ValueError:
-        value = 0.0
-    if not 0 < value <= 1:
-        raise ValueError("pair '%s': load '%s' is not a number in (0, 1]" % (text, load))
-    return value
+        return [default_load]
+    out = []
+    for load in loads.split("/"):
+        try:
+            value = float(load)
+        except ValueError:
+            value = 0.0
+        if not 0 < value <= 1:
+            raise ValueError("pair '%s': load '%s' is not a number in (0, 1]" % (text, load))
+        out.append(value)
+    return out
+
+
+def pair_load(text, default_load):
+    """The Poisson load of a pair 'HP:LP@poisson=L' (L in (0, 1]), else default_load; the first
+    phase's of a load that changes."""
+    return pair_loads(text, default_load)[0]
 
 
 def parse_pair(text, default_arrival):

@@ -124,11 +124,21 @@ def check_fresh_every_rep(res, scenario, runs, setups, workers):
 def pytorch(args, out):
     env = dict(os.environ, PYTHONPATH=os.path.join(HERE, "fake_torch"), FAKE_TORCH_MS="1")
     setups = ["alone", "alone-b", "default", "mps", "mps-prio"]
-    res = run_eval(args, out, ["pairs", "--setups", ",".join(setups),
-                               "--pairs", "resnet50-graph:gemm8192@poisson,resnet50:resnet50-train"], env=env)
-    for label in ("resnet50-graph:gemm8192@poisson", "resnet50:resnet50-train@closed"):
+    res = run_eval(args, out, ["pairs", "--setups", ",".join(setups), "--phase-s", "0.5",
+                               "--pairs", "resnet50-graph:gemm8192@poisson,resnet50-graph:gemm8192@poisson=0.1/0.4/0.1,"
+                                          "resnet50:resnet50-train"], env=env)
+    phases = ["resnet50-graph:gemm8192@poisson=0.1/0.4/0.1 phase %d of 3" % i for i in (1, 2, 3)]
+    for label in ["resnet50-graph:gemm8192@poisson", "resnet50:resnet50-train@closed"] + phases:
         check_pair_runs(res, label, setups, 2)
-        check_interleaved(res, label, setups)
+        check_interleaved(res, label.split(" phase ")[0], setups)
+    # A load that changes: each phase at its own rate, 0.5 s of requests at it, its own summary.
+    rates = [res["pairs"][label]["rate_per_s"] for label in phases]
+    if not (abs(rates[1] / rates[0] - 4) < 1e-6 and rates[0] == rates[2]):
+        fail("phase rates %s: not 0.1, 0.4 and 0.1 of the HP's rate" % rates)
+    for label in phases:
+        pr = res["pairs"][label]
+        if pr["requests"] != max(20, round(pr["rate_per_s"] * 0.5)) or "summary" not in pr:
+            fail("%s: %d requests (rate %.1f/s), summary %s" % (label, pr["requests"], pr["rate_per_s"], "summary" in pr))
     for name, w in res["workers"].items():
         if w["processes"] != 1 or w.get("exit") != 0:
             fail("%s: %d processes, exit %s (one worker for every repetition, quit cleanly)"

@@ -425,8 +425,6 @@ class TraceGaps(unittest.TestCase):
         self.assertEqual(r["hist"]["in_launch"], {"<200": [1, 75.0]})
 
 
-if __name__ == "__main__":
-    unittest.main()
 
 
 class PairLoad(unittest.TestCase):
@@ -440,3 +438,15 @@ class PairLoad(unittest.TestCase):
                 wl.pair_load(bad, 0.35)
         with self.assertRaises(ValueError):
             wl.parse_pair("resnet50:gemm8192@closed=0.4", "closed")
+
+    def test_a_load_that_changes_names_its_phases(self):
+        self.assertEqual(wl.pair_loads("lm-graph2:vit-l-train@poisson=0.05/0.4/0.05", 0.35), [0.05, 0.4, 0.05])
+        self.assertEqual(wl.pair_load("lm-graph2:vit-l-train@poisson=0.05/0.4/0.05", 0.35), 0.05)
+        self.assertEqual(wl.pair_loads("lm-graph2:vit-l-train@closed", 0.35), [0.35])
+        for bad in ("lm-graph2:vit-l-train@poisson=0.05/", "lm-graph2:vit-l-train@poisson=0.05/2"):
+            with self.assertRaises(ValueError):
+                wl.pair_loads(bad, 0.35)
+
+
+if __name__ == "__main__":
+    unittest.main()
