@@ -9,7 +9,8 @@
 # and fikit-run alternates the backend between them. Then the start after them (share mode: what it
 # chose) and `fikit-profile show`. The task key is the one bench/gpu/eval.py gives that service
 # (eval-hp-lm-graph2), so that `eval.py pairs --db OUT/profiles.db` finds the profile and its HP
-# starts as the trial chose. The daemon's MPS control daemon is stopped on every exit.
+# starts as the trial chose. SERVICE_ARGS (lm.py's flags, default "--cuda-graph --tokens 2") and
+# KEY try another service. The daemon's MPS control daemon is stopped on every exit.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$here/../..
@@ -21,7 +22,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 db=$out/profiles.db
-key=eval-hp-lm-graph2
+key=${KEY:-eval-hp-lm-graph2}
 port=${PORT:-47931}
 export FIKIT_MPS_DIR=/tmp/fikit-trial-mps.$$
 unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
@@ -39,7 +40,8 @@ taskset -c 0-1 "$prefix/bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$d
 daemon_pid=$!
 for _ in $(seq 50); do [ -S "$FIKIT_MPS_DIR/pipe/control" ] && break; sleep 0.2; done
 [ -S "$FIKIT_MPS_DIR/pipe/control" ] || { echo "no MPS control daemon"; cat "$out/scheduler.log"; exit 1; }
-service=(python3 "$root/examples/pytorch/lm.py" --cuda-graph --tokens 2 --requests "$requests")
+read -r -a service_args <<< "${SERVICE_ARGS:---cuda-graph --tokens 2}"
+service=(python3 "$root/examples/pytorch/lm.py" "${service_args[@]}" --requests "$requests")
 for i in $(seq "$runs") after; do
   t0=$SECONDS
   FIKIT_LOG_LEVEL=info taskset -c 2-8 "$prefix/bin/fikit-run" --priority 0 --task-key "$key" --db "$db" \
