@@ -8,11 +8,14 @@
 // both backends in turn (with the jobs below held, as while any task measures), stores the median
 // of its requests as the host saw them per run (profiledb RunSummary::request_p50_ns), and from then
 // on starts the service outside MPS when the runs as an MPS client were slower than the runs of a
-// context of its own by more than the limit. Outside MPS the jobs below wait while it is active
+// context of its own by more than the limit (their medians), and slower beyond chance (a one-sided
+// rank test of the runs, p <= 0.05): the processes of a noisy service differ by more than a few
+// per cent, and outside MPS its jobs lose what MPS would let beside it. Outside MPS the jobs below wait while it is active
 // (time-sliced hold: docs/scheduling.md); inside, its controller may let them beside it.
 //
 // Header-only and dependency-free: fikit-run decides with it, fikit-profile shows it.
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -34,11 +37,47 @@ struct BackendChoice {
   uint32_t measure_more = 0;     // runs to measure beyond those stored (a trial after the task measured)
   uint32_t runs_mps = 0, runs_plain = 0;   // runs that tell, each way
   double cost = 0;               // median request as an MPS client / as a plain process (0: not known)
+  double p_value = 1;            // that the MPS runs are this much slower by chance (rank test)
 };
 
 // Runs each backend needs before the cost is read: half of the runs measured (10 by default: 5
-// and 5). The medians of 5 runs of 300 requests each resolved a service's 8 % cost on an H100.
+// and 5). 5 runs of 300 requests each way resolved an LLM decode's 7 % cost on an H200, every run as
+// an MPS client slower than every run outside. Fewer than 3 each way can never be significant.
 inline uint32_t backend_trial_runs(uint32_t runs_wanted) { return std::max<uint32_t>(1, runs_wanted / 2); }
+
+// The significance asked of a cost before a service leaves MPS.
+inline constexpr double kBackendSignificance = 0.05;
+// The runs of each backend the test reads at most (the latest).
+inline constexpr size_t kBackendTestRuns = 20;
+
+// Mann-Whitney's exact one-sided test: the chance, were the two backends alike, that the `slower`
+// runs exceed the `faster` ones in at least as many of their pairs as they do (ties count half).
+inline double rank_test_p(const std::vector<uint64_t>& slower, const std::vector<uint64_t>& faster) {
+  const size_t n = slower.size(), m = faster.size();
+  if (n == 0 || m == 0) return 1;
+  uint32_t twice_w = 0;   // pairs with slower > faster, times two (a tie counts one)
+  for (uint64_t x : slower)
+    for (uint64_t y : faster) twice_w += x > y ? 2 : x == y ? 1 : 0;
+  // count[i][j][k]: orderings of i slower and j faster values with k pairs slower > faster. The
+  // largest of them is a slower value (then above all j faster ones) or a faster one.
+  const size_t kmax = n * m;
+  std::vector<double> prev((m + 1) * (kmax + 1)), cur(prev.size());
+  const auto at = [kmax](std::vector<double>& t, size_t j, size_t k) -> double& { return t[j * (kmax + 1) + k]; };
+  for (size_t j = 0; j <= m; ++j) at(prev, j, 0) = 1;   // i = 0: one ordering, no pair
+  for (size_t i = 1; i <= n; ++i) {
+    std::fill(cur.begin(), cur.end(), 0.0);
+    at(cur, 0, 0) = 1;
+    for (size_t j = 1; j <= m; ++j)
+      for (size_t k = 0; k <= i * j; ++k) at(cur, j, k) = (k >= j ? at(prev, j, k - j) : 0.0) + at(cur, j - 1, k);
+    std::swap(prev, cur);
+  }
+  double total = 0, tail = 0;
+  for (size_t k = 0; k <= kmax; ++k) {
+    total += at(prev, m, k);
+    if (2 * k >= twice_w) tail += at(prev, m, k);
+  }
+  return tail / total;
+}
 
 inline uint64_t median_of(std::vector<uint64_t> v) {
   if (v.empty()) return 0;
@@ -69,7 +108,11 @@ inline BackendChoice choose_backend(const std::vector<BackendRun>& runs, uint64_
   if (silent >= need || runs_stored >= uint64_t(runs_wanted) + 2 * need) return c;
   if (c.runs_mps >= need && c.runs_plain >= need) {
     c.cost = double(median_of(mps)) / double(median_of(plain));
-    c.mps = c.cost * 1000.0 <= double(limit_permille);
+    const auto latest = [](const std::vector<uint64_t>& v) {
+      return std::vector<uint64_t>(v.end() - std::ptrdiff_t(std::min(v.size(), kBackendTestRuns)), v.end());
+    };
+    c.p_value = rank_test_p(latest(mps), latest(plain));
+    c.mps = c.cost * 1000.0 <= double(limit_permille) || c.p_value > kBackendSignificance;
     return c;
   }
   // The backend with fewer runs next, MPS first: alternate while the task measures anyway; a task

@@ -77,7 +77,7 @@ inline constexpr Setting kHookSettings[] = {
     // runs outside MPS by more than this starts outside MPS.
     {"FIKIT_MPS_COST_LIMIT", "--mps-cost-limit", Kind::Objective, 0, 0, 1030, nullptr, "",
      "a service (priority 0) under an MPS control daemon starts outside MPS when its measured runs as an MPS "
-     "client were slower than outside by more than this factor (unset: 1.03)"},
+     "client were slower than outside by more than this factor, beyond chance (unset: 1.03)"},
     {"FIKIT_LOG_LEVEL", nullptr, Kind::Choice, 0, 0, 1, "error|warn|info|debug", "", "what the hook says on stderr"},
     {"FIKIT_STATS", nullptr, Kind::Number, 0, 1, 0, nullptr, "",
      "1: launch counts per entry point, the hook's time per op and its graphs' segments on stderr at exit"},

@@ -245,9 +245,11 @@ void write_backend(std::ostream& out, const std::vector<profiledb::RunSummary>& 
       rules::choose_backend(told, runs.size(), runs_wanted, settings::fallback_of("FIKIT_MPS_COST_LIMIT"));
   std::string verdict;
   if (c.cost > 0)
-    verdict = fmt::format("being an MPS client costs it {:.3f}x; as a service (priority 0) under an MPS control daemon "
-                          "it starts {} MPS (limit {:.2f}x, fikit-run --mps-cost-limit)",
-                          c.cost, c.mps ? "as a client of" : "outside", settings::fallback_of("FIKIT_MPS_COST_LIMIT") / 1000.0);
+    verdict = fmt::format("being an MPS client costs it {:.3f}x (p {:.2g}, a one-sided rank test of the runs); as a "
+                          "service (priority 0) under an MPS control daemon it starts {} MPS (limit {:.2f}x, fikit-run "
+                          "--mps-cost-limit; a cost past it is taken at p <= {:.2g})",
+                          c.cost, c.p_value, c.mps ? "as a client of" : "outside",
+                          settings::fallback_of("FIKIT_MPS_COST_LIMIT") / 1000.0, rules::kBackendSignificance);
   else if (c.trial)
     verdict = fmt::format("what being an MPS client costs it is not known yet ({} runs each way needed)",
                           rules::backend_trial_runs(runs_wanted));

@@ -108,9 +108,9 @@ Options:
                       runs outside). timeslice: never an MPS client, even where one runs (the
                       jobs below it then wait while it is active); mps: always one
   --mps-cost-limit X  how much slower a service's requests may be as an MPS client than outside
-                      MPS, e.g. 1.03 (3 %), as its measured runs show: while it measures, its runs
-                      alternate between the two; sets FIKIT_MPS_COST_LIMIT (default 1.03;
-                      docs/scheduling.md, "A service outside MPS")
+                      MPS, e.g. 1.03 (3 %), as its measured runs show beyond chance: while it
+                      measures, its runs alternate between the two; sets FIKIT_MPS_COST_LIMIT
+                      (default 1.03; docs/scheduling.md, "A service outside MPS")
   --max-wait-ms N     the longest one launch may wait for the scheduler; sets FIKIT_MAX_WAIT_MS
                       (default 1000)
   --memory-limit SIZE the device memory each process of PROGRAM may hold on each GPU (a child
