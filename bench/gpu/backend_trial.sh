@@ -51,4 +51,14 @@ for i in $(seq "$runs") after; do
   grep -h 'p50\|p99' "$out/start-$i.txt" | tail -1
 done
 "$prefix/bin/fikit-profile" --db "$db" show "$key" | grep -E '^(requests|timing|coverage):'
+# Each run's backend and request median as the hook stored them, and the database checkpointed so
+# that a copy of the one file holds everything (WAL mode keeps recent writes beside it).
+python3 - "$db" "$key" <<'PY'
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+for run_no, backend, p50, n in db.execute(
+        "SELECT run_no, backend, request_p50_ns, requests FROM runs WHERE task_key = ? ORDER BY run_no", (sys.argv[2],)):
+    print("run %d %s request p50 %.1f us of %d" % (run_no, backend, p50 / 1e3, n))
+db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+PY
 "$prefix/bin/fikit-scheduler" status --scheduler "127.0.0.1:$port" 2>&1 | head -5
