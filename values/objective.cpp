@@ -21,7 +21,7 @@ const char* parse_objective(std::string_view text, uint32_t& out) noexcept {
   while (frac_digits < 3) frac *= 10, ++frac_digits;
   const uint64_t permille = percent ? whole * 10 + frac / 100 : whole * 1000 + frac;
   if (permille < kMinObjectivePermille || permille > kMaxObjectivePermille)
-    return "is out of range 1 to 100 (times the service's time alone)";
+    return "is out of range 1 to 100 (a factor: 1.2 is 20 % longer)";
   out = uint32_t(permille);
   return nullptr;
 }
