@@ -19,6 +19,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "sample_quantile.h"
+
 namespace fikit::rules {
 
 // One measured run whose backend is known (runs stored before schema version 6 are left out): its
@@ -36,7 +38,8 @@ struct BackendChoice {
   bool trial = false;            // measuring: this start measures runs under `mps` to learn the cost
   uint32_t measure_more = 0;     // runs to measure beyond those stored (a trial after the task measured)
   uint32_t runs_mps = 0, runs_plain = 0;   // runs that tell, each way
-  double cost = 0;               // median request as an MPS client / as a plain process (0: not known)
+  uint64_t mps_p50_ns = 0, plain_p50_ns = 0;   // the medians of their request medians (0: no run)
+  double cost = 0;               // mps_p50_ns / plain_p50_ns once both have their runs (0: not known)
   double p_value = 1;            // that the MPS runs are this much slower by chance (rank test)
 };
 
@@ -79,13 +82,6 @@ inline double rank_test_p(const std::vector<uint64_t>& slower, const std::vector
   return tail / total;
 }
 
-inline uint64_t median_of(std::vector<uint64_t> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // runs: the task's stored runs; runs_stored: all of them (those that do not tell included);
 // runs_wanted: the runs a task measures before it shares (FIKIT_MEASURE_RUNS); limit_permille: the
 // most being an MPS client may cost it.
@@ -102,12 +98,14 @@ inline BackendChoice choose_backend(const std::vector<BackendRun>& runs, uint64_
   BackendChoice c;
   c.runs_mps = uint32_t(mps.size());
   c.runs_plain = uint32_t(plain.size());
+  c.mps_p50_ns = sample_quantile(mps, 50);
+  c.plain_p50_ns = sample_quantile(plain, 50);
   const uint32_t need = backend_trial_runs(runs_wanted);
   // A program whose runs show no requests (it never synchronises with the GPU), or that measured a
   // whole trial past its runs without the runs telling: nothing to compare, and no end to measuring.
   if (silent >= need || runs_stored >= uint64_t(runs_wanted) + 2 * need) return c;
   if (c.runs_mps >= need && c.runs_plain >= need) {
-    c.cost = double(median_of(mps)) / double(median_of(plain));
+    c.cost = double(c.mps_p50_ns) / double(c.plain_p50_ns);
     const auto latest = [](const std::vector<uint64_t>& v) {
       return std::vector<uint64_t>(v.end() - std::ptrdiff_t(std::min(v.size(), kBackendTestRuns)), v.end());
     };

@@ -181,50 +181,20 @@ def calibrate(h, hp):
 
 
 def pair_window(h, hp, lp, setup, requests, options, label):
-    """One setup's window. Alone setups: the HP's requests, then the LP alone for --lp-alone-s.
-    Shared setups: the LP runs (warm for --lp-warm-s), the HP serves its requests, the LP pauses;
-    the LP's rate is counted over the HP's measured requests only."""
-    hp_h = h.pool.get(epool.Spec("hp", hp, setup))
-    lp_h = h.pool.get(epool.Spec("lp", lp, setup))
-    timeout = h.limit(h.a.run_limit_s)
-    status_file, warning = None, None
-    if setup.alone:
-        res = hp_h.run(requests, options, timeout)
-        lp_h.go(timeout)
-        try:
-            time.sleep(h.a.lp_warm_s)
-            t0 = ep.monotonic()
-            time.sleep(h.a.lp_alone_s)
-            t1 = ep.monotonic()
-        finally:
-            lp_h.pause(timeout)
-        rate = lp_h.rate(t0, t1)
-    else:
-        lp_h.go(timeout)
-        try:
-            time.sleep(h.a.lp_warm_s)
-            res = hp_h.run(requests, options, timeout)
-            status_file, warning = _status(h, setup, label)
-        finally:
-            lp_h.pause(timeout)
-        rate = lp_h.rate(res["t0"], res["t1"])
-    warnings = [warning] if warning else []
-    if rate is None:
-        warnings.append("the LP's progress records do not cover the window")
-    for w in warnings:
-        h.warn("%s: %s" % (label, w))
-    return {"hp": _hp_numbers(res), "lp_rate": rate, "status": status_file, "warning": "; ".join(warnings) or None}
+    """One setup's window at one load: a window of one phase (phased_window)."""
+    return phased_window(h, hp, lp, setup, [requests], [options], label)[0]
 
 
 def phased_window(h, hp, lp, setup, requests, options, label):
-    """One setup's window of a load that changes: the HP serves each phase's requests at its rate,
-    one phase right after the other. Shared setups: the LP runs throughout, and its rate is counted
-    over each phase's requests; fikit-scheduler's status is kept after each phase (the regime each
-    service's controller is on). Alone setups: the HP's phases, then the LP alone for --lp-alone-s.
-    Returns one record per phase, as pair_window's."""
+    """One setup's window, in phases: the HP serves each phase's requests at its options, one phase
+    right after the other. Alone setups: the HP's phases, then the LP alone for --lp-alone-s.
+    Shared setups: the LP runs (warm for --lp-warm-s) throughout, its rate counted over each
+    phase's requests only, and fikit-scheduler's status is kept after each phase (the regime each
+    service's controller is on); then the LP pauses. Returns one record per phase."""
     hp_h = h.pool.get(epool.Spec("hp", hp, setup))
     lp_h = h.pool.get(epool.Spec("lp", lp, setup))
     timeout = h.limit(h.a.run_limit_s)
+    phased = len(requests) > 1
     results, statuses = [], []
     if setup.alone:
         results = [hp_h.run(n, o, timeout) for n, o in zip(requests, options)]
@@ -244,7 +214,7 @@ def phased_window(h, hp, lp, setup, requests, options, label):
             time.sleep(h.a.lp_warm_s)
             for i, (n, o) in enumerate(zip(requests, options)):
                 results.append(hp_h.run(n, o, timeout))
-                statuses.append(_status(h, setup, "%s phase %d" % (label, i + 1)))
+                statuses.append(_status(h, setup, "%s phase %d" % (label, i + 1) if phased else label))
         finally:
             lp_h.pause(timeout)
         rates = [lp_h.rate(r["t0"], r["t1"]) for r in results]
@@ -252,7 +222,7 @@ def phased_window(h, hp, lp, setup, requests, options, label):
     for i, (res, rate, (status_file, warning)) in enumerate(zip(results, rates, statuses)):
         warnings = [warning] if warning else []
         if rate is None:
-            warnings.append("the LP's progress records do not cover phase %d" % (i + 1))
+            warnings.append("the LP's progress records do not cover " + ("phase %d" % (i + 1) if phased else "the window"))
         for w in warnings:
             h.warn("%s: %s" % (label, w))
         out.append({"hp": _hp_numbers(res), "lp_rate": rate, "status": status_file, "warning": "; ".join(warnings) or None})

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "sample_quantile.h"
+
 namespace fikit::hook::measure {
 
 class RequestClock {
@@ -45,10 +47,9 @@ class RequestClock {
     t.requests = n;
     if (n == 0) return t;
     const size_t kept = size_t(std::min<uint64_t>(n, kKept));
-    std::array<uint64_t, kKept> v;
+    std::array<uint64_t, kKept> v{};
     for (size_t i = 0; i < kept; ++i) v[i] = kept_[i].load(std::memory_order_relaxed);
-    std::nth_element(v.begin(), v.begin() + kept / 2, v.begin() + kept);
-    t.p50_ns = v[kept / 2];
+    t.p50_ns = sample_quantile(v, kept, 50);
     return t;
   }
 

@@ -229,20 +229,15 @@ void write_timing(std::ostream& out, const std::vector<profiledb::RunSummary>& r
 
 void write_backend(std::ostream& out, const std::vector<profiledb::RunSummary>& runs, uint32_t runs_wanted) {
   std::vector<rules::BackendRun> told;
-  std::vector<uint64_t> mps, plain;
-  for (const auto& r : runs) {
-    if (r.backend != "mps" && r.backend != "plain") continue;
-    told.push_back({r.backend == "mps", r.request_p50_ns});
-    if (r.request_p50_ns > 0) (r.backend == "mps" ? mps : plain).push_back(r.request_p50_ns);
-  }
+  for (const auto& r : runs)
+    if (r.backend == "mps" || r.backend == "plain") told.push_back({r.backend == "mps", r.request_p50_ns});
   if (told.empty()) return;
-  const auto side = [](const std::vector<uint64_t>& v, const char* how) {
-    return v.empty() ? fmt::format("no run {}", how)
-                     : fmt::format("{} {} (median of {} run{})", human_ns(double(rules::median_of(v))), how, v.size(),
-                                   v.size() == 1 ? "" : "s");
-  };
   const rules::BackendChoice c =
       rules::choose_backend(told, runs.size(), runs_wanted, settings::fallback_of("FIKIT_MPS_COST_LIMIT"));
+  const auto side = [](uint32_t n, uint64_t p50_ns, const char* how) {
+    return n == 0 ? fmt::format("no run {}", how)
+                  : fmt::format("{} {} (median of {} run{})", human_ns(double(p50_ns)), how, n, n == 1 ? "" : "s");
+  };
   std::string verdict;
   if (c.cost > 0)
     verdict = fmt::format("being an MPS client costs it {:.3f}x (p {:.2g}, a one-sided rank test of the runs); as a "
@@ -255,7 +250,8 @@ void write_backend(std::ostream& out, const std::vector<profiledb::RunSummary>& 
                           rules::backend_trial_runs(runs_wanted));
   else
     verdict = "its runs show no requests to compare";
-  fmt::print(out, "requests: {}, {}: {}\n", side(mps, "as an MPS client"), side(plain, "outside MPS"), verdict);
+  fmt::print(out, "requests: {}, {}: {}\n", side(c.runs_mps, c.mps_p50_ns, "as an MPS client"),
+             side(c.runs_plain, c.plain_p50_ns, "outside MPS"), verdict);
 }
 
 namespace {

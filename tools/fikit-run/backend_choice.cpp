@@ -3,23 +3,12 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 
-#include "hook_settings.h"
 #include "measure_progress.h"
 #include "profiledb.h"
 
 namespace fikit::run {
 namespace {
-
-uint32_t checked_or_fallback(const char* env) {
-  const settings::Setting& s = *settings::find(env);
-  const char* text = std::getenv(env);
-  settings::Value value;
-  char why[192];
-  if (text == nullptr || *text == '\0' || !settings::check(s, text, &value, why, sizeof why)) return s.fallback;
-  return value.number;
-}
 
 std::string factor(double x) {
   char text[32];
@@ -34,8 +23,8 @@ std::optional<ServiceBackend> service_backend(const std::vector<std::string>& co
   if (!key) return std::nullopt;
   ServiceBackend b;
   b.task_key = *key;
-  b.runs_wanted = checked_or_fallback("FIKIT_MEASURE_RUNS");
-  b.limit_permille = checked_or_fallback("FIKIT_MPS_COST_LIMIT");
+  b.runs_wanted = setting_or_fallback("FIKIT_MEASURE_RUNS");
+  b.limit_permille = setting_or_fallback("FIKIT_MPS_COST_LIMIT");
   std::vector<rules::BackendRun> runs;
   const std::string path = profile_db_path();
   if (access(path.c_str(), F_OK) == 0) {

@@ -37,16 +37,17 @@ bool is_elf(const std::string& path) {
   return in.read(magic, 4) && std::memcmp(magic, "\x7f" "ELF", 4) == 0;
 }
 
-uint32_t setting_or_fallback(const char* env, uint32_t fallback) {
+}  // namespace
+
+uint32_t setting_or_fallback(const char* env) {
+  const settings::Setting& setting = *settings::find(env);
   const char* text = std::getenv(env);
   settings::Value value;
   char why[192];
-  if (text == nullptr || *text == '\0' || !settings::check(*settings::find(env), text, &value, why, sizeof why))
-    return fallback;
+  if (text == nullptr || *text == '\0' || !settings::check(setting, text, &value, why, sizeof why))
+    return setting.fallback;
   return value.number;
 }
-
-}  // namespace
 
 std::optional<std::string> expected_task_key(const std::vector<std::string>& command) {
   if (const char* key = std::getenv("FIKIT_TASK_KEY"); key != nullptr && *key != '\0') return std::string(key);
@@ -83,7 +84,7 @@ std::string measure_progress_line(const std::vector<std::string>& command) {
       return {};   // locked, corrupt or unreadable: the hook says what it finds when it stores the run
     }
   }
-  const uint32_t wanted = setting_or_fallback("FIKIT_MEASURE_RUNS", settings::fallback_of("FIKIT_MEASURE_RUNS"));
+  const uint32_t wanted = setting_or_fallback("FIKIT_MEASURE_RUNS");
   if (!automatic)
     return "fikit-run: task '" + *key + "' is measured (--mode measure; " + std::to_string(stored) +
            " runs stored)";

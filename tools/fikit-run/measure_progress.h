@@ -1,6 +1,7 @@
 #pragma once
 // What fikit-run says before a program that will be measured: the hook, inside the program, stays
 // silent, so this line is how a user learns that auto mode measures first, and how far it has come.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,10 @@ namespace fikit::run {
 // program's executable and arguments. Nothing when that cannot be known from here (a script: the
 // kernel runs its interpreter, whose path the key takes).
 std::optional<std::string> expected_task_key(const std::vector<std::string>& command);
+
+// A Number or Objective setting from the environment as the hook will read it: its value, or the
+// table's fallback when unset or refused.
+uint32_t setting_or_fallback(const char* env);
 
 // The profile database the hook will use: FIKIT_DB, else the default.
 std::string profile_db_path();
