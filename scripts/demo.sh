@@ -40,7 +40,7 @@ FIKIT's gap fills, early stops and the job's launches beside the service and on 
 One run each: a demonstration, not a measurement (bench/gpu/eval.py repeats and gives intervals).
 
 Options:
-  --quick       fewer requests and shorter runs (about half a minute on the simulator)
+  --quick       fewer requests and shorter runs (about a minute on the simulator on 2 cores)
   --prefix DIR  take the programs from an install prefix (DIR/bin, DIR/lib; e.g. .dist) and skip
                 setup and build: for a GPU machine that did not build FIKIT itself
   --build DIR   build folder (default: $FIKIT_BUILD_DIR or build). With no GPU the simulated
