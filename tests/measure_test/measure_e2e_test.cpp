@@ -224,8 +224,17 @@ TEST_F(MeasureE2E, SampledIterationsAreMeasuredWhole) {
     expect_between(k.dur_p50, want[p].dur_lo, want[p].dur_hi, "duration p50");
     if (p < 2) {
       // A measured iteration's gaps stay gaps; none spans the iterations left out.
-      EXPECT_EQ(k.gap_count + got.at(p + 1).dur_unresolved, 10u) << p;
-      expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
+      const uint64_t lost = got.at(p + 1).dur_unresolved;
+      EXPECT_EQ(k.gap_count + lost, 10u) << p;
+      // Every gap lies within its own iteration's bounds, so with all 10 timed their median lies
+      // within the bounds' medians. A gap the hook could not time (its launch call taken off the
+      // CPU) moves the median of the rest by a rank, and on a loaded host the gaps are two groups
+      // (a launch on time, or one that waited for the CPU: 500 against 720 us), so a rank can be a
+      // group: then the bounds are the bounds' 10th and 90th percentiles.
+      if (lost == 0)
+        expect_between(k.gap_p50, want[p].gap_lo, want[p].gap_hi, "gap p50");
+      else
+        expect_between(k.gap_p50, want[p].gap_lo_p10, want[p].gap_hi_p90, "gap p50 (a gap untimed)");
     } else {
       EXPECT_EQ(k.gap_count, 0u);
       EXPECT_EQ(k.boundary_count, 9u);
