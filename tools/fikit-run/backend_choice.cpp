@@ -58,11 +58,10 @@ std::string backend_line(const ServiceBackend& b) {
     return task + "is an MPS client (its runs do not show what that costs it: no requests the host could tell)";
   char p[32];
   std::snprintf(p, sizeof p, "%.2g", c.p_value);
-  const bool chance = c.cost * 1000.0 > b.limit_permille && c.p_value > rules::kBackendSignificance;
   return task + (c.mps ? "is an MPS client" : "runs outside MPS") + ": its requests took " + factor(c.cost) +
          " as an MPS client of what they took outside (" + std::to_string(c.runs_mps) + " and " +
          std::to_string(c.runs_plain) + " runs, p " + p + "; limit " + limit + ", --mps-cost-limit)" +
-         (chance ? "; a difference its runs do not tell from chance"
+         (c.by_chance ? "; a difference its runs do not tell from chance"
                  : c.mps ? std::string() : "; the jobs below it wait while it is active");
 }
 
