@@ -202,18 +202,32 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   // A bounded wait for queue room (graph::kSegmentsAhead); past FIKIT_MAX_WAIT_MS the rest go unthrottled.
   const uint64_t max_room_wait_ns = uint64_t(config().max_wait_ms) * 1'000'000;
   bool throttled = true;
-  for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
-    const graph::Segment& segment = graph::segment(*plan, i);
-    if (throttled) throttled = graph::wait_for_room(*plan, i, max_room_wait_ns);
+  uint32_t pieces = 0, groups = 0;
+  const auto measured_ns = [mode](uint64_t id) { return mode->measured_op_ns(id); };
+  for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++pieces) {
+    // A group of segments goes as one piece when the mode allows its measured work now.
+    const graph::Segment* piece = &graph::segment(*plan, i);
+    uint32_t next = i + 1;
+    uint64_t hint_ns = piece->predicted_ns;
+    if (const graph::Group* group = graph::group_at(*plan, i)) {
+      const uint64_t limit_ns = mode->graph_group_limit_ns();
+      if (limit_ns != 0 && graph::group_fits(*plan, *group, limit_ns, measured_ns, &hint_ns)) {
+        piece = &group->piece;
+        next = group->end;
+        ++groups;
+      }
+    }
+    if (throttled) throttled = graph::wait_for_room(*plan, pieces, max_room_wait_ns);
     LaunchInfo op = make_op(OpKind::Graph, effective_stream<V>(stream), 0);
-    op.graph_id = segment.id;
-    op.graph_hint_ns = segment.predicted_ns;
+    op.graph_id = piece->id;
+    op.graph_hint_ns = hint_ns;
     const CUresult result =
-        observed_op<V, /*kNotCapturing=*/true>(mode, op, [&](CUstream) { return real(segment.exec, stream); });
+        observed_op<V, /*kNotCapturing=*/true>(mode, op, [&](CUstream) { return real(piece->exec, stream); });
     if (result != CUDA_SUCCESS) return result;
-    graph::queued(*plan, i, stream);
+    graph::queued(*plan, pieces, stream);
+    i = next;
   }
-  graph::launched(*plan, stream);
+  graph::launched(*plan, stream, pieces - groups, groups);
   return CUDA_SUCCESS;
 }
 
@@ -261,8 +275,8 @@ CUresult graph_upload(CUgraphExec exec, CUstream stream) noexcept {
   const CUresult result = real(exec, stream);
   if (result != CUDA_SUCCESS) return result;
   if (const graph::Plan* plan = graph::find(exec)) {
-    for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
-      const CUresult r = real(graph::segment(*plan, i).exec, stream);
+    for (uint32_t i = 0, n = graph::executable_count(*plan); i < n; ++i) {
+      const CUresult r = real(graph::executable(*plan, i), stream);
       if (r != CUDA_SUCCESS) return r;
     }
   }
@@ -277,17 +291,21 @@ CUresult graph_exec_destroy(CUgraphExec exec) noexcept {
 }
 
 // The cuGraphExec*SetParams family and cuGraphNodeSetEnabled: (executable, node, what to set). Done
-// to the whole executable, then to the segment holding the node; should that fail, the executable
-// is launched whole from then on.
+// to the whole executable, then to the segment (and the group) holding the node; should that fail,
+// the executable is launched whole from then on.
 template <Variant V, class... Tail>
 CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   const CUresult result = real(exec, node, tail...);
-  CUgraphExec segment_exec = nullptr;
-  CUgraphNode segment_node = nullptr;
-  if (result == CUDA_SUCCESS && graph::node_in_segment(exec, node, &segment_exec, &segment_node)) {
-    const CUresult r = real(segment_exec, segment_node, tail...);
-    if (r != CUDA_SUCCESS) graph::segment_out_of_step(exec, r);
+  if (result != CUDA_SUCCESS) return result;
+  CUgraphExec execs[2] = {};
+  CUgraphNode nodes[2] = {};
+  for (uint32_t i = 0, n = graph::node_copies(exec, node, execs, nodes); i < n; ++i) {
+    const CUresult r = real(execs[i], nodes[i], tail...);
+    if (r != CUDA_SUCCESS) {
+      graph::segment_out_of_step(exec, r);
+      break;
+    }
   }
   return result;
 }

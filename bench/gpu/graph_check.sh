@@ -14,6 +14,10 @@
 #    over DURATION s, whole and in segments of each of SEGMENT_BUDGETS us (default 100) interleaved,
 #    SPEED_REPS (default 5) times each. A job alone launches its graphs whole (no gate would hold a
 #    piece): FIKIT_GRAPH_SEGMENTS=always makes it launch them in segments, which is what is measured.
+#    Each job is first measured once (--mode measure, MEASURE_S s, default 5; 0: not) so that its
+#    segments' lengths are in the profile, as after auto mode's measured runs; consecutive measured
+#    segments then go in groups of up to FIKIT_GRAPH_GROUP_US where nothing is above the job. With
+#    GROUP_BUDGETS="0 500" each segment budget runs with each group budget, as SEG/GROUP (0: none).
 #    With OTHER_PREFIX=DIR the segments are also run from that install (another build of the hook),
 #    interleaved, as seg=N@other: an A/B of two builds on one GPU.
 set -uo pipefail
@@ -37,12 +41,14 @@ resnet_cmd=(python3 "$root/examples/pytorch/train.py" --model resnet18 --batch 1
 jax_cmd=(env "XLA_FLAGS=--xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"
          python3 "$root/examples/jax/train_jax.py" --steps 100)
 
-hooked() {   # TIMEOUT TAG SEGMENT_US COMMAND...: under fikit-run, share mode, no daemon
-  local limit=$1 tag=$2 seg=$3 tool=$run
+hooked() {   # TIMEOUT TAG SEGMENT_US[/GROUP_US][@other] COMMAND...: under fikit-run, share mode, no daemon
+  local limit=$1 tag=$2 seg=$3 tool=$run mode=${HOOK_MODE:-share} group=""
   shift 3
   if [[ "$seg" == *@other ]]; then seg=${seg%@other}; tool=$other_run; fi
-  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" FIKIT_GRAPH_SEGMENTS=always FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
-    $pin "$tool" --mode share --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
+  if [[ "$seg" == */* ]]; then group=${seg#*/}; seg=${seg%/*}; fi
+  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" ${group:+FIKIT_GRAPH_GROUP_US=$group} FIKIT_GRAPH_SEGMENTS=always \
+    FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
+    $pin "$tool" --mode "$mode" --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
 }
 
 results() {   # NAME COMMAND...
@@ -78,13 +84,28 @@ fi
 [[ " $parts " == *" speed "* ]] || exit 0
 
 speed_once() {   # NAME SEGMENT_US COMMAND...
-  local name=$1 seg=$2
+  local name=$1 seg=$2 t0=$SECONDS
   shift 2
-  hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name-seg${seg//@/-}.err" | tail -n 1
+  local tag=${seg//@/-}
+  hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name-seg${tag//\//-g}.err" | tail -n 1
+  echo "   ($((SECONDS - t0)) s)" >&2
+}
+measure_first() {   # NAME COMMAND...: one measured run, so that the segments' lengths are in the profile
+  local name=$1 t0=$SECONDS
+  shift
+  [ "${MEASURE_S:-5}" = 0 ] && return
+  HOOK_MODE=measure hooked 150 "$name-speed" "${budgets%% *}" "$@" --duration-s "${MEASURE_S:-5}" \
+    >"$out/measure-$name.txt" 2>"$out/measure-$name.err"
+  echo "$name measured once: rc=$? $((SECONDS - t0)) s; $(grep -h 'graphs segmented=' "$out/measure-$name.err" | sed 's/.*stats: //')"
 }
 budgets=${SEGMENT_BUDGETS:-100}
-setups="0 $budgets"
+setups="0"
+for b in $budgets; do
+  if [ -n "${GROUP_BUDGETS:-}" ]; then for g in $GROUP_BUDGETS; do setups="$setups $b/$g"; done; else setups="$setups $b"; fi
+done
 if [ -n "$other_run" ]; then for b in $budgets; do setups="$setups $b@other"; done; fi
+[[ " $jobs " == *" jax "* ]] && measure_first jax python3 "$root/examples/jax/train_jax.py"
+[[ " $jobs " == *" vitl "* ]] && measure_first vitl python3 "$root/examples/pytorch/train.py" --model vit_l_16 --batch 16 --cuda-graph
 echo "speed alone (steps/s over ${duration} s; whole, segments of $budgets us${other_run:+, and from $OTHER_PREFIX} interleaved; $reps reps)"
 for i in $(seq 1 "$reps"); do
   for seg in $setups; do

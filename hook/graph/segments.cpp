@@ -23,9 +23,15 @@ struct Plan {
     CUgraphNode original;   // the program's node (of the graph it instantiated)
     uint32_t segment;
     CUgraphNode copy;       // the same node in the segment's graph
+    uint32_t group;         // the group holding its segment (kNoGroup: none)
+    CUgraphNode group_copy; // the same node in the group's graph
   };
+  static constexpr uint32_t kNoGroup = UINT32_MAX;
   std::vector<Segment> segments;
   std::vector<CUgraph> graphs;   // each segment's graph, kept: calls on the executable name its nodes
+  std::vector<Group> groups;
+  std::vector<CUgraph> group_graphs;
+  std::vector<uint32_t> group_starting;   // per segment: 1 + the group that starts there, or 0
   std::vector<Node> nodes;       // sorted by `original`
   unsigned long long flags = 0;
   // The driver runs whole launches of one executable one after the other, whatever their streams.
@@ -43,7 +49,8 @@ namespace {
 
 // ---- counts ----
 
-std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0};
+std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0}, g_groups{0},
+    g_group_launches{0};
 std::atomic<uint64_t> g_whole[size_t(Whole::kCount)] = {};
 std::atomic<bool> g_warned[size_t(Whole::kCount)] = {};
 
@@ -116,7 +123,11 @@ void release(Plan* plan) noexcept {
   const DriverCalls& d = driver_calls();
   for (const Segment& s : plan->segments)
     if (s.exec != nullptr && d.graph_exec_destroy != nullptr) d.graph_exec_destroy(s.exec);
+  for (const Group& g : plan->groups)
+    if (g.piece.exec != nullptr && d.graph_exec_destroy != nullptr) d.graph_exec_destroy(g.piece.exec);
   for (CUgraph g : plan->graphs)
+    if (g != nullptr && d.graph_destroy != nullptr) d.graph_destroy(g);
+  for (CUgraph g : plan->group_graphs)
     if (g != nullptr && d.graph_destroy != nullptr) d.graph_destroy(g);
   if (plan->done != nullptr && d.event_destroy != nullptr) d.event_destroy(plan->done);
   for (CUevent e : plan->ahead)
@@ -136,16 +147,31 @@ uint64_t mix(uint64_t h, uint64_t v) noexcept {
 
 struct Cutter {
   const DriverCalls& d;
-  std::vector<CUgraphNode> original;     // topological order
-  std::vector<size_t> cut;               // segment s holds [cut[s], cut[s + 1])
-  std::vector<CUgraph> made;             // every graph made, for the cleanup of a failure
-  Plan* plan;
+  const std::vector<CUgraphNode>& original;   // topological order
+  std::vector<size_t> cut;                    // piece s holds [cut[s], cut[s + 1])
+  std::vector<CUgraph> made;                  // every graph made, for the cleanup of a failure
+  std::vector<CUgraph> pieces;                // each piece's graph
+  std::vector<CUgraphNode> placed;            // by position in the order: the node in its piece's graph
 
-  // `g` holds the nodes of segments [lo, hi); handles[i] are they in `g`.
+  // Copies `graph` and cuts the copy into the pieces of `cut`.
+  bool cut_copy(CUgraph graph) noexcept {
+    const size_t n = original.size();
+    pieces.assign(cut.size() - 1, nullptr);
+    placed.assign(n, nullptr);
+    CUgraph first = nullptr;
+    if (d.graph_clone(&first, graph) != CUDA_SUCCESS) return false;
+    made.push_back(first);
+    std::vector<CUgraphNode> handles(n);
+    for (size_t k = 0; k < n; ++k)
+      if (d.graph_node_find_in_clone(&handles[k], original[k], first) != CUDA_SUCCESS) return false;
+    return split(first, 0, pieces.size(), handles);
+  }
+
+  // `g` holds the nodes of pieces [lo, hi); handles[i] are they in `g`.
   bool split(CUgraph g, size_t lo, size_t hi, std::vector<CUgraphNode>& handles) noexcept {
     if (hi - lo == 1) {
-      plan->graphs[lo] = g;
-      for (size_t i = cut[lo]; i < cut[hi]; ++i) plan->nodes.push_back({original[i], uint32_t(lo), handles[i]});
+      pieces[lo] = g;
+      for (size_t i = cut[lo]; i < cut[hi]; ++i) placed[i] = handles[i];
       return true;
     }
     const size_t mid = lo + (hi - lo) / 2;
@@ -187,6 +213,70 @@ uint64_t kernel_shape(const DriverCalls& d, CUgraphNode node) noexcept {
   if (f == nullptr) return 0;
   const uint32_t grid[3] = {p.gridDimX, p.gridDimY, p.gridDimZ}, block[3] = {p.blockDimX, p.blockDimY, p.blockDimZ};
   return kernelid::shape_id(f, grid, block, p.sharedMemBytes);
+}
+
+// The groups of `plan` (Group): consecutive segments of at most `budget_ns` of work (measured, else
+// predicted) each, ending where the graph's branches meet when that keeps half the budget (the
+// segments' own rule, cut_rule.h), made like the segments. A group of one segment is not made. On a
+// failure the plan keeps its segments and has no groups.
+void make_groups(Mode* mode, Plan* plan, CUgraph graph, const std::vector<CUgraphNode>& original,
+                 const std::vector<size_t>& segment_cut, const std::vector<uint32_t>& open,
+                 uint64_t graph_identity, uint64_t budget_ns,
+                 unsigned long long flags) {
+  const DriverCalls& d = driver_calls();
+  const size_t segments = plan->segments.size();
+  std::vector<uint64_t> work(segments);
+  std::vector<uint32_t> open_at(segments + 1, 0);
+  for (size_t s = 0; s < segments; ++s) {
+    const uint64_t measured = mode != nullptr ? mode->measured_op_ns(plan->segments[s].id) : 0;
+    work[s] = std::max<uint64_t>(measured != 0 ? measured : plan->segments[s].predicted_ns, 1);
+    open_at[s] = open[segment_cut[s]];
+  }
+  const std::vector<size_t> group_cut = choose_cuts(work, open_at, budget_ns);   // in segments
+  if (group_cut.size() - 1 == segments) return;   // every group would be one segment
+  Cutter g{d, original, {}, {}, {}, {}};
+  for (size_t at : group_cut) g.cut.push_back(segment_cut[at]);
+  bool ok = g.cut_copy(graph);
+  std::vector<uint32_t> group_of_piece(group_cut.size() - 1, Plan::kNoGroup);
+  for (size_t j = 0; ok && j + 1 < group_cut.size(); ++j) {
+    const uint32_t first = uint32_t(group_cut[j]), end = uint32_t(group_cut[j + 1]);
+    if (end - first < 2) continue;
+    Group group{Segment{nullptr, 0, 0}, first, end};
+    uint64_t id = mix(mix(graph_identity, 0x67726f7570ull), first);   // "group"
+    for (uint32_t s = first; s < end; ++s) {
+      id = mix(id, plan->segments[s].id);
+      group.piece.predicted_ns += plan->segments[s].predicted_ns;
+    }
+    group.piece.id = id != 0 ? id : 1;
+    char name[96];
+    std::snprintf(name, sizeof name, "[graph %08x segments %u-%u of %zu]", unsigned(graph_identity >> 32), first + 1,
+                  end, segments);
+    kernelid::describe_op(group.piece.id, name);
+    ok = d.graph_instantiate(&group.piece.exec, g.pieces[j], flags) == CUDA_SUCCESS;
+    if (ok) {
+      group_of_piece[j] = uint32_t(plan->groups.size());
+      plan->groups.push_back(group);
+    }
+  }
+  if (!ok) {
+    for (const Group& group : plan->groups) d.graph_exec_destroy(group.piece.exec);
+    plan->groups.clear();
+    for (CUgraph made : g.made) d.graph_destroy(made);
+    return;
+  }
+  // The graphs of groups of one segment go; the others stay with their executables.
+  for (size_t j = 0; j < g.pieces.size(); ++j)
+    if (group_of_piece[j] == Plan::kNoGroup) d.graph_destroy(g.pieces[j]);
+    else plan->group_graphs.push_back(g.pieces[j]);
+  plan->group_starting.assign(segments, 0);
+  for (size_t j = 0; j < g.pieces.size(); ++j) {
+    if (group_of_piece[j] == Plan::kNoGroup) continue;
+    plan->group_starting[group_cut[j]] = group_of_piece[j] + 1;
+    for (size_t k = g.cut[j]; k < g.cut[j + 1]; ++k) {
+      plan->nodes[k].group = group_of_piece[j];
+      plan->nodes[k].group_copy = g.placed[k];
+    }
+  }
 }
 
 // The segments of `graph`, or nullptr with the reason it stays whole.
@@ -279,8 +369,9 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
   }
   // Consecutive pieces of at most the budget (a heavier node alone), ending where the graph's
   // branches meet when one such place keeps half the budget in the piece (cut_rule.h).
-  Cutter c{d, {}, {}, {}, nullptr};
-  c.original.reserve(n);
+  std::vector<CUgraphNode> original;
+  original.reserve(n);
+  Cutter c{d, original, {}, {}, {}, {}};
   std::vector<size_t> position_of(n);
   for (size_t k = 0; k < n; ++k) position_of[order_index[k]] = k;
   std::vector<uint64_t> weight_in_order(n);
@@ -288,7 +379,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
   for (size_t k = 0; k < n; ++k) {
     const size_t i = order_index[k];
     weight_in_order[k] = weight[i];
-    c.original.push_back(nodes[i]);
+    original.push_back(nodes[i]);
     if (!after[i].empty()) {
       succ_last[k] = 0;
       for (size_t j : after[i]) succ_last[k] = std::max(succ_last[k], position_of[j]);
@@ -307,15 +398,15 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
   if (plan == nullptr) return nullptr;
   plan->flags = flags;
   plan->clean_cuts = clean_cuts;
-  plan->graphs.assign(pieces, nullptr);
   plan->segments.assign(pieces, Segment{nullptr, 0, 0});
-  c.plan = plan;
-  CUgraph first = nullptr;
-  bool ok = d.graph_clone(&first, graph) == CUDA_SUCCESS;
-  if (ok) c.made.push_back(first);
-  std::vector<CUgraphNode> handles(n);
-  for (size_t k = 0; ok && k < n; ++k) ok = d.graph_node_find_in_clone(&handles[k], c.original[k], first) == CUDA_SUCCESS;
-  ok = ok && c.split(first, 0, pieces, handles);
+  bool ok = c.cut_copy(graph);
+  if (ok) {
+    plan->graphs = c.pieces;
+    plan->nodes.reserve(n);
+    for (size_t s = 0; s < pieces; ++s)
+      for (size_t k = c.cut[s]; k < c.cut[s + 1]; ++k)
+        plan->nodes.push_back({original[k], uint32_t(s), c.placed[k], Plan::kNoGroup, nullptr});
+  }
   // The graph's own identity: with a segment's place in it and its nodes, the segment's op ID (the
   // same in every run of the program), and the name of its segments in profiles.
   uint64_t graph_identity = 0xcbf29ce484222325ull;
@@ -347,6 +438,9 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     delete plan;
     return nullptr;
   }
+  const uint64_t group_budget_ns = uint64_t(config().graph_group_us) * 1000;
+  if (group_budget_ns != 0 && pieces > 2 && mode != nullptr && mode->launches_graph_groups())
+    make_groups(mode, plan, graph, original, c.cut, open, graph_identity, group_budget_ns, segment_flags);
   std::sort(plan->nodes.begin(), plan->nodes.end(),
             [](const Plan::Node& a, const Plan::Node& b) { return a.original < b.original; });
   return plan;
@@ -375,6 +469,7 @@ void make_plan(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long f
   g_segmented.fetch_add(1, std::memory_order_relaxed);
   g_segments.fetch_add(plan->segments.size(), std::memory_order_relaxed);
   g_clean_cuts.fetch_add(plan->clean_cuts, std::memory_order_relaxed);
+  g_groups.fetch_add(plan->groups.size(), std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -398,6 +493,8 @@ Counts counts() noexcept {
   for (size_t i = 0; i < size_t(Whole::kCount); ++i) c.whole[i] = g_whole[i].load(std::memory_order_relaxed);
   c.segment_launches = g_segment_launches.load(std::memory_order_relaxed);
   c.clean_cuts = g_clean_cuts.load(std::memory_order_relaxed);
+  c.groups = g_groups.load(std::memory_order_relaxed);
+  c.group_launches = g_group_launches.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -421,19 +518,16 @@ const Plan* find(CUgraphExec exec) noexcept {
   return s != nullptr ? s->plan.load(std::memory_order_acquire) : nullptr;
 }
 
-static void launched_segment_count(const Plan& plan) noexcept {
-  g_segment_launches.fetch_add(plan.segments.size(), std::memory_order_relaxed);
-}
-
 void launching(const Plan& plan, CUstream stream) noexcept {
   Plan& p = const_cast<Plan&>(plan);   // only its ordering state changes
   const CUstream last = p.last_stream.exchange(stream, std::memory_order_acq_rel);
   if (last != nullptr && last != stream) (void)driver_calls().stream_wait_event(stream, p.done, 0);
 }
 
-void launched(const Plan& plan, CUstream stream) noexcept {
+void launched(const Plan& plan, CUstream stream, uint32_t segment_launches, uint32_t group_launches) noexcept {
   (void)driver_calls().event_record(plan.done, stream);
-  launched_segment_count(plan);
+  g_segment_launches.fetch_add(segment_launches, std::memory_order_relaxed);
+  if (group_launches != 0) g_group_launches.fetch_add(group_launches, std::memory_order_relaxed);
 }
 
 bool wait_for_room(const Plan& plan, uint32_t i, uint64_t max_wait_ns) noexcept {
@@ -463,15 +557,29 @@ void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept {
 uint32_t segment_count(const Plan& plan) noexcept { return uint32_t(plan.segments.size()); }
 const Segment& segment(const Plan& plan, uint32_t i) noexcept { return plan.segments[i]; }
 
-bool node_in_segment(CUgraphExec exec, CUgraphNode node, CUgraphExec* segment_exec, CUgraphNode* segment_node) noexcept {
+const Group* group_at(const Plan& plan, uint32_t i) noexcept {
+  if (plan.group_starting.empty()) [[likely]] return nullptr;
+  const uint32_t g = plan.group_starting[i];
+  return g != 0 ? &plan.groups[g - 1] : nullptr;
+}
+
+uint32_t executable_count(const Plan& plan) noexcept { return uint32_t(plan.segments.size() + plan.groups.size()); }
+CUgraphExec executable(const Plan& plan, uint32_t i) noexcept {
+  return i < plan.segments.size() ? plan.segments[i].exec : plan.groups[i - plan.segments.size()].piece.exec;
+}
+
+uint32_t node_copies(CUgraphExec exec, CUgraphNode node, CUgraphExec execs[2], CUgraphNode nodes[2]) noexcept {
   const Plan* plan = find(exec);
-  if (plan == nullptr) return false;
+  if (plan == nullptr) return 0;
   auto it = std::lower_bound(plan->nodes.begin(), plan->nodes.end(), node,
                              [](const Plan::Node& a, CUgraphNode b) { return a.original < b; });
-  if (it == plan->nodes.end() || it->original != node) return false;
-  *segment_exec = plan->segments[it->segment].exec;
-  *segment_node = it->copy;
-  return true;
+  if (it == plan->nodes.end() || it->original != node) return 0;
+  execs[0] = plan->segments[it->segment].exec;
+  nodes[0] = it->copy;
+  if (it->group == Plan::kNoGroup) return 1;
+  execs[1] = plan->groups[it->group].piece.exec;
+  nodes[1] = it->group_copy;
+  return 2;
 }
 
 void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept {

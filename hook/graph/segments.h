@@ -44,6 +44,16 @@ struct Segment {
 
 struct Plan;   // segments.cpp
 
+// Consecutive segments [first, end) also made into one executable. While nothing above the job is
+// active, what the gate would hold apart it lets go together, and each boundary costs the GPU a few
+// microseconds (an XLA command buffer in 272 segments ran at 0.85-0.96x of whole on H200s): the
+// launch takes the group when the segments' measured work fits what the mode allows now
+// (Mode::graph_group_limit_ns), else the segments one by one.
+struct Group {
+  Segment piece;
+  uint32_t first, end;
+};
+
 enum class Whole : uint8_t {
   OnePiece,         // fits one segment
   NotCloneable,     // memory allocation, free or conditional nodes: the driver clones none of them
@@ -58,7 +68,9 @@ struct Counts {
   uint64_t segmented;                         // executables made into segments
   uint64_t segments;                          // segments made
   uint64_t whole[size_t(Whole::kCount)];      // executables left whole, by reason
-  uint64_t segment_launches;                  // segments launched
+  uint64_t segment_launches;                  // segments launched one by one
+  uint64_t groups;                            // groups made (Group)
+  uint64_t group_launches;                    // groups launched (each instead of its segments)
   uint64_t clean_cuts;                        // of the segments' boundaries, those where the branches met
 };
 Counts counts() noexcept;
@@ -75,11 +87,28 @@ void destroying(CUgraphExec exec) noexcept;
 const Plan* find(CUgraphExec exec) noexcept;
 uint32_t segment_count(const Plan& plan) noexcept;
 const Segment& segment(const Plan& plan, uint32_t i) noexcept;
-// Around one launch of all the segments on `stream`: before the first, a launch on another stream
-// than the last one waits for the last one (as the driver orders whole launches of one executable);
-// after the last, that launch's end is recorded and the segments counted.
+// The group that starts at segment i, or nullptr.
+const Group* group_at(const Plan& plan, uint32_t i) noexcept;
+// Whether `group` may go as one launch now: each of its segments measured (`measured_ns`: the
+// profile's length of an op ID, 0 unknown) and all of them within `limit_ns`; *total_ns their sum.
+template <class MeasuredNs>
+bool group_fits(const Plan& plan, const Group& group, uint64_t limit_ns, MeasuredNs measured_ns, uint64_t* total_ns) {
+  uint64_t total = 0;
+  for (uint32_t i = group.first; i < group.end; ++i) {
+    const uint64_t ns = measured_ns(segment(plan, i).id);
+    if (ns == 0 || (total += ns) > limit_ns) return false;
+  }
+  *total_ns = total;
+  return true;
+}
+// Every executable made for `plan` (its segments, then its groups): cuGraphUpload uploads them all.
+uint32_t executable_count(const Plan& plan) noexcept;
+CUgraphExec executable(const Plan& plan, uint32_t i) noexcept;
+// Around one launch on `stream`: before the first piece, a launch on another stream than the last
+// one waits for the last one (as the driver orders whole launches of one executable); after the
+// last, that launch's end is recorded and its pieces counted.
 void launching(const Plan& plan, CUstream stream) noexcept;
-void launched(const Plan& plan, CUstream stream) noexcept;
+void launched(const Plan& plan, CUstream stream, uint32_t segment_launches, uint32_t group_launches) noexcept;
 
 // How many of one launch's segments may be queued on the GPU at once. Many graph launches queued
 // on one stream slow the GPU down: a PyTorch ViT-L training step cut into 512 pieces and launched all
@@ -88,16 +117,18 @@ void launched(const Plan& plan, CUstream stream) noexcept;
 // docs/scheduling.md, "Graphs"). The gate's in-flight bound counts predicted time, not launches,
 // and a deep queue makes each piece run longer than predicted, so the bound alone does not cap it.
 inline constexpr uint32_t kSegmentsAhead = 8;
-// Before segment i of a launch: waits (spinning, then yielding) until segment i - kSegmentsAhead of
-// it has run, at most `max_wait_ns` (false: stop waiting for the rest of this launch; a segment can
-// depend on work the program has not queued yet, such as a stream-memory wait on a later write).
+// Before piece i of a launch (a segment or a group, counted in launch order): waits (spinning, then
+// yielding) until piece i - kSegmentsAhead of it has run, at most `max_wait_ns` (false: stop waiting
+// for the rest of this launch; a piece can depend on work the program has not queued yet, such as a
+// stream-memory wait on a later write).
 bool wait_for_room(const Plan& plan, uint32_t i, uint64_t max_wait_ns) noexcept;
-// After segment i was queued on `stream`.
+// After piece i was queued on `stream`.
 void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept;
 
-// The segment executable and node that stand for `node` of `exec`, for a call that changes the
-// node in the whole executable (after the call succeeded there): false when `exec` has no segments.
-bool node_in_segment(CUgraphExec exec, CUgraphNode node, CUgraphExec* segment_exec, CUgraphNode* segment_node) noexcept;
+// The executables and nodes that stand for `node` of `exec` (its segment's and, when that segment
+// is in a group, the group's), for a call that changes the node in the whole executable (after the
+// call succeeded there): how many (0 when `exec` has no segments).
+uint32_t node_copies(CUgraphExec exec, CUgraphNode node, CUgraphExec execs[2], CUgraphNode nodes[2]) noexcept;
 // The same call on the segment failed: the executable is launched whole from now on (its whole
 // form has the change; the segment does not).
 void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept;

@@ -76,7 +76,10 @@ uint32_t Relearner::before(const LaunchInfo& op, bool known, bool unthrottled) n
     close(slots_[t_pending.ticket - 1], &op);
     t_pending = {nullptr, 0};
   }
-  if (known || op.id == 0 || op.kind != OpKind::Kernel || !unthrottled) return 0;
+  // Kernels, and a job's graph segments and groups (their own op IDs; hook/graph/segments.h), whose
+  // lengths decide which segments may go together.
+  const bool timed_kind = op.kind == OpKind::Kernel || (op.kind == OpKind::Graph && op.graph_id != 0);
+  if (known || op.id == 0 || !timed_kind || !unthrottled) return 0;
   if (unknown_launches_.fetch_add(1, std::memory_order_relaxed) % opts_.sample_every != 0) return 0;
   const uint32_t first = uint32_t(op.id) % kSlots;
   for (uint32_t i = 0; i < kSlots; ++i) {

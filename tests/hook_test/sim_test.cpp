@@ -249,6 +249,41 @@ TEST(HookSim, AGraphLaunchKeepsAtMostEightSegmentsQueued) {
   EXPECT_EQ(in_all, 12);   // (when it returned is left unasserted: a busy host may stall 24 ms)
 }
 
+// Where nothing is above the job (no daemon, segments forced), consecutive segments whose measured
+// work fits FIKIT_GRAPH_GROUP_US go as one launch (a group): the same results, changed node by node
+// and updated as before, in fewer launches. Measured first: a segment nobody timed never goes in a
+// group (its length is a guess), so the same run on an empty profile launches every segment.
+TEST(HookSim, MeasuredSegmentsLaunchInGroupsWhereNothingIsAbove) {
+  const std::string db = temp_path("graph-db-groups");
+  const std::string probe = std::string(FIKIT_GRAPH_PROBE_PATH) + " flags";
+  const std::string env = "FIKIT_PRIORITY=5 FIKIT_TASK_KEY=graphs FIKIT_STATS=1 FIKIT_DB=" + db +
+                          " FIKIT_SCHEDULER=127.0.0.1:1 FIKIT_DAEMON_TIMEOUT_MS=20 ";
+  const std::string shared = env + "FIKIT_MODE=share FIKIT_GRAPH_SEGMENTS=always FIKIT_GRAPH_GROUP_US=400 ";
+  const auto count = [](const std::string& err, const std::string& name) -> long {
+    const size_t at = err.find(" " + name + "=");
+    return at == std::string::npos ? -1 : std::stol(err.substr(at + name.size() + 2));
+  };
+  const Result unmeasured = run(shared, probe);
+  ASSERT_EQ(unmeasured.exit_code, 0) << unmeasured.err;
+  EXPECT_EQ(unmeasured.out, kGraphProbeExpected);
+  EXPECT_EQ(count(unmeasured.err, "group_launches"), 0) << unmeasured.err;
+
+  const Result measured = run(env + "FIKIT_MODE=measure FIKIT_MEASURE_SAMPLE=1", probe);
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  const Result grouped = run(shared, probe);
+  const Result apart = run(env + "FIKIT_MODE=share FIKIT_GRAPH_SEGMENTS=always FIKIT_GRAPH_GROUP_US=0", probe);
+  unlink(db.c_str());
+  ASSERT_EQ(grouped.exit_code, 0) << grouped.err;
+  EXPECT_EQ(grouped.out, kGraphProbeExpected);
+  EXPECT_GT(count(grouped.err, "groups"), 0) << grouped.err;
+  EXPECT_GT(count(grouped.err, "group_launches"), 0) << grouped.err;
+  ASSERT_EQ(apart.exit_code, 0) << apart.err;
+  EXPECT_EQ(apart.out, kGraphProbeExpected);
+  EXPECT_EQ(count(apart.err, "group_launches"), 0) << apart.err;
+  // Each group stands for two or more segments: fewer launches in all.
+  EXPECT_LT(count(grouped.err, "graph_launches"), count(apart.err, "graph_launches")) << grouped.err << apart.err;
+}
+
 // A service's graphs (priority 0) are never cut.
 TEST(HookSim, AServicesGraphsStayWhole) {
   const Result r = graph_probe("flags", "FIKIT_PRIORITY=0");
