@@ -18,6 +18,10 @@
 #    segments' lengths are in the profile, as after auto mode's measured runs; consecutive measured
 #    segments then go in groups of up to FIKIT_GRAPH_GROUP_US where nothing is above the job. With
 #    GROUP_BUDGETS="0 500" each segment budget runs with each group budget, as SEG/GROUP (0: none).
+#    With SPEED_DAEMON=1 a fikit-scheduler serves the speed runs: the job registers and, nothing
+#    being above it, is the holder, whose launches share mode times by sampling (online
+#    re-profiling), so that segments are measured as they are cut in share mode; MEASURE_S is then
+#    a run in share mode that learns them.
 #    With OTHER_PREFIX=DIR the segments are also run from that install (another build of the hook),
 #    interleaved, as seg=N@other: an A/B of two builds on one GPU.
 set -uo pipefail
@@ -47,7 +51,7 @@ hooked() {   # TIMEOUT TAG SEGMENT_US[/GROUP_US][@other] COMMAND...: under fikit
   if [[ "$seg" == *@other ]]; then seg=${seg%@other}; tool=$other_run; fi
   if [[ "$seg" == */* ]]; then group=${seg#*/}; seg=${seg%/*}; fi
   timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" ${group:+FIKIT_GRAPH_GROUP_US=$group} FIKIT_GRAPH_SEGMENTS=always \
-    FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
+    FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=${daemon_timeout_ms:-20} \
     $pin "$tool" --mode "$mode" --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
 }
 
@@ -94,10 +98,19 @@ measure_first() {   # NAME COMMAND...: one measured run, so that the segments' l
   local name=$1 t0=$SECONDS
   shift
   [ "${MEASURE_S:-5}" = 0 ] && return
-  HOOK_MODE=measure hooked 150 "$name-speed" "${budgets%% *}" "$@" --duration-s "${MEASURE_S:-5}" \
+  HOOK_MODE=$first_mode hooked 150 "$name-speed" "${budgets%% *}" "$@" --duration-s "${MEASURE_S:-5}" \
     >"$out/measure-$name.txt" 2>"$out/measure-$name.err"
   echo "$name measured once: rc=$? $((SECONDS - t0)) s; $(grep -h 'graphs segmented=' "$out/measure-$name.err" | sed 's/.*stats: //')"
 }
+first_mode=measure
+if [ "${SPEED_DAEMON:-0}" = 1 ]; then
+  first_mode=share daemon_timeout_ms=500
+  taskset -c 0,1 "$prefix/bin/fikit-scheduler" --listen 127.0.0.1:47999 --db "$db" --control "$out/scheduler.sock" \
+    >"$out/scheduler.log" 2>&1 &
+  daemon=$!
+  trap 'kill $daemon 2>/dev/null' EXIT
+  sleep 1
+fi
 budgets=${SEGMENT_BUDGETS:-100}
 setups="0"
 for b in $budgets; do
