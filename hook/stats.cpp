@@ -32,6 +32,8 @@ void count(Variant v, Event e) noexcept {
   g_events[static_cast<size_t>(e)].fetch_add(1, std::memory_order_relaxed);
 }
 
+void count_call(Variant v) noexcept { g_calls[index_of(v)].fetch_add(1, std::memory_order_relaxed); }
+
 void add_time(Phase phase, uint64_t ns) noexcept {
   g_phase_ns[static_cast<size_t>(phase)].fetch_add(ns, std::memory_order_relaxed);
   g_phase_ops[static_cast<size_t>(phase)].fetch_add(1, std::memory_order_relaxed);
@@ -59,9 +61,10 @@ void print() noexcept {
   if (g.segmented != 0 || whole != 0) {
     n = std::snprintf(line, sizeof line,
                       "[fikit pid %d] stats: graphs segmented=%" PRIu64 " segments=%" PRIu64 " segment_launches=%" PRIu64
-                      " whole=%" PRIu64 " clean_cuts=%" PRIu64 " groups=%" PRIu64 " group_launches=%" PRIu64,
+                      " whole=%" PRIu64 " clean_cuts=%" PRIu64 " groups=%" PRIu64 " group_launches=%" PRIu64
+                      " node_changes_copied=%" PRIu64 " (%.0f us)",
                       static_cast<int>(getpid()), g.segmented, g.segments, g.segment_launches, whole, g.clean_cuts,
-                      g.groups, g.group_launches);
+                      g.groups, g.group_launches, g.copied_changes, double(g.copied_ns) / 1000.0);
     for (size_t i = 0; i < size_t(graph::Whole::kCount) && n > 0 && n < static_cast<int>(sizeof line) - 160; ++i)
       if (g.whole[i] != 0)
         n += std::snprintf(line + n, sizeof line - n, " [%s: %" PRIu64 "]", graph::whole_reason(graph::Whole(i)), g.whole[i]);

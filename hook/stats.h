@@ -22,6 +22,8 @@ extern std::atomic<bool> g_enabled;
 inline bool enabled() noexcept { return g_enabled.load(std::memory_order_relaxed); }
 
 void count(Variant v, Event e) noexcept;
+// A call of entry point `v` that is none of the events above (listed per entry point only).
+void count_call(Variant v) noexcept;
 
 // Where an observed op's CPU time goes (only timed when enabled), to find the hook's own cost on a
 // real GPU: the capture query, the kernel ID, the mode before the call, the real call, the mode after.

@@ -297,16 +297,22 @@ template <Variant V, class... Tail>
 CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   const CUresult result = real(exec, node, tail...);
+  const bool counting = stats::enabled();
+  if (counting) stats::count_call(V);
   if (result != CUDA_SUCCESS) return result;
   CUgraphExec execs[2] = {};
   CUgraphNode nodes[2] = {};
-  for (uint32_t i = 0, n = graph::node_copies(exec, node, execs, nodes); i < n; ++i) {
+  const uint32_t copies = graph::node_copies(exec, node, execs, nodes);
+  if (copies == 0) return result;
+  const uint64_t start = counting ? stats::now_ns() : 0;
+  for (uint32_t i = 0; i < copies; ++i) {
     const CUresult r = real(execs[i], nodes[i], tail...);
     if (r != CUDA_SUCCESS) {
       graph::segment_out_of_step(exec, r);
       break;
     }
   }
+  if (counting) graph::count_copied_change(stats::now_ns() - start);
   return result;
 }
 

@@ -21,7 +21,8 @@
 #    With SPEED_DAEMON=1 a fikit-scheduler serves the speed runs: the job registers and, nothing
 #    being above it, is the holder, whose launches share mode times by sampling (online
 #    re-profiling), so that segments are measured as they are cut in share mode; MEASURE_S is then
-#    a run in share mode that learns them.
+#    a run in share mode that learns them. EXTRA_SETUPS adds setups as written, e.g. "100w/0"
+#    (segments made, the graph launched whole).
 #    With OTHER_PREFIX=DIR the segments are also run from that install (another build of the hook),
 #    interleaved, as seg=N@other: an A/B of two builds on one GPU.
 set -uo pipefail
@@ -45,12 +46,14 @@ resnet_cmd=(python3 "$root/examples/pytorch/train.py" --model resnet18 --batch 1
 jax_cmd=(env "XLA_FLAGS=--xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"
          python3 "$root/examples/jax/train_jax.py" --steps 100)
 
-hooked() {   # TIMEOUT TAG SEGMENT_US[/GROUP_US][@other] COMMAND...: under fikit-run, share mode, no daemon
-  local limit=$1 tag=$2 seg=$3 tool=$run mode=${HOOK_MODE:-share} group=""
+hooked() {   # TIMEOUT TAG SEGMENT_US[w][/GROUP_US][@other] COMMAND...: under fikit-run, share mode, no daemon
+  # (w: the segments are made but, as for a job with nothing above it, the graph launches whole)
+  local limit=$1 tag=$2 seg=$3 tool=$run mode=${HOOK_MODE:-share} group="" when=always
   shift 3
   if [[ "$seg" == *@other ]]; then seg=${seg%@other}; tool=$other_run; fi
   if [[ "$seg" == */* ]]; then group=${seg#*/}; seg=${seg%/*}; fi
-  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" ${group:+FIKIT_GRAPH_GROUP_US=$group} FIKIT_GRAPH_SEGMENTS=always \
+  if [[ "$seg" == *w ]]; then seg=${seg%w}; when=auto; fi
+  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" ${group:+FIKIT_GRAPH_GROUP_US=$group} FIKIT_GRAPH_SEGMENTS=$when \
     FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=${daemon_timeout_ms:-20} \
     $pin "$tool" --mode "$mode" --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
 }
@@ -112,7 +115,7 @@ if [ "${SPEED_DAEMON:-0}" = 1 ]; then
   sleep 1
 fi
 budgets=${SEGMENT_BUDGETS:-100}
-setups="0"
+setups="0 ${EXTRA_SETUPS:-}"
 for b in $budgets; do
   if [ -n "${GROUP_BUDGETS:-}" ]; then for g in $GROUP_BUDGETS; do setups="$setups $b/$g"; done; else setups="$setups $b"; fi
 done

@@ -50,7 +50,7 @@ namespace {
 // ---- counts ----
 
 std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0}, g_groups{0},
-    g_group_launches{0};
+    g_group_launches{0}, g_copied_changes{0}, g_copied_ns{0};
 std::atomic<uint64_t> g_whole[size_t(Whole::kCount)] = {};
 std::atomic<bool> g_warned[size_t(Whole::kCount)] = {};
 
@@ -495,6 +495,8 @@ Counts counts() noexcept {
   c.clean_cuts = g_clean_cuts.load(std::memory_order_relaxed);
   c.groups = g_groups.load(std::memory_order_relaxed);
   c.group_launches = g_group_launches.load(std::memory_order_relaxed);
+  c.copied_changes = g_copied_changes.load(std::memory_order_relaxed);
+  c.copied_ns = g_copied_ns.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -580,6 +582,11 @@ uint32_t node_copies(CUgraphExec exec, CUgraphNode node, CUgraphExec execs[2], C
   execs[1] = plan->groups[it->group].piece.exec;
   nodes[1] = it->group_copy;
   return 2;
+}
+
+void count_copied_change(uint64_t ns) noexcept {
+  g_copied_changes.fetch_add(1, std::memory_order_relaxed);
+  g_copied_ns.fetch_add(ns, std::memory_order_relaxed);
 }
 
 void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept {

@@ -71,6 +71,8 @@ struct Counts {
   uint64_t segment_launches;                  // segments launched one by one
   uint64_t groups;                            // groups made (Group)
   uint64_t group_launches;                    // groups launched (each instead of its segments)
+  uint64_t copied_changes;                    // the program's node changes made to copies too (FIKIT_STATS)
+  uint64_t copied_ns;                         // the host time that took
   uint64_t clean_cuts;                        // of the segments' boundaries, those where the branches met
 };
 Counts counts() noexcept;
@@ -129,6 +131,8 @@ void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept;
 // is in a group, the group's), for a call that changes the node in the whole executable (after the
 // call succeeded there): how many (0 when `exec` has no segments).
 uint32_t node_copies(CUgraphExec exec, CUgraphNode node, CUgraphExec execs[2], CUgraphNode nodes[2]) noexcept;
+// FIKIT_STATS: a change was made to the copies too, taking `ns`.
+void count_copied_change(uint64_t ns) noexcept;
 // The same call on the segment failed: the executable is launched whole from now on (its whole
 // form has the change; the segment does not).
 void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept;
