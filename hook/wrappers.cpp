@@ -198,7 +198,9 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   if (plan == nullptr || mode == nullptr || !mode->wants_graph_segments() || capturing(stream))
     return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
                           [&](CUstream) { return real(graph, stream); });
-  graph::launching(*plan, stream);
+  if (!graph::launching(*plan, stream))   // its pieces could not be brought up to date: whole from now on
+    return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
+                          [&](CUstream) { return real(graph, stream); });
   // A bounded wait for queue room (graph::kSegmentsAhead); past FIKIT_MAX_WAIT_MS the rest go unthrottled.
   const uint64_t max_room_wait_ns = uint64_t(config().max_wait_ms) * 1'000'000;
   bool throttled = true;
@@ -291,24 +293,32 @@ CUresult graph_exec_destroy(CUgraphExec exec) noexcept {
 }
 
 // The cuGraphExec*SetParams family and cuGraphNodeSetEnabled: (executable, node, what to set). Done
-// to the whole executable, then to the segment (and the group) holding the node; should that fail,
-// the executable is launched whole from then on.
+// to the whole executable, then to the copies of the node in its segment and group: in their own
+// graphs where it can wait for their next launch, else in their executables (graph/segments.h,
+// "node changes"). Should that fail, the executable is launched whole from then on.
 template <Variant V, class... Tail>
 CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
   const CUresult result = real(exec, node, tail...);
   const bool counting = stats::enabled();
   if (counting) stats::count_call(V);
-  if (result != CUDA_SUCCESS) return result;
-  CUgraphExec execs[2] = {};
-  CUgraphNode nodes[2] = {};
-  const uint32_t copies = graph::node_copies(exec, node, execs, nodes);
-  if (copies == 0) return result;
+  const graph::Plan* plan = result == CUDA_SUCCESS ? graph::find(exec) : nullptr;
+  if (plan == nullptr) return result;
+  graph::NodeCopy copies[2];
+  const uint32_t n = graph::node_copies(*plan, node, copies);
+  if (n == 0) return result;
   const uint64_t start = counting ? stats::now_ns() : 0;
-  for (uint32_t i = 0; i < copies; ++i) {
-    const CUresult r = real(execs[i], nodes[i], tail...);
+  for (uint32_t i = 0; i < n; ++i) {
+    const graph::NodeCopy& copy = copies[i];
+    if (graph::defers(*plan, copy.piece) && graph::mirror_change(copy.node, tail...) == CUDA_SUCCESS) {
+      graph::deferred(*plan, copy.piece);
+      continue;
+    }
+    CUresult r = graph::goes_direct(*plan, copy.piece);
+    if (r == CUDA_ERROR_NOT_SUPPORTED) continue;   // a group given up
+    if (r == CUDA_SUCCESS) r = real(copy.exec, copy.node, tail...);
     if (r != CUDA_SUCCESS) {
-      graph::segment_out_of_step(exec, r);
+      graph::segment_out_of_step(exec, r);   // `plan` is gone
       break;
     }
   }

@@ -23,6 +23,16 @@
 // dependency (a kernel that may start before its producer ends) between two segments becomes a full
 // one: stream order is the stronger rule, and nothing waits on the weaker one but the dependent.
 //
+// Node changes. An XLA command buffer has every node set again before each launch (a JAX training
+// step: about 285 kernel and 72 child-graph nodes), and a node changed in an executable costs the
+// host about 1 us (H200), so that changing each copy at once cost a JAX job about 10 % of its speed
+// even while it launched whole. A change is made to the copy in the piece's own graph instead
+// (about 0.2 us: kernel, copy, set and host nodes) and the piece is marked; before a launch in
+// pieces, each marked piece is updated from its graph (cuGraphExecUpdate, about 0.3 us for a few
+// kernels). A change of another kind (a child graph, an event, enabling a node) is made to the
+// piece's executable at once, and from then on every change to that piece is (an update from its
+// graph would undo it); a group is given up instead (no longer launched or changed).
+//
 // The launch path only looks the executable up, without locks or allocation; everything else
 // happens in the calls that make, change or destroy a graph, where the driver itself allocates.
 #include <cuda.h>
@@ -73,6 +83,10 @@ struct Counts {
   uint64_t group_launches;                    // groups launched (each instead of its segments)
   uint64_t copied_changes;                    // the program's node changes made to copies too (FIKIT_STATS)
   uint64_t copied_ns;                         // the host time that took
+  uint64_t mirrored;                          // copies changed in a piece's graph (node changes)
+  uint64_t direct;                            // copies changed in a piece's executable at once
+  uint64_t updates;                           // pieces updated from their graphs before a launch
+  uint64_t groups_given_up;                   // groups no longer launched (a change they could not defer)
   uint64_t clean_cuts;                        // of the segments' boundaries, those where the branches met
 };
 Counts counts() noexcept;
@@ -109,7 +123,9 @@ CUgraphExec executable(const Plan& plan, uint32_t i) noexcept;
 // Around one launch on `stream`: before the first piece, a launch on another stream than the last
 // one waits for the last one (as the driver orders whole launches of one executable); after the
 // last, that launch's end is recorded and its pieces counted.
-void launching(const Plan& plan, CUstream stream) noexcept;
+// launching() also brings the pieces up to date (node changes): false when a segment could not be,
+// after which the executable has no segments (it is launched whole; `plan` is gone).
+bool launching(const Plan& plan, CUstream stream) noexcept;
 void launched(const Plan& plan, CUstream stream, uint32_t segment_launches, uint32_t group_launches) noexcept;
 
 // How many of one launch's segments may be queued on the GPU at once. Many graph launches queued
@@ -127,14 +143,39 @@ bool wait_for_room(const Plan& plan, uint32_t i, uint64_t max_wait_ns) noexcept;
 // After piece i was queued on `stream`.
 void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept;
 
-// The executables and nodes that stand for `node` of `exec` (its segment's and, when that segment
-// is in a group, the group's), for a call that changes the node in the whole executable (after the
-// call succeeded there): how many (0 when `exec` has no segments).
-uint32_t node_copies(CUgraphExec exec, CUgraphNode node, CUgraphExec execs[2], CUgraphNode nodes[2]) noexcept;
+// The copies that stand for `node` of the executable (its segment's and, when that segment is in a
+// usable group, the group's), for a call that changes the node in the whole executable (after the
+// call succeeded there): how many (0: none).
+struct NodeCopy {
+  CUgraphExec exec;   // the piece's executable
+  CUgraphNode node;   // the node in the piece's graph (which names it in the executable too)
+  uint32_t piece;     // executable() numbering
+};
+uint32_t node_copies(const Plan& plan, CUgraphNode node, NodeCopy out[2]) noexcept;
+// Whether a change to a node of `piece` goes to the piece's graph (mirror_change), to be applied
+// before its next launch; after one that did, deferred().
+bool defers(const Plan& plan, uint32_t piece) noexcept;
+void deferred(const Plan& plan, uint32_t piece) noexcept;
+// Before a change is made to the piece's executable at once: a segment is brought up to date first
+// and takes every later change at once too (CUDA_SUCCESS, or the update's error); a group is given
+// up (CUDA_ERROR_NOT_SUPPORTED: make no change to it).
+CUresult goes_direct(const Plan& plan, uint32_t piece) noexcept;
+// The program's change made to a node of a piece's graph (the kinds with a graph-node setter;
+// CUDA_ERROR_NOT_SUPPORTED for the others, which go to the executable).
+CUresult mirror_change(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params) noexcept;
+CUresult mirror_change(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) noexcept;
+CUresult mirror_change(CUgraphNode node, const CUDA_MEMCPY3D* params, CUcontext context) noexcept;
+CUresult mirror_change(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* params, CUcontext context) noexcept;
+CUresult mirror_change(CUgraphNode node, const CUDA_HOST_NODE_PARAMS* params) noexcept;
+CUresult mirror_change(CUgraphNode node, CUgraphNodeParams* params) noexcept;
+template <class... Other>
+CUresult mirror_change(CUgraphNode, Other...) noexcept {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 // FIKIT_STATS: a change was made to the copies too, taking `ns`.
 void count_copied_change(uint64_t ns) noexcept;
-// The same call on the segment failed: the executable is launched whole from now on (its whole
-// form has the change; the segment does not).
+// The same change could not be made to a copy: the executable is launched whole from now on (its
+// whole form has the change; the piece does not).
 void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept;
 
 }  // namespace fikit::hook::graph

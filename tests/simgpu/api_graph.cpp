@@ -721,6 +721,76 @@ CUresult cuGraphExecChildGraphNodeSetParams(CUgraphExec handle, CUgraphNode hand
   return CUDA_SUCCESS;
 }
 
+// A graph's own node changed (not an executable's): what later instantiations and updates take.
+extern "C++" {
+template <class Params>
+static CUresult graph_kernel_set(CUgraphNode handle, const Params* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode scratch;
+  const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ}, block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+  CUresult r = set_kernel(scratch, p->func, grid, block, p->sharedMemBytes, p->kernelParams, p->extra);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard guard(g_mutex);
+  GraphNode* node = node_of(handle);
+  if (node == nullptr || node->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  node->op = scratch.op;
+  node->kernel_params = std::move(scratch.kernel_params);
+  return CUDA_SUCCESS;
+}
+}  // extern "C++"
+CUresult cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  return graph_kernel_set(node, p);
+}
+CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p) {
+  return graph_kernel_set(node, p);
+}
+
+extern "C++" template <class Params>
+CUresult graph_op_set(CUgraphNode handle, CUgraphNodeType type, CUresult (*set)(GraphNode&, const Params*),
+                             const Params* params) {
+  GraphNode scratch;
+  CUresult r = set(scratch, params);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard guard(g_mutex);
+  GraphNode* node = node_of(handle);
+  if (node == nullptr || node->type != type) return CUDA_ERROR_INVALID_VALUE;
+  node->op = scratch.op;
+  return CUDA_SUCCESS;
+}
+CUresult cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS* p) {
+  return graph_op_set(node, CU_GRAPH_NODE_TYPE_MEMSET, set_memset, p);
+}
+CUresult cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D* p) {
+  return graph_op_set(node, CU_GRAPH_NODE_TYPE_MEMCPY, set_memcpy, p);
+}
+CUresult cuGraphHostNodeSetParams(CUgraphNode handle, const CUDA_HOST_NODE_PARAMS* p) {
+  if (p == nullptr || p->fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard guard(g_mutex);
+  GraphNode* node = node_of(handle);
+  if (node == nullptr || node->type != CU_GRAPH_NODE_TYPE_HOST) return CUDA_ERROR_INVALID_VALUE;
+  node->host_fn = p->fn;
+  node->host_data = p->userData;
+  return CUDA_SUCCESS;
+}
+// The generic form, for the node kinds the simulator sets (the others: not supported).
+CUresult cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams* p) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: return graph_kernel_set(node, &p->kernel);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS m{p->memset.dst, p->memset.pitch, p->memset.value, p->memset.elementSize,
+                                      p->memset.width, p->memset.height};
+      return cuGraphMemsetNodeSetParams(node, &m);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY: return cuGraphMemcpyNodeSetParams(node, &p->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_HOST: {
+      const CUDA_HOST_NODE_PARAMS h{p->host.fn, p->host.userData};
+      return cuGraphHostNodeSetParams(node, &h);
+    }
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
 CUresult cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode node, unsigned int enabled) {
   GraphExec* e = g_graph_execs.find(exec);
   if (e == nullptr) return CUDA_ERROR_INVALID_VALUE;
