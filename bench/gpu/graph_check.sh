@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A job's CUDA graphs in segments on a real GPU (docs/scheduling.md, "Graphs"): the same losses, and
 # what segmenting costs a job alone.
-#   bench/gpu/graph_check.sh PREFIX OUT [SPEED_REPS]   (PARTS="results speed", SPEED_JOBS="jax vitl",
+#   bench/gpu/graph_check.sh PREFIX OUT [SPEED_REPS]   (PARTS="results speed", RESULT_JOBS="scan resnet jax", SPEED_JOBS="jax vitl",
 #                                                       DURATION=5 narrow it down)
 # 1. Results: two PyTorch models (a recurrent scan, ResNet-18) trained as one captured CUDA graph a step, and a JAX/XLA
 #    transformer trained as command buffers (JAX's default), 100 steps each with deterministic
@@ -84,9 +84,10 @@ results() {   # NAME COMMAND...
 parts=${PARTS:-results speed}
 jobs=${SPEED_JOBS:-jax vitl}
 if [[ " $parts " == *" results "* ]]; then
-  results scan-graph "${scan_cmd[@]}"
-  results resnet18-graph "${resnet_cmd[@]}"
-  results jax-graph "${jax_cmd[@]}"
+  result_jobs=${RESULT_JOBS:-scan resnet jax}
+  [[ " $result_jobs " == *" scan "* ]] && results scan-graph "${scan_cmd[@]}"
+  [[ " $result_jobs " == *" resnet "* ]] && results resnet18-graph "${resnet_cmd[@]}"
+  [[ " $result_jobs " == *" jax "* ]] && results jax-graph "${jax_cmd[@]}"
 fi
 [[ " $parts " == *" speed "* ]] || exit 0
 
