@@ -195,7 +195,8 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   if (passthrough(mode)) [[likely]] return real(graph, stream);
   const graph::Plan* plan = graph::find(graph);
   if (plan != nullptr) mode = detail::settled_mode(mode);
-  if (plan == nullptr || mode == nullptr || !mode->wants_graph_segments() || capturing(stream))
+  if (plan == nullptr || mode == nullptr || !mode->wants_graph_segments() || capturing(stream) ||
+      graph::launches_whole_for_stale_nodes(*plan))
     return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
                           [&](CUstream) { return real(graph, stream); });
   if (!graph::launching(*plan, stream))   // its pieces could not be brought up to date: whole from now on
@@ -305,9 +306,17 @@ CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) 
   const graph::Plan* plan = result == CUDA_SUCCESS ? graph::find(exec) : nullptr;
   if (plan == nullptr) return result;
   graph::NodeCopy copies[2];
-  const uint32_t n = graph::node_copies(*plan, node, copies);
+  uint32_t index = 0;
+  const uint32_t n = graph::node_copies(*plan, node, copies, &index);
   if (n == 0) return result;
+  // While the graph launches whole, no copy is changed: the node is stale until set again.
+  Mode* mode = detail::settled_mode(detail::loaded_mode());
+  if (mode == nullptr || !mode->wants_graph_segments()) {
+    graph::set_stale(*plan, index, true);
+    return result;
+  }
   const uint64_t start = counting ? stats::now_ns() : 0;
+  bool copied = true;
   for (uint32_t i = 0; i < n; ++i) {
     const graph::NodeCopy& copy = copies[i];
     if (graph::defers(*plan, copy.piece) && graph::mirror_change(copy.node, tail...) == CUDA_SUCCESS) {
@@ -319,9 +328,11 @@ CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) 
     if (r == CUDA_SUCCESS) r = real(copy.exec, copy.node, tail...);
     if (r != CUDA_SUCCESS) {
       graph::segment_out_of_step(exec, r);   // `plan` is gone
+      copied = false;
       break;
     }
   }
+  if (copied) graph::set_stale(*plan, index, false);
   if (counting) graph::count_copied_change(stats::now_ns() - start);
   return result;
 }

@@ -25,6 +25,7 @@ struct Plan {
     CUgraphNode copy;       // the same node in the segment's graph
     uint32_t group;         // the group holding its segment (kNoGroup: none)
     CUgraphNode group_copy; // the same node in the group's graph
+    bool stale;             // changed while the graph launched whole, and not since (node changes)
   };
   static constexpr uint32_t kNoGroup = UINT32_MAX;
   std::vector<Segment> segments;
@@ -41,6 +42,8 @@ struct Plan {
   };
   std::vector<PieceState> states;
   uint32_t dirty_pieces = 0;
+  uint32_t stale_nodes = 0;      // Node::stale
+  uint32_t stale_launches = 0;   // launched whole in a row for stale nodes
   CUgraphExec owner = nullptr;   // the program's executable
   std::vector<Node> nodes;       // sorted by `original`
   unsigned long long flags = 0;
@@ -61,7 +64,7 @@ namespace {
 
 std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0}, g_groups{0},
     g_group_launches{0}, g_copied_changes{0}, g_copied_ns{0}, g_mirrored{0}, g_direct{0}, g_updates{0},
-    g_groups_given_up{0};
+    g_groups_given_up{0}, g_stale_launches{0}, g_skipped_changes{0};
 std::atomic<uint64_t> g_whole[size_t(Whole::kCount)] = {};
 std::atomic<bool> g_warned[size_t(Whole::kCount)] = {};
 
@@ -416,7 +419,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     plan->nodes.reserve(n);
     for (size_t s = 0; s < pieces; ++s)
       for (size_t k = c.cut[s]; k < c.cut[s + 1]; ++k)
-        plan->nodes.push_back({original[k], uint32_t(s), c.placed[k], Plan::kNoGroup, nullptr});
+        plan->nodes.push_back({original[k], uint32_t(s), c.placed[k], Plan::kNoGroup, nullptr, false});
   }
   // The graph's own identity: with a segment's place in it and its nodes, the segment's op ID (the
   // same in every run of the program), and the name of its segments in profiles.
@@ -514,6 +517,8 @@ Counts counts() noexcept {
   c.direct = g_direct.load(std::memory_order_relaxed);
   c.updates = g_updates.load(std::memory_order_relaxed);
   c.groups_given_up = g_groups_given_up.load(std::memory_order_relaxed);
+  c.stale_launches = g_stale_launches.load(std::memory_order_relaxed);
+  c.skipped_changes = g_skipped_changes.load(std::memory_order_relaxed);
   return c;
 }
 
@@ -634,15 +639,41 @@ CUgraphExec executable(const Plan& plan, uint32_t i) noexcept {
   return i < plan.segments.size() ? plan.segments[i].exec : plan.groups[i - plan.segments.size()].piece.exec;
 }
 
-uint32_t node_copies(const Plan& plan, CUgraphNode node, NodeCopy out[2]) noexcept {
+uint32_t node_copies(const Plan& plan, CUgraphNode node, NodeCopy out[2], uint32_t* index) noexcept {
   auto it = std::lower_bound(plan.nodes.begin(), plan.nodes.end(), node,
                              [](const Plan::Node& a, CUgraphNode b) { return a.original < b; });
   if (it == plan.nodes.end() || it->original != node) return 0;
+  *index = uint32_t(it - plan.nodes.begin());
   out[0] = NodeCopy{plan.segments[it->segment].exec, it->copy, it->segment};
   const uint32_t group_piece = uint32_t(plan.segments.size()) + it->group;
   if (it->group == Plan::kNoGroup || !plan.states[group_piece].usable) return 1;
   out[1] = NodeCopy{plan.groups[it->group].piece.exec, it->group_copy, group_piece};
   return 2;
+}
+
+void set_stale(const Plan& plan, uint32_t index, bool stale) noexcept {
+  Plan& p = const_cast<Plan&>(plan);
+  Plan::Node& n = p.nodes[index];
+  if (stale) g_skipped_changes.fetch_add(1, std::memory_order_relaxed);
+  if (n.stale == stale) return;
+  n.stale = stale;
+  if (stale) ++p.stale_nodes;
+  else --p.stale_nodes;
+}
+
+bool launches_whole_for_stale_nodes(const Plan& plan) noexcept {
+  Plan& p = const_cast<Plan&>(plan);
+  if (p.stale_nodes == 0) {
+    p.stale_launches = 0;
+    return false;
+  }
+  g_stale_launches.fetch_add(1, std::memory_order_relaxed);
+  static std::atomic<bool> warned{false};
+  if (++p.stale_launches == 3 && !warned.exchange(true))
+    log(LogLevel::Warn, "graphs: nodes of a CUDA graph of this job were changed while it launched whole, and the "
+        "program has not set them again since, so the graph still launches whole: a task above it may wait for all "
+        "of it (docs/scheduling.md, \"Graphs\")");
+  return true;
 }
 
 bool defers(const Plan& plan, uint32_t piece) noexcept {

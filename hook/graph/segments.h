@@ -31,7 +31,10 @@
 // pieces, each marked piece is updated from its graph (cuGraphExecUpdate, about 0.3 us for a few
 // kernels). A change of another kind (a child graph, an event, enabling a node) is made to the
 // piece's executable at once, and from then on every change to that piece is (an update from its
-// graph would undo it); a group is given up instead (no longer launched or changed).
+// graph would undo it); a group is given up instead (no longer launched or changed). While the graph
+// launches whole (nothing above the job), a change is made to no copy at all: the node is marked
+// stale, and while any node is, the graph launches whole even where it would go in pieces, until
+// the program sets each stale node again (XLA does before every launch).
 //
 // The launch path only looks the executable up, without locks or allocation; everything else
 // happens in the calls that make, change or destroy a graph, where the driver itself allocates.
@@ -87,6 +90,8 @@ struct Counts {
   uint64_t direct;                            // copies changed in a piece's executable at once
   uint64_t updates;                           // pieces updated from their graphs before a launch
   uint64_t groups_given_up;                   // groups no longer launched (a change they could not defer)
+  uint64_t skipped_changes;                   // changes made while launching whole (to no copy: stale)
+  uint64_t stale_launches;                    // launched whole where pieces were wanted, for stale nodes
   uint64_t clean_cuts;                        // of the segments' boundaries, those where the branches met
 };
 Counts counts() noexcept;
@@ -151,7 +156,13 @@ struct NodeCopy {
   CUgraphNode node;   // the node in the piece's graph (which names it in the executable too)
   uint32_t piece;     // executable() numbering
 };
-uint32_t node_copies(const Plan& plan, CUgraphNode node, NodeCopy out[2]) noexcept;
+uint32_t node_copies(const Plan& plan, CUgraphNode node, NodeCopy out[2], uint32_t* index) noexcept;
+// The node at `index` (node_copies) was changed in the whole executable only (stale), or in its
+// copies too (no longer stale).
+void set_stale(const Plan& plan, uint32_t index, bool stale) noexcept;
+// Before a launch that would go in pieces: true (counted, and said once if it lasts) while a node
+// is stale; the graph then launches whole.
+bool launches_whole_for_stale_nodes(const Plan& plan) noexcept;
 // Whether a change to a node of `piece` goes to the piece's graph (mirror_change), to be applied
 // before its next launch; after one that did, deferred().
 bool defers(const Plan& plan, uint32_t piece) noexcept;
