@@ -37,6 +37,8 @@ struct Driver {
   CUresult (*graph_launch)(CUgraphExec, CUstream);
   CUresult (*graph_exec_destroy)(CUgraphExec);
   CUresult (*graph_destroy)(CUgraph);
+  CUresult (*graph_get_nodes)(CUgraph, CUgraphNode*, size_t*);
+  CUresult (*graph_exec_kernel_node_set_params)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*);
 };
 
 // Where the simulated driver is, for the message of a machine without a GPU: installed next to
@@ -92,6 +94,8 @@ const Driver& driver() {
     resolve(lib, "cuGraphLaunch", r.graph_launch);
     resolve(lib, "cuGraphExecDestroy", r.graph_exec_destroy);
     resolve(lib, "cuGraphDestroy", r.graph_destroy);
+    resolve(lib, "cuGraphGetNodes", r.graph_get_nodes);
+    resolve(lib, "cuGraphExecKernelNodeSetParams_v2", r.graph_exec_kernel_node_set_params);
     return r;
   }();
   return d;
@@ -157,5 +161,23 @@ void SpinGpu::capture_graph(uint64_t kernels, uint64_t duration_ns) {
 }
 
 void SpinGpu::launch_graph() { FIKIT_CU(driver().graph_launch(graph_exec_, stream_)); }
+
+void SpinGpu::set_graph_nodes(uint64_t duration_ns) {
+  const Driver& cu = driver();
+  if (graph_nodes_.empty()) {
+    size_t n = 0;
+    FIKIT_CU(cu.graph_get_nodes(graph_, nullptr, &n));
+    graph_nodes_.resize(n);
+    FIKIT_CU(cu.graph_get_nodes(graph_, graph_nodes_.data(), &n));
+  }
+  uint64_t out = 0;
+  void* params[] = {&duration_ns, &out};
+  CUDA_KERNEL_NODE_PARAMS k{};
+  k.func = spin_;
+  k.gridDimX = shape_.blocks, k.gridDimY = 1, k.gridDimZ = 1;
+  k.blockDimX = shape_.threads, k.blockDimY = 1, k.blockDimZ = 1;
+  k.kernelParams = params;
+  for (CUgraphNode node : graph_nodes_) FIKIT_CU(cu.graph_exec_kernel_node_set_params(graph_exec_, node, &k));
+}
 
 }  // namespace fikit::examples

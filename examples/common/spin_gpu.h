@@ -5,6 +5,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace fikit::examples {
 
@@ -29,6 +30,9 @@ class SpinGpu {
   // once; launch_graph() queues all of them in one launch, as a framework replays a captured step.
   void capture_graph(uint64_t kernels, uint64_t duration_ns);
   void launch_graph();
+  // Sets every kernel node of the instantiated graph again (to `duration_ns`), as XLA sets its
+  // command buffer's nodes before each launch.
+  void set_graph_nodes(uint64_t duration_ns);
   // Later launches use this shape (a new input shape: to FIKIT, new kernels).
   void set_shape(LaunchShape shape) { shape_ = shape; }
 
@@ -41,6 +45,7 @@ class SpinGpu {
   CUstream stream_ = nullptr;
   CUgraph graph_ = nullptr;
   CUgraphExec graph_exec_ = nullptr;
+  std::vector<CUgraphNode> graph_nodes_;
 };
 
 }  // namespace fikit::examples

@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   double kernel_us = 10, cpu_us = 0, duration_s = 5, progress_ms = 0;
   uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0, cluster = 1;
-  bool graph = false;
+  bool graph = false, graph_set_nodes = false;
 
   ex::Flags flags("fikit-example-train [options]",
                   "Training-like GPU background job: iterations of spin kernels, a stream\n"
@@ -46,8 +46,11 @@ int main(int argc, char** argv) {
             "after this many iterations launch with one block more: new kernels to FIKIT (0: never)");
   flags.add("progress-ms", &progress_ms, "write timestamped progress lines on stderr at most this often (0: none)");
   flags.add_switch("graph", &graph, "capture an iteration's kernels as one CUDA graph and launch it each iteration");
+  flags.add_switch("graph-set-nodes", &graph_set_nodes,
+                   "with --graph: set every node of the graph again before each launch (as XLA does)");
   flags.parse(argc, argv);
   if (graph && (cpu_us > 0 || new_shape_after > 0)) ex::Flags::fail("--graph replays one captured iteration: no --cpu-us or --new-shape-after");
+  if (graph_set_nodes && !graph) ex::Flags::fail("--graph-set-nodes needs --graph");
   if (sync_every == 0) ex::Flags::fail("--sync-every must be at least 1");
   if (blocks == 0 || threads == 0) ex::Flags::fail("--blocks and --threads must be at least 1");
   if (cluster == 0 || cluster > 16 || blocks % cluster != 0 || (new_shape_after > 0 && cluster > 1))
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
     // kernels (they ran) but not as an iteration.
     uint64_t k = 0;
     if (graph) {
+      if (graph_set_nodes) gpu.set_graph_nodes(kernel_ns);
       gpu.launch_graph();
       k = sync_every;
     }

@@ -41,6 +41,10 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
   partition_refused  the mps_partition pair, the job launching thread-block clusters its partition refuses
                  (a simulated green context that places none): each refused launch is made again at full
                  width, the job finishes, and its log says so once.
+  graph_sets_nodes  a job that sets every node of its CUDA graph before each launch (as XLA does), alone
+                 (the holder: launched whole, no change copied to its segments), beside a service (changes
+                 copied, launched in segments; whole at most once for nodes changed while it was alone),
+                 alone again.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
   relearn        the LP switches to a new input shape (kernels its profile lacks) while the HP leaves 1 ms
                  gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
@@ -384,6 +388,46 @@ def graph_job(env):
     ok &= check(med(waits["segments"]) < med(waits["whole"]) / 2,
                 f"in segments the service waits less than half as long: {med(waits['segments']):.1f} < "
                 f"{med(waits['whole']):.1f} / 2 ms")
+    return ok
+
+
+def graph_stats(err):
+    """The job's graph statistics line (FIKIT_STATS=1): name -> number."""
+    line = next((l for l in err.splitlines() if "stats: graphs segmented=" in l), "")
+    return {k: int(v) for k, v in re.findall(r"([a-z_]+)=(\d+)", line)}
+
+
+def graph_sets_nodes(env):
+    """A job whose program sets every node of its graph again before each launch (as XLA does its
+    command buffer's: fikit-example-train --graph --graph-set-nodes), alone under the daemon, then
+    beside a service for 200 requests, then alone again. Alone it is the holder and launches its graph
+    whole, and its hook makes no change to the segments (the nodes go stale); beside the service each
+    change goes to the copies, the graph goes in segments, and a launch finding stale nodes goes whole
+    at most once per arrival of the service (the program sets every node again before the next)."""
+    hp_flags = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"]
+    lp_flags = ["--graph", "--graph-set-nodes", "--kernel-us", "500", "--sync-every", "40"]
+    measure(env, hp_flags, lp_flags)
+    env.start_daemon()
+    lp = Run(env, env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags, "LP",
+             extra_env={"FIKIT_STATS": "1"}).start()
+    try:
+        time.sleep(1.0)
+        hp = run(env, env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "200"] + hp_flags, "HP")
+        time.sleep(1.0)
+    finally:
+        lp.finish(timeout=30, terminate=True)
+    env.stop_daemon()
+    g = graph_stats(lp.err)
+    ok = check(g.get("while_whole", 0) > 0,
+               f"alone, the job's node changes went to no copy ({g.get('while_whole')} while it launched whole)")
+    ok &= check(g.get("mirrored", 0) > 0 and g.get("segment_launches", 0) > 0,
+                f"beside the service they went to the copies ({g.get('mirrored')} mirrored) and the graph went in "
+                f"segments ({g.get('segment_launches')} launched)")
+    ok &= check(0 <= g.get("stale_launches", -1) <= 2,
+                f"stale nodes made the graph go whole {g.get('stale_launches')} times (at most 2: one arrival of "
+                f"the service, one launch each, and one for a change racing it)")
+    ok &= check(lp.result["kernels"] > 0 and hp.result["requests"] == 200,
+                f"the job ran {lp.result['kernels']} kernels, the service {hp.result['requests']} requests")
     return ok
 
 
@@ -863,7 +907,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "memory_reserve",
                                                  "auto_progress", "controller", "context_reset", "stall", "graph_job",
-                                                 "partition_refused"])
+                                                 "partition_refused", "graph_sets_nodes"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -895,6 +939,8 @@ def main():
                 ok = graph_job(env)
             elif args.case == "partition_refused":
                 ok = partition_refused(env)
+            elif args.case == "graph_sets_nodes":
+                ok = graph_sets_nodes(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:
