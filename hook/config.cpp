@@ -147,7 +147,6 @@ Config parse() noexcept {
   read_number("FIKIT_RELEARN_SAMPLE", cfg.relearn_sample);
   read_number("FIKIT_RELEARN_FLUSH_MS", cfg.relearn_flush_ms);
   read_number("FIKIT_GRAPH_SEGMENT_US", cfg.graph_segment_us);
-  read_number("FIKIT_GRAPH_GROUP_US", cfg.graph_group_us);
   if (settings::Value v; checked("FIKIT_GRAPH_SEGMENTS", &v, "using auto") != nullptr) cfg.graph_segments_always = v.number == 1;
   read_number("FIKIT_BACKTRACE_DEPTH", cfg.backtrace_depth);
   read_choice("FIKIT_TIMING", cfg.timing, "using auto");

@@ -89,17 +89,6 @@ class Mode {
     (void)shape_id;
     return 0;
   }
-  // The profile's length of an op (a graph's segment, by its op ID) in ns, when it was measured; 0:
-  // not measured. Asked when a job's graph is cut and before a group of its segments is launched.
-  virtual uint64_t measured_op_ns(uint64_t op_id) noexcept {
-    (void)op_id;
-    return 0;
-  }
-  // How much measured work a group of a job's graph segments (hook/graph/segments.h, Group) may
-  // hold to go as one launch now, in ns; 0: segment by segment. Asked before each group.
-  virtual uint64_t graph_group_limit_ns() noexcept { return 0; }
-  // Whether graph_group_limit_ns() can ever be more than 0 (else no groups are made).
-  virtual bool launches_graph_groups() const noexcept { return false; }
   // Whether a job's graph with segments (hook/graph/segments.h) launches segment by segment now:
   // only while something above it may have to be protected from it (share mode: a task below the
   // holder). Launching whole costs the job nothing; each segment boundary costs it some GPU time.

@@ -61,12 +61,11 @@ void print() noexcept {
   if (g.segmented != 0 || whole != 0) {
     n = std::snprintf(line, sizeof line,
                       "[fikit pid %d] stats: graphs segmented=%" PRIu64 " segments=%" PRIu64 " segment_launches=%" PRIu64
-                      " whole=%" PRIu64 " clean_cuts=%" PRIu64 " groups=%" PRIu64 " group_launches=%" PRIu64
-                      " groups_given_up=%" PRIu64 " node_changes=%" PRIu64 " (%.0f us: copies mirrored=%" PRIu64
-                      " direct=%" PRIu64 ", pieces updated=%" PRIu64 ") while_whole=%" PRIu64 " stale_launches=%" PRIu64,
+                      " whole=%" PRIu64 " clean_cuts=%" PRIu64 " node_changes=%" PRIu64 " (%.0f us: mirrored=%" PRIu64
+                      " direct=%" PRIu64 ", segments updated=%" PRIu64 ") while_whole=%" PRIu64 " stale_launches=%" PRIu64,
                       static_cast<int>(getpid()), g.segmented, g.segments, g.segment_launches, whole, g.clean_cuts,
-                      g.groups, g.group_launches, g.groups_given_up, g.copied_changes, double(g.copied_ns) / 1000.0,
-                      g.mirrored, g.direct, g.updates, g.skipped_changes, g.stale_launches);
+                      g.copied_changes, double(g.copied_ns) / 1000.0, g.mirrored, g.direct, g.updates, g.skipped_changes,
+                      g.stale_launches);
     for (size_t i = 0; i < size_t(graph::Whole::kCount) && n > 0 && n < static_cast<int>(sizeof line) - 160; ++i)
       if (g.whole[i] != 0)
         n += std::snprintf(line + n, sizeof line - n, " [%s: %" PRIu64 "]", graph::whole_reason(graph::Whole(i)), g.whole[i]);

@@ -205,32 +205,18 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   // A bounded wait for queue room (graph::kSegmentsAhead); past FIKIT_MAX_WAIT_MS the rest go unthrottled.
   const uint64_t max_room_wait_ns = uint64_t(config().max_wait_ms) * 1'000'000;
   bool throttled = true;
-  uint32_t pieces = 0, groups = 0;
-  const auto measured_ns = [mode](uint64_t id) { return mode->measured_op_ns(id); };
-  for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++pieces) {
-    // A group of segments goes as one piece when the mode allows its measured work now.
-    const graph::Segment* piece = &graph::segment(*plan, i);
-    uint32_t next = i + 1;
-    uint64_t hint_ns = piece->predicted_ns;
-    if (const graph::Group* group = graph::group_at(*plan, i)) {
-      const uint64_t limit_ns = mode->graph_group_limit_ns();
-      if (limit_ns != 0 && graph::group_fits(*plan, *group, limit_ns, measured_ns, &hint_ns)) {
-        piece = &group->piece;
-        next = group->end;
-        ++groups;
-      }
-    }
-    if (throttled) throttled = graph::wait_for_room(*plan, pieces, max_room_wait_ns);
+  for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
+    const graph::Segment& segment = graph::segment(*plan, i);
+    if (throttled) throttled = graph::wait_for_room(*plan, i, max_room_wait_ns);
     LaunchInfo op = make_op(OpKind::Graph, effective_stream<V>(stream), 0);
-    op.graph_id = piece->id;
-    op.graph_hint_ns = hint_ns;
+    op.graph_id = segment.id;
+    op.graph_hint_ns = segment.predicted_ns;
     const CUresult result =
-        observed_op<V, /*kNotCapturing=*/true>(mode, op, [&](CUstream) { return real(piece->exec, stream); });
+        observed_op<V, /*kNotCapturing=*/true>(mode, op, [&](CUstream) { return real(segment.exec, stream); });
     if (result != CUDA_SUCCESS) return result;
-    graph::queued(*plan, pieces, stream);
-    i = next;
+    graph::queued(*plan, i, stream);
   }
-  graph::launched(*plan, stream, pieces - groups, groups);
+  graph::launched(*plan, stream);
   return CUDA_SUCCESS;
 }
 
@@ -278,8 +264,8 @@ CUresult graph_upload(CUgraphExec exec, CUstream stream) noexcept {
   const CUresult result = real(exec, stream);
   if (result != CUDA_SUCCESS) return result;
   if (const graph::Plan* plan = graph::find(exec)) {
-    for (uint32_t i = 0, n = graph::executable_count(*plan); i < n; ++i) {
-      const CUresult r = real(graph::executable(*plan, i), stream);
+    for (uint32_t i = 0, n = graph::segment_count(*plan); i < n; ++i) {
+      const CUresult r = real(graph::segment(*plan, i).exec, stream);
       if (r != CUDA_SUCCESS) return r;
     }
   }
@@ -294,9 +280,10 @@ CUresult graph_exec_destroy(CUgraphExec exec) noexcept {
 }
 
 // The cuGraphExec*SetParams family and cuGraphNodeSetEnabled: (executable, node, what to set). Done
-// to the whole executable, then to the copies of the node in its segment and group: in their own
-// graphs where it can wait for their next launch, else in their executables (graph/segments.h,
-// "node changes"). Should that fail, the executable is launched whole from then on.
+// to the whole executable, then to the node's copy in its segment: in the segment's own graph where
+// it can wait for its next launch, else in its executable (graph/segments.h, "node changes"), or,
+// while the graph launches whole, to no copy (the node goes stale). Should that fail, the
+// executable is launched whole from then on.
 template <Variant V, class... Tail>
 CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) noexcept {
   FIKIT_REAL_OR_FAIL(V);
@@ -305,34 +292,23 @@ CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) 
   if (counting) stats::count_call(V);
   const graph::Plan* plan = result == CUDA_SUCCESS ? graph::find(exec) : nullptr;
   if (plan == nullptr) return result;
-  graph::NodeCopy copies[2];
-  uint32_t index = 0;
-  const uint32_t n = graph::node_copies(*plan, node, copies, &index);
-  if (n == 0) return result;
-  // While the graph launches whole, no copy is changed: the node is stale until set again.
+  graph::NodeCopy copy;
+  if (!graph::node_copy(*plan, node, &copy)) return result;
   Mode* mode = detail::settled_mode(detail::loaded_mode());
   if (mode == nullptr || !mode->wants_graph_segments()) {
-    graph::set_stale(*plan, index, true);
+    graph::set_stale(*plan, copy.index, true);
     return result;
   }
   const uint64_t start = counting ? stats::now_ns() : 0;
-  bool copied = true;
-  for (uint32_t i = 0; i < n; ++i) {
-    const graph::NodeCopy& copy = copies[i];
-    if (graph::defers(*plan, copy.piece) && graph::mirror_change(copy.node, tail...) == CUDA_SUCCESS) {
-      graph::deferred(*plan, copy.piece);
-      continue;
-    }
-    CUresult r = graph::goes_direct(*plan, copy.piece);
-    if (r == CUDA_ERROR_NOT_SUPPORTED) continue;   // a group given up
+  CUresult r = CUDA_SUCCESS;
+  if (graph::defers(*plan, copy.segment) && graph::mirror_change(copy.node, tail...) == CUDA_SUCCESS) {
+    graph::deferred(*plan, copy.segment);
+  } else {
+    r = graph::goes_direct(*plan, copy.segment);
     if (r == CUDA_SUCCESS) r = real(copy.exec, copy.node, tail...);
-    if (r != CUDA_SUCCESS) {
-      graph::segment_out_of_step(exec, r);   // `plan` is gone
-      copied = false;
-      break;
-    }
   }
-  if (copied) graph::set_stale(*plan, index, false);
+  if (r == CUDA_SUCCESS) graph::set_stale(*plan, copy.index, false);
+  else graph::segment_out_of_step(exec, r);   // `plan` is gone
   if (counting) graph::count_copied_change(stats::now_ns() - start);
   return result;
 }

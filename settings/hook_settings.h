@@ -58,9 +58,6 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_GRAPH_SEGMENT_US", nullptr, Kind::Number, 0, 1000000, 100, nullptr, "us",
      "a job's (priority above 0) CUDA graphs launch in segments of about this much predicted GPU work, held one "
      "by one (0: launched whole)"},
-    {"FIKIT_GRAPH_GROUP_US", nullptr, Kind::Number, 0, 1000000, 500, nullptr, "us",
-     "consecutive segments of a job's graph whose measured GPU work adds up to at most this also launch as one "
-     "piece, while nothing above the job is active and half its in-flight bound holds them (0: never)"},
     {"FIKIT_GRAPH_SEGMENTS", nullptr, Kind::Choice, 0, 0, 0, "auto|always", "",
      "auto: a job's graphs go in segments only where a gate could hold one (a daemon, a task above it); always: "
      "every launch of a segmented graph goes in segments (to measure what segments cost)"},

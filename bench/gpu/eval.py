@@ -310,8 +310,7 @@ def parse_args(argv):
     g.add_argument("--lpo-window-s", type=float, default=3.0, help="LP window [3]")
     g.add_argument("--lpo-setups", default="plain,plain-b,share,share+idle-hp",
                    help="plain first, then from plain-b, plain+idle-hp (the idle HP, neither under FIKIT), "
-                        "share, share+idle-hp, share+idle-hp-apart (the same, a graph job's segments never grouped), "
-                        "share-relearn (every kernel "
+                        "share, share+idle-hp, share-relearn (every kernel "
                         "unknown, sampled by online re-profiling) [plain,plain-b,share,share+idle-hp]")
     g = ap.add_argument_group("overhead")
     g.add_argument("--overhead-hps", help="HPs [GPU: %s; simulator: %s]" % (GPU_DEFAULTS["overhead_hps"],
@@ -352,10 +351,8 @@ def parse_args(argv):
         ap.error("--overhead-setups: native first, then from native-b, share, measure, measure-full, measure-events, "
                  "auto, measure/N[xB], off, each once")
     lpo = a.lpo_setups.split(",")
-    if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "plain+idle-hp", "share", "share+idle-hp",
-                                            "share+idle-hp-apart", "share-relearn"}:
-        ap.error("--lpo-setups: plain first, then from plain-b, plain+idle-hp, share, share+idle-hp, share+idle-hp-apart, "
-                 "share-relearn")
+    if lpo[0] != "plain" or set(lpo) - {"plain", "plain-b", "plain+idle-hp", "share", "share+idle-hp", "share-relearn"}:
+        ap.error("--lpo-setups: plain first, then from plain-b, plain+idle-hp, share, share+idle-hp, share-relearn")
     return ap, a
 
 

@@ -269,11 +269,7 @@ def lp_overhead(h):
              # Every kernel unknown (a task key with no profile) and never stored: share mode samples
              # them for as long as it runs, the worst case of online re-profiling.
              "share-relearn": es.Setup("share-relearn", hook="share", scheduler="lpo", flags=flags,
-                                       key_prefix="eval-rl-", env={"FIKIT_RELEARN_FLUSH_MS": "3600000"}),
-             # Beside the idle HP with a graph job's segments never grouped (FIKIT_GRAPH_GROUP_US=0):
-             # what groups of segments give the job (docs/scheduling.md, "Graphs").
-             "share+idle-hp-apart": es.Setup("share+idle-hp-apart", hook="share", scheduler="lpo-idle-apart",
-                                             flags=flags, idle_hp=True, lp_env={"FIKIT_GRAPH_GROUP_US": "0"})}
+                                       key_prefix="eval-rl-", env={"FIKIT_RELEARN_FLUSH_MS": "3600000"})}
     setups = lpo_setups(h.a.lpo_setups.split(","), known, h.variants)
     idle = wl.HP("idle-hp", h.paths)
     idle_specs = {s.name: epool.Spec("hp", idle, s) for s in setups if s.idle_hp}

@@ -14,15 +14,9 @@
 #    over DURATION s, whole and in segments of each of SEGMENT_BUDGETS us (default 100) interleaved,
 #    SPEED_REPS (default 5) times each. A job alone launches its graphs whole (no gate would hold a
 #    piece): FIKIT_GRAPH_SEGMENTS=always makes it launch them in segments, which is what is measured.
-#    Each job is first measured once (--mode measure, MEASURE_S s, default 5; 0: not) so that its
-#    segments' lengths are in the profile, as after auto mode's measured runs; consecutive measured
-#    segments then go in groups of up to FIKIT_GRAPH_GROUP_US where nothing is above the job. With
-#    GROUP_BUDGETS="0 500" each segment budget runs with each group budget, as SEG/GROUP (0: none).
-#    With SPEED_DAEMON=1 a fikit-scheduler serves the speed runs: the job registers and, nothing
-#    being above it, is the holder, whose launches share mode times by sampling (online
-#    re-profiling), so that segments are measured as they are cut in share mode; MEASURE_S is then
-#    a run in share mode that learns them. EXTRA_SETUPS adds setups as written, e.g. "100w/0"
-#    (segments made, the graph launched whole).
+#    EXTRA_SETUPS adds setups as written, e.g. "100w": the segments made but the graph launched
+#    whole, as a job with nothing above it launches it. JAX's compilation cache
+#    (JAX_COMPILATION_CACHE_DIR, default /tmp/fikit-jax-cache) makes a run start in seconds.
 #    With OTHER_PREFIX=DIR the segments are also run from that install (another build of the hook),
 #    interleaved, as seg=N@other: an A/B of two builds on one GPU.
 set -uo pipefail
@@ -40,22 +34,21 @@ other_run=""
 db=$out/profiles.db
 pin="taskset -c 2-8"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
+export JAX_COMPILATION_CACHE_DIR=${JAX_COMPILATION_CACHE_DIR:-/tmp/fikit-jax-cache} JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 
 scan_cmd=(python3 "$root/examples/pytorch/train.py" --model scan --batch 64 --seq 64 --cuda-graph --deterministic --steps 100)
 resnet_cmd=(python3 "$root/examples/pytorch/train.py" --model resnet18 --batch 16 --cuda-graph --deterministic --steps 100)
 jax_cmd=(env "XLA_FLAGS=--xla_gpu_deterministic_ops=true --xla_gpu_autotune_level=0"
          python3 "$root/examples/jax/train_jax.py" --steps 100)
 
-hooked() {   # TIMEOUT TAG SEGMENT_US[w][/GROUP_US][@other] COMMAND...: under fikit-run, share mode, no daemon
+hooked() {   # TIMEOUT TAG SEGMENT_US[w][@other] COMMAND...: under fikit-run, share mode, no daemon
   # (w: the segments are made but, as for a job with nothing above it, the graph launches whole)
-  local limit=$1 tag=$2 seg=$3 tool=$run mode=${HOOK_MODE:-share} group="" when=always
+  local limit=$1 tag=$2 seg=$3 tool=$run when=always
   shift 3
   if [[ "$seg" == *@other ]]; then seg=${seg%@other}; tool=$other_run; fi
-  if [[ "$seg" == */* ]]; then group=${seg#*/}; seg=${seg%/*}; fi
   if [[ "$seg" == *w ]]; then seg=${seg%w}; when=auto; fi
-  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" ${group:+FIKIT_GRAPH_GROUP_US=$group} FIKIT_GRAPH_SEGMENTS=$when \
-    FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=${daemon_timeout_ms:-20} \
-    $pin "$tool" --mode "$mode" --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
+  timeout "$limit" env FIKIT_GRAPH_SEGMENT_US="$seg" FIKIT_GRAPH_SEGMENTS=$when FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 \
+    $pin "$tool" --mode share --priority 5 --task-key "gc-$tag" --db "$db" --scheduler 127.0.0.1:47999 -- "$@"
 }
 
 results() {   # NAME COMMAND...
@@ -95,34 +88,13 @@ speed_once() {   # NAME SEGMENT_US COMMAND...
   local name=$1 seg=$2 t0=$SECONDS
   shift 2
   local tag=${seg//@/-}
-  hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name-seg${tag//\//-g}.err" | tail -n 1
+  hooked 120 "$name-speed" "$seg" "$@" --duration-s "$duration" 2>>"$out/speed-$name-seg$tag.err" | tail -n 1
   echo "   ($((SECONDS - t0)) s)" >&2
 }
-measure_first() {   # NAME COMMAND...: one measured run, so that the segments' lengths are in the profile
-  local name=$1 t0=$SECONDS
-  shift
-  [ "${MEASURE_S:-5}" = 0 ] && return
-  HOOK_MODE=$first_mode hooked 150 "$name-speed" "${budgets%% *}" "$@" --duration-s "${MEASURE_S:-5}" \
-    >"$out/measure-$name.txt" 2>"$out/measure-$name.err"
-  echo "$name measured once: rc=$? $((SECONDS - t0)) s; $(grep -h 'graphs segmented=' "$out/measure-$name.err" | sed 's/.*stats: //')"
-}
-first_mode=measure
-if [ "${SPEED_DAEMON:-0}" = 1 ]; then
-  first_mode=share daemon_timeout_ms=500
-  taskset -c 0,1 "$prefix/bin/fikit-scheduler" --listen 127.0.0.1:47999 --db "$db" --control "$out/scheduler.sock" \
-    >"$out/scheduler.log" 2>&1 &
-  daemon=$!
-  trap 'kill $daemon 2>/dev/null' EXIT
-  sleep 1
-fi
 budgets=${SEGMENT_BUDGETS:-100}
 setups="0 ${EXTRA_SETUPS:-}"
-for b in $budgets; do
-  if [ -n "${GROUP_BUDGETS:-}" ]; then for g in $GROUP_BUDGETS; do setups="$setups $b/$g"; done; else setups="$setups $b"; fi
-done
+for b in $budgets; do setups="$setups $b"; done
 if [ -n "$other_run" ]; then for b in $budgets; do setups="$setups $b@other"; done; fi
-[[ " $jobs " == *" jax "* ]] && measure_first jax python3 "$root/examples/jax/train_jax.py"
-[[ " $jobs " == *" vitl "* ]] && measure_first vitl python3 "$root/examples/pytorch/train.py" --model vit_l_16 --batch 16 --cuda-graph
 echo "speed alone (steps/s over ${duration} s; whole, segments of $budgets us${other_run:+, and from $OTHER_PREFIX} interleaved; $reps reps)"
 for i in $(seq 1 "$reps"); do
   for seg in $setups; do

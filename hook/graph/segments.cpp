@@ -23,25 +23,18 @@ struct Plan {
     CUgraphNode original;   // the program's node (of the graph it instantiated)
     uint32_t segment;
     CUgraphNode copy;       // the same node in the segment's graph
-    uint32_t group;         // the group holding its segment (kNoGroup: none)
-    CUgraphNode group_copy; // the same node in the group's graph
     bool stale;             // changed while the graph launched whole, and not since (node changes)
   };
-  static constexpr uint32_t kNoGroup = UINT32_MAX;
   std::vector<Segment> segments;
   std::vector<CUgraph> graphs;   // each segment's graph, kept: calls on the executable name its nodes
-  std::vector<Group> groups;
-  std::vector<CUgraph> group_graphs;
-  std::vector<uint32_t> group_starting;   // per segment: 1 + the group that starts there, or 0
-  // Per executable (segments, then groups): node changes (segments.h). Changed only by calls the
-  // program makes on this executable, which it makes one at a time (CUDA's graph thread safety).
-  struct PieceState {
+  // Per segment: node changes (segments.h). Changed only by calls the program makes on this
+  // executable, which it makes one at a time (CUDA's graph thread safety).
+  struct SegmentState {
     bool dirty = false;    // its graph has changes its executable lacks
     bool direct = false;   // changes go to its executable at once
-    bool usable = true;    // a group not given up
   };
-  std::vector<PieceState> states;
-  uint32_t dirty_pieces = 0;
+  std::vector<SegmentState> states;
+  uint32_t dirty_segments = 0;
   uint32_t stale_nodes = 0;      // Node::stale
   uint32_t stale_launches = 0;   // launched whole in a row for stale nodes
   CUgraphExec owner = nullptr;   // the program's executable
@@ -62,9 +55,8 @@ namespace {
 
 // ---- counts ----
 
-std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0}, g_groups{0},
-    g_group_launches{0}, g_copied_changes{0}, g_copied_ns{0}, g_mirrored{0}, g_direct{0}, g_updates{0},
-    g_groups_given_up{0}, g_stale_launches{0}, g_skipped_changes{0};
+std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0}, g_copied_changes{0},
+    g_copied_ns{0}, g_mirrored{0}, g_direct{0}, g_updates{0}, g_stale_launches{0}, g_skipped_changes{0};
 std::atomic<uint64_t> g_whole[size_t(Whole::kCount)] = {};
 std::atomic<bool> g_warned[size_t(Whole::kCount)] = {};
 
@@ -137,11 +129,7 @@ void release(Plan* plan) noexcept {
   const DriverCalls& d = driver_calls();
   for (const Segment& s : plan->segments)
     if (s.exec != nullptr && d.graph_exec_destroy != nullptr) d.graph_exec_destroy(s.exec);
-  for (const Group& g : plan->groups)
-    if (g.piece.exec != nullptr && d.graph_exec_destroy != nullptr) d.graph_exec_destroy(g.piece.exec);
   for (CUgraph g : plan->graphs)
-    if (g != nullptr && d.graph_destroy != nullptr) d.graph_destroy(g);
-  for (CUgraph g : plan->group_graphs)
     if (g != nullptr && d.graph_destroy != nullptr) d.graph_destroy(g);
   if (plan->done != nullptr && d.event_destroy != nullptr) d.event_destroy(plan->done);
   for (CUevent e : plan->ahead)
@@ -227,70 +215,6 @@ uint64_t kernel_shape(const DriverCalls& d, CUgraphNode node) noexcept {
   if (f == nullptr) return 0;
   const uint32_t grid[3] = {p.gridDimX, p.gridDimY, p.gridDimZ}, block[3] = {p.blockDimX, p.blockDimY, p.blockDimZ};
   return kernelid::shape_id(f, grid, block, p.sharedMemBytes);
-}
-
-// The groups of `plan` (Group): consecutive segments of at most `budget_ns` of work (measured, else
-// predicted) each, ending where the graph's branches meet when that keeps half the budget (the
-// segments' own rule, cut_rule.h), made like the segments. A group of one segment is not made. On a
-// failure the plan keeps its segments and has no groups.
-void make_groups(Mode* mode, Plan* plan, CUgraph graph, const std::vector<CUgraphNode>& original,
-                 const std::vector<size_t>& segment_cut, const std::vector<uint32_t>& open,
-                 uint64_t graph_identity, uint64_t budget_ns,
-                 unsigned long long flags) {
-  const DriverCalls& d = driver_calls();
-  const size_t segments = plan->segments.size();
-  std::vector<uint64_t> work(segments);
-  std::vector<uint32_t> open_at(segments + 1, 0);
-  for (size_t s = 0; s < segments; ++s) {
-    const uint64_t measured = mode != nullptr ? mode->measured_op_ns(plan->segments[s].id) : 0;
-    work[s] = std::max<uint64_t>(measured != 0 ? measured : plan->segments[s].predicted_ns, 1);
-    open_at[s] = open[segment_cut[s]];
-  }
-  const std::vector<size_t> group_cut = choose_cuts(work, open_at, budget_ns);   // in segments
-  if (group_cut.size() - 1 == segments) return;   // every group would be one segment
-  Cutter g{d, original, {}, {}, {}, {}};
-  for (size_t at : group_cut) g.cut.push_back(segment_cut[at]);
-  bool ok = g.cut_copy(graph);
-  std::vector<uint32_t> group_of_piece(group_cut.size() - 1, Plan::kNoGroup);
-  for (size_t j = 0; ok && j + 1 < group_cut.size(); ++j) {
-    const uint32_t first = uint32_t(group_cut[j]), end = uint32_t(group_cut[j + 1]);
-    if (end - first < 2) continue;
-    Group group{Segment{nullptr, 0, 0}, first, end};
-    uint64_t id = mix(mix(graph_identity, 0x67726f7570ull), first);   // "group"
-    for (uint32_t s = first; s < end; ++s) {
-      id = mix(id, plan->segments[s].id);
-      group.piece.predicted_ns += plan->segments[s].predicted_ns;
-    }
-    group.piece.id = id != 0 ? id : 1;
-    char name[96];
-    std::snprintf(name, sizeof name, "[graph %08x segments %u-%u of %zu]", unsigned(graph_identity >> 32), first + 1,
-                  end, segments);
-    kernelid::describe_op(group.piece.id, name);
-    ok = d.graph_instantiate(&group.piece.exec, g.pieces[j], flags) == CUDA_SUCCESS;
-    if (ok) {
-      group_of_piece[j] = uint32_t(plan->groups.size());
-      plan->groups.push_back(group);
-    }
-  }
-  if (!ok) {
-    for (const Group& group : plan->groups) d.graph_exec_destroy(group.piece.exec);
-    plan->groups.clear();
-    for (CUgraph made : g.made) d.graph_destroy(made);
-    return;
-  }
-  // The graphs of groups of one segment go; the others stay with their executables.
-  for (size_t j = 0; j < g.pieces.size(); ++j)
-    if (group_of_piece[j] == Plan::kNoGroup) d.graph_destroy(g.pieces[j]);
-    else plan->group_graphs.push_back(g.pieces[j]);
-  plan->group_starting.assign(segments, 0);
-  for (size_t j = 0; j < g.pieces.size(); ++j) {
-    if (group_of_piece[j] == Plan::kNoGroup) continue;
-    plan->group_starting[group_cut[j]] = group_of_piece[j] + 1;
-    for (size_t k = g.cut[j]; k < g.cut[j + 1]; ++k) {
-      plan->nodes[k].group = group_of_piece[j];
-      plan->nodes[k].group_copy = g.placed[k];
-    }
-  }
 }
 
 // The segments of `graph`, or nullptr with the reason it stays whole.
@@ -419,7 +343,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     plan->nodes.reserve(n);
     for (size_t s = 0; s < pieces; ++s)
       for (size_t k = c.cut[s]; k < c.cut[s + 1]; ++k)
-        plan->nodes.push_back({original[k], uint32_t(s), c.placed[k], Plan::kNoGroup, nullptr, false});
+        plan->nodes.push_back({original[k], uint32_t(s), c.placed[k], false});
   }
   // The graph's own identity: with a segment's place in it and its nodes, the segment's op ID (the
   // same in every run of the program), and the name of its segments in profiles.
@@ -452,9 +376,6 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
     delete plan;
     return nullptr;
   }
-  const uint64_t group_budget_ns = uint64_t(config().graph_group_us) * 1000;
-  if (group_budget_ns != 0 && pieces > 2 && mode != nullptr && mode->launches_graph_groups())
-    make_groups(mode, plan, graph, original, c.cut, open, graph_identity, group_budget_ns, segment_flags);
   std::sort(plan->nodes.begin(), plan->nodes.end(),
             [](const Plan::Node& a, const Plan::Node& b) { return a.original < b.original; });
   return plan;
@@ -476,7 +397,7 @@ void make_plan(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long f
     return;
   }
   plan->owner = exec;
-  plan->states.assign(plan->segments.size() + plan->groups.size(), Plan::PieceState{});
+  plan->states.assign(plan->segments.size(), Plan::SegmentState{});
   if (!insert(exec, plan)) {
     release(plan);
     left_whole(Whole::TableFull);
@@ -485,7 +406,6 @@ void make_plan(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long f
   g_segmented.fetch_add(1, std::memory_order_relaxed);
   g_segments.fetch_add(plan->segments.size(), std::memory_order_relaxed);
   g_clean_cuts.fetch_add(plan->clean_cuts, std::memory_order_relaxed);
-  g_groups.fetch_add(plan->groups.size(), std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -509,14 +429,11 @@ Counts counts() noexcept {
   for (size_t i = 0; i < size_t(Whole::kCount); ++i) c.whole[i] = g_whole[i].load(std::memory_order_relaxed);
   c.segment_launches = g_segment_launches.load(std::memory_order_relaxed);
   c.clean_cuts = g_clean_cuts.load(std::memory_order_relaxed);
-  c.groups = g_groups.load(std::memory_order_relaxed);
-  c.group_launches = g_group_launches.load(std::memory_order_relaxed);
   c.copied_changes = g_copied_changes.load(std::memory_order_relaxed);
   c.copied_ns = g_copied_ns.load(std::memory_order_relaxed);
   c.mirrored = g_mirrored.load(std::memory_order_relaxed);
   c.direct = g_direct.load(std::memory_order_relaxed);
   c.updates = g_updates.load(std::memory_order_relaxed);
-  c.groups_given_up = g_groups_given_up.load(std::memory_order_relaxed);
   c.stale_launches = g_stale_launches.load(std::memory_order_relaxed);
   c.skipped_changes = g_skipped_changes.load(std::memory_order_relaxed);
   return c;
@@ -544,48 +461,29 @@ const Plan* find(CUgraphExec exec) noexcept {
 
 namespace {
 
-CUgraph graph_of(const Plan& plan, uint32_t piece) noexcept {
-  return piece < plan.segments.size() ? plan.graphs[piece] : plan.group_graphs[piece - plan.segments.size()];
-}
-
-// The piece's executable updated from its graph (node changes).
-CUresult bring_up_to_date(Plan& plan, uint32_t piece) noexcept {
-  Plan::PieceState& st = plan.states[piece];
+// The segment's executable updated from its graph (node changes).
+CUresult bring_up_to_date(Plan& plan, uint32_t segment) noexcept {
+  Plan::SegmentState& st = plan.states[segment];
   if (!st.dirty) return CUDA_SUCCESS;
   const DriverCalls& d = driver_calls();
   CUgraphExecUpdateResultInfo info{};
-  const CUresult r = d.graph_exec_update != nullptr ? d.graph_exec_update(executable(plan, piece), graph_of(plan, piece), &info)
-                                                    : CUDA_ERROR_NOT_SUPPORTED;
+  const CUresult r = d.graph_exec_update != nullptr
+                         ? d.graph_exec_update(plan.segments[segment].exec, plan.graphs[segment], &info)
+                         : CUDA_ERROR_NOT_SUPPORTED;
   if (r != CUDA_SUCCESS) return r;
   st.dirty = false;
-  --plan.dirty_pieces;
+  --plan.dirty_segments;
   g_updates.fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;
-}
-
-void give_up_group(Plan& plan, uint32_t piece) noexcept {
-  Plan::PieceState& st = plan.states[piece];
-  if (!st.usable) return;
-  st.usable = false;
-  if (st.dirty) {
-    st.dirty = false;
-    --plan.dirty_pieces;
-  }
-  g_groups_given_up.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace
 
 bool launching(const Plan& plan, CUstream stream) noexcept {
-  Plan& p = const_cast<Plan&>(plan);   // its pieces' and ordering state change
-  for (uint32_t i = 0, n = uint32_t(p.states.size()); p.dirty_pieces != 0 && i < n; ++i) {
-    if (!p.states[i].dirty) continue;
+  Plan& p = const_cast<Plan&>(plan);   // its segments' and ordering state change
+  for (uint32_t i = 0, n = uint32_t(p.states.size()); p.dirty_segments != 0 && i < n; ++i) {
     const CUresult r = bring_up_to_date(p, i);
     if (r == CUDA_SUCCESS) continue;
-    if (i >= p.segments.size()) {   // a group: the segments stand in for it
-      give_up_group(p, i);
-      continue;
-    }
     segment_out_of_step(p.owner, r);   // releases `plan`
     return false;
   }
@@ -594,10 +492,9 @@ bool launching(const Plan& plan, CUstream stream) noexcept {
   return true;
 }
 
-void launched(const Plan& plan, CUstream stream, uint32_t segment_launches, uint32_t group_launches) noexcept {
+void launched(const Plan& plan, CUstream stream) noexcept {
   (void)driver_calls().event_record(plan.done, stream);
-  g_segment_launches.fetch_add(segment_launches, std::memory_order_relaxed);
-  if (group_launches != 0) g_group_launches.fetch_add(group_launches, std::memory_order_relaxed);
+  g_segment_launches.fetch_add(plan.segments.size(), std::memory_order_relaxed);
 }
 
 bool wait_for_room(const Plan& plan, uint32_t i, uint64_t max_wait_ns) noexcept {
@@ -627,28 +524,12 @@ void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept {
 uint32_t segment_count(const Plan& plan) noexcept { return uint32_t(plan.segments.size()); }
 const Segment& segment(const Plan& plan, uint32_t i) noexcept { return plan.segments[i]; }
 
-const Group* group_at(const Plan& plan, uint32_t i) noexcept {
-  if (plan.group_starting.empty()) [[likely]] return nullptr;
-  const uint32_t g = plan.group_starting[i];
-  if (g == 0 || !plan.states[plan.segments.size() + g - 1].usable) return nullptr;
-  return &plan.groups[g - 1];
-}
-
-uint32_t executable_count(const Plan& plan) noexcept { return uint32_t(plan.segments.size() + plan.groups.size()); }
-CUgraphExec executable(const Plan& plan, uint32_t i) noexcept {
-  return i < plan.segments.size() ? plan.segments[i].exec : plan.groups[i - plan.segments.size()].piece.exec;
-}
-
-uint32_t node_copies(const Plan& plan, CUgraphNode node, NodeCopy out[2], uint32_t* index) noexcept {
+bool node_copy(const Plan& plan, CUgraphNode node, NodeCopy* out) noexcept {
   auto it = std::lower_bound(plan.nodes.begin(), plan.nodes.end(), node,
                              [](const Plan::Node& a, CUgraphNode b) { return a.original < b; });
-  if (it == plan.nodes.end() || it->original != node) return 0;
-  *index = uint32_t(it - plan.nodes.begin());
-  out[0] = NodeCopy{plan.segments[it->segment].exec, it->copy, it->segment};
-  const uint32_t group_piece = uint32_t(plan.segments.size()) + it->group;
-  if (it->group == Plan::kNoGroup || !plan.states[group_piece].usable) return 1;
-  out[1] = NodeCopy{plan.groups[it->group].piece.exec, it->group_copy, group_piece};
-  return 2;
+  if (it == plan.nodes.end() || it->original != node) return false;
+  *out = NodeCopy{plan.segments[it->segment].exec, it->copy, it->segment, uint32_t(it - plan.nodes.begin())};
+  return true;
 }
 
 void set_stale(const Plan& plan, uint32_t index, bool stale) noexcept {
@@ -676,30 +557,23 @@ bool launches_whole_for_stale_nodes(const Plan& plan) noexcept {
   return true;
 }
 
-bool defers(const Plan& plan, uint32_t piece) noexcept {
-  const Plan::PieceState& st = plan.states[piece];
-  return !st.direct && st.usable;
-}
+bool defers(const Plan& plan, uint32_t segment) noexcept { return !plan.states[segment].direct; }
 
-void deferred(const Plan& plan, uint32_t piece) noexcept {
+void deferred(const Plan& plan, uint32_t segment) noexcept {
   Plan& p = const_cast<Plan&>(plan);
-  Plan::PieceState& st = p.states[piece];
+  Plan::SegmentState& st = p.states[segment];
   if (!st.dirty) {
     st.dirty = true;
-    ++p.dirty_pieces;
+    ++p.dirty_segments;
   }
   g_mirrored.fetch_add(1, std::memory_order_relaxed);
 }
 
-CUresult goes_direct(const Plan& plan, uint32_t piece) noexcept {
+CUresult goes_direct(const Plan& plan, uint32_t segment) noexcept {
   Plan& p = const_cast<Plan&>(plan);
-  if (piece >= p.segments.size()) {
-    give_up_group(p, piece);
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
-  const CUresult r = bring_up_to_date(p, piece);
+  const CUresult r = bring_up_to_date(p, segment);
   if (r != CUDA_SUCCESS) return r;
-  p.states[piece].direct = true;
+  p.states[segment].direct = true;
   g_direct.fetch_add(1, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }

@@ -13,8 +13,8 @@
 //
 // The pieces are copies (cuGraphClone, then the nodes outside the piece destroyed), halved
 // recursively so that a graph of N nodes costs N log(pieces) node copies once, at instantiation.
-// Whatever the program does to the executable graph afterwards is done to the piece holding the
-// node too (the cuGraphExec*SetParams calls, enabling nodes, upload); an update
+// Whatever the program does to the executable graph afterwards reaches the piece holding the node
+// too (the cuGraphExec*SetParams calls and enabling nodes: "node changes" below; upload); an update
 // (cuGraphExecUpdate) cuts the new graph again; destroying it destroys the pieces.
 //
 // Launched whole, counted with the reason (Counts): graphs the driver will not clone (memory
@@ -26,15 +26,15 @@
 // Node changes. An XLA command buffer has every node set again before each launch (a JAX training
 // step: about 285 kernel and 72 child-graph nodes), and a node changed in an executable costs the
 // host about 1 us (H200), so that changing each copy at once cost a JAX job about 10 % of its speed
-// even while it launched whole. A change is made to the copy in the piece's own graph instead
-// (about 0.2 us: kernel, copy, set and host nodes) and the piece is marked; before a launch in
-// pieces, each marked piece is updated from its graph (cuGraphExecUpdate, about 0.3 us for a few
+// even while it launched whole. While the graph launches whole (nothing above the job), a change is
+// made to no copy: the node is marked stale, and while any node is, the graph launches whole even
+// where it would go in segments, until the program sets each stale node again (XLA does before
+// every launch). While it goes in segments, a change is made to the copy in the segment's own graph
+// (about 0.2 us: kernel, copy, set and host nodes) and the segment is marked; before a launch in
+// segments each marked one is updated from its graph (cuGraphExecUpdate, about 0.3 us for a few
 // kernels). A change of another kind (a child graph, an event, enabling a node) is made to the
-// piece's executable at once, and from then on every change to that piece is (an update from its
-// graph would undo it); a group is given up instead (no longer launched or changed). While the graph
-// launches whole (nothing above the job), a change is made to no copy at all: the node is marked
-// stale, and while any node is, the graph launches whole even where it would go in pieces, until
-// the program sets each stale node again (XLA does before every launch).
+// segment's executable at once, and from then on every change to that segment is (an update from
+// its graph would undo it).
 //
 // The launch path only looks the executable up, without locks or allocation; everything else
 // happens in the calls that make, change or destroy a graph, where the driver itself allocates.
@@ -57,15 +57,6 @@ struct Segment {
 
 struct Plan;   // segments.cpp
 
-// Consecutive segments [first, end) also made into one executable. While nothing above the job is
-// active, what the gate would hold apart it lets go together, and each boundary costs the GPU a few
-// microseconds (an XLA command buffer in 272 segments ran at 0.85-0.96x of whole on H200s): the
-// launch takes the group when the segments' measured work fits what the mode allows now
-// (Mode::graph_group_limit_ns), else the segments one by one.
-struct Group {
-  Segment piece;
-  uint32_t first, end;
-};
 
 enum class Whole : uint8_t {
   OnePiece,         // fits one segment
@@ -81,17 +72,14 @@ struct Counts {
   uint64_t segmented;                         // executables made into segments
   uint64_t segments;                          // segments made
   uint64_t whole[size_t(Whole::kCount)];      // executables left whole, by reason
-  uint64_t segment_launches;                  // segments launched one by one
-  uint64_t groups;                            // groups made (Group)
-  uint64_t group_launches;                    // groups launched (each instead of its segments)
+  uint64_t segment_launches;                  // segments launched
   uint64_t copied_changes;                    // the program's node changes made to copies too (FIKIT_STATS)
   uint64_t copied_ns;                         // the host time that took
-  uint64_t mirrored;                          // copies changed in a piece's graph (node changes)
-  uint64_t direct;                            // copies changed in a piece's executable at once
-  uint64_t updates;                           // pieces updated from their graphs before a launch
-  uint64_t groups_given_up;                   // groups no longer launched (a change they could not defer)
+  uint64_t mirrored;                          // copies changed in a segment's graph (node changes)
+  uint64_t direct;                            // copies changed in a segment's executable at once
+  uint64_t updates;                           // segments updated from their graphs before a launch
   uint64_t skipped_changes;                   // changes made while launching whole (to no copy: stale)
-  uint64_t stale_launches;                    // launched whole where pieces were wanted, for stale nodes
+  uint64_t stale_launches;                    // launched whole where segments were wanted, for stale nodes
   uint64_t clean_cuts;                        // of the segments' boundaries, those where the branches met
 };
 Counts counts() noexcept;
@@ -108,30 +96,13 @@ void destroying(CUgraphExec exec) noexcept;
 const Plan* find(CUgraphExec exec) noexcept;
 uint32_t segment_count(const Plan& plan) noexcept;
 const Segment& segment(const Plan& plan, uint32_t i) noexcept;
-// The group that starts at segment i, or nullptr.
-const Group* group_at(const Plan& plan, uint32_t i) noexcept;
-// Whether `group` may go as one launch now: each of its segments measured (`measured_ns`: the
-// profile's length of an op ID, 0 unknown) and all of them within `limit_ns`; *total_ns their sum.
-template <class MeasuredNs>
-bool group_fits(const Plan& plan, const Group& group, uint64_t limit_ns, MeasuredNs measured_ns, uint64_t* total_ns) {
-  uint64_t total = 0;
-  for (uint32_t i = group.first; i < group.end; ++i) {
-    const uint64_t ns = measured_ns(segment(plan, i).id);
-    if (ns == 0 || (total += ns) > limit_ns) return false;
-  }
-  *total_ns = total;
-  return true;
-}
-// Every executable made for `plan` (its segments, then its groups): cuGraphUpload uploads them all.
-uint32_t executable_count(const Plan& plan) noexcept;
-CUgraphExec executable(const Plan& plan, uint32_t i) noexcept;
-// Around one launch on `stream`: before the first piece, a launch on another stream than the last
+// Around one launch on `stream`: before the first segment, a launch on another stream than the last
 // one waits for the last one (as the driver orders whole launches of one executable); after the
-// last, that launch's end is recorded and its pieces counted.
-// launching() also brings the pieces up to date (node changes): false when a segment could not be,
+// last, that launch's end is recorded and its segments counted.
+// launching() also brings the segments up to date (node changes): false when one could not be,
 // after which the executable has no segments (it is launched whole; `plan` is gone).
 bool launching(const Plan& plan, CUstream stream) noexcept;
-void launched(const Plan& plan, CUstream stream, uint32_t segment_launches, uint32_t group_launches) noexcept;
+void launched(const Plan& plan, CUstream stream) noexcept;
 
 // How many of one launch's segments may be queued on the GPU at once. Many graph launches queued
 // on one stream slow the GPU down: a PyTorch ViT-L training step cut into 512 pieces and launched all
@@ -140,38 +111,36 @@ void launched(const Plan& plan, CUstream stream, uint32_t segment_launches, uint
 // docs/scheduling.md, "Graphs"). The gate's in-flight bound counts predicted time, not launches,
 // and a deep queue makes each piece run longer than predicted, so the bound alone does not cap it.
 inline constexpr uint32_t kSegmentsAhead = 8;
-// Before piece i of a launch (a segment or a group, counted in launch order): waits (spinning, then
-// yielding) until piece i - kSegmentsAhead of it has run, at most `max_wait_ns` (false: stop waiting
-// for the rest of this launch; a piece can depend on work the program has not queued yet, such as a
-// stream-memory wait on a later write).
+// Before segment i of a launch: waits (spinning, then yielding) until segment i - kSegmentsAhead of
+// it has run, at most `max_wait_ns` (false: stop waiting for the rest of this launch; a segment can
+// depend on work the program has not queued yet, such as a stream-memory wait on a later write).
 bool wait_for_room(const Plan& plan, uint32_t i, uint64_t max_wait_ns) noexcept;
-// After piece i was queued on `stream`.
+// After segment i was queued on `stream`.
 void queued(const Plan& plan, uint32_t i, CUstream stream) noexcept;
 
-// The copies that stand for `node` of the executable (its segment's and, when that segment is in a
-// usable group, the group's), for a call that changes the node in the whole executable (after the
-// call succeeded there): how many (0: none).
+// The copy that stands for `node` of the executable, for a call that changes the node in the whole
+// executable (after the call succeeded there): false when the graph has no such node.
 struct NodeCopy {
-  CUgraphExec exec;   // the piece's executable
-  CUgraphNode node;   // the node in the piece's graph (which names it in the executable too)
-  uint32_t piece;     // executable() numbering
+  CUgraphExec exec;   // the segment's executable
+  CUgraphNode node;   // the node in the segment's graph (which names it in the executable too)
+  uint32_t segment;
+  uint32_t index;     // the node's (set_stale)
 };
-uint32_t node_copies(const Plan& plan, CUgraphNode node, NodeCopy out[2], uint32_t* index) noexcept;
-// The node at `index` (node_copies) was changed in the whole executable only (stale), or in its
+bool node_copy(const Plan& plan, CUgraphNode node, NodeCopy* out) noexcept;
+// The node at `index` (node_copy) was changed in the whole executable only (stale), or in its
 // copies too (no longer stale).
 void set_stale(const Plan& plan, uint32_t index, bool stale) noexcept;
-// Before a launch that would go in pieces: true (counted, and said once if it lasts) while a node
+// Before a launch that would go in segments: true (counted, and said once if it lasts) while a node
 // is stale; the graph then launches whole.
 bool launches_whole_for_stale_nodes(const Plan& plan) noexcept;
-// Whether a change to a node of `piece` goes to the piece's graph (mirror_change), to be applied
+// Whether a change to a node of `segment` goes to the segment's graph (mirror_change), to be applied
 // before its next launch; after one that did, deferred().
-bool defers(const Plan& plan, uint32_t piece) noexcept;
-void deferred(const Plan& plan, uint32_t piece) noexcept;
-// Before a change is made to the piece's executable at once: a segment is brought up to date first
-// and takes every later change at once too (CUDA_SUCCESS, or the update's error); a group is given
-// up (CUDA_ERROR_NOT_SUPPORTED: make no change to it).
-CUresult goes_direct(const Plan& plan, uint32_t piece) noexcept;
-// The program's change made to a node of a piece's graph (the kinds with a graph-node setter;
+bool defers(const Plan& plan, uint32_t segment) noexcept;
+void deferred(const Plan& plan, uint32_t segment) noexcept;
+// Before a change is made to the segment's executable at once: it is brought up to date first and
+// takes every later change at once too (CUDA_SUCCESS, or the update's error).
+CUresult goes_direct(const Plan& plan, uint32_t segment) noexcept;
+// The program's change made to a node of a segment's graph (the kinds with a graph-node setter;
 // CUDA_ERROR_NOT_SUPPORTED for the others, which go to the executable).
 CUresult mirror_change(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params) noexcept;
 CUresult mirror_change(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) noexcept;
@@ -186,7 +155,7 @@ CUresult mirror_change(CUgraphNode, Other...) noexcept {
 // FIKIT_STATS: a change was made to the copies too, taking `ns`.
 void count_copied_change(uint64_t ns) noexcept;
 // The same change could not be made to a copy: the executable is launched whole from now on (its
-// whole form has the change; the piece does not).
+// whole form has the change; the segment does not).
 void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept;
 
 }  // namespace fikit::hook::graph

@@ -76,8 +76,8 @@ uint32_t Relearner::before(const LaunchInfo& op, bool known, bool unthrottled) n
     close(slots_[t_pending.ticket - 1], &op);
     t_pending = {nullptr, 0};
   }
-  // Kernels, and a job's graph segments and groups (their own op IDs; hook/graph/segments.h), whose
-  // lengths decide which segments may go together.
+  // Kernels, and a job's graph segments (their own op IDs; hook/graph/segments.h), which the
+  // in-flight bound then charges what they take rather than a guess from their kernels.
   const bool timed_kind = op.kind == OpKind::Kernel || (op.kind == OpKind::Graph && op.graph_id != 0);
   if (known || op.id == 0 || !timed_kind || !unthrottled) return 0;
   if (unknown_launches_.fetch_add(1, std::memory_order_relaxed) % opts_.sample_every != 0) return 0;

@@ -198,30 +198,6 @@ class ShareMode final : public Mode {
     return lane != nullptr && lane->client.connected() && !(lane->client.directive().role() & protocol::kRoleHolder);
   }
 
-  uint64_t measured_op_ns(uint64_t op_id) noexcept override {
-    const share::Predictions::Kernel k = predictions_.of(op_id);
-    return k.measured ? k.dur_ns : 0;
-  }
-
-  // Segments go together only where nothing is to be protected from them: with no gate (no daemon,
-  // FIKIT_GRAPH_SEGMENTS=always), as the holder, or in Run with the task above not back (its bell
-  // silent), and then within half the in-flight bound, so that two groups in flight keep the GPU
-  // busy while the next is queued and a returning task finds no more queued than the bound allows.
-  bool launches_graph_groups() const noexcept override { return config().graph_group_us != 0; }
-
-  uint64_t graph_group_limit_ns() noexcept override {
-    const uint64_t budget = uint64_t(config().graph_group_us) * 1000;
-    Lane* lane = lanes_.current();
-    if (budget == 0 || lane == nullptr || !lane->client.connected()) return budget;
-    const share::DirectiveCell::View v = lane->client.directive().load();
-    if (v.role & protocol::kRoleHolder) return budget;
-    if (v.state != protocol::State::Run) return 0;
-    uint32_t ring = 0;
-    uint64_t rung_at = 0;
-    if (lane->client.bell_pending(v.watch_slot, v.watch_generation, monotonic_ns(), &ring, &rung_at)) return 0;
-    return std::min<uint64_t>(budget, v.bound_ns / 2);
-  }
-
   uint64_t graph_kernel_ns(uint64_t shape_id) noexcept override {
     share::Predictions::Kernel k;
     return predictions_.by_shape(shape_id, k) ? k.dur_ns : 0;
@@ -308,7 +284,7 @@ class ShareMode final : public Mode {
     if (retry_.joinable() && owner_pid_ == getpid()) retry_.join();
     relearner_.stop();   // stores what it learned
     const graph::Counts g = graph::counts();
-    share::ShareStats::Graphs graphs{g.segmented, g.segment_launches, 0, g.group_launches};
+    share::ShareStats::Graphs graphs{g.segmented, g.segment_launches, 0};
     for (uint64_t w : g.whole) graphs.whole += w;
     lanes_.each([this, graphs](Lane& l) {
       l.client.stop();

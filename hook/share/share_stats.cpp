@@ -62,14 +62,14 @@ void ShareStats::write(int pid, uint64_t untracked_ns, uint64_t relearned, Graph
       "\"directive_us\":{\"n\":%u,\"p50\":%.1f,\"p99\":%.1f},\"launches\":%" PRIu64
       ",\"waits\":%" PRIu64 ",\"wait_ms\":%.3f,\"stopped_ms\":%.3f,\"max_wait_us\":%.1f,\"forced\":%" PRIu64 ",\"credit_launches\":%" PRIu64
       ",\"overlap_launches\":%" PRIu64 ",\"partition_launches\":%" PRIu64 ",\"partition_min_pct\":%u,\"wants\":%" PRIu64 ",\"untracked_us\":%.1f,\"relearn_samples\":%" PRIu64
-      ",\"graphs_segmented\":%" PRIu64 ",\"graph_segment_launches\":%" PRIu64 ",\"graphs_whole\":%" PRIu64 ",\"graph_group_launches\":%" PRIu64 "}\n",
+      ",\"graphs_segmented\":%" PRIu64 ",\"graph_segment_launches\":%" PRIu64 ",\"graphs_whole\":%" PRIu64 "}\n",
       pid, directives_.load(), n, pct_us(reaction_ns_, n, 50), pct_us(reaction_ns_, n, 90),
       pct_us(reaction_ns_, n, 99), n ? reaction_ns_[n - 1] / 1000.0 : 0.0, pct_us(inflight_ns_, n, 50),
       pct_us(inflight_ns_, n, 99), n ? inflight_ns_[n - 1] / 1000.0 : 0.0, nd, pct_us(directive_ns_, nd, 50),
       pct_us(directive_ns_, nd, 99), launches_.load(), waits_.load(),
       wait_ns_.load() / 1e6, stopped_ns_.load() / 1e6, max_wait_ns_.load() / 1000.0, forced_.load(), credit_launches_.load(),
       overlap_launches_.load(), partition_launches_.load(), partition_min_pct_.load(), wants_.load(), untracked_ns / 1000.0, relearned,
-      graphs.segmented, graphs.segment_launches, graphs.whole, graphs.group_launches);
+      graphs.segmented, graphs.segment_launches, graphs.whole);
   const int fd = open(path_, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   if (len > 0) {

@@ -54,7 +54,7 @@ class ShareStats {
   // The process's CUDA graphs (hook/graph/segments.h): executables cut into segments, segments
   // launched, executables left whole (whatever the reason).
   struct Graphs {
-    uint64_t segmented = 0, segment_launches = 0, whole = 0, group_launches = 0;
+    uint64_t segmented = 0, segment_launches = 0, whole = 0;
   };
   // Appends the JSON line (at exit; `untracked_ns` from the in-flight window, `relearned` the
   // launches of unknown kernels timed by online re-profiling).

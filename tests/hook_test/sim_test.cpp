@@ -223,7 +223,8 @@ TEST(HookSim, GraphSegmentsDoWhatTheWholeGraphDoes) {
 }
 
 // A job with no daemon (or nothing above it) cuts its graphs but launches them whole: no gate would
-// hold a segment, and each boundary costs GPU time.
+// hold a segment, and each boundary costs GPU time. Its changes to the graphs' nodes go to no copy
+// (the nodes go stale: segments.h, "node changes"), which the whole launches never need.
 TEST(HookSim, AJobWithNothingAboveItLaunchesItsGraphsWhole) {
   const Result r = graph_probe("flags", "FIKIT_MODE=share");
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -231,6 +232,11 @@ TEST(HookSim, AJobWithNothingAboveItLaunchesItsGraphsWhole) {
   EXPECT_NE(r.err.find("graphs segmented=3 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("segment_launches=0 "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("graph_launches=6 "), std::string::npos) << r.err;   // the program's own
+  // The probe sets a host, a kernel and a set node, disables and enables one: none copied.
+  EXPECT_NE(r.err.find("node_changes=0 "), std::string::npos) << r.err;
+  const size_t at = r.err.find("while_whole=");
+  ASSERT_NE(at, std::string::npos) << r.err;
+  EXPECT_GE(std::stoul(r.err.substr(at + 12)), 4u) << r.err;
 }
 
 // One launch keeps at most 8 of its segments queued (graph::kSegmentsAhead): when the launch of 12
@@ -247,41 +253,6 @@ TEST(HookSim, AGraphLaunchKeepsAtMostEightSegmentsQueued) {
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   ASSERT_EQ(std::sscanf(whole.out.c_str(), "queue pieces_done_at_return %d of %d", &at_return, &in_all), 2) << whole.out;
   EXPECT_EQ(in_all, 12);   // (when it returned is left unasserted: a busy host may stall 24 ms)
-}
-
-// Where nothing is above the job (no daemon, segments forced), consecutive segments whose measured
-// work fits FIKIT_GRAPH_GROUP_US go as one launch (a group): the same results, changed node by node
-// and updated as before, in fewer launches. Measured first: a segment nobody timed never goes in a
-// group (its length is a guess), so the same run on an empty profile launches every segment.
-TEST(HookSim, MeasuredSegmentsLaunchInGroupsWhereNothingIsAbove) {
-  const std::string db = temp_path("graph-db-groups");
-  const std::string probe = std::string(FIKIT_GRAPH_PROBE_PATH) + " flags";
-  const std::string env = "FIKIT_PRIORITY=5 FIKIT_TASK_KEY=graphs FIKIT_STATS=1 FIKIT_DB=" + db +
-                          " FIKIT_SCHEDULER=127.0.0.1:1 FIKIT_DAEMON_TIMEOUT_MS=20 ";
-  const std::string shared = env + "FIKIT_MODE=share FIKIT_GRAPH_SEGMENTS=always FIKIT_GRAPH_GROUP_US=400 ";
-  const auto count = [](const std::string& err, const std::string& name) -> long {
-    const size_t at = err.find(" " + name + "=");
-    return at == std::string::npos ? -1 : std::stol(err.substr(at + name.size() + 2));
-  };
-  const Result unmeasured = run(shared, probe);
-  ASSERT_EQ(unmeasured.exit_code, 0) << unmeasured.err;
-  EXPECT_EQ(unmeasured.out, kGraphProbeExpected);
-  EXPECT_EQ(count(unmeasured.err, "group_launches"), 0) << unmeasured.err;
-
-  const Result measured = run(env + "FIKIT_MODE=measure FIKIT_MEASURE_SAMPLE=1", probe);
-  ASSERT_EQ(measured.exit_code, 0) << measured.err;
-  const Result grouped = run(shared, probe);
-  const Result apart = run(env + "FIKIT_MODE=share FIKIT_GRAPH_SEGMENTS=always FIKIT_GRAPH_GROUP_US=0", probe);
-  unlink(db.c_str());
-  ASSERT_EQ(grouped.exit_code, 0) << grouped.err;
-  EXPECT_EQ(grouped.out, kGraphProbeExpected);
-  EXPECT_GT(count(grouped.err, "groups"), 0) << grouped.err;
-  EXPECT_GT(count(grouped.err, "group_launches"), 0) << grouped.err;
-  ASSERT_EQ(apart.exit_code, 0) << apart.err;
-  EXPECT_EQ(apart.out, kGraphProbeExpected);
-  EXPECT_EQ(count(apart.err, "group_launches"), 0) << apart.err;
-  // Each group stands for two or more segments: fewer launches in all.
-  EXPECT_LT(count(grouped.err, "graph_launches"), count(apart.err, "graph_launches")) << grouped.err << apart.err;
 }
 
 // A service's graphs (priority 0) are never cut.
