@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   double kernel_us = 10, cpu_us = 0, duration_s = 5, progress_ms = 0;
   uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0, cluster = 1;
+  uint64_t graph_set_nodes_launches = 0;
   bool graph = false, graph_set_nodes = false;
 
   ex::Flags flags("fikit-example-train [options]",
@@ -48,6 +49,8 @@ int main(int argc, char** argv) {
   flags.add_switch("graph", &graph, "capture an iteration's kernels as one CUDA graph and launch it each iteration");
   flags.add_switch("graph-set-nodes", &graph_set_nodes,
                    "with --graph: set every node of the graph again before each launch (as XLA does)");
+  flags.add("graph-set-nodes-launches", &graph_set_nodes_launches,
+            "with --graph-set-nodes: only before the first this many launches (0: every launch)");
   flags.parse(argc, argv);
   if (graph && (cpu_us > 0 || new_shape_after > 0)) ex::Flags::fail("--graph replays one captured iteration: no --cpu-us or --new-shape-after");
   if (graph_set_nodes && !graph) ex::Flags::fail("--graph-set-nodes needs --graph");
@@ -75,7 +78,8 @@ int main(int argc, char** argv) {
     // kernels (they ran) but not as an iteration.
     uint64_t k = 0;
     if (graph) {
-      if (graph_set_nodes) gpu.set_graph_nodes(kernel_ns);
+      if (graph_set_nodes && (graph_set_nodes_launches == 0 || iterations_done < graph_set_nodes_launches))
+        gpu.set_graph_nodes(kernel_ns);
       gpu.launch_graph();
       k = sync_every;
     }

@@ -45,6 +45,8 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  (the holder: launched whole, no change copied to its segments), beside a service (changes
                  copied, launched in segments; whole at most once for nodes changed while it was alone),
                  alone again.
+  graph_stale_nodes  the same job setting its nodes before its first launch only, alone: beside the service
+                 its graph goes whole every time (never a segment lacking the change), and its log says so.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
   relearn        the LP switches to a new input shape (kernels its profile lacks) while the HP leaves 1 ms
                  gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
@@ -428,6 +430,34 @@ def graph_sets_nodes(env):
                 f"the service, one launch each, and one for a change racing it)")
     ok &= check(lp.result["kernels"] > 0 and hp.result["requests"] == 200,
                 f"the job ran {lp.result['kernels']} kernels, the service {hp.result['requests']} requests")
+    return ok
+
+
+def graph_stale_nodes(env):
+    """The job sets its graph's nodes before its first launch only, alone under the daemon (the
+    holder: the change goes to no copy, the nodes are stale); then a service arrives. The job never
+    launches a segment that lacks the change: every launch goes whole, and its log says why once."""
+    hp_flags = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"]
+    lp_flags = ["--graph", "--graph-set-nodes", "--graph-set-nodes-launches", "1", "--kernel-us", "500",
+                "--sync-every", "40"]
+    measure(env, hp_flags, lp_flags)
+    env.start_daemon()
+    lp = Run(env, env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags, "LP",
+             extra_env={"FIKIT_STATS": "1"}).start()
+    try:
+        time.sleep(1.0)
+        hp = run(env, env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "100"] + hp_flags, "HP")
+    finally:
+        lp.finish(timeout=30, terminate=True)
+    env.stop_daemon()
+    g = graph_stats(lp.err)
+    ok = check(g.get("while_whole", 0) > 0, f"alone, its change went to no copy ({g.get('while_whole')} nodes stale)")
+    ok &= check(g.get("segment_launches", -1) == 0 and g.get("stale_launches", 0) > 0,
+                f"beside the service no segment launched ({g.get('segment_launches')}); the graph went whole "
+                f"{g.get('stale_launches')} times for its stale nodes")
+    ok &= check("changed while it launched whole" in lp.err, "the job's log says why its graph stays whole")
+    ok &= check(hp.result["requests"] == 100 and lp.result["kernels"] > 0,
+                f"the service served {hp.result['requests']} requests, the job ran {lp.result['kernels']} kernels")
     return ok
 
 
@@ -907,7 +937,7 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "memory_reserve",
                                                  "auto_progress", "controller", "context_reset", "stall", "graph_job",
-                                                 "partition_refused", "graph_sets_nodes"])
+                                                 "partition_refused", "graph_sets_nodes", "graph_stale_nodes"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -941,6 +971,8 @@ def main():
                 ok = partition_refused(env)
             elif args.case == "graph_sets_nodes":
                 ok = graph_sets_nodes(env)
+            elif args.case == "graph_stale_nodes":
+                ok = graph_stale_nodes(env)
             else:
                 ok = ratio_case(env, args.case)
         finally:
