@@ -557,7 +557,10 @@ bool launches_whole_for_stale_nodes(const Plan& plan) noexcept {
   return true;
 }
 
-bool defers(const Plan& plan, uint32_t segment) noexcept { return !plan.states[segment].direct; }
+// (Without cuGraphExecUpdate_v2, before CUDA 12.0, a change goes to the executable at once.)
+bool defers(const Plan& plan, uint32_t segment) noexcept {
+  return !plan.states[segment].direct && driver_calls().graph_exec_update != nullptr;
+}
 
 void deferred(const Plan& plan, uint32_t segment) noexcept {
   Plan& p = const_cast<Plan&>(plan);
