@@ -309,7 +309,7 @@ CUresult graph_exec_node_call(CUgraphExec exec, CUgraphNode node, Tail... tail) 
   }
   if (r == CUDA_SUCCESS) graph::set_stale(*plan, copy.index, false);
   else graph::segment_out_of_step(exec, r);   // `plan` is gone
-  if (counting) graph::count_copied_change(stats::now_ns() - start);
+  if (counting) graph::add_change_time(stats::now_ns() - start);
   return result;
 }
 

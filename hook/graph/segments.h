@@ -73,8 +73,7 @@ struct Counts {
   uint64_t segments;                          // segments made
   uint64_t whole[size_t(Whole::kCount)];      // executables left whole, by reason
   uint64_t segment_launches;                  // segments launched
-  uint64_t copied_changes;                    // the program's node changes made to copies too (FIKIT_STATS)
-  uint64_t copied_ns;                         // the host time that took
+  uint64_t change_ns;                         // host time the copies of node changes took (FIKIT_STATS)
   uint64_t mirrored;                          // copies changed in a segment's graph (node changes)
   uint64_t direct;                            // copies changed in a segment's executable at once
   uint64_t updates;                           // segments updated from their graphs before a launch
@@ -152,8 +151,8 @@ template <class... Other>
 CUresult mirror_change(CUgraphNode, Other...) noexcept {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
-// FIKIT_STATS: a change was made to the copies too, taking `ns`.
-void count_copied_change(uint64_t ns) noexcept;
+// FIKIT_STATS: a node change was made to its copy too, taking `ns`.
+void add_change_time(uint64_t ns) noexcept;
 // The same change could not be made to a copy: the executable is launched whole from now on (its
 // whole form has the change; the segment does not).
 void segment_out_of_step(CUgraphExec exec, CUresult result) noexcept;

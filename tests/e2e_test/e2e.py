@@ -399,6 +399,28 @@ def graph_stats(err):
     return {k: int(v) for k, v in re.findall(r"([a-z_]+)=(\d+)", line)}
 
 
+GRAPH_SERVICE_FLAGS = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"]
+
+
+def graph_job_meets_service(env, lp_flags, requests, alone_after_s):
+    """Both measured; then the job (FIKIT_STATS=1) alone under the daemon for 1 s (the holder), the
+    service for `requests` requests, the job alone again for `alone_after_s`. (service, job, the
+    job's graph statistics)."""
+    measure(env, GRAPH_SERVICE_FLAGS, lp_flags)
+    env.start_daemon()
+    lp = Run(env, env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags, "LP",
+             extra_env={"FIKIT_STATS": "1"}).start()
+    try:
+        time.sleep(1.0)
+        hp = run(env, env.fikit("share", "hp", 0) + [env.a.infer, "--requests", str(requests)] + GRAPH_SERVICE_FLAGS,
+                 "HP")
+        time.sleep(alone_after_s)
+    finally:
+        lp.finish(timeout=30, terminate=True)
+    env.stop_daemon()
+    return hp, lp, graph_stats(lp.err)
+
+
 def graph_sets_nodes(env):
     """A job whose program sets every node of its graph again before each launch (as XLA does its
     command buffer's: fikit-example-train --graph --graph-set-nodes), alone under the daemon, then
@@ -406,20 +428,8 @@ def graph_sets_nodes(env):
     whole, and its hook makes no change to the segments (the nodes go stale); beside the service each
     change goes to the copies, the graph goes in segments, and a launch finding stale nodes goes whole
     at most once per arrival of the service (the program sets every node again before the next)."""
-    hp_flags = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"]
-    lp_flags = ["--graph", "--graph-set-nodes", "--kernel-us", "500", "--sync-every", "40"]
-    measure(env, hp_flags, lp_flags)
-    env.start_daemon()
-    lp = Run(env, env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags, "LP",
-             extra_env={"FIKIT_STATS": "1"}).start()
-    try:
-        time.sleep(1.0)
-        hp = run(env, env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "200"] + hp_flags, "HP")
-        time.sleep(1.0)
-    finally:
-        lp.finish(timeout=30, terminate=True)
-    env.stop_daemon()
-    g = graph_stats(lp.err)
+    hp, lp, g = graph_job_meets_service(env, ["--graph", "--graph-set-nodes", "--kernel-us", "500", "--sync-every", "40"],
+                                        200, 1.0)
     ok = check(g.get("while_whole", 0) > 0,
                f"alone, the job's node changes went to no copy ({g.get('while_whole')} while it launched whole)")
     ok &= check(g.get("mirrored", 0) > 0 and g.get("segment_launches", 0) > 0,
@@ -437,20 +447,8 @@ def graph_stale_nodes(env):
     """The job sets its graph's nodes before its first launch only, alone under the daemon (the
     holder: the change goes to no copy, the nodes are stale); then a service arrives. The job never
     launches a segment that lacks the change: every launch goes whole, and its log says why once."""
-    hp_flags = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"]
-    lp_flags = ["--graph", "--graph-set-nodes", "--graph-set-nodes-launches", "1", "--kernel-us", "500",
-                "--sync-every", "40"]
-    measure(env, hp_flags, lp_flags)
-    env.start_daemon()
-    lp = Run(env, env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags, "LP",
-             extra_env={"FIKIT_STATS": "1"}).start()
-    try:
-        time.sleep(1.0)
-        hp = run(env, env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "100"] + hp_flags, "HP")
-    finally:
-        lp.finish(timeout=30, terminate=True)
-    env.stop_daemon()
-    g = graph_stats(lp.err)
+    hp, lp, g = graph_job_meets_service(env, ["--graph", "--graph-set-nodes", "--graph-set-nodes-launches", "1",
+                                              "--kernel-us", "500", "--sync-every", "40"], 100, 0.0)
     ok = check(g.get("while_whole", 0) > 0, f"alone, its change went to no copy ({g.get('while_whole')} nodes stale)")
     ok &= check(g.get("segment_launches", -1) == 0 and g.get("stale_launches", 0) > 0,
                 f"beside the service no segment launched ({g.get('segment_launches')}); the graph went whole "
