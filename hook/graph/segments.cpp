@@ -601,10 +601,7 @@ CUresult mirror_change(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* params) 
 // (The context of a copy or set in a graph is the one it was made in; an executable's change that
 // names another goes to the executable.)
 static bool same_context(CUcontext context) noexcept {
-  CUcontext current = nullptr;
-  return context == nullptr ||
-         (driver_calls().ctx_get_current != nullptr && driver_calls().ctx_get_current(&current) == CUDA_SUCCESS &&
-          current == context);
+  return context == nullptr || context_key(context) == current_context_key();
 }
 
 CUresult mirror_change(CUgraphNode node, const CUDA_MEMCPY3D* params, CUcontext context) noexcept {
