@@ -61,9 +61,11 @@ void print() noexcept {
   if (g.segmented != 0 || whole != 0) {
     n = std::snprintf(line, sizeof line,
                       "[fikit pid %d] stats: graphs segmented=%" PRIu64 " segments=%" PRIu64 " segment_launches=%" PRIu64
-                      " whole=%" PRIu64 " clean_cuts=%" PRIu64 " node_changes=%" PRIu64 " (%.0f us: mirrored=%" PRIu64
+                      " whole=%" PRIu64 " clean_cuts=%" PRIu64 " kernel_nodes=%" PRIu64 " (profiled=%" PRIu64
+                      ") node_changes=%" PRIu64 " (%.0f us: mirrored=%" PRIu64
                       " direct=%" PRIu64 ", segments updated=%" PRIu64 ") while_whole=%" PRIu64 " stale_launches=%" PRIu64,
                       static_cast<int>(getpid()), g.segmented, g.segments, g.segment_launches, whole, g.clean_cuts,
+                      g.kernel_nodes, g.kernel_nodes_known,
                       g.mirrored + g.direct, double(g.change_ns) / 1000.0, g.mirrored, g.direct, g.updates, g.skipped_changes,
                       g.stale_launches);
     for (size_t i = 0; i < size_t(graph::Whole::kCount) && n > 0 && n < static_cast<int>(sizeof line) - 160; ++i)

@@ -324,6 +324,12 @@ uint64_t mangled_name_hash(const char* mangled) {
   return mangled == nullptr ? 0 : readable_name_hash(detail::demangled(mangled));
 }
 
+std::string readable_name(const char* mangled) { return mangled == nullptr ? std::string("?") : detail::demangled(mangled); }
+
+uint64_t graph_node_id(uint64_t graph_op, uint64_t shape) noexcept {
+  return nonzero(combine(combine(kFnvOffsetBasis, graph_op), shape));
+}
+
 WalkCounts walk_counts() noexcept {
   return {g_walks.load(std::memory_order_relaxed), g_unpredictable.load(std::memory_order_relaxed),
           detail::symbolized_count(), g_walk_ns.load(std::memory_order_relaxed)};

@@ -40,6 +40,9 @@ void describe_op(uint64_t id, const char* name) noexcept;
 // records be compared with launches by name. Allocates (demangling): not for the launch path.
 uint64_t readable_name_hash(std::string_view readable) noexcept;
 uint64_t mangled_name_hash(const char* mangled);
+// The readable (demangled) form of a mangled device function name, as Description::name holds it.
+// Allocates.
+std::string readable_name(const char* mangled);
 
 using FuncGetNameFn = CUresult (*)(const char** name, CUfunction func);
 // Asked once per new kernel ID, on the launching thread: blocks of `func` with `threads` threads and
@@ -67,6 +70,9 @@ uint64_t shape_id(CUfunction func, const uint32_t grid[3], const uint32_t block[
 // The same from a profile's record (Description::name).
 uint64_t shape_id_of(std::string_view readable_name, const uint32_t grid[3], const uint32_t block[3],
                      uint32_t shared_mem) noexcept;
+// The profile's ID of a kernel node timed inside a launch of the graph op `graph_op` (a graph or a
+// graph segment's op ID), from its shape (shape_id_of): one row per kernel shape of that op.
+uint64_t graph_node_id(uint64_t graph_op, uint64_t shape) noexcept;
 // The ID of a copy / set / graph launch: `label` ("[memcpy HtoD]") + call site + byte count.
 uint64_t op_id(const char* label, uint64_t bytes) noexcept;
 

@@ -226,6 +226,10 @@ ALTER TABLE runs ADD COLUMN backend TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN request_p50_ns INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN requests INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 6 -> 7: kernels timed one by one inside a graph launch, under the graph's op (issue 37)
+    R"sql(
+ALTER TABLE kernels ADD COLUMN graph_op INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 static_assert(std::size(kMigrations) == Database::kSchemaVersion);
 
@@ -262,9 +266,10 @@ std::string sample_columns(int version) {
       "gap_count, gap_sum, gap_sum_sq, gap_min, gap_max, gap_hist, boundary_count";
   if (version >= 3) c += ", blocks_per_sm, sm_count";
   if (version >= 4) c += ", dur_unresolved";
+  if (version >= 7) c += ", graph_op";
   return c;
 }
-constexpr int kSampleColumnCount = 26;   // at the current version
+constexpr int kSampleColumnCount = 27;   // at the current version
 
 KernelSample read_sample(const Stmt& s, int version) {
   KernelSample k;
@@ -284,6 +289,7 @@ KernelSample read_sample(const Stmt& s, int version) {
     k.sm_count = static_cast<uint32_t>(s.i64(24));
   }
   if (version >= 4) k.dur_unresolved = s.u64(25);
+  if (version >= 7) k.graph_op = s.u64(26);
   return k;
 }
 
@@ -327,6 +333,7 @@ void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<K
       merged.dur_unresolved += stored.dur_unresolved;
       if (merged.name.empty()) merged.name = stored.name;
       if (merged.call_site.empty()) merged.call_site = stored.call_site;
+      if (merged.graph_op == 0) merged.graph_op = stored.graph_op;
     }
     get.reset();
     put.bind(1, task_key).bind_u(2, merged.kernel_id).bind(3, merged.name).bind(4, merged.call_site);
@@ -340,6 +347,7 @@ void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<K
     put.bind_u(24, merged.boundary_count);
     put.bind(25, static_cast<int64_t>(merged.blocks_per_sm)).bind(26, static_cast<int64_t>(merged.sm_count));
     put.bind_u(27, merged.dur_unresolved);
+    put.bind_u(28, merged.graph_op);
     put.run();
   }
 }
@@ -568,6 +576,7 @@ std::vector<KernelProfile> Database::kernels(const std::string& key) {
     p.gap_p90 = quantile_of(k.gap, 0.9);
     p.boundary_count = k.boundary_count;
     p.dur_unresolved = k.dur_unresolved;
+    p.graph_op = k.graph_op;
     out.push_back(std::move(p));
   }
   return out;

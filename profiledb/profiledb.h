@@ -40,6 +40,10 @@ struct KernelSample {
   // as read), or whose start it could not tell (in neither `duration` nor the gap before them):
   // marked rather than guessed (schema version 4).
   uint64_t dur_unresolved = 0;
+  // Non-zero: a kernel node of graph launches, timed inside them (CUPTI), and the op ID of the graph
+  // (or graph segment) it ran in; its ID is of that op and its shape (kernelid::graph_node_id). No
+  // launch carries its ID: it is what the graph's op is made of (schema version 7).
+  uint64_t graph_op = 0;
 };
 
 // GPU timeline of a run, for `fikit-profile trace` (bounded: the first N ops of the run).
@@ -107,6 +111,7 @@ struct KernelProfile {
   uint64_t gap_p10 = 0, gap_p50 = 0, gap_p90 = 0;
   uint64_t boundary_count = 0;
   uint64_t dur_unresolved = 0;          // samples too short for their run's timer (KernelSample)
+  uint64_t graph_op = 0;                // a kernel node of that graph op (KernelSample::graph_op)
 };
 
 struct TaskInfo {
@@ -162,7 +167,7 @@ class Database {
   Histogram gap_histogram(const std::string& key);
   bool delete_task(const std::string& key);                        // false: no such key
 
-  static constexpr int kSchemaVersion = 6;   // PRAGMA user_version written by the migrations
+  static constexpr int kSchemaVersion = 7;   // PRAGMA user_version written by the migrations
   int schema_version();
   // SQLite's own check of the file: "ok", or the first problem it found.
   std::string integrity_check();

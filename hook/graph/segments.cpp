@@ -56,7 +56,8 @@ namespace {
 // ---- counts ----
 
 std::atomic<uint64_t> g_segmented{0}, g_segments{0}, g_segment_launches{0}, g_clean_cuts{0}, g_change_ns{0},
-    g_mirrored{0}, g_direct{0}, g_updates{0}, g_stale_launches{0}, g_skipped_changes{0};
+    g_mirrored{0}, g_direct{0}, g_updates{0}, g_stale_launches{0}, g_skipped_changes{0}, g_kernel_nodes{0},
+    g_kernel_nodes_known{0};
 std::atomic<uint64_t> g_whole[size_t(Whole::kCount)] = {};
 std::atomic<bool> g_warned[size_t(Whole::kCount)] = {};
 
@@ -244,6 +245,8 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
         const uint64_t predicted = shape != 0 && mode != nullptr ? mode->graph_kernel_ns(shape) : 0;
         weight[i] = predicted != 0 ? predicted : unknown_kernel;
         identity[i] = mix(identity[i], shape);
+        g_kernel_nodes.fetch_add(1, std::memory_order_relaxed);
+        if (predicted != 0) g_kernel_nodes_known.fetch_add(1, std::memory_order_relaxed);
         break;
       }
       case CU_GRAPH_NODE_TYPE_MEMCPY:
@@ -435,6 +438,8 @@ Counts counts() noexcept {
   c.updates = g_updates.load(std::memory_order_relaxed);
   c.stale_launches = g_stale_launches.load(std::memory_order_relaxed);
   c.skipped_changes = g_skipped_changes.load(std::memory_order_relaxed);
+  c.kernel_nodes = g_kernel_nodes.load(std::memory_order_relaxed);
+  c.kernel_nodes_known = g_kernel_nodes_known.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -80,6 +80,8 @@ struct Counts {
   uint64_t skipped_changes;                   // changes made while launching whole (to no copy: stale)
   uint64_t stale_launches;                    // launched whole where segments were wanted, for stale nodes
   uint64_t clean_cuts;                        // of the segments' boundaries, those where the branches met
+  uint64_t kernel_nodes;                      // kernel nodes of the graphs cut (each cut counts its own)
+  uint64_t kernel_nodes_known;                // of those, the ones the profile knew by shape (weighed as measured)
 };
 Counts counts() noexcept;
 

@@ -18,8 +18,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <new>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -187,6 +190,29 @@ class CuptiTimer final : public Timer {
     toggle_max_ns_ = std::max(toggle_max_ns_, took);
   }
 
+  bool take_graph_nodes(uint64_t seq, uint64_t graph_op, std::vector<GraphNodeTime>& out) noexcept override {
+    out.clear();
+    std::lock_guard guard(mutex_);
+    auto it = graph_nodes_.find(seq);
+    if (it == graph_nodes_.end()) return false;
+    try {
+      for (const NodeTiming& n : it->second) {
+        GraphNodeTime t;
+        t.start_ns = n.start, t.end_ns = n.end;
+        std::copy(n.grid, n.grid + 3, t.grid.begin());
+        std::copy(n.block, n.block + 3, t.block.begin());
+        t.shared_mem = n.shared_mem;
+        t.name = readable_name(n.name);
+        t.id = kernelid::graph_node_id(graph_op, kernelid::shape_id_of(t.name, n.grid, n.block, n.shared_mem));
+        out.push_back(t);
+      }
+    } catch (const std::bad_alloc&) {
+      out.clear();
+    }
+    graph_nodes_.erase(it);
+    return !out.empty();
+  }
+
   bool times_with_events() const noexcept override { return events_.load(std::memory_order_acquire) != nullptr; }
   void forget_context(uint64_t context_key, bool destroy) noexcept override {
     if (Timer* ev = events_.load(std::memory_order_acquire)) ev->forget_context(context_key, destroy);
@@ -330,6 +356,7 @@ class CuptiTimer final : public Timer {
   void ingest() noexcept {
     const uint64_t polled = polled_.load(std::memory_order_acquire);
     matcher_.retire_below(polled);   // from now on no result of an op below reaches its slot
+    graph_nodes_.erase(graph_nodes_.begin(), graph_nodes_.lower_bound(polled));   // not taken: lost ops
     uint64_t s = std::max(ingested_.load(std::memory_order_relaxed), polled);
     const uint64_t claimed = ring_.claimed();
     try {
@@ -371,6 +398,13 @@ class CuptiTimer final : public Timer {
     op_names_.emplace(kernel_id, h);
     return h;
   }
+  // Under mutex_: the readable form of CUPTI's name, demangled once per name.
+  std::string_view readable_name(const char* name) {
+    if (!name) return "?";
+    auto it = readable_names_.find(name);
+    if (it == readable_names_.end()) it = readable_names_.emplace(name, kernelid::readable_name(name)).first;
+    return it->second;
+  }
   uint64_t record_name_hash(const char* name) {
     if (!name) return 0;
     if (auto it = record_names_.find(name); it != record_names_.end()) return it->second;
@@ -379,11 +413,18 @@ class CuptiTimer final : public Timer {
     return h;
   }
 
-  // Under mutex_: hand the matcher's results to the ops' slots.
+  // Under mutex_: hand the matcher's results to the ops' slots (a graph op's kernel nodes wait in
+  // graph_nodes_ for take_graph_nodes()).
   void apply() noexcept {
-    for (const MatchResult& r : results_) {
+    for (MatchResult& r : results_) {
       OpSlot& slot = ring_.at(r.seq);
       if (slot.published.load(std::memory_order_acquire) != r.seq + 1) continue;
+      if (r.timed && !r.nodes.empty()) {
+        try {
+          graph_nodes_[r.seq] = std::move(r.nodes);
+        } catch (const std::bad_alloc&) {
+        }
+      }
       slot.gpu_start.store(r.start, std::memory_order_relaxed);
       slot.gpu_end.store(r.end, std::memory_order_relaxed);
       slot.gpu_state.store(r.timed ? GpuState::Timed : GpuState::Lost, std::memory_order_release);
@@ -417,6 +458,7 @@ class CuptiTimer final : public Timer {
             m.graph_id = k->graphId, m.graph_node = k->graphNodeId;
             m.name = k->name;
             m.name_hash = record_name_hash(k->name);
+            m.shared_mem = k->dynamicSharedMemory > 0 ? uint32_t(k->dynamicSharedMemory) : 0;
             break;
           }
           case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -509,6 +551,8 @@ class CuptiTimer final : public Timer {
   std::vector<MatchResult> results_;
   std::unordered_map<uint64_t, uint64_t> op_names_;          // kernel ID -> name hash
   std::unordered_map<const char*, uint64_t> record_names_;   // CUPTI's name -> name hash
+  std::unordered_map<const char*, std::string> readable_names_;   // CUPTI's name -> demangled (stable)
+  std::map<uint64_t, std::vector<NodeTiming>> graph_nodes_;   // graph op seq -> its kernel nodes, not yet taken
 
   // Sampled measurement: CUPTI collects only during measured iterations (set_collecting).
   std::mutex collecting_mutex_;

@@ -26,6 +26,7 @@
 #include "profiledb.h"
 #include "request_clock.h"
 #include "run_builder.h"
+#include "sampling.h"
 #include "timer.h"
 
 namespace fikit::hook {
@@ -205,11 +206,11 @@ class MeasureMode final : public Mode {
     if (get_device == nullptr || get_device(&dev) != CUDA_SUCCESS) return;
     backend_.store(mps_client(dev) ? kBackendMps : kBackendPlain, std::memory_order_relaxed);
   }
-  // Bursts of burst_ iterations in a row, one iteration in sample_every_ overall: one switch of
-  // CUPTI's collection on and one off per burst. (Measured on an H100, fewer switches did not make
-  // the launches between measured iterations faster: CUPTI attached at all is what costs them;
-  // docs/performance-measure.md.)
-  bool sampled(uint64_t epoch) const noexcept { return (epoch / burst_) % sample_every_ == 0; }
+  // Bursts of burst_ iterations in a row, one iteration in sample_every_ overall, at an offset
+  // drawn per period (sampling.h): one switch of CUPTI's collection on and one off per burst.
+  // (Measured on an H100, fewer switches did not make the launches between measured iterations
+  // faster: CUPTI attached at all is what costs them; docs/performance-measure.md.)
+  bool sampled(uint64_t epoch) const noexcept { return measure::sampled_iteration(epoch, burst_, sample_every_); }
 
   // Windows (FIKIT_MEASURE_UNIT): of every kWindowOps * sample_every_ launches (a period), the
   // kWindowOps consecutive ones at an offset drawn for that period are measured: one op in
@@ -226,14 +227,8 @@ class MeasureMode final : public Mode {
     const uint64_t n = window_launches_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t period = kWindowOps * sample_every_;   // sample_every_ >= 2 with windows
     const uint64_t index = n / period, at = n % period;
-    const uint64_t offset = index == 0 ? 0 : mix64(index) % (period - kWindowOps + 1);
+    const uint64_t offset = index == 0 ? 0 : measure::mix64(index) % (period - kWindowOps + 1);
     return at >= offset && at - offset < kWindowOps ? uintptr_t(index + 1) : 0;
-  }
-  static uint64_t mix64(uint64_t x) noexcept {   // splitmix64's finaliser: a fixed, well-spread hash
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
   }
   // Measurement thread: whether an op of window `window` on `stream` comes first there, after ops
   // nobody timed (the window's first op, or the first on another stream): its start is not known.
@@ -341,6 +336,9 @@ class MeasureMode final : public Mode {
           op.window_head = window_head;
           op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
           run = builder_.add(op);
+          // After add(): a run it closed is the one before this op; the nodes go with the op.
+          if (slot->kind == OpKind::Graph && timer_->take_graph_nodes(next_, slot->kernel_id, graph_nodes_))
+            builder_.add_graph_nodes(slot->kernel_id, graph_nodes_);
         } else if (slot->launched) {
           run = builder_.add_untimed(slot->sync_epoch, window_head, slot->work_epoch);
         }
@@ -464,6 +462,7 @@ class MeasureMode final : public Mode {
   std::array<StreamWindow, 32> stream_windows_{};
   uint64_t next_stream_window_ = 0;
   measure::RunBuilder builder_;
+  std::vector<measure::GraphNodeTime> graph_nodes_;   // a graph op's kernel nodes (measurement thread; reused)
   std::unique_ptr<profiledb::Database> db_;
 };
 

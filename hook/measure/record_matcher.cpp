@@ -32,9 +32,10 @@ size_t RecordMatcher::ops_waiting() const noexcept {
   return n;
 }
 
-void RecordMatcher::emit(uint64_t seq, uint64_t start, uint64_t end, bool timed, std::vector<MatchResult>& out) {
+void RecordMatcher::emit(uint64_t seq, uint64_t start, uint64_t end, bool timed, std::vector<MatchResult>& out,
+                         std::vector<NodeTiming> nodes) {
   if (seq < retired_below_) return;   // the caller has moved on; its slot may hold another op
-  out.push_back({seq, start, end, timed});
+  out.push_back({seq, start, end, timed, std::move(nodes)});
   if (timed) ++counters_.ops_timed;
 }
 
@@ -130,6 +131,15 @@ RecordMatcher::Decision RecordMatcher::decide(Queue& q, const Key& key, const Ma
       }
       head.graph_id = rec.graph_id;
       if (head.nodes.size() < kMaxGraphNodes) head.nodes.push_back(rec.graph_node);
+      if (rec.cls == OpClass::Kernel && head.kernels.size() < kMaxGraphNodes) {
+        NodeTiming t;
+        t.start = rec.start, t.end = rec.end;
+        std::copy(rec.grid, rec.grid + 3, t.grid);
+        std::copy(rec.block, rec.block + 3, t.block);
+        t.shared_mem = rec.shared_mem;
+        t.name = rec.name;
+        head.kernels.push_back(t);
+      }
       head.start = std::min(head.start, rec.start);
       head.end = std::max(head.end, rec.end);
       ++head.records;
@@ -221,8 +231,11 @@ const MatchOp* RecordMatcher::waiting_elsewhere(const MatchRecord& rec) const {
 }
 
 void RecordMatcher::close_graph(Queue& q, std::vector<MatchResult>& out) {
-  const PendingOp& head = q.ops.front();
-  emit(head.op.seq, head.start, head.end, true, out);
+  PendingOp& head = q.ops.front();
+  // Records come in start order within a batch, not across batches.
+  std::stable_sort(head.kernels.begin(), head.kernels.end(),
+                   [](const NodeTiming& a, const NodeTiming& b) { return a.start < b.start; });
+  emit(head.op.seq, head.start, head.end, true, out, std::move(head.kernels));
   q.ops.pop_front();
 }
 

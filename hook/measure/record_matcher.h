@@ -15,7 +15,9 @@
 // different kinds of record. Records with a graph id belong to graph launches: the oldest graph op
 // of the stream takes them all, and is complete when a record repeats a graph node it already has
 // or names another graph (the next launch), when a later op of its stream got its record, or when
-// two flushes in a row brought it nothing new (settle()).
+// two flushes in a row brought it nothing new (settle()). A graph op's kernel records also come
+// out one by one with its result (MatchResult::nodes): measure mode profiles graph kernels like
+// launched ones (docs/scheduling.md, "Graphs").
 //
 // Pure: no CUDA, no CUPTI, no threads (the caller locks). tests/measure_test/record_matcher_test.cpp.
 #include <cstddef>
@@ -49,7 +51,18 @@ struct MatchRecord {
   uint32_t graph_id = 0;              // non-zero: a node of a graph launch
   uint64_t graph_node = 0;
   uint64_t name_hash = 0;             // kernel: hash of its function name, as MatchOp::name (0: unknown)
-  const char* name = nullptr;         // kernel: CUPTI's name of it (diagnostics only; not kept)
+  // Kernel: CUPTI's name of it. CUPTI keeps one copy per kernel for the process (its records share
+  // it), so the pointer stays valid after the record's buffer went back.
+  const char* name = nullptr;
+  uint32_t shared_mem = 0;            // kernel: dynamic shared memory per block, bytes
+};
+
+// A kernel node of a graph launch, from its record.
+struct NodeTiming {
+  uint64_t start = 0, end = 0;
+  uint32_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+  uint32_t shared_mem = 0;
+  const char* name = nullptr;         // CUPTI's (MatchRecord::name)
 };
 
 // A kernel record that did not fit the op waiting at the head of its queue (a few are kept, for
@@ -77,6 +90,7 @@ struct MatchResult {
   uint64_t seq = 0;
   uint64_t start = 0, end = 0;
   bool timed = false;                 // false: the op will get no timing (its record was incomplete or missing)
+  std::vector<NodeTiming> nodes;      // a graph op's kernel records, in start order (at most kMaxGraphNodes)
 };
 
 struct MatchCounters {
@@ -121,7 +135,7 @@ class RecordMatcher {
   size_t ops_waiting() const noexcept;
 
  private:
-  static constexpr size_t kMaxGraphNodes = 4096;   // node ids remembered per graph launch
+  static constexpr size_t kMaxGraphNodes = 4096;   // node ids (and kernel records) kept per graph launch
 
   struct PendingOp {
     MatchOp op;
@@ -131,6 +145,7 @@ class RecordMatcher {
     bool grew = false;              // graph: took a record since the last settle()
     uint32_t misses = 0;            // records that went to ops after this one
     std::vector<uint64_t> nodes;    // graph: node ids taken
+    std::vector<NodeTiming> kernels;// graph: its kernel records taken
   };
   struct Held {
     MatchRecord rec;
@@ -149,7 +164,8 @@ class RecordMatcher {
   void process(Queue& q, const Key& key, std::vector<MatchResult>& out);
   Decision decide(Queue& q, const Key& key, const MatchRecord& rec, std::vector<MatchResult>& out);
   void drop_retired(Queue& q);
-  void emit(uint64_t seq, uint64_t start, uint64_t end, bool timed, std::vector<MatchResult>& out);
+  void emit(uint64_t seq, uint64_t start, uint64_t end, bool timed, std::vector<MatchResult>& out,
+            std::vector<NodeTiming> nodes = {});
   void close_graph(Queue& q, std::vector<MatchResult>& out);
   void close_graphs_before(uint32_t context, uint32_t stream, uint64_t seq, std::vector<MatchResult>& out);
   void note_mismatch(const Queue& q, const MatchRecord& rec);

@@ -80,6 +80,24 @@ std::optional<Run> RunBuilder::add(const TimedOp& op) {
   return finished;
 }
 
+void RunBuilder::add_graph_nodes(uint64_t graph_op, const std::vector<GraphNodeTime>& nodes) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const GraphNodeTime& n = nodes[i];
+    profiledb::KernelSample& k = kernels_[n.id];
+    if (k.graph_op == 0) {
+      k.kernel_id = n.id;
+      k.graph_op = graph_op;
+      k.name.assign(n.name);
+      k.grid = n.grid;
+      k.block = n.block;
+      k.shared_mem = n.shared_mem;
+    }
+    if (n.end_ns >= n.start_ns) k.duration.add(n.end_ns - n.start_ns);
+    // Nodes of parallel branches overlap: no gap between them.
+    if (i + 1 < nodes.size()) k.gap.add(nodes[i + 1].start_ns > n.end_ns ? nodes[i + 1].start_ns - n.end_ns : 0);
+  }
+}
+
 std::optional<Run> RunBuilder::add_untimed(uint64_t sync_epoch, bool window_head, uint64_t work_epoch) {
   std::optional<Run> finished;
   if (!epoch_known_) max_work_epoch_ = work_epoch;

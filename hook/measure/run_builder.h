@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -35,6 +36,16 @@ struct TimedOp {
   uint64_t work_epoch = 0;
 };
 
+// A kernel node of a timed graph launch (CUPTI's records; the op's TimedOp came first): profiled as
+// a kernel of its own under its graph's op (KernelSample::graph_op).
+struct GraphNodeTime {
+  uint64_t id = 0;                  // its row in the profile (kernelid::graph_node_id)
+  uint64_t start_ns = 0, end_ns = 0;
+  std::string_view name;            // readable; valid while the caller's timer lives
+  std::array<uint32_t, 3> grid{}, block{};
+  uint32_t shared_mem = 0;
+};
+
 struct Run {
   profiledb::RunSummary summary;
   std::vector<profiledb::KernelSample> kernels;   // kernel_id and statistics; names filled by the caller
@@ -52,6 +63,10 @@ class RunBuilder {
   // The next op in launch order. When it starts a new run (the previous op ended the run's last
   // iteration), the finished run is returned and `op` becomes the first op of the next one.
   std::optional<Run> add(const TimedOp& op);
+  // The kernel nodes of the graph op just added (in start order): each one's duration, and the gap
+  // to the next one's start (none after the last: the graph op's own gap says what follows it). The
+  // run's summary and trace are the graph op's alone.
+  void add_graph_nodes(uint64_t graph_op, const std::vector<GraphNodeTime>& nodes);
   // An op whose timing was lost: it breaks the gap chain but may still end an iteration.
   std::optional<Run> add_untimed(uint64_t sync_epoch, bool window_head = false, uint64_t work_epoch = 0);
   // The run in progress, if it has ops (process exit).

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "../config.h"
 #include "../mode.h"
@@ -27,6 +28,13 @@ class Timer {
   // timer knows of its own error into `timing` (its start_ns, end_ns, unresolved, start_unknown and
   // gap_stretch_ns; the caller fills in the rest).
   virtual Poll poll(OpSlot& slot, uint64_t seq, TimedOp& timing) noexcept = 0;
+  // Measurement thread, right after poll() said Ready for the graph op `seq` (op ID `graph_op`): its
+  // kernel nodes one by one, in start order, into `out` (true when there are any: CUPTI; events
+  // time a graph launch whole).
+  virtual bool take_graph_nodes(uint64_t seq, uint64_t graph_op, std::vector<GraphNodeTime>& out) noexcept {
+    (void)seq, (void)graph_op, (void)out;
+    return false;
+  }
   // Oldest op whose slot the timer still needs, given that ops below `next` were polled.
   virtual uint64_t oldest_needed(uint64_t next) const noexcept { return next; }
   // How long an op may stay Pending before it is counted as lost. 0: as long as the GPU takes (an

@@ -36,7 +36,9 @@ std::shared_ptr<const policy::Profile> DbProfileSource::read(std::string_view ta
       log(kNoProfileYet, spdlog::level::info, fmt::format("task '{}' registers to be measured; it has no profile yet", task_key));
       return profile;
     }
-    for (const profiledb::KernelProfile& k : db.kernels(key)) (*profile)[k.kernel_id] = policy::stats_of(k);
+    // A graph's kernel nodes (graph_op) are never launched by their own ID: the daemon plans by ops.
+    for (const profiledb::KernelProfile& k : db.kernels(key))
+      if (k.graph_op == 0) (*profile)[k.kernel_id] = policy::stats_of(k);
     const std::vector<profiledb::RunSummary> runs = db.runs(key);
     covered = profiledb::coverage(runs);
     profile->request_busy_pct = profiledb::request_busy_percent(runs);

@@ -72,6 +72,30 @@ TEST_F(PredictionsTest, AKernelUnknownByItsIdIsChargedAsTheLongestOfItsShape) {
   EXPECT_FALSE(p.by_shape(fikit::kernelid::shape_id_of("spin(long)", grid, block, 0), other));
 }
 
+// Measure mode stores a graph's kernel nodes under CUPTI's (mangled) names, demangled, with the
+// graph's op (graph_op); share mode then knows a graph's kernel by its shape when it cuts the graph.
+TEST_F(PredictionsTest, AKernelTimedInsideAGraphIsKnownByItsShape) {
+  const uint32_t grid[3] = {32, 1, 1}, block[3] = {128, 1, 1};
+  const std::string readable = fikit::kernelid::readable_name("_Z4spini");
+  EXPECT_EQ(readable, "spin(int)");
+  auto node = sample(0, readable.c_str(), 32, 70'000);
+  node.graph_op = 0x50;
+  node.call_site.clear();
+  node.kernel_id = fikit::kernelid::graph_node_id(0x50, fikit::kernelid::shape_id_of(readable, grid, block, 0));
+  {
+    fikit::profiledb::Database db(cfg.db_path, fikit::profiledb::Database::Open::Create);
+    db.add_run("job", "train", {.gpu_ops = 1}, {node}, {});
+  }
+  Predictions p;
+  ASSERT_EQ(p.load(cfg), 4u);
+  fikit::kernelid::Settings s;
+  s.func_get_name = &name_of;
+  fikit::kernelid::configure(s);
+  Predictions::Kernel k;
+  ASSERT_TRUE(p.by_shape(fikit::kernelid::shape_id(reinterpret_cast<CUfunction>(0x99), grid, block, 0), k));
+  EXPECT_EQ(k.dur_ns, 70'000u);
+}
+
 TEST(ShapeId, ALaunchsShapeIsTheProfilesWhateverItsCallSite) {
   fikit::kernelid::Settings s;
   s.func_get_name = &name_of;

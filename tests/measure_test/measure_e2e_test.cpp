@@ -344,9 +344,10 @@ TEST_F(MeasureE2E, ARunSaysWhetherItsProcessWasAnMpsClient) {
 }
 
 TEST_F(MeasureE2E, BurstsMeasureConsecutiveIterations) {
-  // Bursts of three in every twelve: iterations 0-2, 12-14, 24-26 and 36-38, 12 of 40 (one in four
-  // alone would measure 10).
-  ASSERT_EQ(run({"--iterations", "40"},
+  // Bursts of three in every twelve iterations (at an offset drawn for each twelve: sampling.h),
+  // 12 of 48 (one in four alone would measure 12 too, but not in threes: the consecutive iterations
+  // are what sampling_test.cpp checks; here, that a burst's iterations are all stored).
+  ASSERT_EQ(run({"--iterations", "48"},
                 {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_BURST", "3"}, {"FIKIT_MEASURE_UNIT", "iteration"}}),
             0)
       << slurp("err0");

@@ -320,6 +320,35 @@ TEST(RecordMatcher, GraphLaunchesSpanTheirNodes) {
   EXPECT_EQ(h.m.counters().matched[3], 6u);
 }
 
+TEST(RecordMatcher, AGraphLaunchHandsOverItsKernelsOneByOne) {
+  Harness h;
+  h.op(graph_op(0, 7));
+  h.op(graph_op(1, 7));
+  MatchRecord gemm = graph_rec(7, 130, 170, 5, 2);
+  gemm.grid[0] = 64, gemm.block[0] = 256, gemm.shared_mem = 4096, gemm.name = "gemm";
+  MatchRecord copy = mem_rec(7, OpClass::Memcpy, 171, 180, 1 << 20);
+  copy.graph_id = 5, copy.graph_node = 3;
+  MatchRecord first = graph_rec(7, 100, 120, 5, 1);
+  first.name = "norm";
+  // Two batches (CUPTI's buffers), the later node in the first; then the next launch's first node.
+  h.records({gemm, copy});
+  h.records({first});
+  EXPECT_TRUE(h.take().empty());
+  h.records({graph_rec(7, 200, 220, 5, 1)});
+  auto r = h.take();
+  ASSERT_EQ(r.size(), 1u);
+  expect_timed(r[0], 0, 100, 180);
+  ASSERT_EQ(r[0].nodes.size(), 2u) << "kernels only: the copy node times the launch, not a kernel";
+  EXPECT_STREQ(r[0].nodes[0].name, "norm");
+  EXPECT_EQ(r[0].nodes[0].start, 100u);
+  EXPECT_EQ(r[0].nodes[0].end, 120u);
+  EXPECT_STREQ(r[0].nodes[1].name, "gemm");
+  EXPECT_EQ(r[0].nodes[1].grid[0], 64u);
+  EXPECT_EQ(r[0].nodes[1].block[0], 256u);
+  EXPECT_EQ(r[0].nodes[1].shared_mem, 4096u);
+  EXPECT_EQ(r[0].nodes[1].start, 130u);
+}
+
 TEST(RecordMatcher, TheLastGraphLaunchClosesWhenFlushesBringNothingMore) {
   Harness h;
   h.op(graph_op(0, 7));

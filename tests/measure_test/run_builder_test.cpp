@@ -8,6 +8,7 @@
 using MeasuredRun = fikit::hook::measure::Run;
 using fikit::hook::measure::RunBuilder;
 using fikit::hook::measure::TimedOp;
+using fikit::hook::measure::GraphNodeTime;
 
 namespace {
 
@@ -300,4 +301,41 @@ TEST(RunBuilder, IterationsOfCopiesAloneDoNotCount) {
   ASSERT_TRUE(run.has_value());
   EXPECT_EQ(run->summary.iterations, 2u);
   EXPECT_EQ(run->summary.gpu_ops, 7u);
+}
+
+TEST(RunBuilder, AGraphsKernelNodesAreProfiledUnderItsOp) {
+  RunBuilder b(0);
+  const auto node = [](uint64_t id, uint64_t start, uint64_t end, const char* name) {
+    GraphNodeTime n;
+    n.id = id, n.start_ns = start, n.end_ns = end, n.name = name;
+    n.grid = {8, 1, 1}, n.block = {256, 1, 1}, n.shared_mem = 1024;
+    return n;
+  };
+  for (uint64_t i = 0; i < 3; ++i) {
+    const uint64_t t0 = i * 100000;
+    b.add({50, 7, i, t0, t0 + 40000, false, true});   // the graph launch: one op
+    // Nodes 60 and 61 run on parallel branches (overlap); 62 starts 3 us after 61 ends.
+    b.add_graph_nodes(50, {node(60, t0, t0 + 10000, "a"), node(61, t0 + 5000, t0 + 20000, "b"),
+                           node(62, t0 + 23000, t0 + 40000, "c")});
+  }
+  auto run = b.finish();
+  ASSERT_TRUE(run.has_value());
+  auto k = by_id(*run);
+  EXPECT_EQ(run->summary.gpu_ops, 3u) << "the nodes are not ops of their own";
+  EXPECT_EQ(run->summary.busy_ns, 3u * 40000u);
+  EXPECT_EQ(run->trace.size(), 3u);
+  EXPECT_EQ(k[50].graph_op, 0u);
+  EXPECT_EQ(k[50].duration.count, 3u);
+  EXPECT_EQ(k[60].graph_op, 50u);
+  EXPECT_EQ(k[60].name, "a");
+  EXPECT_EQ(k[60].grid[0], 8u);
+  EXPECT_EQ(k[60].block[0], 256u);
+  EXPECT_EQ(k[60].shared_mem, 1024u);
+  EXPECT_EQ(k[60].duration.count, 3u);
+  EXPECT_EQ(k[60].duration.max, 10000u);
+  EXPECT_EQ(k[60].gap.max, 0u) << "the next node started before it ended";
+  EXPECT_EQ(k[61].gap.min, 3000u);
+  EXPECT_EQ(k[61].gap.max, 3000u);
+  EXPECT_EQ(k[62].duration.min, 17000u);
+  EXPECT_EQ(k[62].gap.count, 0u) << "after the last node the graph op's own gap counts";
 }

@@ -1,5 +1,7 @@
 // Database: schema creation, merging runs, concurrent and killed writers, the error kinds.
 #include <gtest/gtest.h>
+
+#include <map>
 #include <sqlite3.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -27,6 +29,24 @@ TEST_F(DbTest, CreatesSchemaInAnEmptyFileAndItsDirectory) {
   EXPECT_EQ(nested.schema_version(), Database::kSchemaVersion);
   Database reopened((dir_ / "empty.db").string(), Database::Open::ReadOnly);
   EXPECT_EQ(reopened.schema_version(), Database::kSchemaVersion);
+}
+
+TEST_F(DbTest, AGraphsKernelNodesKeepTheirGraphOpAcrossMerges) {
+  Database db(path_, Database::Open::Create);
+  auto node = sample(9, 4000, 2, 300);
+  node.graph_op = 0x77;
+  node.call_site.clear();
+  db.add_run("job", "prog", {.gpu_ops = 2}, {sample(0x77, 10000, 2, 0, 2), node}, {}, 3);
+  auto again = sample(9, 6000, 1, 0);
+  again.graph_op = 0;   // a sample that lacks it (none is written so today) keeps the stored one
+  db.add_run("job", "prog", {.gpu_ops = 1}, {again}, {}, 3);
+  std::map<uint64_t, KernelProfile> ks;
+  for (const auto& k : db.kernels("job")) ks[k.kernel_id] = k;
+  ASSERT_EQ(ks.size(), 2u);
+  EXPECT_EQ(ks[0x77].graph_op, 0u);
+  EXPECT_EQ(ks[9].graph_op, 0x77u);
+  EXPECT_EQ(ks[9].count, 3u);
+  EXPECT_EQ(ks[9].gap_count, 2u);
 }
 
 TEST_F(DbTest, ReadOnlyOpenOfAnUnmigratedFileShowsNoTasks) {
@@ -238,7 +258,7 @@ TEST_F(DbTest, VersionOneFilesAreReadAsIsAndMigratedByAWriter) {
   for (const char* sql : {"ALTER TABLE runs DROP COLUMN backend", "ALTER TABLE runs DROP COLUMN request_p50_ns",
                           "ALTER TABLE runs DROP COLUMN requests", "ALTER TABLE runs DROP COLUMN sample_unit", "ALTER TABLE runs DROP COLUMN timer", "ALTER TABLE runs DROP COLUMN timing_bias_ns",
                           "ALTER TABLE runs DROP COLUMN timing_uncertainty_ns",
-                          "ALTER TABLE kernels DROP COLUMN dur_unresolved",
+                          "ALTER TABLE kernels DROP COLUMN dur_unresolved", "ALTER TABLE kernels DROP COLUMN graph_op",
                           "ALTER TABLE runs DROP COLUMN request_busy_pct", "ALTER TABLE kernels DROP COLUMN blocks_per_sm",
                           "ALTER TABLE kernels DROP COLUMN sm_count", "ALTER TABLE runs DROP COLUMN ops_launched",
                           "ALTER TABLE runs DROP COLUMN ops_timed", "ALTER TABLE runs DROP COLUMN sample_every",

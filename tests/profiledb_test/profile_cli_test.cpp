@@ -250,6 +250,52 @@ TEST_F(ProfileCli, HumanViewsNameTheKernels) {
   EXPECT_NE(out_.find('#'), std::string::npos);
 }
 
+TEST_F(ProfileCli, ShowListsAGraphsKernelsUnderItAndExportNamesTheirGraph) {
+  {
+    Database db(path_, Database::Open::Create);
+    auto graph = sample(0x50, 40000, 10, 0, 10);
+    graph.name = "[graph 1234abcd segment 2/5, 30 nodes]";
+    auto node = sample(0x61, 30000, 10, 1000);
+    node.name = "inner_gemm_node";
+    node.call_site.clear();
+    node.graph_op = 0x50;
+    auto orphan = sample(0x62, 500, 4, 0);
+    orphan.name = "orphan_node";
+    orphan.graph_op = 0x99;
+    db.add_run("job", "prog", {.gpu_ops = 20}, {graph, node, orphan, sample(0x70, 1000, 100, 0)}, {}, 1);
+  }
+  ASSERT_EQ(cli(db_arg() + "show job"), 0) << err_;
+  // 400 us in the graph op, 100 us in kernel 0x70: the nodes' time is the graph's, not counted again.
+  EXPECT_NE(out_.find("2 kernels, 500.0 us GPU time in all; 2 kernels timed inside 2 graph ops"), std::string::npos)
+      << out_;
+  const size_t graph_row = out_.find("[graph 1234abcd"), node_row = out_.find("  inner_gemm_node"),
+               kernel_row = out_.find("kernel_112");
+  ASSERT_NE(node_row, std::string::npos) << out_;
+  EXPECT_LT(graph_row, node_row);
+  EXPECT_LT(node_row, kernel_row) << "listed right under its graph";
+  EXPECT_NE(out_.find(" 80.0%"), std::string::npos) << "the graph's share of 500 us: " << out_;
+  EXPECT_LT(out_.find("[graph op not in the profile]"), out_.find("  orphan_node")) << out_;
+
+  ASSERT_EQ(cli(db_arg() + "export job --format csv"), 0) << err_;
+  const auto rows = parse_csv(out_);
+  std::map<std::string, size_t> col;
+  for (size_t c = 0; c < rows[0].size(); ++c) col[rows[0][c]] = c;
+  std::map<uint64_t, std::string> graph_of;
+  for (size_t i = 1; i < rows.size(); ++i) graph_of[hex(rows[i][col.at("kernel_id")])] = rows[i][col.at("graph_op")];
+  EXPECT_EQ(graph_of[0x50], "");
+  EXPECT_EQ(hex(graph_of[0x61]), 0x50u);
+  ASSERT_EQ(cli(db_arg() + "export job --format json -o " + (dir_ / "g.json").string()), 0) << err_;
+  const Json j = JsonParser(slurp(dir_ / "g.json")).parse();
+  for (const Json& k : j["kernels"].arr()) {
+    const uint64_t id = hex(k["kernel_id"].str());
+    if (id == 0x61) {
+      EXPECT_EQ(hex(k["graph_op"].str()), 0x50u);
+    } else if (id == 0x70) {
+      EXPECT_TRUE(std::holds_alternative<std::nullptr_t>(k["graph_op"].v));
+    }
+  }
+}
+
 TEST_F(ProfileCli, ExitCodesNameTheFailure) {
   EXPECT_EQ(cli(db_arg() + "list"), 0) << "nothing measured yet is an answer";
   EXPECT_NE(out_.find("no task measured yet"), std::string::npos) << out_;
@@ -400,5 +446,6 @@ TEST_F(ProfileCli, ShowSaysHowTheRunsWereTimed) {
   ASSERT_EQ(cli(db_arg() + "show old"), 0) << err_;
   EXPECT_NE(out_.find("timing: not recorded"), std::string::npos) << out_;
   ASSERT_EQ(cli(db_arg() + "export ev --format csv"), 0) << err_;
-  EXPECT_NE(out_.find(",3,2000\n"), std::string::npos) << "dur_unresolved and the uncertainty end kernel 1's row: " << out_;
+  EXPECT_NE(out_.find(",3,2000,\n"), std::string::npos)
+      << "dur_unresolved and the uncertainty, then no graph op, end kernel 1's row: " << out_;
 }

@@ -64,38 +64,68 @@ void write_task_list(std::ostream& out, const std::vector<profiledb::TaskInfo>& 
 }
 
 void write_kernel_table(std::ostream& out, const profiledb::TaskInfo& task, const std::vector<KernelProfile>& kernels) {
+  // A graph's kernel nodes (graph_op) are what its op is made of: listed under it, indented, and not
+  // counted again in the task's GPU time.
+  std::map<uint64_t, std::vector<const KernelProfile*>> nodes_of;
+  std::unordered_map<uint64_t, bool> listed;   // graph op ID -> a row of its own
   double total = 0;
-  for (const auto& k : kernels) total += k.dur_mean * static_cast<double>(k.count);
-  fmt::print(out, "task {}  ({} runs, {})  {} kernels, {} GPU time in all\n", task.key, task.runs_measured, task.state,
-             kernels.size(), human_ns(total));
+  size_t ops = 0;
+  for (const auto& k : kernels) {
+    if (k.graph_op != 0) {
+      nodes_of[k.graph_op].push_back(&k);
+      continue;
+    }
+    total += k.dur_mean * static_cast<double>(k.count);
+    ++ops;
+    listed[k.kernel_id] = true;
+  }
+  fmt::print(out, "task {}  ({} runs, {})  {} kernels, {} GPU time in all", task.key, task.runs_measured, task.state, ops,
+             human_ns(total));
+  if (!nodes_of.empty())
+    fmt::print(out, "; {} kernels timed inside {} graph ops (listed under them)", kernels.size() - ops, nodes_of.size());
+  fmt::print(out, "\n");
   fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>6}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>6}  {:>9}\n",
              "KERNEL ID", "NAME", "CALLS", "TIME%", "DUR MEAN", "DUR SD", "DUR P50", "DUR P90", "GAP MEAN", "GAP P50",
              "GAP P90", "BOUNDARY", "WAVES", "SM HOLD");
-  for (const auto& k : kernels) {
+  const auto row = [&](const KernelProfile& k, const std::string& indent) {
     const double share = total > 0 ? 100.0 * k.dur_mean * static_cast<double>(k.count) / total : 0;
     const auto gap = [&](double v) { return k.gap_count ? human_ns(v) : std::string("-"); };
     const bool known = k.blocks_per_sm != 0 && k.sm_count != 0;
     fmt::print(out, "{:<18}  {:<40}  {:>8}  {:>5.1f}%  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>9}  {:>8}  {:>6}  {:>9}\n",
-               hex_id(k.kernel_id), shorten(k.name, 40), k.count, share, human_ns(k.dur_mean), human_ns(k.dur_stddev),
-               human_ns(static_cast<double>(k.dur_p50)), human_ns(static_cast<double>(k.dur_p90)), gap(k.gap_mean),
-               gap(static_cast<double>(k.gap_p50)), gap(static_cast<double>(k.gap_p90)), k.boundary_count,
-               known ? std::to_string(waves(k)) : std::string("?"), human_ns(static_cast<double>(sm_hold(k))));
+               hex_id(k.kernel_id), shorten(indent + k.name, 40), k.count, share, human_ns(k.dur_mean),
+               human_ns(k.dur_stddev), human_ns(static_cast<double>(k.dur_p50)), human_ns(static_cast<double>(k.dur_p90)),
+               gap(k.gap_mean), gap(static_cast<double>(k.gap_p50)), gap(static_cast<double>(k.gap_p90)),
+               k.boundary_count, known ? std::to_string(waves(k)) : std::string("?"),
+               human_ns(static_cast<double>(sm_hold(k))));
+  };
+  for (const auto& k : kernels) {
+    if (k.graph_op != 0) continue;
+    row(k, "");
+    if (auto it = nodes_of.find(k.kernel_id); it != nodes_of.end())
+      for (const KernelProfile* n : it->second) row(*n, "  ");
+  }
+  // Nodes of a graph op that has no row (its launches were never timed whole in a stored run).
+  for (const auto& [op, nodes] : nodes_of) {
+    if (listed.count(op)) continue;
+    fmt::print(out, "{:<18}  {:<40}\n", hex_id(op), "[graph op not in the profile]");
+    for (const KernelProfile* n : nodes) row(*n, "  ");
   }
 }
 
 static constexpr const char* kCsvHeader =
     "kernel_id,name,call_site,grid_x,grid_y,grid_z,block_x,block_y,block_z,shared_mem,count,dur_mean_ns,"
     "dur_stddev_ns,dur_min_ns,dur_p50_ns,dur_p90_ns,dur_max_ns,gap_count,gap_mean_ns,gap_p10_ns,gap_p50_ns,"
-    "gap_p90_ns,boundary_count,blocks_per_sm,sm_count,waves,sm_hold_p50_ns,dur_unresolved,timing_uncertainty_ns";
+    "gap_p90_ns,boundary_count,blocks_per_sm,sm_count,waves,sm_hold_p50_ns,dur_unresolved,timing_uncertainty_ns,graph_op";
 
 void write_kernels_csv(std::ostream& out, const std::vector<KernelProfile>& kernels, uint64_t uncertainty_ns) {
   out << kCsvHeader << '\n';
   for (const auto& k : kernels)
-    fmt::print(out, "{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{}\n",
+    fmt::print(out, "{},{},{},{},{},{},{},{},{},{},{},{:.3f},{:.3f},{},{},{},{},{},{:.3f},{},{},{},{},{},{},{},{},{},{},{}\n",
                hex_id(k.kernel_id), csv_quote(k.name), csv_quote(k.call_site), k.grid[0], k.grid[1], k.grid[2],
                k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev, k.dur_min,
                k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
-               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k), k.dur_unresolved, uncertainty_ns);
+               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k), k.dur_unresolved, uncertainty_ns,
+               k.graph_op ? hex_id(k.graph_op) : std::string());
 }
 
 // JSON through nlohmann-json: strings escaped and bytes that are not UTF-8 (a mangled name cut short)
@@ -126,7 +156,8 @@ void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, cons
                   {"gap_mean_ns", rounded(k.gap_mean)}, {"gap_p10_ns", k.gap_p10}, {"gap_p50_ns", k.gap_p50},
                   {"gap_p90_ns", k.gap_p90}, {"boundary_count", k.boundary_count}, {"blocks_per_sm", k.blocks_per_sm},
                   {"sm_count", k.sm_count}, {"waves", waves(k)}, {"sm_hold_p50_ns", sm_hold(k)},
-                  {"dur_unresolved", k.dur_unresolved}, {"timing_uncertainty_ns", uncertainty_ns}});
+                  {"dur_unresolved", k.dur_unresolved}, {"timing_uncertainty_ns", uncertainty_ns},
+                  {"graph_op", k.graph_op ? nlohmann::ordered_json(hex_id(k.graph_op)) : nlohmann::ordered_json()}});
   }
   out << "\n]}\n";
 }
