@@ -19,6 +19,11 @@
 #    (JAX_COMPILATION_CACHE_DIR, default /tmp/fikit-jax-cache) makes a run start in seconds.
 #    With OTHER_PREFIX=DIR the segments are also run from that install (another build of the hook),
 #    interleaved, as seg=N@other: an A/B of two builds on one GPU.
+# 3. PARTS=profile: each of SPEED_JOBS measured (fikit-run --mode measure: CUPTI timing) for
+#    PROFILE_S (default 8) s, in segments as a job measures; then `fikit-profile show` (the graph's
+#    kernels listed under their segments) and how many rows are kernels timed inside graphs; then a
+#    share run of 3 s in segments whose FIKIT_STATS says how many of its graphs' kernel nodes the
+#    profile knew by shape when they were cut.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$here/../..
@@ -76,6 +81,43 @@ results() {   # NAME COMMAND...
 
 parts=${PARTS:-results speed}
 jobs=${SPEED_JOBS:-jax vitl}
+profile_job() {   # NAME COMMAND...
+  local name=$1 t0=$SECONDS
+  shift
+  timeout 150 env FIKIT_STATS=1 FIKIT_LOG_LEVEL=info $pin "$run" --mode measure --priority 5 --task-key "gp-$name" \
+    --db "$db" --scheduler 127.0.0.1:47999 -- "$@" --duration-s "${PROFILE_S:-8}" >"$out/profile-$name.txt" 2>"$out/profile-$name.err"
+  echo "$name measured: rc=$? $((SECONDS - t0)) s"
+  grep -h "graphs segmented=\|measure:\|cupti\|CUPTI" "$out/profile-$name.err" | head -12 | sed 's/^/   /'
+  "$prefix/bin/fikit-profile" --db "$db" show "gp-$name" >"$out/profile-$name-show.txt" 2>&1
+  head -n 40 "$out/profile-$name-show.txt" | cut -c1-150 | sed 's/^/   /'
+  "$prefix/bin/fikit-profile" --db "$db" export "gp-$name" --format csv -o "$out/profile-$name.csv"
+  python3 - "$out/profile-$name.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+nodes = [r for r in rows if r["graph_op"]]
+graphs = {r["graph_op"] for r in nodes}
+ops = [r for r in rows if not r["graph_op"]]
+seg_ops = [r for r in ops if r["name"].startswith("[graph")]
+print(f"   profile: {len(ops)} ops ({len(seg_ops)} graph ops), {len(nodes)} kernels timed inside {len(graphs)} graph ops"
+      f" ({sum(int(r['count']) for r in nodes)} node timings)")
+name_of = {r["kernel_id"]: r["name"] for r in rows}
+nodes.sort(key=lambda r: -int(r["dur_p50_ns"]))
+for r in nodes[:8]:   # the longest nodes, and where they ran
+    print(f"   node {r['name'][:50]:50} p50 {int(r['dur_p50_ns'])/1e3:9.1f} us mean {float(r['dur_mean_ns'])/1e3:9.1f} us"
+          f" x{r['count']} in {name_of.get(r['graph_op'], r['graph_op'])[:40]}")
+PY
+  t0=$SECONDS
+  timeout 120 env FIKIT_GRAPH_SEGMENTS=always FIKIT_STATS=1 FIKIT_DAEMON_TIMEOUT_MS=20 $pin "$run" --mode share \
+    --priority 5 --task-key "gp-$name" --db "$db" --scheduler 127.0.0.1:47999 -- "$@" --duration-s 3 \
+    >"$out/profile-$name-share.txt" 2>"$out/profile-$name-share.err"
+  echo "$name shared in segments: rc=$? $((SECONDS - t0)) s"
+  grep -h "graphs segmented=" "$out/profile-$name-share.err" | sed 's/ node_changes.*//; s/^/   /'
+}
+if [[ " $parts " == *" profile "* ]]; then
+  [[ " $jobs " == *" jax "* ]] && profile_job jax python3 "$root/examples/jax/train_jax.py"
+  [[ " $jobs " == *" vitl "* ]] && profile_job vitl python3 "$root/examples/pytorch/train.py" --model vit_l_16 --batch 16 --cuda-graph
+  [[ " $jobs " == *" scan "* ]] && profile_job scan python3 "$root/examples/pytorch/train.py" --model scan --batch 64 --seq 64 --cuda-graph
+fi
 if [[ " $parts " == *" results "* ]]; then
   result_jobs=${RESULT_JOBS:-scan resnet jax}
   [[ " $result_jobs " == *" scan "* ]] && results scan-graph "${scan_cmd[@]}"
