@@ -96,6 +96,7 @@ class MeasureMode final : public Mode {
       requests_.launched(monotonic_ns());
       if (backend_.load(std::memory_order_relaxed) == kBackendUnknown) note_backend();
     }
+    if (!windows_) launches_.fetch_add(1, std::memory_order_relaxed);
     uintptr_t measured = 0;
     if (retired_.load(std::memory_order_relaxed)) {
       measured = 0;
@@ -153,6 +154,7 @@ class MeasureMode final : public Mode {
       work_epoch_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (sample_every_ == 1 || windows_ || retired_.load(std::memory_order_relaxed)) return;
+    note_iteration_end(epoch - 1);
     // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
     // complete, so its records can be delivered at once rather than when a buffer fills.
     timer_->set_collecting(sampled(epoch));
@@ -186,6 +188,17 @@ class MeasureMode final : public Mode {
     if (thread_state_.load(std::memory_order_acquire) != kRunning || finished_.load(std::memory_order_acquire))
       return;
     stopping_.store(true, std::memory_order_release);
+    if (sample_every_ > 1 && !windows_) {
+      note_iteration_end(sync_epoch_.load(std::memory_order_relaxed));   // the last one, still open
+      const uint64_t all = launches_.load(std::memory_order_relaxed);
+      const uint64_t longest = longest_unmeasured_.load(std::memory_order_relaxed);
+      if (all >= 1000 && longest * 2 > all)
+        log(LogLevel::Warn, "measure: %" PRIu64 " of this process's %" PRIu64 " launches came between two host "
+            "synchronisations in an iteration that was not measured (one in %u is): the program rarely "
+            "synchronises the way the hook counts (a JAX job waits for its results without cuStreamSynchronize or "
+            "cuEventSynchronize), so its profile misses most of its work. Measure every iteration "
+            "(fikit-run --measure-sample 1) or windows of ops (FIKIT_TIMING=events)", longest, all, sample_every_);
+    }
     // Bounded: the thread drains for at most kDrainMs, then writes the run; a database that
     // stays locked is given up after the busy timeout.
     const uint64_t deadline = now_ms() + kDrainMs + kDbTimeoutMs + 200;
@@ -211,6 +224,16 @@ class MeasureMode final : public Mode {
   // (Measured on an H100, fewer switches did not make the launches between measured iterations
   // faster: CUPTI attached at all is what costs them; docs/performance-measure.md.)
   bool sampled(uint64_t epoch) const noexcept { return measure::sampled_iteration(epoch, burst_, sample_every_); }
+  // The iteration after `epoch` synchronisations ended (or the process is ending): the longest one
+  // not measured, in launches, for the warning at exit. Threads race here only to the same effect.
+  void note_iteration_end(uint64_t epoch) noexcept {
+    const uint64_t now = launches_.load(std::memory_order_relaxed);
+    const uint64_t launches = now - launches_at_sync_.exchange(now, std::memory_order_relaxed);
+    if (sampled(epoch)) return;
+    uint64_t longest = longest_unmeasured_.load(std::memory_order_relaxed);
+    while (launches > longest && !longest_unmeasured_.compare_exchange_weak(longest, launches, std::memory_order_relaxed)) {
+    }
+  }
 
   // Windows (FIKIT_MEASURE_UNIT): of every kWindowOps * sample_every_ launches (a period), the
   // kWindowOps consecutive ones at an offset drawn for that period are measured: one op in
@@ -323,11 +346,8 @@ class MeasureMode final : public Mode {
           }
         }
         pending_since = 0;
-        std::optional<measure::Run> run;
         const bool window_head = slot->launched && slot->window != 0 && starts_window(slot->context, slot->stream, slot->window);
-        if (slot->launched) ++launched_in_run_;
         if (p == Timer::Poll::Ready) {
-          ++timed_in_run_;
           op.kernel_id = slot->kernel_id;
           op.stream = slot->stream;
           op.sync_epoch = slot->sync_epoch;
@@ -335,18 +355,25 @@ class MeasureMode final : public Mode {
           op.after_drop = slot->after_drop;
           op.window_head = window_head;
           op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
-          run = builder_.add(op);
-          // After add(): a run it closed is the one before this op; the nodes go with the op.
-          if (slot->kind == OpKind::Graph && timer_->take_graph_nodes(next_, slot->kernel_id, graph_nodes_))
-            builder_.add_graph_nodes(slot->kernel_id, graph_nodes_);
+          // CUPTI's stream of the op (0: timed with events, in stream order by construction).
+          const uint64_t stream_key = slot->via_events ? 0 : uint64_t(slot->cupti_context) << 32 | slot->cupti_stream;
+          if (!feed_held(&op, stream_key)) return;   // handed over to share mode
+          held_.op = op;
+          held_.stream_key = stream_key;
+          held_.graph_op = slot->kind == OpKind::Graph ? slot->kernel_id : 0;
+          held_.nodes.clear();
+          if (held_.graph_op != 0) timer_->take_graph_nodes(next_, held_.graph_op, held_.nodes);
+          held_.valid = true;
         } else if (slot->launched) {
-          run = builder_.add_untimed(slot->sync_epoch, window_head, slot->work_epoch);
+          if (!feed_held(nullptr, 0)) return;
+          ++launched_in_run_;
+          std::optional<measure::Run> run = builder_.add_untimed(slot->sync_epoch, window_head, slot->work_epoch);
+          if (run && !store(*run)) return;
         }
         ++next_;
         consumed_.store(next_, std::memory_order_release);
         ring_->release_below(timer_->oldest_needed(next_));
         progressed = true;
-        if (run && !store(*run)) return;   // handed over to share mode
       }
       if (stopping_.load(std::memory_order_acquire)) {
         const uint64_t now = now_ms();
@@ -359,6 +386,7 @@ class MeasureMode final : public Mode {
       }
       if (!progressed) sleep_us(200);
     }
+    if (!feed_held(nullptr, 0)) return;
     if (auto run = builder_.finish()) {
       store(*run);
     } else if (launched_in_run_ > 0) {
@@ -366,6 +394,28 @@ class MeasureMode final : public Mode {
           "stored (the program ended before the GPU finished them)", launched_in_run_, cfg_.task_key);
     }
     timer_->finished();
+  }
+
+  // A timed op goes to the run builder once the op after it is known: CUPTI's records of the first
+  // ops after collection turns on can end long after the next op of their stream started (a ViT-L
+  // step's first graph segments read 35 ms where they take 13-200 us, H200, driver 580), which a
+  // stream running its work in order rules out: such an op counts as untimed (its graph's nodes
+  // too). False once auto mode has handed over to share mode.
+  bool feed_held(const measure::TimedOp* next, uint64_t next_stream_key) {
+    if (!held_.valid) return true;
+    held_.valid = false;
+    ++launched_in_run_;
+    std::optional<measure::Run> run;
+    if (next != nullptr && measure::ends_after_next_started(held_.op, held_.stream_key, *next, next_stream_key)) {
+      ++out_of_order_;
+      run = builder_.add_untimed(held_.op.sync_epoch, held_.op.window_head, held_.op.work_epoch);
+    } else {
+      ++timed_in_run_;
+      run = builder_.add(held_.op);
+      // After add(): a run it closed is the one before this op; the nodes go with the op.
+      if (!held_.nodes.empty()) builder_.add_graph_nodes(held_.graph_op, held_.nodes);
+    }
+    return !run || store(*run);
   }
 
   // Writes one run; false once auto mode has handed over to share mode (stop measuring).
@@ -401,6 +451,10 @@ class MeasureMode final : public Mode {
     else
       log(LogLevel::Info, "measure: run %" PRIu64 " of task %s stored: %" PRIu64 " of %" PRIu64 " ops timed", runs,
           cfg_.task_key, timed_in_run_, run.summary.ops_launched);
+    if (out_of_order_ != 0) {
+      log(LogLevel::Info, "measure: %" PRIu64 " ops so far were timed to end after the next op of their stream "
+          "started (CUPTI's first records after collection turns on): counted as untimed", out_of_order_);
+    }
     // The op that closed the run belongs to the next one: its timing is counted there next time.
     timer_->run_stored(runs, run.summary.gpu_ops, timed_in_run_);
     timed_in_run_ = 0;
@@ -434,6 +488,8 @@ class MeasureMode final : public Mode {
 
   // Shared between launching threads and the measurement thread.
   std::atomic<uint64_t> sync_epoch_{0};
+  // Launches, and where the last iteration began (iterations sampled: note_iteration_end).
+  std::atomic<uint64_t> launches_{0}, launches_at_sync_{0}, longest_unmeasured_{0};
   alignas(64) std::atomic<uint64_t> window_launches_{0};  // launches seen (windows); a line of its own
   // Windows: synchronisations that came after a kernel or graph launch, and whether one came since
   // the last synchronisation.
@@ -462,7 +518,14 @@ class MeasureMode final : public Mode {
   std::array<StreamWindow, 32> stream_windows_{};
   uint64_t next_stream_window_ = 0;
   measure::RunBuilder builder_;
-  std::vector<measure::GraphNodeTime> graph_nodes_;   // a graph op's kernel nodes (measurement thread; reused)
+  struct Held {   // the last timed op, until the next one is known (feed_held)
+    bool valid = false;
+    measure::TimedOp op;
+    uint64_t stream_key = 0;
+    uint64_t graph_op = 0;   // a graph op: its ID, and its kernel nodes
+    std::vector<measure::GraphNodeTime> nodes;
+  } held_;
+  uint64_t out_of_order_ = 0;   // timed ops that ended after the next op of their stream started
   std::unique_ptr<profiledb::Database> db_;
 };
 

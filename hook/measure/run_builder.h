@@ -46,6 +46,17 @@ struct GraphNodeTime {
   uint32_t shared_mem = 0;
 };
 
+// Whether `earlier`, timed on the stream `earlier_stream` (a key; 0: unknown), ends after `later`,
+// the next op launched on the same stream, started: impossible for a stream, which runs its work
+// in order, so the earlier op's timing is wrong (CUPTI: measure_mode.cpp, feed_held). Ops whose
+// start is not known are not compared.
+inline bool ends_after_next_started(const TimedOp& earlier, uint64_t earlier_stream, const TimedOp& later,
+                                    uint64_t later_stream) noexcept {
+  constexpr uint64_t kToleranceNs = 1000;
+  return earlier_stream != 0 && earlier_stream == later_stream && !later.start_unknown && !later.window_head &&
+         later.start_ns + kToleranceNs < earlier.end_ns;
+}
+
 struct Run {
   profiledb::RunSummary summary;
   std::vector<profiledb::KernelSample> kernels;   // kernel_id and statistics; names filled by the caller

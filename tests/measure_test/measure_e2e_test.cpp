@@ -209,7 +209,8 @@ TEST_F(MeasureE2E, DurationsAndGapsMatchTheProgramsRhythm) {
 }
 
 TEST_F(MeasureE2E, SampledIterationsAreMeasuredWhole) {
-  // One iteration in four measured (0, 4, .. 36); the probe prints its bounds over those same ones.
+  // One iteration in four measured (0, then one of each four at an offset: sampling.h); the probe
+  // prints its bounds over those same ones.
   auto args = kRhythm;
   args.insert(args.end(), {"--iterations", "40", "--bounds-every", "4"});
   ASSERT_EQ(run(args, {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_UNIT", "iteration"}}), 0) << slurp("err0");
@@ -341,6 +342,27 @@ TEST_F(MeasureE2E, ARunSaysWhetherItsProcessWasAnMpsClient) {
   EXPECT_EQ(runs[0].backend, "mps");
   EXPECT_GE(runs[0].requests, 40u);
   EXPECT_GT(runs[0].request_p50_ns, 0u);
+}
+
+// A program that rarely synchronises puts most of its launches in one iteration; measured one in N,
+// that iteration is likely not measured, and the profile misses most of the work: said at exit.
+TEST_F(MeasureE2E, AProgramThatRarelySynchronisesIsToldWhatItsProfileMisses) {
+  // One upload (a copy and a synchronisation) first: the 1200 launches after it are the second iteration,
+  // which one in four leaves out (the first period measures the first).
+  ASSERT_EQ(run({"--iterations", "400", "--sync-every", "400", "--uploads", "1", "--think-us", "0"},
+                {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_UNIT", "iteration"}}),
+            0)
+      << slurp("err0");
+  EXPECT_NE(slurp("err0").find("1200 of this process's 1201 launches came between two host synchronisations in an "
+                               "iteration that was not measured"),
+            std::string::npos)
+      << slurp("err0");
+  // Measured every time, it says nothing.
+  ASSERT_EQ(run({"--iterations", "400", "--sync-every", "400", "--uploads", "1", "--think-us", "0"},
+                {{"FIKIT_MEASURE_SAMPLE", "1"}}),
+            0)
+      << slurp("err0");
+  EXPECT_EQ(slurp("err0").find("was not measured"), std::string::npos) << slurp("err0");
 }
 
 TEST_F(MeasureE2E, BurstsMeasureConsecutiveIterations) {

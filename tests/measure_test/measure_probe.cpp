@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "sampling.h"
+
 namespace {
 
 constexpr const char* kPtx = R"(
@@ -33,13 +35,16 @@ constexpr const char* kPtx = R"(
 
 constexpr const char* kUsage =
     "usage: measure_probe [--iterations N] [--spin-us A,B,..] [--period-us A,B,..] [--think-us T]\n"
-    "                     [--bounds-every N] [--uploads N] [--devices N]\n"
+    "                     [--bounds-every N] [--sync-every N] [--uploads N] [--devices N]\n"
     "                     [--devices-for N] [--contexts N] [--reset-at N]\n"
     "  Launches one spin kernel per position per iteration (spin-us long, period-us apart),\n"
     "  synchronises after each iteration, then sleeps think-us. --iterations 0 runs until killed.\n"
     "  Prints 'position K dur_lo D dur_hi D gap_lo G gap_hi G count C' per position (medians, ns)\n"
-    "  over the iterations 0, N, 2N, .. (--bounds-every, default 1: all), C of them, then the upper\n"
+    "  over the iterations measure mode measures with one in N (--bounds-every, default 1: all; the\n"
+    "  hook's own rule, hook/measure/sampling.h, one synchronisation an iteration), C of them, then the upper\n"
     "  bounds' 90th percentiles and the lower bounds' 10th (dur_hi_p90, gap_lo_p10, gap_hi_p90).\n"
+    "  --sync-every N: synchronise after every Nth iteration only (and the last); the bounds then\n"
+    "  assume nothing (a program that rarely synchronises, as a JAX job's steady state).\n"
     "  --uploads N: first N 4 KiB copies to the device, each waited for (a model's weights uploaded).\n"
     "  --devices N: position K runs on device K mod N (its primary context made current for the\n"
     "  launch, as a program driving several GPUs from one thread does); each is synchronised.\n"
@@ -86,7 +91,7 @@ bool parse_list(const char* s, std::vector<uint64_t>& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint64_t iterations = 20, think_us = 500, bounds_every = 1, uploads = 0, devices = 1,
+  uint64_t iterations = 20, think_us = 500, bounds_every = 1, sync_every = 1, uploads = 0, devices = 1,
            devices_for = UINT64_MAX, contexts = 0, reset_at = UINT64_MAX;
   std::vector<uint64_t> spin_us{50, 200, 20}, period_us{300, 600, 250};
   for (int i = 1; i < argc; ++i) {
@@ -98,6 +103,8 @@ int main(int argc, char** argv) {
       return 0;
     } else if (a == "--iterations" && ok) {
       iterations = std::strtoull(v, nullptr, 10);
+    } else if (a == "--sync-every" && ok) {
+      sync_every = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
     } else if (a == "--bounds-every" && ok) {
       bounds_every = std::max<uint64_t>(1, std::strtoull(v, nullptr, 10));
     } else if (a == "--devices" && ok) {
@@ -185,7 +192,7 @@ int main(int argc, char** argv) {
       const uint64_t start_lo = k > 0 ? std::max(begin, prev_lo + prev_ns) : begin;
       const uint64_t start_hi = k > 0 ? std::max(end, prev_hi + prev_ns) : end;
       // The bounds cover the iterations a sampling measurement measures (one in bounds_every).
-      const bool counted = it % bounds_every == 0;
+      const bool counted = fikit::hook::measure::sampled_iteration(it, 1, bounds_every);
       if (counted) dur_hi[k].push_back(ns + (end - begin));
       if (k > 0 && counted) {
         gap_lo[k - 1].push_back(start_lo > prev_hi + prev_ns ? start_lo - prev_hi - prev_ns : 0);
@@ -195,6 +202,7 @@ int main(int argc, char** argv) {
       prev_hi = start_hi;
       busy_until(begin + period_us[k] * 1000);
     }
+    if ((it + 1) % sync_every != 0 && it + 1 != iterations) continue;
     for (uint64_t c = contexts; c-- > 0;) {
       if (contexts > 1) CHECK(cuCtxSetCurrent(ctx[c]));
       CHECK(cuStreamSynchronize(nullptr));
