@@ -31,7 +31,8 @@ Inspect the per-kernel statistics that FIKIT's measure mode stored.
 
 commands:
   list                                 tasks with their measured run counts
-  show KEY                             kernels of task KEY by total GPU time: duration and gap statistics
+  show KEY                             kernels of task KEY by total GPU time: duration and gap statistics;
+                                       the kernels timed inside a graph launch listed under its op
   export KEY --format csv|json [-o FILE]
                                        the same statistics, machine-readable (stdout unless -o)
   trace KEY -o FILE                    the last measured run as Chrome/Perfetto trace-event JSON
