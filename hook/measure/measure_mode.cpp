@@ -96,14 +96,18 @@ class MeasureMode final : public Mode {
       requests_.launched(monotonic_ns());
       if (backend_.load(std::memory_order_relaxed) == kBackendUnknown) note_backend();
     }
-    if (!windows_) launches_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t launches = windows_ ? 0 : launches_.fetch_add(1, std::memory_order_relaxed) + 1;
     uintptr_t measured = 0;
     if (retired_.load(std::memory_order_relaxed)) {
       measured = 0;
     } else if (windows_) {
       measured = window_of_next_launch();
     } else {
-      measured = sampled(sync_epoch_.load(std::memory_order_relaxed)) ? 1 : 0;
+      const uint64_t epoch = sync_epoch_.load(std::memory_order_relaxed);
+      bool m = measured_iteration(epoch);
+      if (!m && sample_every_ > 1 && launches - launches_at_sync_.load(std::memory_order_relaxed) >= long_iteration())
+        m = promote(epoch);
+      measured = m ? 1 : 0;
     }
     op.mode_context = reinterpret_cast<void*>(measured);
     return measured != 0;
@@ -158,7 +162,7 @@ class MeasureMode final : public Mode {
     // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
     // complete, so its records can be delivered at once rather than when a buffer fills.
     timer_->set_collecting(sampled(epoch));
-    if (sampled(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
+    if (measured_iteration(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
   }
 
   void before_context_teardown(CUcontext, uint64_t context_key) noexcept override {
@@ -224,12 +228,45 @@ class MeasureMode final : public Mode {
   // (Measured on an H100, fewer switches did not make the launches between measured iterations
   // faster: CUPTI attached at all is what costs them; docs/performance-measure.md.)
   bool sampled(uint64_t epoch) const noexcept { return measure::sampled_iteration(epoch, burst_, sample_every_); }
+  // Sampled, or measured from its middle on for being far longer than the program's iterations
+  // before it (promote()).
+  bool measured_iteration(uint64_t epoch) const noexcept {
+    return sampled(epoch) || promoted_epoch_.load(std::memory_order_relaxed) == epoch + 1;
+  }
+  // An iteration not sampled that has run this many launches is measured from then on: at least
+  // kLongIterationLaunches, and 8 times the longest the program ended with a synchronisation. A JAX
+  // job's steady state makes no synchronisation the hook counts (45 in 360 steps of a training job,
+  // H200), so, measured whole iterations at a time, it was measured by chance or not at all; a
+  // program that synchronises every step is never promoted.
+  static constexpr uint64_t kLongIterationLaunches = 4096;
+  uint64_t long_iteration() const noexcept {
+    return std::max(kLongIterationLaunches, 8 * longest_iteration_.load(std::memory_order_relaxed));
+  }
+  // Measures the rest of the iteration after `epoch` synchronisations: CUPTI collects from now on (its
+  // first records are checked against stream order: feed_held). The iteration's first ops went
+  // unmeasured, so the gap before the first measured one is unknown, as after any unmeasured op.
+  bool promote(uint64_t epoch) noexcept {
+    uint64_t expected = promoted_epoch_.load(std::memory_order_relaxed);
+    if (expected == epoch + 1) return true;
+    if (!promoted_epoch_.compare_exchange_strong(expected, epoch + 1, std::memory_order_relaxed))
+      return expected == epoch + 1;
+    timer_->set_collecting(true);
+    if (!promoted_said_.exchange(true, std::memory_order_relaxed))
+      log(LogLevel::Info, "measure: an iteration ran %" PRIu64 " launches without a host synchronisation the hook "
+          "counts: the rest of it is measured (a program that rarely synchronises, as a JAX job)", long_iteration());
+    return true;
+  }
   // The iteration after `epoch` synchronisations ended (or the process is ending): the longest one
-  // not measured, in launches, for the warning at exit. Threads race here only to the same effect.
+  // not measured, in launches, for the warning at exit, and the longest of all (promote()). Threads
+  // race here only to the same effect.
   void note_iteration_end(uint64_t epoch) noexcept {
     const uint64_t now = launches_.load(std::memory_order_relaxed);
     const uint64_t launches = now - launches_at_sync_.exchange(now, std::memory_order_relaxed);
-    if (sampled(epoch)) return;
+    uint64_t longest_all = longest_iteration_.load(std::memory_order_relaxed);
+    while (launches > longest_all &&
+           !longest_iteration_.compare_exchange_weak(longest_all, launches, std::memory_order_relaxed)) {
+    }
+    if (measured_iteration(epoch)) return;
     uint64_t longest = longest_unmeasured_.load(std::memory_order_relaxed);
     while (launches > longest && !longest_unmeasured_.compare_exchange_weak(longest, launches, std::memory_order_relaxed)) {
     }
@@ -489,7 +526,9 @@ class MeasureMode final : public Mode {
   // Shared between launching threads and the measurement thread.
   std::atomic<uint64_t> sync_epoch_{0};
   // Launches, and where the last iteration began (iterations sampled: note_iteration_end).
-  std::atomic<uint64_t> launches_{0}, launches_at_sync_{0}, longest_unmeasured_{0};
+  std::atomic<uint64_t> launches_{0}, launches_at_sync_{0}, longest_unmeasured_{0}, longest_iteration_{0};
+  std::atomic<uint64_t> promoted_epoch_{0};   // epoch + 1 of the iteration promote() measures (0: none)
+  std::atomic<bool> promoted_said_{false};
   alignas(64) std::atomic<uint64_t> window_launches_{0};  // launches seen (windows); a line of its own
   // Windows: synchronisations that came after a kernel or graph launch, and whether one came since
   // the last synchronisation.

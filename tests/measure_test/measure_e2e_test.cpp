@@ -365,6 +365,33 @@ TEST_F(MeasureE2E, AProgramThatRarelySynchronisesIsToldWhatItsProfileMisses) {
   EXPECT_EQ(slurp("err0").find("was not measured"), std::string::npos) << slurp("err0");
 }
 
+// An iteration far longer than any the program ended before (and at least 4096 launches) is
+// measured from there on, even where one in N would leave it out: the rest of a JAX job's steady
+// state, which makes no synchronisation the hook counts.
+TEST_F(MeasureE2E, AnIterationFarLongerThanTheOthersIsMeasuredFromItsMiddleOn) {
+  // One upload (an iteration of one launch), then 6000 launches and a synchronisation at the end:
+  // the second iteration, left out by one in four, is measured from its 4096th launch on.
+  ASSERT_EQ(run({"--iterations", "2000", "--sync-every", "2000", "--uploads", "1", "--think-us", "0",
+                 "--spin-us", "1,1,1", "--period-us", "1,1,1"},
+                {{"FIKIT_MEASURE_SAMPLE", "4"}, {"FIKIT_MEASURE_UNIT", "iteration"}, {"FIKIT_LOG_LEVEL", "info"}}),
+            0)
+      << slurp("err0");
+  const std::string err = slurp("err0");
+  EXPECT_NE(err.find("an iteration ran 4096 launches without a host synchronisation the hook counts: the rest of "
+                     "it is measured"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("was not measured"), std::string::npos) << "no warning: " << err;
+  const auto runs = Database(db_).runs("probe");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_GE(runs[0].ops_launched, 6001u - 4096u) << "the rest of the iteration, and the upload";
+  EXPECT_LE(runs[0].ops_launched, 6001u - 4096u + 2u);
+  EXPECT_GE(runs[0].ops_timed, runs[0].ops_launched - 1);
+  uint64_t kernels_timed = 0;
+  for (const auto& k : Database(db_).kernels("probe")) kernels_timed += k.count;
+  EXPECT_GE(kernels_timed, 1800u);
+}
+
 TEST_F(MeasureE2E, BurstsMeasureConsecutiveIterations) {
   // Bursts of three in every twelve iterations (at an offset drawn for each twelve: sampling.h),
   // 12 of 48 (one in four alone would measure 12 too, but not in threes: the consecutive iterations
