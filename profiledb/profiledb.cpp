@@ -675,7 +675,9 @@ std::vector<TraceOp> Database::last_trace(const std::string& key) {
 Histogram Database::gap_histogram(const std::string& key) {
   impl_->require_task(key);
   Histogram h;
-  Stmt s(impl_->db, "SELECT gap_hist FROM kernels WHERE task_key = ?");
+  // The gaps between the task's ops: a graph's kernels (graph_op, version 7) are inside its op.
+  Stmt s(impl_->db, schema_version() >= 7 ? "SELECT gap_hist FROM kernels WHERE task_key = ? AND graph_op = 0"
+                                          : "SELECT gap_hist FROM kernels WHERE task_key = ?");
   s.bind(1, key);
   while (s.step()) h.merge(s.hist(0));
   return h;

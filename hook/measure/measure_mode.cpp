@@ -11,6 +11,7 @@
 #include <cinttypes>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -96,17 +97,18 @@ class MeasureMode final : public Mode {
       requests_.launched(monotonic_ns());
       if (backend_.load(std::memory_order_relaxed) == kBackendUnknown) note_backend();
     }
-    const uint64_t launches = windows_ ? 0 : launches_.fetch_add(1, std::memory_order_relaxed) + 1;
     uintptr_t measured = 0;
     if (retired_.load(std::memory_order_relaxed)) {
       measured = 0;
     } else if (windows_) {
       measured = window_of_next_launch();
+    } else if (sample_every_ == 1) {
+      measured = 1;
     } else {
+      const uint64_t in_iteration = lengths_.launched();
       const uint64_t epoch = sync_epoch_.load(std::memory_order_relaxed);
       bool m = measured_iteration(epoch);
-      if (!m && sample_every_ > 1 && launches - launches_at_sync_.load(std::memory_order_relaxed) >= long_iteration())
-        m = promote(epoch);
+      if (!m && in_iteration >= lengths_.long_after(kLongIterationLaunches)) m = promote(epoch);
       measured = m ? 1 : 0;
     }
     op.mode_context = reinterpret_cast<void*>(measured);
@@ -135,6 +137,7 @@ class MeasureMode final : public Mode {
     slot->work_epoch = work_epoch_.load(std::memory_order_relaxed);
     slot->after_drop = drop_pending_.exchange(false, std::memory_order_relaxed);
     slot->window = windows_ ? reinterpret_cast<uintptr_t>(op.mode_context) : 0;
+    slot->thread = reinterpret_cast<uintptr_t>(&t_in_flight);
     timer_->before(*slot, seq, op);
     t_in_flight = {slot, seq};
   }
@@ -158,7 +161,9 @@ class MeasureMode final : public Mode {
       work_epoch_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t epoch = sync_epoch_.fetch_add(1, std::memory_order_relaxed) + 1;
     if (sample_every_ == 1 || windows_ || retired_.load(std::memory_order_relaxed)) return;
-    note_iteration_end(epoch - 1);
+    // After promote(), which holds the same lock: its switch never outlives the iteration it was for.
+    std::lock_guard guard(collecting_mutex_);
+    lengths_.ended(measured_iteration(epoch - 1));
     // The GPU collects timings (CUPTI) only during measured iterations; the one that just ended is
     // complete, so its records can be delivered at once rather than when a buffer fills.
     timer_->set_collecting(sampled(epoch));
@@ -193,10 +198,10 @@ class MeasureMode final : public Mode {
       return;
     stopping_.store(true, std::memory_order_release);
     if (sample_every_ > 1 && !windows_) {
-      note_iteration_end(sync_epoch_.load(std::memory_order_relaxed));   // the last one, still open
-      const uint64_t all = launches_.load(std::memory_order_relaxed);
-      const uint64_t longest = longest_unmeasured_.load(std::memory_order_relaxed);
-      if (all >= 1000 && longest * 2 > all)
+      lengths_.ended(measured_iteration(sync_epoch_.load(std::memory_order_relaxed)));   // the last one, still open
+      const uint64_t all = lengths_.launches();
+      const uint64_t longest = lengths_.longest_unmeasured();
+      if (all >= 1000 && longest > all / 2)
         log(LogLevel::Warn, "measure: %" PRIu64 " of this process's %" PRIu64 " launches came between two host "
             "synchronisations in an iteration that was not measured (one in %u is): the program rarely "
             "synchronises the way the hook counts (a JAX job waits for its results without cuStreamSynchronize or "
@@ -234,42 +239,26 @@ class MeasureMode final : public Mode {
     return sampled(epoch) || promoted_epoch_.load(std::memory_order_relaxed) == epoch + 1;
   }
   // An iteration not sampled that has run this many launches is measured from then on: at least
-  // kLongIterationLaunches, and 8 times the longest the program ended with a synchronisation. A JAX
-  // job's steady state makes no synchronisation the hook counts (45 in 360 steps of a training job,
-  // H200), so, measured whole iterations at a time, it was measured by chance or not at all; a
-  // program that synchronises every step is never promoted.
+  // kLongIterationLaunches, and 8 times the longest the program ended with a synchronisation
+  // (IterationLengths, sampling.h). A JAX job's steady state makes no synchronisation the hook
+  // counts (45 in 360 steps of a training job, H200), so, measured whole iterations at a time, it
+  // was measured by chance or not at all; a program that synchronises every step is never promoted.
   static constexpr uint64_t kLongIterationLaunches = 4096;
-  uint64_t long_iteration() const noexcept {
-    return std::max(kLongIterationLaunches, 8 * longest_iteration_.load(std::memory_order_relaxed));
-  }
-  // Measures the rest of the iteration after `epoch` synchronisations: CUPTI collects from now on (its
-  // first records are checked against stream order: feed_held). The iteration's first ops went
-  // unmeasured, so the gap before the first measured one is unknown, as after any unmeasured op.
+  // Measures the rest of the iteration after `epoch` synchronisations, if it is still in progress:
+  // CUPTI collects from now on (its first records are checked against stream order: feed_held). Its
+  // first ops went unmeasured, so the gap before the first measured one is unknown, as after any
+  // unmeasured op. Rare (once per such iteration), so a lock, shared with after_sync's switch.
   bool promote(uint64_t epoch) noexcept {
-    uint64_t expected = promoted_epoch_.load(std::memory_order_relaxed);
-    if (expected == epoch + 1) return true;
-    if (!promoted_epoch_.compare_exchange_strong(expected, epoch + 1, std::memory_order_relaxed))
-      return expected == epoch + 1;
+    std::lock_guard guard(collecting_mutex_);
+    if (sync_epoch_.load(std::memory_order_relaxed) != epoch) return measured_iteration(epoch);
+    if (promoted_epoch_.load(std::memory_order_relaxed) == epoch + 1) return true;
+    promoted_epoch_.store(epoch + 1, std::memory_order_relaxed);   // epochs only grow: forward
     timer_->set_collecting(true);
     if (!promoted_said_.exchange(true, std::memory_order_relaxed))
       log(LogLevel::Info, "measure: an iteration ran %" PRIu64 " launches without a host synchronisation the hook "
-          "counts: the rest of it is measured (a program that rarely synchronises, as a JAX job)", long_iteration());
+          "counts: the rest of it is measured (a program that rarely synchronises, as a JAX job)",
+          lengths_.long_after(kLongIterationLaunches));
     return true;
-  }
-  // The iteration after `epoch` synchronisations ended (or the process is ending): the longest one
-  // not measured, in launches, for the warning at exit, and the longest of all (promote()). Threads
-  // race here only to the same effect.
-  void note_iteration_end(uint64_t epoch) noexcept {
-    const uint64_t now = launches_.load(std::memory_order_relaxed);
-    const uint64_t launches = now - launches_at_sync_.exchange(now, std::memory_order_relaxed);
-    uint64_t longest_all = longest_iteration_.load(std::memory_order_relaxed);
-    while (launches > longest_all &&
-           !longest_iteration_.compare_exchange_weak(longest_all, launches, std::memory_order_relaxed)) {
-    }
-    if (measured_iteration(epoch)) return;
-    uint64_t longest = longest_unmeasured_.load(std::memory_order_relaxed);
-    while (launches > longest && !longest_unmeasured_.compare_exchange_weak(longest, launches, std::memory_order_relaxed)) {
-    }
   }
 
   // Windows (FIKIT_MEASURE_UNIT): of every kWindowOps * sample_every_ launches (a period), the
@@ -394,15 +383,16 @@ class MeasureMode final : public Mode {
           op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
           // CUPTI's stream of the op (0: timed with events, in stream order by construction).
           const uint64_t stream_key = slot->via_events ? 0 : uint64_t(slot->cupti_context) << 32 | slot->cupti_stream;
-          if (!feed_held(&op, stream_key)) return;   // handed over to share mode
+          if (!feed_held(&op, stream_key, slot->thread)) return;   // handed over to share mode
           held_.op = op;
           held_.stream_key = stream_key;
+          held_.thread = slot->thread;
           held_.graph_op = slot->kind == OpKind::Graph ? slot->kernel_id : 0;
           held_.nodes.clear();
           if (held_.graph_op != 0) timer_->take_graph_nodes(next_, held_.graph_op, held_.nodes);
           held_.valid = true;
         } else if (slot->launched) {
-          if (!feed_held(nullptr, 0)) return;
+          if (!feed_held(nullptr, 0, 0)) return;
           ++launched_in_run_;
           std::optional<measure::Run> run = builder_.add_untimed(slot->sync_epoch, window_head, slot->work_epoch);
           if (run && !store(*run)) return;
@@ -423,7 +413,7 @@ class MeasureMode final : public Mode {
       }
       if (!progressed) sleep_us(200);
     }
-    if (!feed_held(nullptr, 0)) return;
+    if (!feed_held(nullptr, 0, 0)) return;
     if (auto run = builder_.finish()) {
       store(*run);
     } else if (launched_in_run_ > 0) {
@@ -437,13 +427,16 @@ class MeasureMode final : public Mode {
   // ops after collection turns on can end long after the next op of their stream started (a ViT-L
   // step's first graph segments read 35 ms where they take 13-200 us, H200, driver 580), which a
   // stream running its work in order rules out: such an op counts as untimed (its graph's nodes
-  // too). False once auto mode has handed over to share mode.
-  bool feed_held(const measure::TimedOp* next, uint64_t next_stream_key) {
+  // too). Only ops of one thread are compared: the ring's order is the order of the launch calls'
+  // start, and two threads launching on one stream (PyTorch's autograd thread and the main thread)
+  // can reach the driver the other way round. False once auto mode has handed over to share mode.
+  bool feed_held(const measure::TimedOp* next, uint64_t next_stream_key, uint64_t next_thread) {
     if (!held_.valid) return true;
     held_.valid = false;
     ++launched_in_run_;
     std::optional<measure::Run> run;
-    if (next != nullptr && measure::ends_after_next_started(held_.op, held_.stream_key, *next, next_stream_key)) {
+    if (next != nullptr && next_thread == held_.thread &&
+        measure::ends_after_next_started(held_.op, held_.stream_key, *next, next_stream_key)) {
       ++out_of_order_;
       run = builder_.add_untimed(held_.op.sync_epoch, held_.op.window_head, held_.op.work_epoch);
     } else {
@@ -525,9 +518,9 @@ class MeasureMode final : public Mode {
 
   // Shared between launching threads and the measurement thread.
   std::atomic<uint64_t> sync_epoch_{0};
-  // Launches, and where the last iteration began (iterations sampled: note_iteration_end).
-  std::atomic<uint64_t> launches_{0}, launches_at_sync_{0}, longest_unmeasured_{0}, longest_iteration_{0};
-  std::atomic<uint64_t> promoted_epoch_{0};   // epoch + 1 of the iteration promote() measures (0: none)
+  measure::IterationLengths lengths_;          // iterations sampled one in N
+  std::mutex collecting_mutex_;                // CUPTI's collection switched: after_sync, promote
+  std::atomic<uint64_t> promoted_epoch_{0};    // epoch + 1 of the iteration promote() measures (0: none)
   std::atomic<bool> promoted_said_{false};
   alignas(64) std::atomic<uint64_t> window_launches_{0};  // launches seen (windows); a line of its own
   // Windows: synchronisations that came after a kernel or graph launch, and whether one came since
@@ -561,6 +554,7 @@ class MeasureMode final : public Mode {
     bool valid = false;
     measure::TimedOp op;
     uint64_t stream_key = 0;
+    uint64_t thread = 0;
     uint64_t graph_op = 0;   // a graph op: its ID, and its kernel nodes
     std::vector<measure::GraphNodeTime> nodes;
   } held_;

@@ -28,6 +28,7 @@ struct OpSlot {
   bool timed = false;             // the timer armed itself for this op
   bool after_drop = false;        // an untimed op (ring full) came just before: the gap before is unknown
   uint64_t window = 0;            // the window of measured ops it belongs to (measure_mode.cpp); 0: none
+  uint64_t thread = 0;            // the launching thread (measure_mode.cpp: a thread-local's address)
   // Events timing: the pair of the event timer's pool this op was recorded with, and its context's
   // key (event_timer.cpp; 0: not known).
   CUevent start_event = nullptr, end_event = nullptr;

@@ -105,8 +105,10 @@ size_t Predictions::read(const Config& cfg, const policy::Estimators& estimators
       e.dur_est_ns = policy::predicted_duration(stats, estimators.duration);
       e.gap_ns = policy::predicted_gap(stats, estimators);
       e.hold_ns = std::max<uint64_t>(1, stats.hold_p50);
-      put(e);
       if (!k.name.empty()) put_shape(kernelid::shape_id_of(k.name, k.grid.data(), k.block.data(), k.shared_mem), e);
+      // A kernel timed inside a graph launch (graph_op) is known by its shape only: no launch carries its ID.
+      if (k.graph_op != 0) continue;
+      put(e);
       ++n;
     }
   } catch (const profiledb::DbError& e) {

@@ -35,7 +35,8 @@ class Predictions {
   Predictions();
   // Reads the task's profile into the table (again: updates and adds), predicting with `estimators`
   // (the daemon's, from its registration answer; the defaults before). A missing database or task
-  // is logged once and leaves the table as it was. Returns the kernels read.
+  // is logged once and leaves the table as it was. Returns the kernels read (a graph's kernels timed
+  // inside its launches, known by shape only, not counted).
   size_t load(const Config& cfg) noexcept;
   size_t load(const Config& cfg, const policy::Estimators& estimators) noexcept;
   // The first read, on the program's first CUDA call: it waits at most `busy_timeout_ms` for a

@@ -276,6 +276,12 @@ TEST_F(ProfileCli, ShowListsAGraphsKernelsUnderItAndExportNamesTheirGraph) {
   EXPECT_NE(out_.find(" 80.0%"), std::string::npos) << "the graph's share of 500 us: " << out_;
   EXPECT_LT(out_.find("[graph op not in the profile]"), out_.find("  orphan_node")) << out_;
 
+  // The gaps between the task's ops: the graph node's 10 gaps (1 us each) are inside its graph op.
+  ASSERT_EQ(cli(db_arg() + "gaps job"), 0) << err_;
+  EXPECT_TRUE(out_.starts_with("0 gaps between ops")) << out_;
+  // Compared with itself, every op agrees, and the nodes are not compared on top of their graph.
+  ASSERT_EQ(cli(db_arg() + "compare job job"), 0) << err_;
+  EXPECT_EQ(out_.find("inner_gemm_node"), std::string::npos) << out_;
   ASSERT_EQ(cli(db_arg() + "export job --format csv"), 0) << err_;
   const auto rows = parse_csv(out_);
   std::map<std::string, size_t> col;

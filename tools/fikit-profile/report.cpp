@@ -296,10 +296,20 @@ bool occupancy_known(const KernelProfile& k) { return k.blocks_per_sm != 0 && k.
 // the gaps after them are not compared (they are listed).
 bool copy_op(const KernelProfile& k) { return k.name.starts_with("[memcpy") || k.name.starts_with("[memset"); }
 
+// The ops a profile has, without the kernels timed inside graph launches (graph_op): those are what
+// their graph's op is made of, and counting both would count that time twice.
+std::vector<KernelProfile> ops_only(const std::vector<KernelProfile>& kernels) {
+  std::vector<KernelProfile> ops;
+  for (const auto& k : kernels)
+    if (k.graph_op == 0) ops.push_back(k);
+  return ops;
+}
+
 }  // namespace
 
-Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vector<KernelProfile>& b,
+Agreement compare_profiles(const std::vector<KernelProfile>& all_a, const std::vector<KernelProfile>& all_b,
                            const CompareRules& rules) {
+  const std::vector<KernelProfile> a = ops_only(all_a), b = ops_only(all_b);
   std::unordered_map<uint64_t, const KernelProfile*> in_b;
   for (const auto& k : b) in_b.emplace(k.kernel_id, &k);
   Agreement g{.kernels_a = a.size(), .kernels_b = b.size()};
@@ -339,8 +349,9 @@ Agreement compare_profiles(const std::vector<KernelProfile>& a, const std::vecto
 }
 
 void write_comparison(std::ostream& out, const std::string& key_a, const std::string& key_b,
-                      const std::vector<KernelProfile>& a, const std::vector<KernelProfile>& b,
+                      const std::vector<KernelProfile>& all_a, const std::vector<KernelProfile>& all_b,
                       const CompareRules& rules) {
+  const std::vector<KernelProfile> a = ops_only(all_a), b = ops_only(all_b);
   std::unordered_map<uint64_t, const KernelProfile*> in_b;
   for (const auto& k : b) in_b.emplace(k.kernel_id, &k);
   // Keys are long and often share a prefix: the columns say A and B, and a line says which is which.

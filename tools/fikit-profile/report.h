@@ -37,6 +37,7 @@ void write_timing(std::ostream& out, const std::vector<profiledb::RunSummary>& r
 void write_backend(std::ostream& out, const std::vector<profiledb::RunSummary>& runs, uint32_t runs_wanted);
 // Two profiles of one program (e.g. sampled vs every iteration): the kernels both have, their
 // duration means and gap medians side by side, and how many agree within the given tolerances.
+// Launched ops only: a graph's kernels timed inside it (graph_op) are left out, as its op stands for them.
 struct CompareRules {
   double dur_tolerance = 0.05, gap_tolerance = 0.10;
   uint64_t min_dur_ns = 0;       // durations compared only for kernels at least this long in A
