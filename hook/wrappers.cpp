@@ -195,11 +195,9 @@ CUresult graph_launch(CUgraphExec graph, CUstream stream) noexcept {
   if (passthrough(mode)) [[likely]] return real(graph, stream);
   const graph::Plan* plan = graph::find(graph);
   if (plan != nullptr) mode = detail::settled_mode(mode);
+  // (launching() brings the pieces up to date; false: they could not be, and it goes whole from now on.)
   if (plan == nullptr || mode == nullptr || !mode->wants_graph_segments() || capturing(stream) ||
-      graph::launches_whole_for_stale_nodes(*plan))
-    return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
-                          [&](CUstream) { return real(graph, stream); });
-  if (!graph::launching(*plan, stream))   // its pieces could not be brought up to date: whole from now on
+      graph::launches_whole_for_stale_nodes(*plan) || !graph::launching(*plan, stream))
     return observed_op<V>(mode, make_op(OpKind::Graph, effective_stream<V>(stream), 0),
                           [&](CUstream) { return real(graph, stream); });
   // A bounded wait for queue room (graph::kSegmentsAhead); past FIKIT_MAX_WAIT_MS the rest go unthrottled.

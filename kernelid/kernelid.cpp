@@ -320,10 +320,6 @@ uint64_t readable_name_hash(std::string_view readable) noexcept {
   return readable.empty() || readable == "?" ? 0 : nonzero(fnv1a(readable));
 }
 
-uint64_t mangled_name_hash(const char* mangled) {
-  return mangled == nullptr ? 0 : readable_name_hash(detail::demangled(mangled));
-}
-
 std::string readable_name(const char* mangled) { return mangled == nullptr ? std::string("?") : detail::demangled(mangled); }
 
 uint64_t graph_node_id(uint64_t graph_op, uint64_t shape) noexcept {

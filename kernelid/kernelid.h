@@ -36,12 +36,11 @@ const Description* describe(uint64_t id) noexcept;
 void describe_op(uint64_t id, const char* name) noexcept;
 
 // Hash of a device function's readable name as Description::name holds it (0: "?", the driver
-// gave none); with a mangled name from elsewhere (CUPTI's records), of its demangled form. Lets
-// records be compared with launches by name. Allocates (demangling): not for the launch path.
+// gave none). With readable_name(), a mangled name from elsewhere (CUPTI's records) is compared
+// with launches by name.
 uint64_t readable_name_hash(std::string_view readable) noexcept;
-uint64_t mangled_name_hash(const char* mangled);
-// The readable (demangled) form of a mangled device function name, as Description::name holds it.
-// Allocates.
+// The readable (demangled) form of a mangled device function name, as Description::name holds it
+// ("?" for none). Allocates: not for the launch path.
 std::string readable_name(const char* mangled);
 
 using FuncGetNameFn = CUresult (*)(const char** name, CUfunction func);

@@ -202,7 +202,8 @@ class CuptiTimer final : public Timer {
         std::copy(n.grid, n.grid + 3, t.grid.begin());
         std::copy(n.block, n.block + 3, t.block.begin());
         t.shared_mem = n.shared_mem;
-        t.name = readable_name(n.name);
+        const RecordName* name = record_name(n.name);
+        t.name = name ? std::string_view(name->readable) : std::string_view("?");
         t.id = kernelid::graph_node_id(graph_op, kernelid::shape_id_of(t.name, n.grid, n.block, n.shared_mem));
         out.push_back(t);
       }
@@ -398,19 +399,21 @@ class CuptiTimer final : public Timer {
     op_names_.emplace(kernel_id, h);
     return h;
   }
-  // Under mutex_: the readable form of CUPTI's name, demangled once per name.
-  std::string_view readable_name(const char* name) {
-    if (!name) return "?";
-    auto it = readable_names_.find(name);
-    if (it == readable_names_.end()) it = readable_names_.emplace(name, kernelid::readable_name(name)).first;
-    return it->second;
-  }
-  uint64_t record_name_hash(const char* name) {
-    if (!name) return 0;
-    if (auto it = record_names_.find(name); it != record_names_.end()) return it->second;
-    const uint64_t h = kernelid::mangled_name_hash(name);
-    record_names_.emplace(name, h);
-    return h;
+  // Under mutex_: CUPTI's name of a kernel, demangled once per name (records of one kernel share
+  // the pointer): its readable form (graph kernels) and that form's hash (matching).
+  struct RecordName {
+    std::string readable;
+    uint64_t hash;
+  };
+  const RecordName* record_name(const char* name) {
+    if (!name) return nullptr;
+    auto it = record_names_.find(name);
+    if (it == record_names_.end()) {
+      std::string readable = kernelid::readable_name(name);
+      const uint64_t hash = kernelid::readable_name_hash(readable);
+      it = record_names_.emplace(name, RecordName{std::move(readable), hash}).first;
+    }
+    return &it->second;
   }
 
   // Under mutex_: hand the matcher's results to the ops' slots (a graph op's kernel nodes wait in
@@ -457,7 +460,8 @@ class CuptiTimer final : public Timer {
             m.block[2] = static_cast<uint32_t>(k->blockZ);
             m.graph_id = k->graphId, m.graph_node = k->graphNodeId;
             m.name = k->name;
-            m.name_hash = record_name_hash(k->name);
+            const RecordName* name = record_name(k->name);
+            m.name_hash = name ? name->hash : 0;
             m.shared_mem = k->dynamicSharedMemory > 0 ? uint32_t(k->dynamicSharedMemory) : 0;
             break;
           }
@@ -550,8 +554,7 @@ class CuptiTimer final : public Timer {
   std::vector<MatchRecord> held_;   // delivered, not yet matched (consume())
   std::vector<MatchResult> results_;
   std::unordered_map<uint64_t, uint64_t> op_names_;          // kernel ID -> name hash
-  std::unordered_map<const char*, uint64_t> record_names_;   // CUPTI's name -> name hash
-  std::unordered_map<const char*, std::string> readable_names_;   // CUPTI's name -> demangled (stable)
+  std::unordered_map<const char*, RecordName> record_names_;   // CUPTI's name -> its forms (nodes: stable)
   std::map<uint64_t, std::vector<NodeTiming>> graph_nodes_;   // graph op seq -> its kernel nodes, not yet taken
 
   // Sampled measurement: CUPTI collects only during measured iterations (set_collecting).

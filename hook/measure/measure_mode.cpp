@@ -387,9 +387,8 @@ class MeasureMode final : public Mode {
           held_.op = op;
           held_.stream_key = stream_key;
           held_.thread = slot->thread;
-          held_.graph_op = slot->kind == OpKind::Graph ? slot->kernel_id : 0;
           held_.nodes.clear();
-          if (held_.graph_op != 0) timer_->take_graph_nodes(next_, held_.graph_op, held_.nodes);
+          if (slot->kind == OpKind::Graph) timer_->take_graph_nodes(next_, slot->kernel_id, held_.nodes);
           held_.valid = true;
         } else if (slot->launched) {
           if (!feed_held(nullptr, 0, 0)) return;
@@ -443,7 +442,7 @@ class MeasureMode final : public Mode {
       ++timed_in_run_;
       run = builder_.add(held_.op);
       // After add(): a run it closed is the one before this op; the nodes go with the op.
-      if (!held_.nodes.empty()) builder_.add_graph_nodes(held_.graph_op, held_.nodes);
+      if (!held_.nodes.empty()) builder_.add_graph_nodes(held_.op.kernel_id, held_.nodes);
     }
     return !run || store(*run);
   }
@@ -555,8 +554,7 @@ class MeasureMode final : public Mode {
     measure::TimedOp op;
     uint64_t stream_key = 0;
     uint64_t thread = 0;
-    uint64_t graph_op = 0;   // a graph op: its ID, and its kernel nodes
-    std::vector<measure::GraphNodeTime> nodes;
+    std::vector<measure::GraphNodeTime> nodes;   // a graph op's kernels (op.kernel_id: its ID)
   } held_;
   uint64_t out_of_order_ = 0;   // timed ops that ended after the next op of their stream started
   std::unique_ptr<profiledb::Database> db_;
