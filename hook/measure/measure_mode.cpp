@@ -383,15 +383,16 @@ class MeasureMode final : public Mode {
           op.sm_work = slot->kind == OpKind::Kernel || slot->kind == OpKind::Graph;
           // CUPTI's stream of the op (0: timed with events, in stream order by construction).
           const uint64_t stream_key = slot->via_events ? 0 : uint64_t(slot->cupti_context) << 32 | slot->cupti_stream;
-          if (!feed_held(&op, stream_key, slot->thread)) return;   // handed over to share mode
+          if (!feed_held(&op, stream_key, slot->thread, slot->kind)) return;   // handed over to share mode
           held_.op = op;
+          held_.kind = slot->kind;
           held_.stream_key = stream_key;
           held_.thread = slot->thread;
           held_.nodes.clear();
           if (slot->kind == OpKind::Graph) timer_->take_graph_nodes(next_, slot->kernel_id, held_.nodes);
           held_.valid = true;
         } else if (slot->launched) {
-          if (!feed_held(nullptr, 0, 0)) return;
+          if (!feed_held(nullptr, 0, 0, OpKind::Kernel)) return;
           ++launched_in_run_;
           std::optional<measure::Run> run = builder_.add_untimed(slot->sync_epoch, window_head, slot->work_epoch);
           if (run && !store(*run)) return;
@@ -412,7 +413,7 @@ class MeasureMode final : public Mode {
       }
       if (!progressed) sleep_us(200);
     }
-    if (!feed_held(nullptr, 0, 0)) return;
+    if (!feed_held(nullptr, 0, 0, OpKind::Kernel)) return;
     if (auto run = builder_.finish()) {
       store(*run);
     } else if (launched_in_run_ > 0) {
@@ -429,13 +430,14 @@ class MeasureMode final : public Mode {
   // too). Only ops of one thread are compared: the ring's order is the order of the launch calls'
   // start, and two threads launching on one stream (PyTorch's autograd thread and the main thread)
   // can reach the driver the other way round. False once auto mode has handed over to share mode.
-  bool feed_held(const measure::TimedOp* next, uint64_t next_stream_key, uint64_t next_thread) {
+  bool feed_held(const measure::TimedOp* next, uint64_t next_stream_key, uint64_t next_thread, OpKind next_kind) {
     if (!held_.valid) return true;
     held_.valid = false;
     ++launched_in_run_;
     std::optional<measure::Run> run;
     if (next != nullptr && next_thread == held_.thread &&
-        measure::ends_after_next_started(held_.op, held_.stream_key, *next, next_stream_key)) {
+        measure::ends_after_next_started(held_.op, held_.stream_key, *next, next_stream_key,
+                                         held_.kind == OpKind::Kernel && next_kind == OpKind::Kernel)) {
       ++out_of_order_;
       run = builder_.add_untimed(held_.op.sync_epoch, held_.op.window_head, held_.op.work_epoch);
     } else {
@@ -554,6 +556,7 @@ class MeasureMode final : public Mode {
     measure::TimedOp op;
     uint64_t stream_key = 0;
     uint64_t thread = 0;
+    OpKind kind = OpKind::Kernel;
     std::vector<measure::GraphNodeTime> nodes;   // a graph op's kernels (op.kernel_id: its ID)
   } held_;
   uint64_t out_of_order_ = 0;   // timed ops that ended after the next op of their stream started

@@ -344,12 +344,14 @@ TEST(RunBuilder, AnOpCannotEndAfterTheNextOpOfItsStreamStarted) {
   using fikit::hook::measure::ends_after_next_started;
   const TimedOp earlier{1, 7, 0, 1000, 35'000'000};   // a CUPTI record that ends a whole step late
   const TimedOp later{2, 7, 0, 60'000, 260'000};
-  EXPECT_TRUE(ends_after_next_started(earlier, 0x10007, later, 0x10007));
-  EXPECT_FALSE(ends_after_next_started(earlier, 0x10007, later, 0x10008)) << "another stream may overlap";
-  EXPECT_FALSE(ends_after_next_started(earlier, 0, later, 0)) << "a stream not known (events) is not compared";
+  EXPECT_TRUE(ends_after_next_started(earlier, 0x10007, later, 0x10007, false));
+  EXPECT_FALSE(ends_after_next_started(earlier, 0x10007, later, 0x10008, false)) << "another stream may overlap";
+  EXPECT_FALSE(ends_after_next_started(earlier, 0, later, 0, false)) << "a stream not known (events) is not compared";
+  EXPECT_FALSE(ends_after_next_started(earlier, 0x10007, later, 0x10007, true))
+      << "a kernel may start early after a kernel (a programmatic dependency)";
   const TimedOp in_order{1, 7, 0, 1000, 59'500};   // within the tolerance of the next start
-  EXPECT_FALSE(ends_after_next_started(in_order, 0x10007, later, 0x10007));
+  EXPECT_FALSE(ends_after_next_started(in_order, 0x10007, later, 0x10007, false));
   TimedOp unknown_start = later;
   unknown_start.start_unknown = true;
-  EXPECT_FALSE(ends_after_next_started(earlier, 0x10007, unknown_start, 0x10007));
+  EXPECT_FALSE(ends_after_next_started(earlier, 0x10007, unknown_start, 0x10007, false));
 }
