@@ -745,6 +745,145 @@ TEST(ShareClient, TheBellStopsTheTaskBelowBeforeTheDaemonsDirective) {
   lp.stop();
 }
 
+TEST(ShareClient, TheHoldersIdleMarkLetsTheTaskBelowRunBeforeTheDaemonsDirective) {
+  const std::string bell = std::filesystem::temp_directory_path().string() + "/fikit-bell-idle-" + std::to_string(getpid());
+  Daemon d(std::nullopt, "", 0, bell);
+  auto o = [&](const char* key, int prio) {
+    auto opts = options(d.port(), key, prio);
+    std::snprintf(opts.bell_path, sizeof opts.bell_path, "%s", bell.c_str());
+    return opts;
+  };
+  hook::share::Client hp, lp;
+  ASSERT_TRUE(hp.start(o("infer", 0), true));
+  ASSERT_TRUE(lp.start(o("train", 5), true));
+  ASSERT_TRUE(eventually([&] { return hp.directive().role() & protocol::kRoleActivity; }));
+  auto pending = [&](uint64_t now) {
+    const auto v = lp.directive().load();
+    uint64_t at = 0;
+    return lp.idle_pending(v.watch_slot, v.watch_generation, v.stored_at_ns, now, &at);
+  };
+  const uint64_t t0 = hook::monotonic_ns();
+  const uint32_t ring = hp.ring(t0);
+  hp.notify_now(7, t0, protocol::kNotifyActivityStart, ring);
+  ASSERT_TRUE(eventually([&] { return lp.directive().state() == State::Fill; }));
+  ASSERT_TRUE(lp.directive().role() & protocol::kRoleFollowIdle);
+  EXPECT_FALSE(pending(hook::monotonic_ns()));   // active: no mark yet
+  uint32_t word_before = 0;
+  const auto v0 = lp.directive().load();
+  ASSERT_NE(lp.idle_word(v0.watch_slot, &word_before), nullptr);
+
+  // The holder's work drained: the task below may run at once, with no datagram sent.
+  const uint64_t t1 = hook::monotonic_ns();
+  hp.mark_idle(t1);
+  EXPECT_TRUE(pending(t1 + 1));
+  uint32_t word_after = 0;
+  lp.idle_word(v0.watch_slot, &word_after);
+  EXPECT_NE(word_after, word_before);   // the word a waiting launch sleeps on changed
+  EXPECT_FALSE(pending(t1 + protocol::kBellConfirmNs + 1));   // not past the confirmation time
+  // The holder rings again (its next request): the mark no longer stands.
+  hp.ring(t1 + 10);
+  EXPECT_FALSE(pending(t1 + 11));
+  // Back to idle, and the daemon's directive arrives: from then on the directive decides.
+  const uint64_t t2 = hook::monotonic_ns();
+  hp.mark_idle(t2);
+  EXPECT_TRUE(pending(t2 + 1));
+  hp.send_idle(0);
+  EXPECT_TRUE(eventually([&] { return lp.directive().state() == State::Run; }));
+
+  // A mark older than the daemon's latest word is answered by it: the task follows the directive.
+  const uint64_t t3 = hook::monotonic_ns();
+  const uint32_t ring2 = hp.ring(t3);
+  hp.notify_now(7, t3, protocol::kNotifyActivityStart, ring2);
+  ASSERT_TRUE(eventually([&] { return lp.directive().state() == State::Fill; }));
+  hp.mark_idle(t3 + 1);   // before the Fill directive was stored
+  EXPECT_FALSE(pending(hook::monotonic_ns()));
+  hp.stop();
+  lp.stop();
+}
+
+TEST(ShareClient, AWaitingLaunchGoesOnTheHoldersIdleMarkWithoutTheDaemonsWord) {
+  const std::string bell = std::filesystem::temp_directory_path().string() + "/fikit-bell-wake-" + std::to_string(getpid());
+  Daemon d(std::nullopt, "", 0, bell);
+  auto o = [&](const char* key, int prio) {
+    auto opts = options(d.port(), key, prio);
+    std::snprintf(opts.bell_path, sizeof opts.bell_path, "%s", bell.c_str());
+    return opts;
+  };
+  hook::share::Client hp, lp;
+  ASSERT_TRUE(hp.start(o("infer", 0), true));
+  ASSERT_TRUE(lp.start(o("train", 5), true));
+  ASSERT_TRUE(eventually([&] { return hp.directive().role() & protocol::kRoleActivity; }));
+  const uint32_t ring = hp.ring(hook::monotonic_ns());
+  hp.notify_now(7, hook::monotonic_ns(), protocol::kNotifyActivityStart, ring);
+  ASSERT_TRUE(eventually([&] { return lp.directive().state() == State::Fill; }));
+  // The holder stays active in the daemon's eyes (it notifies) but marks its idle on the bell only.
+  std::atomic<bool> done{false};
+  std::thread alive([&] {
+    while (!done.load()) {
+      hp.notify_now(7, hook::monotonic_ns(), 0);
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  hook::share::InflightWindow window;   // not initialised: it admits everything
+  hook::share::LaunchGate gate(lp, window, 10'000'000'000);
+  std::atomic<bool> went{false};
+  std::thread launch([&] {
+    gate.admit(1, 10'000, 10'000, true, false);
+    went = true;
+  });
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(went.load());   // held while the holder is active
+  hp.mark_idle(hook::monotonic_ns());
+  EXPECT_TRUE(eventually([&] { return went.load(); }));
+  EXPECT_EQ(lp.directive().state(), State::Fill);   // the daemon never said Run
+  EXPECT_EQ(lp.stats().forced_count(), 0u);
+  done = true;
+  alive.join();
+  launch.join();
+  hp.stop();
+  lp.stop();
+}
+
+TEST(ShareClient, AMarkTheDaemonNeverAnswersIsNotFollowedForGood) {
+  const std::string bell = std::filesystem::temp_directory_path().string() + "/fikit-bell-unanswered-" + std::to_string(getpid());
+  Daemon d(std::nullopt, "", 0, bell);
+  auto o = [&](const char* key, int prio) {
+    auto opts = options(d.port(), key, prio);
+    std::snprintf(opts.bell_path, sizeof opts.bell_path, "%s", bell.c_str());
+    return opts;
+  };
+  hook::share::Client hp, lp;
+  ASSERT_TRUE(hp.start(o("infer", 0), true));
+  ASSERT_TRUE(lp.start(o("train", 5), true));
+  ASSERT_TRUE(eventually([&] { return hp.directive().role() & protocol::kRoleActivity; }));
+  const uint64_t t0 = hook::monotonic_ns();
+  const uint32_t ring = hp.ring(t0);
+  hp.notify_now(7, t0, protocol::kNotifyActivityStart, ring);
+  ASSERT_TRUE(eventually([&] { return lp.directive().state() == State::Fill; }));
+  const auto v = lp.directive().load();
+  auto pending = [&](uint64_t now) {
+    uint64_t at = 0;
+    return lp.idle_pending(v.watch_slot, v.watch_generation, v.stored_at_ns, now, &at);
+  };
+  // Marks the daemon never hears of (a process writing the board that is not the holder): each is
+  // followed until kBellConfirmNs, then counted; after 100 of them none is followed any more.
+  uint64_t t = hook::monotonic_ns();
+  for (int i = 0; i < 100; ++i) {
+    hp.ring(t);
+    hp.mark_idle(t + 1);
+    EXPECT_TRUE(pending(t + 2)) << i;
+    EXPECT_FALSE(pending(t + protocol::kBellConfirmNs + 2)) << i;
+    t += protocol::kBellConfirmNs + 10;
+  }
+  hp.ring(t);
+  hp.mark_idle(t + 1);
+  EXPECT_FALSE(pending(t + 2));
+  uint32_t word = 0;
+  EXPECT_EQ(lp.idle_word(v.watch_slot, &word), nullptr);
+  hp.stop();
+  lp.stop();
+}
+
 TEST(ShareClient, ReRegistersAfterTheDaemonRestarts) {
   auto d = std::make_unique<Daemon>();
   const uint16_t port = d->port();
