@@ -7,10 +7,6 @@
 // the daemon has heard of. A ring the daemon never confirms is ignored after kBellConfirmNs, so a
 // process that writes the board without being the holder delays the others by at most that long,
 // and a client that sees many such rings stops listening.
-// The holder also marks its idle there: when its work drained at a synchronisation that ends its
-// activity, the tasks below that the daemon told to follow it (kRoleFollowIdle) run at once under
-// their bound instead of waiting a datagram's trip through the daemon for their Run directive; only
-// until the daemon's next directive, and a mark older than kBellConfirmNs is ignored.
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -20,30 +16,13 @@
 namespace fikit::protocol {
 
 constexpr uint32_t kBellMagic = 0x4C424B46;   // "FKBL"
-constexpr uint32_t kBellVersion = 2;   // 2: the idle mark
+constexpr uint32_t kBellVersion = 1;
 constexpr uint64_t kBellConfirmNs = 2'000'000;
 
 struct alignas(64) BellSlot {
   std::atomic<uint32_t> generation{0};   // activity starts rung
-  // The activity start (generation) whose work drained last: equal to `generation` while the holder
-  // stays idle. Also the word tasks below sleep on (a shared futex) to hear the mark at once.
-  std::atomic<uint32_t> idle_generation{0};
   std::atomic<uint64_t> at_ns{0};        // CLOCK_MONOTONIC of the last ring (the holder's launch)
-  std::atomic<uint64_t> idle_at_ns{0};   // CLOCK_MONOTONIC of the last idle mark
 };
-
-// A reader of `slot`: whether its holder marked itself idle after its activity start `known` or a
-// later one and has not rung since, within kBellConfirmNs of `now`; *at_ns the mark's time. (The
-// generation is read again last: a ring between the reads is not taken for the mark.)
-inline bool idle_marked(const BellSlot& slot, uint32_t known, uint64_t now, uint64_t* at_ns) noexcept {
-  const uint32_t g = slot.generation.load(std::memory_order_acquire);
-  if (g == 0 || g < known || slot.idle_generation.load(std::memory_order_acquire) != g) return false;
-  const uint64_t at = slot.idle_at_ns.load(std::memory_order_relaxed);
-  if (slot.generation.load(std::memory_order_acquire) != g) return false;
-  if (at == 0 || (now > at && now - at > kBellConfirmNs)) return false;
-  *at_ns = at;
-  return true;
-}
 
 struct BellBoard {
   uint32_t magic;

@@ -13,9 +13,9 @@
 namespace fikit::protocol {
 
 constexpr uint32_t kMagic = 0x54494B46;   // "FKIT" in little-endian byte order
-constexpr uint16_t kVersion = 6;          // 3: sessions, epochs, 64-bit sequences, state directives;
+constexpr uint16_t kVersion = 5;          // 3: sessions, epochs, 64-bit sequences, state directives;
                                           // 4: SM holds and partitions, estimators, memory, refusal reasons;
-                                          // 5: a service's objective in its register; 6: kRoleFollowIdle
+                                          // 5: a service's objective in its register
 constexpr size_t kHeaderSize = 40;
 constexpr size_t kMacSize = 32;           // HMAC-SHA256 trailer when kFlagMac is set
 constexpr size_t kMaxDatagram = 512;      // the largest message (a register) with its MAC fits
@@ -49,9 +49,7 @@ constexpr uint8_t kRoleHolder = 1;     // the top-priority task: launches withou
 constexpr uint8_t kRoleActivity = 2;   // report activity (notify on the first launch after idle, idle
                                        // after a sync): lower tasks' states depend on it
 constexpr uint8_t kRoleGaps = 4;       // holder: notify launches that open a fillable gap (someone wants credit)
-constexpr uint8_t kRoleFollowIdle = 8; // Fill below the holder alone: when its bell says its work drained (bell.h),
-                                       // run under bound_ns at once, until the daemon's next directive
-constexpr uint8_t kRoleMask = kRoleHolder | kRoleActivity | kRoleGaps | kRoleFollowIdle;
+constexpr uint8_t kRoleMask = kRoleHolder | kRoleActivity | kRoleGaps;
 
 constexpr uint8_t kNotifyActivityStart = 1;   // notify flags: the first launch after idle
 constexpr uint16_t kNoBellSlot = 0xFFFF;      // no slot on the bell board (bell.h)

@@ -212,54 +212,6 @@ bool Client::bell_pending(uint16_t slot, uint32_t known, uint64_t now, uint32_t*
   return true;
 }
 
-void Client::mark_idle(uint64_t now) noexcept {
-  protocol::BellBoard* board = ring_board_.load(std::memory_order_acquire);
-  const uint16_t slot = bell_slot_.load(std::memory_order_relaxed);
-  const uint32_t generation = rung_.load(std::memory_order_relaxed);
-  if (board == nullptr || slot >= protocol::kBellSlots || generation == 0) return;
-  protocol::BellSlot& s = board->slots[slot];
-  s.idle_at_ns.store(now, std::memory_order_relaxed);
-  s.idle_generation.store(generation, std::memory_order_release);
-  futex_wake_all_shared(&s.idle_generation);
-}
-
-bool Client::idle_pending(uint16_t slot, uint32_t known, uint64_t answered_at, uint64_t now, uint64_t* at_ns) noexcept {
-  protocol::BellBoard* board = bell_.load(std::memory_order_acquire);
-  if (board == nullptr || slot >= protocol::kBellSlots || unanswered_idles_.load(std::memory_order_relaxed) >=
-      kMaxUnconfirmedRings)
-    return false;
-  const protocol::BellSlot& s = board->slots[slot];
-  uint64_t at = 0;
-  if (!protocol::idle_marked(s, known, now, &at)) {
-    // Marked, and still not answered by a Run past the confirmation time (the caller is in Fill): the
-    // daemon saw it otherwise, or a process that is not the holder wrote it. Counted once each.
-    const uint32_t g = s.generation.load(std::memory_order_acquire);
-    const uint64_t marked = s.idle_at_ns.load(std::memory_order_relaxed);
-    if (g != 0 && g >= known && s.idle_generation.load(std::memory_order_acquire) == g && marked != 0 &&
-        now > marked && now - marked > protocol::kBellConfirmNs && marked > answered_at &&
-        ignored_idle_.exchange(g, std::memory_order_relaxed) != g &&
-        unanswered_idles_.fetch_add(1, std::memory_order_relaxed) + 1 == kMaxUnconfirmedRings)
-      log(LogLevel::Warn, "share mode: the scheduler kept this task waiting after %u idles of the task above that its "
-          "hook signalled; this process no longer runs on that signal, only on the scheduler's word, which "
-          "comes later", kMaxUnconfirmedRings);
-    return false;
-  }
-  if (at <= answered_at) return false;   // the daemon spoke since, and this task follows it
-  *at_ns = at;
-  const uint32_t g = s.idle_generation.load(std::memory_order_relaxed);
-  if (followed_idle_.exchange(g, std::memory_order_relaxed) != g) stats_.idle_followed(now > at ? now - at : 0);
-  return true;
-}
-
-const std::atomic<uint32_t>* Client::idle_word(uint16_t slot, uint32_t* value) const noexcept {
-  protocol::BellBoard* board = bell_.load(std::memory_order_acquire);
-  if (board == nullptr || slot >= protocol::kBellSlots || unanswered_idles_.load(std::memory_order_relaxed) >=
-      kMaxUnconfirmedRings)
-    return nullptr;
-  *value = board->slots[slot].idle_generation.load(std::memory_order_acquire);
-  return &board->slots[slot].idle_generation;
-}
-
 void Client::holder_returned(uint32_t generation, uint64_t at_ns) noexcept {
   uint32_t seen = reacted_.load(std::memory_order_relaxed);
   do {
@@ -330,7 +282,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     const uint32_t estimators = r->gap_estimator | uint32_t(r->duration_estimator) << 8 | uint32_t(r->boundary_permille) << 16;
     if (estimators_.exchange(estimators, std::memory_order_acq_rel) != estimators)
       if (auto listener = estimators_listener_.load(std::memory_order_acquire)) listener(estimators_context_, estimators);
-    cell_.store(r->directive, fresh, now);
+    cell_.store(r->directive, fresh);
     apply_memory_cap(r->directive);
     last_heard_ns_.store(now, std::memory_order_release);
     bell_slot_.store(r->bell_slot, std::memory_order_relaxed);
@@ -394,17 +346,9 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
       futex_wake_all(&registrations_);
     }
     const protocol::State before = cell_.state();
-    if (!cell_.store(*d, false, now)) return;
+    if (!cell_.store(*d, false)) return;
     apply_memory_cap(*d);
     stats_.directive();
-    // The holder went idle: how long the daemon's word took from the holder's mark on the bell.
-    if (before != protocol::State::Run && d->state == protocol::State::Run) {
-      protocol::BellBoard* board = bell_.load(std::memory_order_acquire);
-      uint64_t at = 0;
-      if (board != nullptr && d->watch_slot < protocol::kBellSlots &&
-          protocol::idle_marked(board->slots[d->watch_slot], d->watch_generation, now, &at) && now > at)
-        stats_.release_latency(now - at);
-    }
     // The holder came back (unless the bell said so first): how long this task kept launching.
     if (before == protocol::State::Run && d->state != protocol::State::Run && d->cause_ns != 0) {
       holder_returned(d->watch_generation, d->cause_ns);

@@ -97,17 +97,6 @@ class Client {
   // *at_ns of that ring. A ring the daemon has not confirmed within kBellConfirmNs is ignored.
   bool bell_pending(uint16_t slot, uint32_t known, uint64_t now, uint32_t* generation, uint64_t* at_ns) noexcept;
 
-  // The holder's idle (bell.h): its work drained at a synchronisation that ends its activity. Marks
-  // it on its slot after its last ring and wakes the tasks below that sleep on it.
-  void mark_idle(uint64_t now) noexcept;
-  // A task below the holder in Fill, told to follow its idle (kRoleFollowIdle): whether the holder in
-  // `slot` marked itself idle after its ring `known` and no directive has come since (`answered_at`:
-  // when the current one was stored), as of `now`; sets *at_ns. A mark still unanswered by a Run
-  // after kBellConfirmNs is ignored and counted; after many, marks are no longer followed.
-  bool idle_pending(uint16_t slot, uint32_t known, uint64_t answered_at, uint64_t now, uint64_t* at_ns) noexcept;
-  // The word to sleep on to hear the mark of `slot` (with its value now in *value); nullptr: none.
-  const std::atomic<uint32_t>* idle_word(uint16_t slot, uint32_t* value) const noexcept;
-
   // The holder's return: how long this task kept launching after it (its last launch decision that
   // went, minus the holder's launch), once per return, and its work in flight then.
   void launch_went(uint64_t now) noexcept { last_go_ns_.store(now, std::memory_order_relaxed); }
@@ -171,9 +160,6 @@ class Client {
   std::atomic<uint32_t> rung_{0};                // this task's rings
   std::atomic<uint32_t> ignored_ring_{0};        // a ring the daemon never confirmed
   std::atomic<uint32_t> unconfirmed_rings_{0};
-  std::atomic<uint32_t> ignored_idle_{0};        // an idle mark the daemon never answered with Run
-  std::atomic<uint32_t> unanswered_idles_{0};
-  std::atomic<uint32_t> followed_idle_{0};       // the last idle mark this task ran on (counted once)
   std::atomic<uint32_t> reacted_{0};             // the holder's last return measured
   std::atomic<uint64_t> last_go_ns_{0};
   std::atomic<uint32_t> bad_mac_{0};             // datagrams from the daemon's address that did not verify

@@ -23,17 +23,14 @@ class DirectiveCell {
     uint64_t credit_until_ns = 0;   // in Run: work in flight that ends by then may go (a predicted return)
     uint64_t return_ns = 0;         // in Run: when the task above is predicted back (0: not predicted)
     uint8_t partition_pct = 0, confine = 0;
-    uint64_t stored_at_ns = 0;   // when the receiver thread stored it (a mark on the bell older than this is answered)
     uint32_t changes = 0;   // the value of changes() this view was read at
   };
 
   // Receiver thread. A directive of an older generation than the last one (reordered) is ignored;
-  // `fresh` (a new registration) starts the generations again; `now` is when it arrived. Returns
-  // whether it was taken.
-  bool store(const protocol::Directive& d, bool fresh, uint64_t now = 0) noexcept {
+  // `fresh` (a new registration) starts the generations again. Returns whether it was taken.
+  bool store(const protocol::Directive& d, bool fresh) noexcept {
     if (!fresh && d.generation <= generation_.load(std::memory_order_relaxed)) return false;
     generation_.store(d.generation, std::memory_order_relaxed);
-    stored_at_ns_.store(now, std::memory_order_relaxed);
     role_.store(d.role, std::memory_order_relaxed);
     state_.store(uint8_t(d.state), std::memory_order_relaxed);
     bound_ns_.store(d.bound_ns, std::memory_order_relaxed);
@@ -70,7 +67,6 @@ class DirectiveCell {
     v.watch_slot = watch_slot_.load(std::memory_order_relaxed);
     v.watch_generation = watch_generation_.load(std::memory_order_relaxed);
     v.credit_until_ns = credit_until_ns_.load(std::memory_order_relaxed);
-    v.stored_at_ns = stored_at_ns_.load(std::memory_order_relaxed);
     return v;
   }
   uint8_t role() const noexcept { return role_.load(std::memory_order_relaxed); }
@@ -108,12 +104,6 @@ class DirectiveCell {
   void wait_change(uint32_t seen, uint64_t timeout_ns) const noexcept {
     futex_wait(const_cast<std::atomic<uint32_t>*>(&changes_), seen, timeout_ns);
   }
-  // The same, or until *other (shared with other processes) is no longer other_seen; false where the
-  // kernel cannot sleep on both (then it did not sleep).
-  bool wait_change_or(uint32_t seen, const std::atomic<uint32_t>* other, uint32_t other_seen,
-                      uint64_t timeout_ns) const noexcept {
-    return futex_wait_either(const_cast<std::atomic<uint32_t>*>(&changes_), seen, other, other_seen, timeout_ns);
-  }
 
  private:
   std::atomic<uint32_t> generation_{0};
@@ -125,7 +115,6 @@ class DirectiveCell {
   std::atomic<uint16_t> watch_slot_{protocol::kNoBellSlot};
   std::atomic<uint32_t> watch_generation_{0};
   std::atomic<uint64_t> credit_until_ns_{0};
-  std::atomic<uint64_t> stored_at_ns_{0};
   std::atomic<int64_t> credit_left_ns_{0};
   std::atomic<uint64_t> credit_cursor_ns_{0};   // predicted end of the credit launches so far
   alignas(64) std::atomic<uint32_t> changes_{0};

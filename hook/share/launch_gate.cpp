@@ -34,12 +34,6 @@ GateInput LaunchGate::input_of(const DirectiveCell::View& v, uint64_t now, uint6
     in.holder_back = true;
     client_.holder_returned(bell->ring, bell->rung_at);
   }
-  // The holder's idle mark says its work drained and the daemon's Run is on its way: Run already
-  // (under the Fill directive's bound, which is the run bound; no run credit).
-  uint64_t idle_at = 0;
-  if (v.state == protocol::State::Fill && (v.role & protocol::kRoleFollowIdle) &&
-      client_.idle_pending(v.watch_slot, v.watch_generation, v.stored_at_ns, now, &idle_at))
-    in.state = protocol::State::Run;
   in.bound_ns = v.bound_ns;
   in.short_hold_ns = v.short_hold_ns;
   in.confine = v.confine;
@@ -57,7 +51,7 @@ LaunchGate::Step LaunchGate::try_go(const DirectiveCell::View& v, const GateInpu
   ShareStats& stats = client_.stats();
   const uint64_t predicted_ns = in.predicted_ns, now = in.now;
   if (d.verdict == Verdict::Go) {
-    if (in.holder_back || in.state == protocol::State::Fill) stats.on_overlap();
+    if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();
     return Step::Go;
   }
   // Gap credit first, when it covers the launch (once per look: another thread may spend it).
@@ -78,7 +72,7 @@ LaunchGate::Step LaunchGate::try_go(const DirectiveCell::View& v, const GateInpu
     const bool run_credit = v.state == protocol::State::Run && !in.holder_back && v.credit_until_ns > now;
     const uint64_t drain_budget = run_credit ? v.credit_until_ns - now : 0;
     if (!window_.admit(predicted_ns, v.bound_ns, drain_budget)) return Step::WaitGpu;
-    if (in.holder_back || in.state == protocol::State::Fill) stats.on_overlap();   // beside it (flag 8)
+    if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();   // beside it (flag 8)
     return Step::Go;
   }
   if (credit) {
@@ -140,19 +134,7 @@ LaunchGate::Admission LaunchGate::admit(uint64_t kernel_id, uint64_t predicted_n
     } else {
       // A bell waits for the daemon's directive only so long: past that the ring is ignored.
       const uint64_t until = bell.ring != 0 ? std::min(deadline, bell.rung_at + protocol::kBellConfirmNs + 1) : deadline;
-      const uint64_t timeout = std::max<uint64_t>(std::min(until - std::min(until, now), kLookAgainNs), 1000);
-      // Told to follow the holder's idle: woken by its mark as well as by the next directive.
-      uint32_t idle_seen = 0;
-      const std::atomic<uint32_t>* idle_word =
-          v.state == protocol::State::Fill && (v.role & protocol::kRoleFollowIdle) ? client_.idle_word(v.watch_slot, &idle_seen)
-                                                                                    : nullptr;
-      uint64_t idle_at = 0;   // marked since this look: look again (its word may already hold the mark)
-      if (idle_word != nullptr && client_.idle_pending(v.watch_slot, v.watch_generation, v.stored_at_ns, now, &idle_at)) {
-        now = monotonic_ns();
-        continue;
-      }
-      if (idle_word == nullptr || !cell.wait_change_or(v.changes, idle_word, idle_seen, timeout))
-        cell.wait_change(v.changes, timeout);
+      cell.wait_change(v.changes, std::max<uint64_t>(std::min(until - std::min(until, now), kLookAgainNs), 1000));
       const uint64_t after = monotonic_ns();
       stopped_ns += after - now;
       now = after;

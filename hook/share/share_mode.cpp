@@ -249,12 +249,7 @@ class ShareMode final : public Mode {
     Lane* lane = lanes_.current();
     if (lane == nullptr || !(lane->client.directive().role() & protocol::kRoleActivity) || !lane->client.connected())
       return;
-    const uint64_t last = lane->last_kernel.load(std::memory_order_relaxed);
-    // Its activity ends here unless its last kernel is usually followed by a gap inside an
-    // iteration (the daemon's rule, kernel_rules.h, on the same profile): the tasks below that
-    // follow its idle run at once, before the daemon's word arrives.
-    if (predictions_.of(last).gap_ns == 0) lane->client.mark_idle(monotonic_ns());
-    lane->client.send_idle(last);
+    lane->client.send_idle(lane->last_kernel.load(std::memory_order_relaxed));
     lane->gap_open.store(false, std::memory_order_relaxed);
     lane->idle.store(true, std::memory_order_relaxed);   // the next launch starts activity again
   }

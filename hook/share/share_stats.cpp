@@ -25,8 +25,7 @@ void ShareStats::enable(const char* path) noexcept {
   reaction_ns_ = new (std::nothrow) uint64_t[kMaxSamples];
   inflight_ns_ = new (std::nothrow) uint64_t[kMaxSamples];
   directive_ns_ = new (std::nothrow) uint64_t[kMaxSamples];
-  release_ns_ = new (std::nothrow) uint64_t[kMaxSamples];
-  if (reaction_ns_ == nullptr || inflight_ns_ == nullptr || directive_ns_ == nullptr || release_ns_ == nullptr) return;
+  if (reaction_ns_ == nullptr || inflight_ns_ == nullptr || directive_ns_ == nullptr) return;
   std::snprintf(path_, sizeof path_, "%s", path);
 }
 
@@ -47,40 +46,27 @@ void ShareStats::directive_latency(uint64_t ns) noexcept {
   directive_samples_.store(i + 1, std::memory_order_release);
 }
 
-void ShareStats::release_latency(uint64_t ns) noexcept {
-  if (!enabled()) return;
-  const uint32_t i = release_samples_.load(std::memory_order_relaxed);
-  if (i >= kMaxSamples) return;
-  release_ns_[i] = ns;
-  release_samples_.store(i + 1, std::memory_order_release);
-}
-
 void ShareStats::write(int pid, uint64_t untracked_ns, uint64_t relearned, Graphs graphs) noexcept {
   if (!enabled()) return;
   // At exit: a sample claimed by a thread still writing it is at worst stale (the process is ending).
   const uint32_t n = std::min(samples_.load(std::memory_order_acquire), kMaxSamples);
   const uint32_t nd = std::min(directive_samples_.load(std::memory_order_acquire), kMaxSamples);
-  const uint32_t nr = std::min(release_samples_.load(std::memory_order_acquire), kMaxSamples);
-  const uint64_t follows = idle_follows_.load();
   std::sort(reaction_ns_, reaction_ns_ + n);
   std::sort(inflight_ns_, inflight_ns_ + n);
   std::sort(directive_ns_, directive_ns_ + nd);
-  std::sort(release_ns_, release_ns_ + nr);
-  char line[1536];
+  char line[1024];
   const int len = std::snprintf(
       line, sizeof line,
       "{\"pid\":%d,\"directives\":%" PRIu64 ",\"reaction_us\":{\"n\":%u,\"p50\":%.1f,\"p90\":%.1f,\"p99\":%.1f,"
       "\"max\":%.1f},\"inflight_at_stop_us\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f},"
-      "\"directive_us\":{\"n\":%u,\"p50\":%.1f,\"p99\":%.1f},\"release_directive_us\":{\"n\":%u,\"p50\":%.1f,"
-      "\"p99\":%.1f},\"idle_follows\":%" PRIu64 ",\"idle_follow_mean_us\":%.1f,\"launches\":%" PRIu64
+      "\"directive_us\":{\"n\":%u,\"p50\":%.1f,\"p99\":%.1f},\"launches\":%" PRIu64
       ",\"waits\":%" PRIu64 ",\"wait_ms\":%.3f,\"stopped_ms\":%.3f,\"max_wait_us\":%.1f,\"forced\":%" PRIu64 ",\"credit_launches\":%" PRIu64
       ",\"overlap_launches\":%" PRIu64 ",\"partition_launches\":%" PRIu64 ",\"partition_min_pct\":%u,\"wants\":%" PRIu64 ",\"untracked_us\":%.1f,\"relearn_samples\":%" PRIu64
       ",\"graphs_segmented\":%" PRIu64 ",\"graph_segment_launches\":%" PRIu64 ",\"graphs_whole\":%" PRIu64 "}\n",
       pid, directives_.load(), n, pct_us(reaction_ns_, n, 50), pct_us(reaction_ns_, n, 90),
       pct_us(reaction_ns_, n, 99), n ? reaction_ns_[n - 1] / 1000.0 : 0.0, pct_us(inflight_ns_, n, 50),
       pct_us(inflight_ns_, n, 99), n ? inflight_ns_[n - 1] / 1000.0 : 0.0, nd, pct_us(directive_ns_, nd, 50),
-      pct_us(directive_ns_, nd, 99), nr, pct_us(release_ns_, nr, 50), pct_us(release_ns_, nr, 99), follows,
-      follows ? idle_follow_ns_.load() / 1000.0 / double(follows) : 0.0, launches_.load(), waits_.load(),
+      pct_us(directive_ns_, nd, 99), launches_.load(), waits_.load(),
       wait_ns_.load() / 1e6, stopped_ns_.load() / 1e6, max_wait_ns_.load() / 1000.0, forced_.load(), credit_launches_.load(),
       overlap_launches_.load(), partition_launches_.load(), partition_min_pct_.load(), wants_.load(), untracked_ns / 1000.0, relearned,
       graphs.segmented, graphs.segment_launches, graphs.whole);

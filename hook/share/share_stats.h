@@ -22,13 +22,6 @@ class ShareStats {
   // with the bell, the task stopped before it came).
   void directive_latency(uint64_t ns) noexcept;
   void directive() noexcept { directives_.fetch_add(1, std::memory_order_relaxed); }
-  // Receiver thread: the Run directive after the holder's idle, this long after its mark on the bell.
-  void release_latency(uint64_t ns) noexcept;
-  // A launching thread ran on the holder's idle mark (kRoleFollowIdle), `ns` after it; once per mark.
-  void idle_followed(uint64_t ns) noexcept {
-    idle_follows_.fetch_add(1, std::memory_order_relaxed);
-    idle_follow_ns_.fetch_add(ns, std::memory_order_relaxed);
-  }
 
   // Launching threads. A launch waited `ns`, `stopped_ns` of it for the daemon (Fill without
   // credit, Hold) and the rest for its own work in flight to fall under the bound.
@@ -73,9 +66,7 @@ class ShareStats {
   uint64_t* reaction_ns_ = nullptr;   // kMaxSamples each, when enabled
   uint64_t* inflight_ns_ = nullptr;
   uint64_t* directive_ns_ = nullptr;
-  uint64_t* release_ns_ = nullptr;
-  std::atomic<uint32_t> samples_{0}, directive_samples_{0}, release_samples_{0};
-  std::atomic<uint64_t> idle_follows_{0}, idle_follow_ns_{0};
+  std::atomic<uint32_t> samples_{0}, directive_samples_{0};
   std::atomic<uint64_t> directives_{0}, reactions_{0}, waits_{0}, wait_ns_{0}, stopped_ns_{0}, max_wait_ns_{0}, forced_{0},
       credit_launches_{0}, overlap_launches_{0}, partition_launches_{0}, wants_{0}, launches_{0};
   std::atomic<uint32_t> partition_min_pct_{100};

@@ -385,13 +385,6 @@ const Setting kSettings[] = {
      },
      true, [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.policy.return_credit, why); },
      [](const Options& o) { return on_off_of(o.policy.return_credit); }},
-    {"idle-bell", "on|off",
-     [] {
-       return std::string("a task that only an active service keeps back runs (under run-bound) as soon as the "
-                          "service's hook marks its idle on the bell, before this daemon's directive arrives");
-     },
-     true, [](Options& o, const std::string& v, std::string& why) { return on_off(v, o.policy.idle_bell, why); },
-     [](const Options& o) { return on_off_of(o.policy.idle_bell); }},
 };
 
 // `text` wrapped to lines of at most `width` characters, each indented by `indent` spaces.

@@ -152,10 +152,6 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
       d.watch_generation = h.activity_generation;
     }
   }
-  // Below the holder alone, its idle mark may stand for the Run this task would get when it goes idle.
-  if (d.state == State::Fill && settings_.idle_bell && d.watch_slot != protocol::kNoBellSlot &&
-      only_holder_blocks(now, t))
-    d.role |= protocol::kRoleFollowIdle;
   if (d.state == State::Fill && gap_.open && gap_.filler == t.id && gap_.credit_until_ns > now) {
     d.credit_ns = gap_.credit_ns;
     d.credit_until_ns = gap_.credit_until_ns;

@@ -55,10 +55,6 @@ struct Settings {
   // predicted to end by then may go whatever the bound. The job then keeps as much work queued as
   // drains before the service returns (a CPU-bound job loses ~4 % under a 1 ms bound: docs/results.md).
   bool return_credit = true;
-  // A task in Fill that only the holder keeps back runs under run_bound_ns as soon as the holder's
-  // hook marks on the bell that its work drained (kRoleFollowIdle), instead of after this daemon's
-  // Run directive, a datagram's trip later (docs/scheduling.md, "The holder's idle").
-  bool idle_bell = true;
   // MPS. A kernel's SM hold (how long one of its blocks keeps an SM: kernel_rules.h): launches
   // holding SMs up to this are short holds, which the ShortBeside regime lets run beside an active
   // service (under MPS client priority its blocks are dispatched first as SMs free up).

@@ -541,41 +541,6 @@ TEST_F(PolicyTest, TasksBelowTheHolderWatchItsBellAtTheGenerationTheDaemonKnows)
   EXPECT_EQ(last[lp].watch_generation, 7u);   // the next ring (8) is news to the LP
 }
 
-TEST_F(PolicyTest, OnlyATaskThatTheHolderAloneKeepsBackIsToldToFollowItsIdleMark) {
-  const uint32_t hp = reg(T0, "hp", 0), mid = reg(T0, "mid", 3), lp = reg(T0, "lp", 5);
-  send(T0 + us(10), hp, protocol::Notify{k1, T0 + us(10), protocol::kNotifyActivityStart, 1});
-  EXPECT_EQ(state(mid), State::Fill);
-  EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_TRUE(last[mid].role & protocol::kRoleFollowIdle);
-  EXPECT_TRUE(last[lp].role & protocol::kRoleFollowIdle);
-  EXPECT_FALSE(last[hp].role & protocol::kRoleFollowIdle);
-  // The middle task active too: the holder's idle would not let the lowest run, so it must wait
-  // for the daemon's word.
-  notify(T0 + us(20), mid, k1, true);
-  EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_FALSE(last[lp].role & protocol::kRoleFollowIdle);
-  EXPECT_TRUE(last[mid].role & protocol::kRoleFollowIdle);
-  send(T0 + us(300), hp, protocol::Idle{kEnd});
-  EXPECT_EQ(state(mid), State::Run);
-  EXPECT_FALSE(last[mid].role & protocol::kRoleFollowIdle);   // only in Fill
-}
-
-TEST_F(PolicyTest, WithTheIdleBellOffNoTaskFollowsTheHoldersIdleMark) {
-  settings.idle_bell = false;
-  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
-  send(T0 + us(10), hp, protocol::Notify{k1, T0 + us(10), protocol::kNotifyActivityStart, 1});
-  EXPECT_EQ(state(lp), State::Fill);
-  EXPECT_FALSE(last[lp].role & protocol::kRoleFollowIdle);
-}
-
-TEST_F(PolicyTest, ATaskHeldForAMeasurementDoesNotFollowTheHoldersIdleMark) {
-  const uint32_t hp = reg(T0, "hp", 0), meas = reg(T0, "mid", 2, TaskMode::Measure), lp = reg(T0, "lp", 5);
-  (void)meas;
-  send(T0 + us(10), hp, protocol::Notify{k1, T0 + us(10), protocol::kNotifyActivityStart, 1});
-  EXPECT_EQ(state(lp), State::Hold);
-  EXPECT_FALSE(last[lp].role & protocol::kRoleFollowIdle);
-}
-
 TEST_F(PolicyTest, BellSlotsAreUniqueAndReusedAfterATaskLeaves) {
   std::set<uint16_t> slots;
   std::vector<uint32_t> ids;
