@@ -21,13 +21,13 @@ import subprocess
 import tempfile
 import time
 
-MAGIC, VERSION, REGISTER = 0x54494B46, 4, 1
+MAGIC, VERSION, REGISTER = 0x54494B46, 5, 1   # protocol/protocol.h kVersion
 
 
 def register(session, seq, key):
     header = struct.pack("<IHBBQQQII", MAGIC, VERSION, REGISTER, 0, session, 0, seq, 0, 0)
     k = key.encode()
-    body = struct.pack("<BBBBI16sHHQQ", 5, 0, 0, 0, os.getpid(), bytes(16), len(k), 0, 0, 0) + k
+    body = struct.pack("<BBBBI16sHHQQI", 5, 0, 0, 0, os.getpid(), bytes(16), len(k), 0, 0, 0, 0) + k
     return header + body
 
 

@@ -12,7 +12,7 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION, REGISTER, REGISTERED, HEARTBEAT = 0x54494B46, 4, 1, 2, 7
+MAGIC, VERSION, REGISTER, REGISTERED, HEARTBEAT = 0x54494B46, 5, 1, 2, 7   # protocol/protocol.h kVersion
 HEADER = "<IHBBQQQII"
 
 
@@ -30,7 +30,7 @@ def main():
     s.connect(("127.0.0.1", port))
     session, seq = random.getrandbits(63) | 1, 1
     key = b"forged-report"
-    body = struct.pack("<BBBBI16sHHQQ", 5, 0, 0, 0, os.getpid(), uuid.raw, len(key), 0, 80 << 30, 0) + key
+    body = struct.pack("<BBBBI16sHHQQI", 5, 0, 0, 0, os.getpid(), uuid.raw, len(key), 0, 80 << 30, 0, 0) + key
     s.send(struct.pack(HEADER, MAGIC, VERSION, REGISTER, 0, session, 0, seq, 0, 0) + body)
     s.settimeout(2)
     reply = s.recv(600)
