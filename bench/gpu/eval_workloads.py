@@ -12,11 +12,12 @@ HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("lm-decode", "l
 # vit-l-train: ViT-L/16 training; scan-train: a recurrent scan of ~3 us kernels; jax-train: a JAX/XLA
 # transformer trained as command buffers (CUDA graphs, JAX's default); jax-train-eager: the same with
 # command buffers off (kernels launched one by one); idle-job: a process that holds a CUDA context and
-# launches nothing (what the setup itself costs a service); vit-l-graph-train: ViT-L training captured
+# launches nothing (what the setup itself costs a service); tick-job: one tiny kernel and a synchronisation
+# every 0.5 ms (the GPU switching to another process, with next to no work); vit-l-graph-train: ViT-L training captured
 # whole as one CUDA graph a step (torch.cuda.graphs), replayed.
 LP_NAMES = ("resnet50-train", "transformer-train", "attn-train", "vgg16-bs16", "gemm8192", "gemm2048",
             "vit-l-train", "vit-l-graph-train", "scan-train", "jax-train", "jax-train-eager", "idle-job",
-            "synthetic-train")
+            "tick-job", "synthetic-train")
 ARRIVALS = ("closed", "poisson")
 FOREVER_REQUESTS = 100_000_000     # "until stopped" for fikit-example-infer
 FOREVER_S = 100_000.0              # "until stopped" for fikit-example-train
@@ -91,7 +92,7 @@ class LP:
                                    "vit-l-train": ("iterations", "it/s"), "scan-train": ("iterations", "it/s"),
                                    "vit-l-graph-train": ("iterations", "it/s"),
                                    "jax-train": ("iterations", "it/s"), "jax-train-eager": ("iterations", "it/s"),
-                                   "idle-job": ("iterations", "it/s"),
+                                   "idle-job": ("iterations", "it/s"), "tick-job": ("iterations", "it/s"),
                                    "vgg16-bs16": ("requests", "batches/s"),
                                    "gemm8192": ("gemms", "GEMM/s"), "gemm2048": ("gemms", "GEMM/s"),
                                    "synthetic-train": ("kernels", "kernels/s")}[name]
@@ -109,6 +110,8 @@ class LP:
             cmd = self.paths.py("train.py") + ["--model", "vit_l_16", "--batch", 16, "--cuda-graph"]
         elif self.name == "idle-job":
             cmd = self.paths.py("train.py") + ["--model", "idle"]
+        elif self.name == "tick-job":
+            cmd = self.paths.py("train.py") + ["--model", "tick"]
         elif self.name == "scan-train":
             cmd = self.paths.py("train.py") + ["--model", "scan", "--batch", 64, "--seq", 256]
         elif self.name.startswith("jax-train"):

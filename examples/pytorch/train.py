@@ -67,14 +67,15 @@ class AttentionNet(torch.nn.Module):
 
 def main():
     parser = argparse.ArgumentParser(description="Training loop on random data (PyTorch).")
-    parser.add_argument("--model", choices=("resnet50", "resnet18", "vit_l_16", "transformer", "attention", "scan", "idle"),
+    parser.add_argument("--model", choices=("resnet50", "resnet18", "vit_l_16", "transformer", "attention", "scan", "idle", "tick"),
                         default="resnet50",
                         help="transformer: a 12-layer encoder language model, d_model 768, about 98 M parameters; "
                              "attention: 4 blocks of causal attention over --seq tokens (default 4096 for it), bf16; "
                              "vit_l_16: ViT-L/16 (torchvision), bf16 autocast; scan: a recurrent cell of width 256 "
                              "unrolled over --seq steps (default 256), thousands of kernels of a few us an iteration; "
                              "idle: holds a CUDA context and memory and launches nothing (10 ms of sleep an iteration): "
-                             "what being there costs a service")
+                             "what being there costs a service; tick: one kernel of one block on a 4-byte tensor and a "
+                             "synchronisation every 0.5 ms: the GPU switches to this process often, with next to no work")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seq", type=int, default=0, help="tokens per sequence (transformer: 256, attention: 4096)")
     parser.add_argument("--duration-s", type=float, default=30.0)
@@ -86,7 +87,7 @@ def main():
     parser.add_argument("--steps", type=int, default=0, help="stop after this many steps, printing each loss (0: by time)")
     parser.add_argument("--deterministic", action="store_true", help="deterministic kernels, seeded data and weights")
     args = parser.parse_args()
-    if (args.cuda_graph or args.steps) and args.model == "idle":
+    if (args.cuda_graph or args.steps) and args.model in ("idle", "tick"):
         parser.error("--cuda-graph and --steps need a model that trains")
     if args.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -124,7 +125,7 @@ def main():
                 h = torch.tanh(cell(h) + xs[t])
             return h
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    elif args.model == "idle":
+    elif args.model in ("idle", "tick"):
         forward = optimizer = labels = None   # nothing is trained (below)
     elif args.model == "vit_l_16":
         model = torchvision.models.vit_l_16(weights=None).cuda().train()
@@ -156,6 +157,14 @@ def main():
 
         def step():
             time.sleep(0.01)
+            done["iterations"] += 1
+    elif args.model == "tick":
+        tick = torch.zeros(1, device="cuda")
+
+        def step():
+            tick.add_(1)   # one block, a few microseconds
+            torch.cuda.synchronize()
+            time.sleep(0.0005)
             done["iterations"] += 1
     else:
         step = None
