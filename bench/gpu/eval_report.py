@@ -30,11 +30,17 @@ def summarise_pair(pr, seed):
     runs = pr["runs"]
     alone = runs.get("alone") or []
     metrics = {"p50": ("hp", "p50"), "p99": ("hp", "p99"), "lp": ("lp_rate",)}
+    # Poisson pairs: the HP's own time per request (its GPU work as the host sees it, without the
+    # queueing for the request before): what sharing costs each request, apart from the queue.
+    own = ("hp", "service_p50")
     rows = {}
     for s in pr["setups"]:
         if s != "alone":
             rows[s] = {m: st.bootstrap_ratio(_values(runs.get(s), path), _values(alone, path), seed=seed)
                        for m, path in metrics.items()}
+            mine, theirs = _values(runs.get(s), own), _values(alone, own)
+            if mine and theirs and None not in mine and None not in theirs:
+                rows[s]["own"] = st.bootstrap_ratio(mine, theirs, seed=seed)
             rows[s]["reps"] = len(runs.get(s) or [])
     marks = st.pareto({s: r for s, r in rows.items() if s != "alone-b"})
     # What a user runs: the recommended setup, not the best of the ones measured (variants of the
@@ -163,12 +169,15 @@ def pair_block(label, pr, workers):
         pr["hp"], pr["lp"], how, pr["requests"], fmt(a.get("p50")), fmt(a.get("p99")), fmt(a.get("lp"), "{:.1f}"),
         pr["lp_unit"])
     rows = []
+    with_own = any("own" in r for r in (s.get("rows") or {}).values())
     for setup, r in (s.get("rows") or {}).items():
         mark = None if setup == "alone-b" else (s.get("pareto") or {}).get(setup, {"dominated_by": [], "significant_by": []})
-        rows.append((setup, r["reps"], interval(r["p50"]), interval(r["p99"]), interval(r["lp"], 100, "{:.1f}"),
-                     pareto_text(mark)))
-    text = head + "\n" + table(rows, ("setup", "reps", "HP p50 x alone [95% CI]", "HP p99 x alone [95% CI]",
-                                      "LP % of alone [95% CI]", "Pareto (HP p99 vs LP)"))
+        own = (interval(r["own"]) if "own" in r else "-",) if with_own else ()
+        rows.append((setup, r["reps"], interval(r["p50"]), interval(r["p99"])) + own +
+                    (interval(r["lp"], 100, "{:.1f}"), pareto_text(mark)))
+    text = head + "\n" + table(rows, ("setup", "reps", "HP p50 x alone [95% CI]", "HP p99 x alone [95% CI]") +
+                               (("HP own time x alone [95% CI]",) if with_own else ()) +
+                               ("LP % of alone [95% CI]", "Pareto (HP p99 vs LP)"))
     best = s.get("default_fikit", s.get("best_fikit"))
     if best:
         parts = ["%s: HP p99 %s %s, LP %s %s" % (b, interval(v["p99"], unit="x"), verdict(v["p99"], True),

@@ -190,6 +190,21 @@ class PairSummary(unittest.TestCase):
         self.assertNotIn("mps", s["pareto"])
         er.pair_block("x", dict(self.pr, summary=s), {})
 
+    def test_the_hps_own_time_is_a_column_where_the_runs_have_it(self):
+        self.assertNotIn("HP own time", er.pair_block("p1", dict(self.pr, summary=self.s), {}))   # closed loop
+        rng = random.Random(7)
+        for name, own in (("alone", 1500), ("fikit-mps", 1650), ("default", 1800)):
+            for r in self.pr["runs"][name]:
+                r["hp"]["service_p50"] = own * rng.uniform(0.99, 1.01)
+        s = er.summarise_pair(self.pr, seed=1)
+        self.assertAlmostEqual(s["rows"]["fikit-mps"]["own"]["ratio"], 1.1, delta=0.03)
+        self.assertAlmostEqual(s["rows"]["default"]["own"]["ratio"], 1.2, delta=0.03)
+        self.assertNotIn("own", s["rows"]["mps"])   # its runs lack it
+        text = er.pair_block("p1", dict(self.pr, summary=s), {})
+        self.assertIn("HP own time x alone [95% CI]", text)
+        row = next(l for l in text.splitlines() if l.split() and l.split()[0] == "fikit-mps")
+        self.assertIn("1.10 [", row)
+
     def test_capped_windows_are_counted(self):
         for r in self.pr["runs"]["default"][:3]:
             r["hp"]["capped"] = True
