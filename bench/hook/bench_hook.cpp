@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "kernelid.h"
+#include "measure/sampling.h"
 
 namespace {
 
@@ -206,6 +208,25 @@ void BM_KernelIdColdCaches(benchmark::State& state) {
   state.counters["walks"] = double(kernelid::walk_counts().walks - walks_before);
 }
 
+// Measure mode's choice for a launch of a program sampled one iteration in 8 (measure_mode.cpp:
+// count the launch in its iteration, and ask whether that iteration is measured or, far longer than
+// the others, promoted). Threads > 1: launching threads share the counter's cache line.
+fikit::hook::measure::IterationLengths g_lengths;
+std::atomic<uint64_t> g_epoch{0};
+void BM_MeasureSampledChoice(benchmark::State& state) {
+  for (auto _ : state) {
+    const uint64_t in_iteration = g_lengths.launched();
+    const uint64_t epoch = g_epoch.load(std::memory_order_relaxed);
+    bool m = fikit::hook::measure::sampled_iteration(epoch, 1, 8);
+    if (!m) m = in_iteration >= g_lengths.long_after(4096);
+    benchmark::DoNotOptimize(m);
+    if ((in_iteration & 1023) == 0 && state.thread_index() == 0) {   // an iteration ends now and then
+      g_lengths.ended(m);
+      g_epoch.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
 void BM_CallSiteCaptureCached(benchmark::State& state) {
   configure_ids();
   for (auto _ : state) benchmark::DoNotOptimize(site_at_depth(6));
@@ -216,6 +237,7 @@ BENCHMARK(BM_AllocFreeThroughHookAccounted)->Arg(4096)->Arg(1 << 20);
 BENCHMARK(BM_LaunchDirect);
 BENCHMARK(BM_LaunchThroughHookPassthrough);
 BENCHMARK(BM_CallSiteCaptureCached);
+BENCHMARK(BM_MeasureSampledChoice)->Threads(1)->Threads(2);
 BENCHMARK(BM_KernelIdCached);
 BENCHMARK(BM_KernelIdColdCaches)->ArgsProduct({{0, 1}, {2, 48}})->ArgNames({"id", "evict_mib"})->UseManualTime()->Iterations(2000);
 
