@@ -279,6 +279,10 @@ TEST_F(FikitRun, AKeyFileOthersCanReadIsRefused) {
   const Result r = run_with_hook({"--key-file", key, "/bin/true"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("group or others"), std::string::npos) << r.err;
+  // Exported rather than given: refused the same way, not left to the hook inside the program.
+  const Result exported = run_with_hook({"/bin/true"}, {"FIKIT_KEY_FILE=" + key});
+  EXPECT_EQ(exported.exit_code, 2);
+  EXPECT_NE(exported.err.find("group or others"), std::string::npos) << exported.err;
 }
 
 // A stand-in for nvidia-cuda-mps-control: a listening `control` socket in a pipe folder.
@@ -337,6 +341,11 @@ TEST_F(FikitRun, ATimeSlicedProgramIsKeptOffARunningMpsDaemon) {
   // Without the flag the same program is the daemon's client.
   const Result mps = run_with_hook({"--priority", "0", "/usr/bin/env"}, {"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string()});
   EXPECT_EQ(parse_env(mps.out)["CUDA_MPS_PIPE_DIRECTORY"], pipe.string());
+  // FIKIT_BACKEND exported counts as the flag.
+  const Result exported = run_with_hook({"--priority", "0", "/usr/bin/env"},
+                                        {"CUDA_MPS_PIPE_DIRECTORY=" + pipe.string(), "FIKIT_BACKEND=timeslice"});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(parse_env(exported.out)["CUDA_MPS_PIPE_DIRECTORY"], none);
 }
 
 // (These start fikit-run a dozen times against one stand-in control daemon that never accepts: past
@@ -402,6 +411,7 @@ TEST_F(ServiceBackend, WhileItMeasuresItsRunsAlternateAndThenTheCheaperOneIsKept
   EXPECT_NE(s.err.find("runs outside MPS: its requests took 1.08x as an MPS client"), std::string::npos) << s.err;
   EXPECT_TRUE(start({"--priority", "0", "--mps-cost-limit", "1.1"}).mps) << "within a limit of 1.1";
   EXPECT_TRUE(start({"--priority", "0", "--backend", "mps"}).mps) << "the user's choice wins";
+  EXPECT_TRUE(start({"--priority", "0"}, {"FIKIT_BACKEND=mps"}).mps) << "exported, as the flag";
   EXPECT_TRUE(start({"--priority", "5"}).mps) << "a job is always an MPS client: its service's regime governs it";
   EXPECT_TRUE(start({"--priority", "0", "--mode", "off"}).mps);
   EXPECT_FALSE(start({"--priority", "0", "--mode", "share"}).mps);

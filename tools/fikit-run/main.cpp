@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "address.h"
@@ -114,6 +115,13 @@ std::string numeric_scheduler(const std::string& text, std::string* error) {
   return (v6 ? "[" + std::string(numeric) + "]" : std::string(numeric)) + ":" + std::to_string(port);
 }
 
+// A setting's value now (a flag's, once fikit-run has exported the flags), or nullptr when unset
+// or empty, which the hook also takes as unset.
+const char* set_in_environment(const char* env) {
+  const char* value = std::getenv(env);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
 // FIKIT_LOG_LEVEL info or debug: say what was chosen (as the hook does at those levels).
 bool log_info() {
   const char* level = std::getenv("FIKIT_LOG_LEVEL");
@@ -150,26 +158,29 @@ int main(int argc, char** argv) {
     set_env("FIKIT_SCHEDULER", numeric);
   }
   const char* memory_limit = std::getenv("FIKIT_MEMORY_LIMIT");
-  if (const std::string* key_file = fikit::run::given(opts, "FIKIT_KEY_FILE")) {
+  // From here a setting is read from the environment, which now holds the flags' values too: a
+  // FIKIT_* variable the user exported counts as its flag would.
+  if (const char* key_file = set_in_environment("FIKIT_KEY_FILE")) {
     // Checked here, where a bad key can still stop the start with a clear message; the hook,
     // inside the program, could only run it unscheduled.
     fikit::protocol::Key key;
-    if (!fikit::protocol::load_key_file(*key_file, key, error)) return fikit::cli::usage_error("fikit-run", error);
+    if (!fikit::protocol::load_key_file(key_file, key, error)) return fikit::cli::usage_error("fikit-run", error);
   }
   const int priority = std::atoi(std::getenv("FIKIT_PRIORITY"));
-  const std::string* backend = fikit::run::given(opts, "FIKIT_BACKEND");
+  const char* const backend_set = set_in_environment("FIKIT_BACKEND");
+  const std::string_view backend = backend_set != nullptr ? backend_set : "auto";
   // The backend: MPS when a control daemon runs for this program (fikit-scheduler --mps on starts
   // one in a folder of its own, whose variables the program then needs), else time-sliced. An MPS
   // client's priority comes from its environment at start: make it FIKIT's.
   const fikit::mps::Found mps = fikit::mps::find_daemon(std::getenv("CUDA_MPS_PIPE_DIRECTORY"));
   const bool verbose = log_info();
-  bool outside_mps = mps.running && backend != nullptr && *backend == "timeslice";
+  bool outside_mps = mps.running && backend == "timeslice";
   std::string outside_why = "--backend timeslice";
   // A service left to choose (--backend auto) is an MPS client unless its measured runs say that
   // costs it more than --mps-cost-limit; while it measures, its runs alternate between the two
   // (rules/backend_rule.h). Jobs are always MPS clients here: the service's regime governs them.
   const std::string mode = std::getenv("FIKIT_MODE");
-  if (mps.running && priority == 0 && (backend == nullptr || *backend == "auto") && mode != "off") {
+  if (mps.running && priority == 0 && backend == "auto" && mode != "off") {
     if (const auto service = fikit::run::service_backend(opts.command);
         service && (!service->choice.trial || mode != "share")) {
       outside_mps = !service->choice.mps;
@@ -226,7 +237,7 @@ int main(int argc, char** argv) {
     if (verbose)
       std::fprintf(stderr, "fikit-run: backend MPS (control daemon at %s), client priority %s\n", mps.pipe_dir.c_str(),
                    std::getenv("CUDA_MPS_CLIENT_PRIORITY"));
-  } else if (backend != nullptr && *backend == "mps") {
+  } else if (backend == "mps") {
     std::fprintf(stderr, "fikit-run: warning: --backend mps, but no MPS control daemon runs at %s: the program will "
                  "not be an MPS client (start fikit-scheduler --mps on)\n", mps.pipe_dir.c_str());
   } else if (verbose) {

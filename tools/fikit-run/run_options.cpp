@@ -35,12 +35,6 @@ int parse_run_options(int argc, const char* const* argv, RunOptions* out) {
   return cli::kGoOn;
 }
 
-const std::string* given(const RunOptions& opts, const char* env) {
-  for (const auto& [setting, value] : opts.settings)
-    if (std::string_view(setting->env) == env) return &value;
-  return nullptr;
-}
-
 std::string check_environment() {
   for (const settings::Setting& s : settings::kHookSettings) {
     const char* value = std::getenv(s.env);

@@ -21,8 +21,6 @@ struct RunOptions {
 // exit code to leave with (0 after --help/--version, 2 after a usage error, said on stderr).
 int parse_run_options(int argc, const char* const* argv, RunOptions* out);
 
-// The value given for `env`'s flag, or nullptr.
-const std::string* given(const RunOptions& opts, const char* env);
 
 // Checks every table setting in the environment fikit-run hands on (flags already applied): an
 // error line naming the first bad one, or "" when all are good.
