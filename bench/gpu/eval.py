@@ -6,7 +6,9 @@ Scenarios (any subset, in the order given; default: pairs):
                setup of --setups: alone (HP alone, then LP alone), alone-b (the same in processes of
                its own: the noise floor), default (time-sliced), mps, mps-prio (MPS, LP at
                CUDA_MPS_CLIENT_PRIORITY=1), fikit (fikit-run share, HP priority 0, LP 5), fikit-mps
-               (FIKIT on MPS); HP p50/p99 and LP throughput (counted over the HP's requests only)
+               (FIKIT on MPS), and by name only fikit-mps-client (fikit-mps with the HP an MPS client
+               whatever its backend trial chose); HP p50/p99 and LP throughput (counted over the HP's
+               requests only)
   lp-overhead  the LP alone: plain, plain-b, share (fikit-run share, the daemon up, nothing else),
                share+idle-hp (beside an idle registered HP, once per --settings variant); targets
                >= 98 % and >= 95 % of plain
@@ -260,7 +262,8 @@ def parse_args(argv):
     g.add_argument("--sim-lib", help="folder with the simulated libcuda.so.1 (when there is no GPU)")
     g = ap.add_argument_group("setups")
     g.add_argument("--setups", default=",".join(es.PAIR_SETUPS),
-                   help="pair setups, 'alone' first [%s]" % ",".join(es.PAIR_SETUPS))
+                   help="pair setups, 'alone' first, from these and %s [%s]" % (",".join(es.EXTRA_SETUPS),
+                                                                                 ",".join(es.PAIR_SETUPS)))
     g.add_argument("--settings", action="append", metavar="K=V[,K=V]",
                    help="fikit-scheduler settings for one more variant of every FIKIT setup (repeatable), e.g. "
                         "min-gap=20us,gap-estimator=p50 (keys: fikit-scheduler --help); the first also serves "

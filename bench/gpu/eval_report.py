@@ -147,7 +147,7 @@ def mps_priorities_line(label, pr, workers):
     fikit-run's exec; '?' for a process that ended before it was read), e.g. 'mps-prio HP 0 LP 1'."""
     parts = []
     for setup in pr["setups"]:
-        if base_of(pr, setup) not in ("mps", "mps-prio", "fikit-mps"):
+        if base_of(pr, setup) not in ("mps", "mps-prio", "fikit-mps", "fikit-mps-client"):
             continue
         got = {}
         for w in workers.values():

@@ -10,6 +10,10 @@ import subprocess
 # mps-pct: MPS with client priority and the LP held to MPS_PCT_LP of the SMs' threads
 # (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), a static share any user can set.
 PAIR_SETUPS = ("alone", "alone-b", "default", "mps", "mps-prio", "mps-pct", "fikit", "fikit-mps")
+# Asked for by name only: fikit-mps-client is the default setup with the service made an MPS client
+# whatever its backend trial chose (fikit-run --backend mps): what the switch between a service
+# outside MPS and its jobs costs against what being an MPS client costs it.
+EXTRA_SETUPS = ("fikit-mps-client",)
 MPS_PCT_LP = "25"
 MPS_PRIORITY = {"hp": "0", "lp": "1"}    # CUDA_MPS_CLIENT_PRIORITY: 0 normal, 1 below normal
 FIKIT_PRIORITY = {"hp": 0, "lp": 5}
@@ -61,12 +65,14 @@ def pair_setups(names, variants, real_gpu):
         elif name == "mps-pct":
             out.append(Setup(name, mps=True, client_prio=True,
                              lp_env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": MPS_PCT_LP}))
-        elif name in ("fikit", "fikit-mps"):
+        elif name in ("fikit", "fikit-mps", "fikit-mps-client"):
+            on_mps = name != "fikit"
             for suffix, flags in variants:
-                out.append(Setup(name + suffix, base=name, mps=name == "fikit-mps", client_prio=name == "fikit-mps" and not real_gpu,
-                                 hook="share", scheduler=name + suffix, flags=flags))
+                out.append(Setup(name + suffix, base=name, mps=on_mps, client_prio=on_mps and not real_gpu,
+                                 hook="share", scheduler=name + suffix, flags=flags,
+                                 env={"FIKIT_BACKEND": "mps"} if name == "fikit-mps-client" else None))
         else:
-            raise ValueError("unknown setup '%s' (from %s)" % (name, ", ".join(PAIR_SETUPS)))
+            raise ValueError("unknown setup '%s' (from %s)" % (name, ", ".join(PAIR_SETUPS + EXTRA_SETUPS)))
     return out
 
 

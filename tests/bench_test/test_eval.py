@@ -336,8 +336,20 @@ class Scenarios(unittest.TestCase):
         self.assertFalse(by["fikit-mps"].client_prio)
         self.assertTrue(es.pair_setups(["fikit-mps"], [("", [])], False)[0].client_prio)
         self.assertEqual(by["fikit[min-gap=10us]"].flags, ["--min-gap", "10us"])
+        self.assertNotIn("FIKIT_BACKEND", by["fikit-mps"].env)
         with self.assertRaises(ValueError):
             es.pair_setups(["alone", "nope"], [("", [])], True)
+
+    def test_mps_client_setup_makes_the_service_an_mps_client(self):
+        # Only by name; the default setup with fikit-run's backend forced to MPS for both programs.
+        self.assertNotIn("fikit-mps-client", es.PAIR_SETUPS)
+        client = es.pair_setups(["fikit-mps-client"], [("", []), ("[regime=hold]", ["--regime", "hold"])], True)
+        self.assertEqual([s.name for s in client], ["fikit-mps-client", "fikit-mps-client[regime=hold]"])
+        for s in client:
+            self.assertTrue(s.mps and s.hook == "share")
+            self.assertEqual(s.env, {"FIKIT_BACKEND": "mps"})
+            self.assertEqual(s.base, "fikit-mps-client")
+        self.assertEqual(client[1].flags, ["--regime", "hold"])
 
     @unittest.skipUnless(es.shutil.which("taskset"), "taskset not installed")
     def test_pinning(self):
