@@ -28,15 +28,19 @@ constexpr size_t kMaxClients = DeviceLanes::kMaxLanes;
 std::array<ClientEntry, kMaxClients> g_clients;
 std::mutex g_clients_mutex;   // first use per device only, never on the launch path
 
-// Which way the GPU is shared: the driver knows whether contexts on this device go through MPS.
+// Which way the GPU is shared: the driver knows whether contexts on this device go through MPS,
+// and what it says is reported whatever FIKIT_BACKEND asked for. A service told "mps" that is not
+// an MPS client (no control daemon ran when it started) would otherwise have its jobs let beside it
+// as if under MPS, where they take time slices from it.
 protocol::Backend detect_backend(const Config& cfg, const protocol::DeviceUuid& device) noexcept {
   (void)device;
-  if (cfg.backend == BackendKind::TimeSlice) return protocol::Backend::TimeSlice;
-  if (cfg.backend == BackendKind::Mps) return protocol::Backend::Mps;
   auto get_device = driver_calls().ctx_get_device;
   CUdevice dev = 0;
-  if (get_device && get_device(&dev) == CUDA_SUCCESS && mps_client(dev)) return protocol::Backend::Mps;
-  return protocol::Backend::TimeSlice;
+  const bool mps = get_device && get_device(&dev) == CUDA_SUCCESS && mps_client(dev);
+  if ((cfg.backend == BackendKind::Mps && !mps) || (cfg.backend == BackendKind::TimeSlice && mps))
+    log(LogLevel::Warn, "share mode: FIKIT_BACKEND=%s, but this process %s an MPS client: scheduled as %s",
+        mps ? "timeslice" : "mps", mps ? "is" : "is not", mps ? "one" : "time-sliced");
+  return mps ? protocol::Backend::Mps : protocol::Backend::TimeSlice;
 }
 
 // The current context's device: its SMs and memory, which the daemon sizes partitions and memory

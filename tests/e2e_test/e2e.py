@@ -55,7 +55,8 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
   two_gpus       a simulated machine with two devices, one daemon: the HP on device 0 and the LP on device 1
                  (CUDA_VISIBLE_DEVICES) are in separate domains: the LP never waits and never hears of the
                  HP; with both on device 1 the LP is throttled as in interference. One process on both
-                 GPUs takes part in each domain, also through contexts of its own that it destroys.
+                 GPUs takes part in each domain, also through contexts of its own that it destroys. A process
+                 told FIKIT_BACKEND=mps on these time-sliced devices is scheduled time-sliced, and warned.
   memory_reserve a simulated GPU of 8 GiB; a job (priority 5) allocates until refused, then holds what it got
                  while a service (priority 0) keeps allocating. Without FIKIT's memory limits the job
                  takes the whole device and the service's allocations fail; under fikit-scheduler
@@ -573,9 +574,9 @@ def two_gpus(env):
     ok &= check(s.get("reaction_us", {}).get("n", 0) > 0,
                 f"on one GPU the HP's returns moved the LP out of Run ({s.get('reaction_us', {}).get('n')} times)")
 
-    def probe_tasks(key, *args):
+    def probe_tasks(key, *args, extra_env=None):
         """Runs the probe under `key`; once it says what it did, the daemon's tasks of `key`."""
-        p = subprocess.Popen(env.fikit("share", key, 3) + [env.a.probe, *args], env=env.env,
+        p = subprocess.Popen(env.fikit("share", key, 3) + [env.a.probe, *args], env=dict(env.env, **(extra_env or {})),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = p.stdout.readline()
         status = env.status()
@@ -598,6 +599,16 @@ def two_gpus(env):
     ok &= check(len(own) == 2 and len({t["device"] for t in own}) == 2,
                 f"a task on each GPU, though the second context may have had the first one's handle: "
                 f"{[(t['device'], t['pid']) for t in own]}")
+    ok &= check(all(t["backend"] == "timeslice" for t in multi + own), "time-sliced devices: tasks say timeslice")
+
+    # Told MPS on a device that is not (no control daemon): the daemon hears what the driver says, or
+    # it would let jobs beside this process as under MPS, where they take time slices from it.
+    line, rc, err, forced = probe_tasks("forced", "--all-devices", "1500", extra_env={"FIKIT_BACKEND": "mps"})
+    ok &= check(rc == 0 and len(forced) == 2 and all(t["backend"] == "timeslice" for t in forced),
+                f"FIKIT_BACKEND=mps on a time-sliced device is scheduled time-sliced: "
+                f"{[t.get('backend') for t in forced]} (exit {rc}) {err[-300:]}")
+    ok &= check("FIKIT_BACKEND=mps, but this process is not an MPS client" in err,
+                f"and the hook says so: {err[-400:]}")
     env.stop_daemon()
     return ok
 
