@@ -280,7 +280,9 @@ class Pool:
         # A service under FIKIT may be started outside MPS by fikit-run itself, when its measured
         # runs say being an MPS client costs it more than --mps-cost-limit (rules/backend_rule.h):
         # a choice, recorded, not a contradiction.
-        if spec.role == "hp" and spec.setup.hook == "share" and not entry["mps_client"]:
+        # (Not where the setup asked for MPS by FIKIT_BACKEND: that service outside MPS is a fault.)
+        if spec.role == "hp" and spec.setup.hook == "share" and not entry["mps_client"] \
+                and spec.setup.env.get("FIKIT_BACKEND") != "mps":
             entry["outside_mps_by_fikit_run"] = True
             self.h.log("%s (setup %s) runs outside MPS: fikit-run's choice by its measured MPS cost" %
                        (p.name, spec.setup.name))

@@ -11,6 +11,7 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "bench", "gpu"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+import eval_pool as epool      # noqa: E402
 import eval_proc as ep          # noqa: E402
 import example_common as ec     # noqa: E402
 import eval_report as er        # noqa: E402
@@ -350,6 +351,40 @@ class Scenarios(unittest.TestCase):
             self.assertEqual(s.env, {"FIKIT_BACKEND": "mps"})
             self.assertEqual(s.base, "fikit-mps-client")
         self.assertEqual(client[1].flags, ["--regime", "hold"])
+
+    def test_a_service_outside_mps_is_a_choice_unless_its_setup_asked_for_mps(self):
+        class Harness:
+            def __init__(self):
+                self.results, self.logged, self.warned = {"workers": {}}, [], []
+
+            def log(self, text):
+                self.logged.append(text)
+
+            def warn(self, text):
+                self.warned.append(text)
+
+        class Mps:
+            running = True
+
+            def clients(self):
+                return set()          # this process is no MPS client
+
+        class Program:
+            name = "svc"
+
+        class Proc:
+            pid, name = os.getpid(), "svc"
+
+        for setup_name, warns in (("fikit-mps", False), ("fikit-mps-client", True)):
+            h = Harness()
+            setup = es.pair_setups([setup_name], [("", [])], True)[0]
+            spec = epool.Spec("hp", Program(), setup)
+            h.results["workers"][spec.name] = {}
+            epool.Pool(h, None, Mps()).check_mps_client(Proc(), spec)
+            entry = h.results["workers"][spec.name]
+            self.assertFalse(entry["mps_client"])
+            self.assertEqual(bool(h.warned), warns, (setup_name, h.warned, h.logged))
+            self.assertEqual(entry.get("outside_mps_by_fikit_run", False), not warns)
 
     @unittest.skipUnless(es.shutil.which("taskset"), "taskset not installed")
     def test_pinning(self):
