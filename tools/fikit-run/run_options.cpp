@@ -127,6 +127,9 @@ beside a service what its objective allows, as measured, instead of stopping the
 (normal) for priority 0, 1 (below normal) for 1-9, unless it is set already. With
 FIKIT_LOG_LEVEL=info it says which backend it found.
 
+Each flag that sets a FIKIT_* variable may instead be given by exporting that variable, with the
+same effect; a flag given wins over an exported value.
+
 Exit status: PROGRAM's own; 2 bad usage or unusable key file; 3 hook library not found;
 126 PROGRAM not executable; 127 PROGRAM not found.
 )" + environment_only_text();
