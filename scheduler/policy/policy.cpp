@@ -78,10 +78,11 @@ bool Policy::measuring_hold(uint64_t now, const Task& t) const {
 
 // Whether `above` keeps the tasks below it from running freely: it is active, or being measured.
 bool Policy::blocks(uint64_t now, const Task& above, const Task& below) const {
-  if (above.mode == TaskMode::Share) return above.active;
   // With a key, a task that did not authenticate holds only tasks that did not either: it cannot
-  // stop the key's holders by saying it measures.
+  // stop the key's holders by saying it measures, nor by saying its work starts (an outsider's
+  // "activity starts" every 2 ms held every keyed job below it).
   if (settings_.keyed && !above.authenticated && below.authenticated) return false;
+  if (above.mode == TaskMode::Share) return above.active;
   return measuring_hold(now, above);
 }
 
@@ -262,11 +263,11 @@ void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, s
   } else if (const auto* h = std::get_if<protocol::Heartbeat>(&body)) {
     t->memory_used = h->memory_used;
     t->memory_refusals = h->memory_refusals;
-    // The cap it applies now is the last one sent (a hook that says nothing of its cap: once a
-    // lease has passed since, it has heard it or been dropped).
+    // The cap it applies now is the last one sent: once a lease has passed since, its hook has heard
+    // it or been dropped, whatever it says. (A task that kept saying an older, larger cap kept that
+    // as memory it might hold, and every later job's cap at a byte; what it really holds it reports.)
     const uint64_t sent = t->directive.memory_cap;
-    if (t->cap_pending != 0 && (h->memory_cap_mib == protocol::cap_mib(sent) ||
-                                (h->memory_cap_mib == 0 && now - t->cap_sent_at > settings_.lease_ns))) {
+    if (t->cap_pending != 0 && (h->memory_cap_mib == protocol::cap_mib(sent) || now - t->cap_sent_at > settings_.lease_ns)) {
       t->cap_confirmed = sent;
       t->cap_pending = 0;
     }

@@ -313,9 +313,10 @@ class Policy {
   uint64_t memory_cap_for(const Task& t) const;
   // What a task below priority 0 may hold as far as the daemon can tell: what it holds, the cap its
   // hook confirmed, or a larger one sent since (it may believe any of them), whichever is most.
-  uint64_t memory_committed(const Task& t) const;
-  // What a task below priority 0 reports holding, believed up to the largest cap it was sent.
-  uint64_t reported_use(const Task& t) const;
+  uint64_t memory_committed(const Task& t, uint64_t total) const;
+  // What a task below priority 0 reports holding, believed up to the largest cap it was sent; a
+  // report above the GPU's size (`total`) not at all.
+  uint64_t reported_use(const Task& t, uint64_t total) const;
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;

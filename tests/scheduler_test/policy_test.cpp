@@ -805,6 +805,25 @@ TEST_F(PolicyTest, WithAKeyAnUnauthenticatedMeasurerHoldsOnlyTheUnauthenticated)
   (void)measurer, (void)keyed_measurer;
 }
 
+// Trust v4, N3: under a key, an outsider registered without it (priority 0 asked, 1 given) that
+// says its work starts every 2 ms held every keyed job below it (7.67 k/s to 0.01 k/s). Its activity
+// holds only tasks that did not authenticate either; the key's holders keep their service's rules.
+TEST_F(PolicyTest, WithAKeyAnUnauthenticatedTasksActivityHoldsOnlyTheUnauthenticated) {
+  settings.keyed = true;
+  settings.min_unauthenticated_priority = 1;
+  const uint32_t svc = reg(T0, "hp", 0);
+  const uint32_t fake = reg(T0, "fake", 0, TaskMode::Share, Backend::TimeSlice, false);
+  const uint32_t keyed_job = reg(T0, "lp", 5), outsider = reg(T0, "lp7", 7, TaskMode::Share, Backend::TimeSlice, false);
+  for (int i = 0; i < 5; ++i) notify(T0 + us(2000 * i), fake, k1, true);
+  EXPECT_EQ(state(keyed_job), State::Run) << "the outsider's activity holds no keyed job";
+  EXPECT_NE(state(outsider), State::Run) << "it still holds the unauthenticated below it";
+  // The keyed service still holds the keyed job while it is active, and keeps the holder's role.
+  notify(T0 + us(10'000), svc, k1, true);
+  EXPECT_NE(state(keyed_job), State::Run);
+  EXPECT_TRUE(last.at(svc).role & protocol::kRoleHolder);
+  (void)outsider;
+}
+
 TEST_F(PolicyTest, PredictionsOfUnprofiledKernelsAreCapped) {
   settings.max_predicted_ns = us(1000);
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
@@ -947,8 +966,8 @@ TEST_F(PolicyTest, JobsThatStartTogetherNeverTakeTheReserve) {
 }
 
 // Trust v3, F8: a job reporting far more than it could hold (1 TiB) cut every other job's cap to a
-// byte. A report is believed up to the largest cap the task was sent: it counts as a job that holds
-// its whole share (what an honest job that filled it would cost the others: half of what is left).
+// byte. A report above the GPU's size is not believed (trust v4, N4); what the task may hold is the
+// cap it confirmed (30 GiB), and the job gets what that leaves.
 TEST_F(PolicyTest, AReportAboveEveryCapTheTaskHadIsNotBelieved) {
   settings.reserve_memory = values::MemorySize{20 * GiB, 0};
   reg(T0, "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
@@ -957,7 +976,7 @@ TEST_F(PolicyTest, AReportAboveEveryCapTheTaskHadIsNotBelieved) {
   const uint32_t liar = reg(T0 + us(10), "liar", 9, TaskMode::Share, Backend::Mps, false, 80 * GiB);
   send(T0 + us(15), job, protocol::Heartbeat{0, 0, uint32_t(last.at(job).memory_cap >> 20)});
   send(T0 + us(20), liar, protocol::Heartbeat{1024 * GiB, 0, uint32_t(last.at(liar).memory_cap >> 20)});
-  EXPECT_EQ(last.at(job).memory_cap, 15 * GiB) << "as beside a job that holds its 30 GiB: half of the 30 left";
+  EXPECT_EQ(last.at(job).memory_cap, 30 * GiB) << "the 30 GiB the liar's confirmed cap leaves";
   EXPECT_LE(last.at(liar).memory_cap, 30 * GiB);
 }
 
@@ -970,6 +989,30 @@ TEST_F(PolicyTest, AFakeServiceClaimingALargerGpuLiftsNoCap) {
   EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
   reg(T0 + us(10), "fake", 0, TaskMode::Share, Backend::Mps, false, 1024 * GiB);
   EXPECT_EQ(last.at(job).memory_cap, 60 * GiB);
+}
+
+// Trust v4, N4: a task registered before any task said how large the GPU is was never sent a cap,
+// and its report was believed in full: 2^62 bytes made every later job's cap a byte (37 refusals).
+// A report above the GPU's size is not believed; a larger cap the task keeps claiming to apply is
+// taken as replaced by the one sent, once a lease has passed.
+TEST_F(PolicyTest, AnImpossibleReportOrAnUnconfirmedCapTakesNothingFromTheJobs) {
+  settings.reserve_memory = values::MemorySize{20 * GiB, 0};
+  const uint32_t liar = reg(T0, "liar", 9, TaskMode::Share, Backend::Mps, false, 0);
+  send(T0 + us(5), liar, protocol::Heartbeat{1ull << 62, 0});
+  EXPECT_EQ(last.at(liar).memory_cap, 0u) << "nobody said how large the GPU is yet";
+  const uint32_t hp = reg(T0 + us(10), "hp", 0, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  EXPECT_EQ(last.at(liar).memory_cap, 60 * GiB) << "alone below the service, its report not believed";
+  const uint64_t liar_first_cap_mib = last.at(liar).memory_cap >> 20;
+  const uint32_t job = reg(T0 + us(20), "job", 5, TaskMode::Share, Backend::Mps, true, 80 * GiB);
+  // Until the liar's hook could have heard its lower cap, its 60 GiB may be held: the job waits.
+  EXPECT_LE(last.at(job).memory_cap, 64ull << 20) << "the liar may still hold the 60 GiB it was sent";
+  // It keeps saying its first cap and 2^62 bytes; a lease later that counts for nothing. (The
+  // others say they live meanwhile.)
+  send(T0 + settings.lease_ns / 2, hp, protocol::Heartbeat{0, 0});
+  send(T0 + settings.lease_ns / 2, job, protocol::Heartbeat{0, 0, uint32_t(last.at(job).memory_cap >> 20)});
+  send(T0 + settings.lease_ns + us(100), liar, protocol::Heartbeat{1ull << 62, 0, uint32_t(liar_first_cap_mib)});
+  EXPECT_EQ(last.at(job).memory_cap, 30 * GiB) << "half of the 60 GiB the reserve leaves, not a byte";
+  EXPECT_LE(last.at(job).memory_cap + last.at(liar).memory_cap, 60 * GiB) << "and never the reserve";
 }
 
 TEST_F(PolicyTest, AMeasuredTaskIsCappedTooAndNoReserveMeansNoCap) {
