@@ -523,8 +523,11 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
 std::vector<TaskInfo> Database::tasks() {
   std::vector<TaskInfo> out;
   if (impl_->empty) return out;
-  Stmt s(impl_->db, "SELECT key, command_line, created_unix, runs_measured, runs_wanted FROM tasks ORDER BY key");
+  truncated_ = false;
+  Stmt s(impl_->db, ("SELECT key, command_line, created_unix, runs_measured, runs_wanted FROM tasks ORDER BY key LIMIT " +
+                     std::to_string(kMaxTasksRead + 1)).c_str());
   while (s.step()) out.push_back(read_task(s));
+  if (out.size() > kMaxTasksRead) out.pop_back(), truncated_ = true;
   return out;
 }
 
@@ -539,10 +542,14 @@ std::optional<TaskInfo> Database::task(const std::string& key) {
 std::vector<KernelSample> Database::kernel_samples(const std::string& key) {
   impl_->require_task(key);
   std::vector<KernelSample> out;
+  truncated_ = false;
   const int version = schema_version();
-  Stmt s(impl_->db, ("SELECT " + sample_columns(version) + " FROM kernels WHERE task_key = ? ORDER BY kernel_id").c_str());
+  // In the primary key's order, so that SQLite stops reading at the bound (no sort of every row).
+  Stmt s(impl_->db, ("SELECT " + sample_columns(version) + " FROM kernels WHERE task_key = ? ORDER BY kernel_id LIMIT " +
+                     std::to_string(kMaxKernelsRead + 1)).c_str());
   s.bind(1, key);
   while (s.step()) out.push_back(read_sample(s, version));
+  if (out.size() > kMaxKernelsRead) out.pop_back(), truncated_ = true;
   return out;
 }
 
@@ -608,7 +615,10 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
   if (version >= 4) columns += ", timer, timing_bias_ns, timing_uncertainty_ns";
   if (version >= 5) columns += ", sample_unit";
   if (version >= 6) columns += ", backend, request_p50_ns, requests";
-  Stmt s(impl_->db, ("SELECT " + columns + " FROM runs WHERE task_key = ? ORDER BY run_no").c_str());
+  // The latest runs, read newest first up to the bound, then put back in order.
+  truncated_ = false;
+  Stmt s(impl_->db, ("SELECT " + columns + " FROM runs WHERE task_key = ? ORDER BY run_no DESC LIMIT " +
+                     std::to_string(kMaxRunsRead + 1)).c_str());
   s.bind(1, key);
   while (s.step()) {
     RunSummary r;
@@ -636,6 +646,8 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
     }
     out.push_back(r);
   }
+  if (out.size() > kMaxRunsRead) out.pop_back(), truncated_ = true;
+  std::reverse(out.begin(), out.end());
   return out;
 }
 
@@ -666,7 +678,8 @@ uint64_t timing_uncertainty(const std::vector<RunSummary>& runs) {
 std::vector<TraceOp> Database::last_trace(const std::string& key) {
   impl_->require_task(key);
   std::vector<TraceOp> out;
-  Stmt s(impl_->db, "SELECT kernel_id, stream, start_ns, end_ns FROM trace WHERE task_key = ? ORDER BY seq");
+  Stmt s(impl_->db, ("SELECT kernel_id, stream, start_ns, end_ns FROM trace WHERE task_key = ? ORDER BY seq LIMIT " +
+                     std::to_string(TraceOp::kMaxPerRun)).c_str());
   s.bind(1, key);
   while (s.step()) out.push_back(TraceOp{s.u64(0), s.u64(1), s.u64(2), s.u64(3)});
   return out;

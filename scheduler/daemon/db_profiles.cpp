@@ -12,7 +12,7 @@ namespace fikit::scheduler {
 namespace {
 
 uint64_t now_ns() { return protocol::monotonic_ns(); }
-enum LogKind { kNoProfileYet = 1, kNoProfile, kLoaded, kLowCoverage, kLocked };
+enum LogKind { kNoProfileYet = 1, kNoProfile, kLoaded, kLowCoverage, kLocked, kTruncated };
 // A locked database is read again this often, until it can be.
 constexpr auto kLockedRetry = std::chrono::milliseconds(500);
 
@@ -39,6 +39,11 @@ std::shared_ptr<const policy::Profile> DbProfileSource::read(std::string_view ta
     // A graph's kernel nodes (graph_op) are never launched by their own ID: the daemon plans by ops.
     for (const profiledb::KernelProfile& k : db.kernels(key))
       if (k.graph_op == 0) (*profile)[k.kernel_id] = policy::stats_of(k);
+    if (db.truncated())
+      log(kTruncated, spdlog::level::warn,
+          fmt::format("the profile of task '{}' has more than {} kernels: the rest are not read (a profile this large "
+                      "was not written by FIKIT's measurement; check who writes {})",
+                      task_key, profiledb::Database::kMaxKernelsRead, db_path_));
     const std::vector<profiledb::RunSummary> runs = db.runs(key);
     covered = profiledb::coverage(runs);
     profile->request_busy_pct = profiledb::request_busy_percent(runs);

@@ -113,6 +113,24 @@ TEST_F(DbTest, TraceIsBounded) {
   EXPECT_EQ(db.last_trace("t").size(), TraceOp::kMaxPerRun);
 }
 
+// Trust v4, N6: a profile of 400 002 kernel rows, written by anyone who can write the database,
+// grew the service that read it to 2.84 GB. Reads stop at a bound and say so; what is under the
+// bound reads in full, and another task's profile is not affected.
+TEST_F(DbTest, AHugeProfileIsReadUpToItsBoundAndSaysSo) {
+  Database db(path_, Database::Open::Create);
+  std::vector<KernelSample> many;
+  for (uint64_t id = 1; id <= Database::kMaxKernelsRead + 100; ++id) many.push_back(sample(id, 10, 1, 0));
+  db.merge_kernels("huge", "", many);
+  db.add_run("small", "", {}, {sample(7, 10, 1, 0)}, {});
+  EXPECT_EQ(db.kernels("huge").size(), Database::kMaxKernelsRead);
+  EXPECT_TRUE(db.truncated());
+  EXPECT_EQ(db.kernels("small").size(), 1u);
+  EXPECT_FALSE(db.truncated()) << "the flag is the last read's";
+  for (int i = 0; i < 5; ++i) db.add_run("small", "", {}, {sample(7, 10, 1, 0)}, {});
+  EXPECT_EQ(db.runs("small").size(), 6u);
+  EXPECT_FALSE(db.truncated());
+}
+
 TEST_F(DbTest, DeleteRemovesEverythingOfTheTaskOnly) {
   Database db(path_, Database::Open::Create);
   db.add_run("a", "", {}, {sample(1, 10, 1, 1)}, {{1, 1, 0, 1}});
