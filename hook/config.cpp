@@ -141,6 +141,7 @@ Config parse() noexcept {
   read_scheduler(cfg);
   read_number("FIKIT_MEASURE_RUNS", cfg.measure_runs);
   read_number("FIKIT_RUN_ITERATIONS", cfg.run_iterations);
+  read_number("FIKIT_RUN_SECONDS", cfg.run_seconds);
   cfg.measure_sample_set = read_number("FIKIT_MEASURE_SAMPLE", cfg.measure_sample);
   read_number("FIKIT_MEASURE_BURST", cfg.measure_burst);
   read_choice("FIKIT_MEASURE_UNIT", cfg.measure_unit, "using auto");

@@ -24,7 +24,8 @@ struct Config {
   char scheduler_host[settings::max_of("FIKIT_SCHEDULER") + 1] = "127.0.0.1";// FIKIT_SCHEDULER=HOST:PORT
   uint16_t scheduler_port = protocol::kDefaultPort;
   uint32_t measure_runs = settings::fallback_of("FIKIT_MEASURE_RUNS");  // FIKIT_MEASURE_RUNS: runs recorded before auto mode shares
-  uint32_t run_iterations = settings::fallback_of("FIKIT_RUN_ITERATIONS");  // FIKIT_RUN_ITERATIONS: 0 = a run is the process lifetime
+  uint32_t run_iterations = settings::fallback_of("FIKIT_RUN_ITERATIONS");  // FIKIT_RUN_ITERATIONS: 0 = runs by FIKIT_RUN_SECONDS
+  uint32_t run_seconds = settings::fallback_of("FIKIT_RUN_SECONDS");  // FIKIT_RUN_SECONDS: 0 = a run is the process lifetime
   uint32_t measure_sample = settings::fallback_of("FIKIT_MEASURE_SAMPLE");  // FIKIT_MEASURE_SAMPLE: measure one iteration (or op) in this many (1: all)
   bool measure_sample_set = false;      // FIKIT_MEASURE_SAMPLE was set: else windows measure one op in settings::kMeasureWindowSampleFallback
   SampleUnit measure_unit = SampleUnit(settings::fallback_of("FIKIT_MEASURE_UNIT"));  // FIKIT_MEASURE_UNIT=auto|iteration|window

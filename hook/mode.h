@@ -39,6 +39,9 @@ struct LaunchInfo {
   // The mode's own context for this launch, set by begin_launch and read by before_launch and
   // after_launch (share mode: the device lane the launch goes through).
   void* mode_context;
+  // A job being measured goes through share mode's gate too (measure_mode.cpp): the gate's context
+  // for this launch, kept here while mode_context holds the measurement's.
+  void* gate_context;
 };
 
 class Mode {
@@ -105,6 +108,15 @@ void set_mode(Mode* mode) noexcept;
 Mode* make_measure_mode(const Config& cfg) noexcept;   // hook/measure/
 Mode* make_share_mode(const Config& cfg) noexcept;     // hook/share/
 Mode* make_auto_mode(const Config& cfg) noexcept;      // hook/measure/: measure until cfg.measure_runs, then share
+// hook/share/: share mode's gate alone, for a job (priority above 0) that measure mode times: it
+// registers and is held as any job is, learns nothing itself (the measurement does) and never sends
+// a launch to another stream (the measurement's events are on the program's).
+Mode* make_share_gate(const Config& cfg) noexcept;
+
+// hook/share/: whether the daemon answered a measuring task's registration with another priority
+// than it asked (a priority reserved for the daemon's key, asked without it). Such a task is a job:
+// measure mode then hands over to share mode, whose gate holds it (a job never runs ungated).
+bool measurement_demoted() noexcept;
 
 // hook/share/: tell the daemon, if one answers, that this process is in its measurement phase, so that
 // lower-priority tasks keep off the GPU while it measures (docs/scheduling.md). Returns at once; a no-op when

@@ -44,7 +44,10 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_MEASURE_RUNS", "--measure-runs", Kind::Number, 1, 1000000, 10, nullptr, "runs",
      "runs measured before auto mode shares"},
     {"FIKIT_RUN_ITERATIONS", "--run-iterations", Kind::Number, 0, 1000000000, 0, nullptr, "synchronisations",
-     "measured iterations that make one run, N x FIKIT_MEASURE_SAMPLE synchronisations (0: the process's lifetime)"},
+     "measured iterations that make one run, N x FIKIT_MEASURE_SAMPLE synchronisations (0: FIKIT_RUN_SECONDS)"},
+    {"FIKIT_RUN_SECONDS", "--run-seconds", Kind::Number, 0, 86400, 4, nullptr, "s",
+     "with FIKIT_RUN_ITERATIONS 0, a run ends at the first synchronisation after this long (0: at the process's exit); "
+     "a service in auto mode shares after FIKIT_MEASURE_RUNS runs, in the same process"},
     {"FIKIT_MEASURE_SAMPLE", "--measure-sample", Kind::Number, 1, 1000, 8, nullptr, "",
      "measure one iteration in N (unset: 8), or one op in N in windows (unset: 16)"},
     {"FIKIT_MEASURE_UNIT", nullptr, Kind::Choice, 0, 0, 0, "auto|iteration|window", "",

@@ -62,8 +62,9 @@ std::atomic<MeasureMode*> g_draining_mode{nullptr};
 class MeasureMode final : public Mode {
  public:
   // share_after_runs > 0: auto mode, hand over to share mode once the task has that many runs.
-  MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs)
-      : cfg_(cfg), ring_(std::move(ring)), timer_(timer), share_after_runs_(share_after_runs),
+  // gate: share mode's gate for a job (make_share_gate), which every launch passes first.
+  MeasureMode(const Config& cfg, Timer* timer, std::unique_ptr<OpRing> ring, uint32_t share_after_runs, Mode* gate)
+      : cfg_(cfg), ring_(std::move(ring)), timer_(timer), gate_(gate), share_after_runs_(share_after_runs),
         windows_(measures_windows(cfg, *timer)),
         sample_every_(windows_ && !cfg.measure_sample_set ? settings::kMeasureWindowSampleFallback : std::max(cfg.measure_sample, 1u)),
         burst_(cfg.measure_burst > 0 ? cfg.measure_burst : 1), owner_pid_(getpid()),
@@ -87,6 +88,13 @@ class MeasureMode final : public Mode {
   // Whether this op is measured, into op.mode_context (read by before_launch): non-null when it is
   // (with windows, its window's serial). Only measured ops need kernel IDs (up to a stack walk each).
   bool begin_launch(LaunchInfo& op) noexcept override {
+    bool gate_wants_id = false;
+    if (gate_ != nullptr) {
+      gate_wants_id = gate_->begin_launch(op);
+      op.gate_context = op.mode_context;
+    } else if (measurement_demoted() && !demoted_.exchange(true, std::memory_order_relaxed)) [[unlikely]] {
+      hand_over_demoted();
+    }
     // Windows count a run in synchronisations that ended work on SMs (after_sync). A load before
     // the first store: the line stays shared while the flag is set.
     if (windows_ && (op.kind == OpKind::Kernel || op.kind == OpKind::Graph) &&
@@ -112,11 +120,22 @@ class MeasureMode final : public Mode {
       measured = m ? 1 : 0;
     }
     op.mode_context = reinterpret_cast<void*>(measured);
-    return measured != 0;
+    return measured != 0 || gate_wants_id;
   }
 
   void before_launch(LaunchInfo& op) noexcept override {
     t_in_flight.slot = nullptr;
+    // A job waits at the gate first: its timing (events or CUPTI) starts where the launch reaches
+    // the driver. Never to its SM partition: the measurement's events are on the program's stream.
+    if (gate_ != nullptr) {
+      void* own = op.mode_context;
+      const bool reroutable = op.reroutable;
+      op.mode_context = op.gate_context;
+      op.reroutable = false;
+      gate_->before_launch(op);
+      op.reroutable = reroutable;
+      op.mode_context = own;
+    }
     // Iterations: one iteration (the ops between two host synchronisations) in sample_every_ is
     // measured, whole: its gaps stay gaps. Windows: a few consecutive ops in every sample_every_
     // ops. The ops not measured cost the program nothing but that choice.
@@ -143,6 +162,11 @@ class MeasureMode final : public Mode {
   }
 
   void after_launch(const LaunchInfo& op, CUresult result) noexcept override {
+    if (gate_ != nullptr) {
+      LaunchInfo gated = op;
+      gated.mode_context = op.gate_context;
+      gate_->after_launch(gated, result);
+    }
     const InFlight f = t_in_flight;
     if (!f.slot) return;
     t_in_flight.slot = nullptr;
@@ -151,9 +175,15 @@ class MeasureMode final : public Mode {
     ring_->publish(*f.slot, f.seq);
   }
 
-  void before_allocation() noexcept override { announce_measurement(cfg_, /*wait=*/true); }
+  // A job joins the daemon as a job (its gate, which also holds it to its memory cap); a service
+  // says that it measures, so that the tasks below it keep off the GPU meanwhile.
+  void before_allocation() noexcept override {
+    if (gate_ != nullptr) gate_->before_allocation();
+    else announce_measurement(cfg_, /*wait=*/true);
+  }
 
-  void after_sync(SyncKind) noexcept override {
+  void after_sync(SyncKind kind) noexcept override {
+    if (gate_ != nullptr) gate_->after_sync(kind);
     if (requests_.open()) requests_.synchronised(monotonic_ns());
     // With windows a run is counted in these: PyTorch uploads a model's weights with hundreds of
     // synchronous copies, which would otherwise make the first runs of a few ops each.
@@ -170,7 +200,8 @@ class MeasureMode final : public Mode {
     if (measured_iteration(epoch - 1) && !sampled(epoch)) drain_below_epoch_.store(epoch, std::memory_order_release);
   }
 
-  void before_context_teardown(CUcontext, uint64_t context_key) noexcept override {
+  void before_context_teardown(CUcontext context, uint64_t context_key) noexcept override {
+    if (gate_ != nullptr) gate_->before_context_teardown(context, context_key);
     if (getpid() != owner_pid_ || thread_state_.load(std::memory_order_acquire) != kRunning ||
         !timer_->times_with_events())
       return;
@@ -184,7 +215,12 @@ class MeasureMode final : public Mode {
     if (context_key != 0 && consumed_.load(std::memory_order_acquire) >= claimed) timer_->forget_context(context_key);
   }
 
-  void after_context_release(CUcontext, uint64_t context_key, bool gone) noexcept override {
+  void before_context_release(uint64_t context_key) noexcept override {
+    if (gate_ != nullptr) gate_->before_context_release(context_key);
+  }
+
+  void after_context_release(CUcontext context, uint64_t context_key, bool gone) noexcept override {
+    if (gate_ != nullptr) gate_->after_context_release(context, context_key, gone);
     // (Not while ops not read yet may still need their pairs: the drain before ran out.)
     if (gone && getpid() == owner_pid_ && thread_state_.load(std::memory_order_acquire) == kRunning &&
         consumed_.load(std::memory_order_acquire) >= ring_->claimed())
@@ -192,6 +228,25 @@ class MeasureMode final : public Mode {
   }
 
   void shutdown() noexcept override {
+    drain_and_store();
+    // (Called twice at exit: by the handler registered with the measurement thread, then the hook's.)
+    if (gate_ != nullptr && !gate_shut_.exchange(true)) gate_->shutdown();
+  }
+
+ private:
+  // The daemon gave this task, which asked for priority 0 without the key, a lower one: it is a job,
+  // and a job never runs ungated. It measures no more and shares from its next launch on.
+  void hand_over_demoted() noexcept {
+    retired_.store(true, std::memory_order_relaxed);
+    log(LogLevel::Warn, "measure: the scheduler gave task %s a lower priority than %d (priorities reserved for its "
+        "key need FIKIT_KEY_FILE): it is scheduled as a job from now on, and no longer measured",
+        cfg_.task_key, cfg_.priority);
+    Mode* share = make_share_mode(cfg_);
+    if (share == nullptr) log(LogLevel::Warn, "measure: share mode did not start; running as passthrough");
+    set_mode(share);
+  }
+
+  void drain_and_store() noexcept {
     // A forked child inherits the exit handlers but not the measurement thread: nothing to drain.
     if (getpid() != owner_pid_) return;
     if (thread_state_.load(std::memory_order_acquire) != kRunning || finished_.load(std::memory_order_acquire))
@@ -216,7 +271,6 @@ class MeasureMode final : public Mode {
       log(LogLevel::Warn, "measure: the last run of task %s was not stored in time", cfg_.task_key);
   }
 
- private:
   static constexpr int kIdle = 0, kStarting = 1, kRunning = 2, kFailed = 3;
   static constexpr int kBackendUnknown = 0, kBackendPlain = 1, kBackendMps = 2;
 
@@ -343,6 +397,13 @@ class MeasureMode final : public Mode {
     uint64_t pending_since = 0, drain_deadline = 0, last_flush = 0;
     for (;;) {
       bool progressed = false;
+      // A run that has lasted FIKIT_RUN_SECONDS ends at its next synchronisation (counted from its
+      // first op: a program that idles before its first request does not start a run).
+      if (cfg_.run_iterations == 0 && cfg_.run_seconds != 0 && builder_.ops_in_run() > 0) {
+        const uint64_t now = now_ms();
+        if (run_started_ms_ == 0) run_started_ms_ = now;
+        else if (now - run_started_ms_ >= uint64_t{cfg_.run_seconds} * 1000) builder_.end_at_next_boundary();
+      }
       while (OpSlot* slot = ring_->published(next_)) {
         measure::TimedOp op;
         Timer::Poll p = slot->launched ? timer_->poll(*slot, next_, op) : Timer::Poll::Lost;
@@ -490,6 +551,7 @@ class MeasureMode final : public Mode {
     timer_->run_stored(runs, run.summary.gpu_ops, timed_in_run_);
     timed_in_run_ = 0;
     launched_in_run_ = 0;
+    run_started_ms_ = 0;
     if (share_after_runs_ == 0 || runs < share_after_runs_) return true;
 
     // Enough runs: measure no more. At exit there is nothing left to share; the next start shares.
@@ -510,6 +572,9 @@ class MeasureMode final : public Mode {
   const Config cfg_;
   const std::unique_ptr<OpRing> ring_;
   Timer* const timer_;                       // lives as long as the mode (never deleted, like it)
+  Mode* const gate_;                         // a job's share-mode gate (nullptr: a service, priority 0)
+  std::atomic<bool> demoted_{false};
+  std::atomic<bool> gate_shut_{false};
   const uint32_t share_after_runs_;
   const bool windows_;                       // FIKIT_MEASURE_UNIT: windows of ops, not whole iterations
   const uint32_t sample_every_;
@@ -543,6 +608,7 @@ class MeasureMode final : public Mode {
   uint64_t next_ = 0;
   uint64_t timed_in_run_ = 0;
   uint64_t launched_in_run_ = 0;
+  uint64_t run_started_ms_ = 0;   // when the run in progress had its first op (FIKIT_RUN_SECONDS)
   uint64_t drained_below_ = 0;
   struct StreamWindow {
     uint64_t context = 0;              // the event timer's key of it (0: not known)
@@ -568,8 +634,18 @@ Mode* start_measuring(const Config& cfg, uint32_t share_after_runs) noexcept {
     auto ring = std::make_unique<OpRing>();
     Timer* timer = measure::make_timer(cfg.timing, /*in_place=*/share_after_runs != 0, *ring);
     if (!timer) return nullptr;
-    auto* mode = new MeasureMode(cfg, timer, std::move(ring), share_after_runs);
-    announce_measurement(cfg);
+    // A job (below priority 0) is scheduled from its first launch: it measures behind share mode's
+    // gate. Without a gate it would run ungated beside the service, so it does not run measured then.
+    Mode* gate = nullptr;
+    if (cfg.priority > 0) {
+      gate = make_share_gate(cfg);
+      if (gate == nullptr) {
+        log(LogLevel::Error, "measure: the launch gate of job %s did not start: sharing unmeasured", cfg.task_key);
+        return make_share_mode(cfg);
+      }
+    }
+    auto* mode = new MeasureMode(cfg, timer, std::move(ring), share_after_runs, gate);
+    if (gate == nullptr) announce_measurement(cfg);
     return mode;
   } catch (const std::exception& e) {
     log(LogLevel::Error, "measure: cannot start (%s); running as passthrough", e.what());
@@ -595,6 +671,13 @@ Mode* make_auto_mode(const Config& cfg) noexcept {
   }
   if (runs >= cfg.measure_runs) {
     log(LogLevel::Info, "auto: task %s has %" PRIu64 " measured runs; sharing", cfg.task_key, runs);
+    return make_share_mode(cfg);
+  }
+  // A job shares from its first launch, whatever its key: share mode learns the kernels its profile
+  // lacks as it goes (relearner.h). Only a service (priority 0) is measured before it shares.
+  if (cfg.priority > 0) {
+    log(LogLevel::Info, "auto: task %s is a job (priority %d): scheduled from its first launch, its kernels learned "
+        "while it shares", cfg.task_key, cfg.priority);
     return make_share_mode(cfg);
   }
   log(LogLevel::Info, "auto: task %s has %" PRIu64 " of %u runs; measuring", cfg.task_key, runs, cfg.measure_runs);

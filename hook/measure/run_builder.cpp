@@ -29,6 +29,7 @@ std::optional<Run> RunBuilder::boundary(uint64_t work_epoch, bool adjacent) {
     summary_.iterations += work_epoch - max_work_epoch_;
   }
   if (iterations_per_run_ && summary_.iterations >= iterations_per_run_) return take();
+  if (end_requested_ && summary_.iterations > 0) return take();
   return std::nullopt;
 }
 
@@ -147,6 +148,7 @@ Run RunBuilder::take() {
   last_end_ = covered_until_ = 0;
   // The op before the boundary belongs to the finished run: no gap links it to the next one.
   have_prev_ = false;
+  end_requested_ = false;
   return run;
 }
 

@@ -84,6 +84,9 @@ class RunBuilder {
   std::optional<Run> add_untimed(uint64_t sync_epoch, bool window_head = false, uint64_t work_epoch = 0);
   // The run in progress, if it has ops (process exit).
   std::optional<Run> finish();
+  // The run in progress ends at the next iteration boundary, whatever its length in iterations (a
+  // run measured for long enough: a server that never exits still stores runs). Once.
+  void end_at_next_boundary() { end_requested_ = true; }
   uint64_t ops_in_run() const { return summary_.gpu_ops; }
 
  private:
@@ -100,6 +103,7 @@ class RunBuilder {
 
   uint64_t iterations_per_run_;
   bool windows_;
+  bool end_requested_ = false;
   std::unordered_map<uint64_t, profiledb::KernelSample> kernels_;
   std::vector<profiledb::TraceOp> trace_;
   profiledb::RunSummary summary_;

@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "log.h"
 #include "memory/guard.h"
+#include "mode.h"
 
 namespace fikit::hook::share {
 
@@ -33,6 +34,8 @@ uint64_t jitter(uint64_t ns) noexcept {
   if (getrandom(&r, sizeof r, GRND_NONBLOCK) != ssize_t(sizeof r)) r = uint32_t(monotonic_ns());
   return ns / 2 + (ns * (r % 1024)) / 1024;   // uniform in [ns/2, 1.5 ns)
 }
+
+std::atomic<bool> g_measurement_demoted{false};
 }  // namespace
 
 Client::~Client() { stop(); }
@@ -300,6 +303,10 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     backoff_ns_ = 0;
     profile_grew_.store(false, std::memory_order_release);
     lost_.store(false, std::memory_order_release);
+    // A task that measures was given another priority than it asked: it is below a key's holders
+    // and must not run ungated (measure mode hands over to share mode on this).
+    if (mode_.load(std::memory_order_relaxed) == protocol::TaskMode::Measure && r->priority != opts_.priority)
+      g_measurement_demoted.store(true, std::memory_order_release);
     const bool was = connected_.exchange(true, std::memory_order_acq_rel);
     if (!was) {
       if (r->priority != opts_.priority)
@@ -408,3 +415,7 @@ void Client::receiver_loop() noexcept {
 }
 
 }  // namespace fikit::hook::share
+
+namespace fikit::hook {
+bool measurement_demoted() noexcept { return share::g_measurement_demoted.load(std::memory_order_acquire); }
+}  // namespace fikit::hook

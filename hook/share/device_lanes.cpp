@@ -1,4 +1,5 @@
 #include "device_lanes.h"
+#include "predictions.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -191,7 +192,7 @@ Lane* DeviceLanes::slow_path(CUcontext ctx, bool* created, bool* answered) noexc
       if (!ok) {
         char why[320];
         client->silence_reason(why, sizeof why);
-        log(LogLevel::Warn, "share mode: %s: running unscheduled until it registers", why);
+        log(quiet_level(cfg_), "share mode: %s: running unscheduled until it registers", why);
       }
       else
         log(LogLevel::Info, "share mode: task '%s' on GPU %zu of this process, priority %u", cfg_.task_key,

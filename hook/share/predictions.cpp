@@ -82,6 +82,11 @@ size_t Predictions::load(const Config& cfg, const policy::Estimators& estimators
   return read(cfg, estimators, kReadTimeoutMs, &locked);
 }
 
+// A job that share mode starts on its own (auto mode's, or the gate of a job being measured) has no
+// profile and may have no daemon as a matter of course: said at info. Asked for (FIKIT_MODE=share),
+// both are worth a warning.
+LogLevel quiet_level(const Config& cfg) noexcept { return cfg.mode == ModeKind::Share ? LogLevel::Warn : LogLevel::Info; }
+
 bool Predictions::load_first(const Config& cfg, int busy_timeout_ms) noexcept {
   std::lock_guard guard(load_mutex_);
   bool locked = false;
@@ -96,7 +101,14 @@ size_t Predictions::read(const Config& cfg, const policy::Estimators& estimators
   size_t n = 0;
   try {
     profiledb::Database db(cfg.db_path, profiledb::Database::Open::ReadOnly, busy_timeout_ms);
-    for (const auto& k : db.kernels(cfg.task_key)) {
+    const std::vector<profiledb::KernelProfile> kernels = db.kernels(cfg.task_key);
+    if (db.truncated() && !warned_truncated_) {
+      warned_truncated_ = true;
+      log(LogLevel::Warn, "share mode: the profile of task '%s' in %s has more than %zu kernels: the rest are not "
+          "read (they count as unknown). A profile this large was not written by FIKIT's measurement: check who "
+          "writes that database (fikit-profile show)", cfg.task_key, cfg.db_path, profiledb::Database::kMaxKernelsRead);
+    }
+    for (const auto& k : kernels) {
       // The daemon's rules (kernel_rules.h), with its estimators: both predict the same.
       const policy::KernelStats stats = policy::stats_of(k);
       Kernel e;
@@ -121,12 +133,12 @@ size_t Predictions::read(const Config& cfg, const policy::Estimators& estimators
       return n;
     }
     if (!warned_missing_)
-      log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps "
+      log(quiet_level(cfg), "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps "
           "until share mode has timed them", cfg.task_key, cfg.db_path, e.what());
     warned_missing_ = true;
   } catch (const std::exception& e) {
     if (!warned_missing_)
-      log(LogLevel::Warn, "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps "
+      log(quiet_level(cfg), "share mode: no profile for task '%s' in %s (%s): its kernels will not fill gaps "
           "until share mode has timed them", cfg.task_key, cfg.db_path, e.what());
     warned_missing_ = true;
   } catch (...) {

@@ -12,12 +12,21 @@
 
 #include "config.h"
 #include "kernel_rules.h"
+#include "log.h"
 
 namespace fikit::hook::share {
 
 // A kernel with no profile is charged this long against the in-flight bound: about a training
 // kernel's median (docs/scheduling.md); the daemon never lets such a kernel fill a gap.
 constexpr uint64_t kUnknownKernelNs = 20'000;
+// A job's CUDA graph launched whole (not cut into segments: it could not be, or FIKIT_GRAPH_SEGMENT_US
+// is 0) whose length no profile has yet: charged this long, so that the in-flight bound lets one such
+// graph at a time reach the GPU while the service is idle, not one per 20 us of bound (50 of them
+// queued were what a returning service waited behind). Once timed it is charged what it takes.
+constexpr uint64_t kUnknownWholeGraphNs = 5'000'000;
+
+// How share mode says what a job started without asking for it expects (predictions.cpp).
+LogLevel quiet_level(const Config& cfg) noexcept;
 
 class Predictions {
  public:
@@ -69,7 +78,7 @@ class Predictions {
   std::atomic<size_t> size_{0};
   std::mutex load_mutex_;               // load() only, never on the launch path
   policy::Estimators estimators_;       // under load_mutex_
-  bool warned_missing_ = false, warned_full_ = false, warned_locked_ = false;
+  bool warned_missing_ = false, warned_full_ = false, warned_locked_ = false, warned_truncated_ = false;
   // Reads off the launch path (a re-read after re-profiling, new estimators) may wait this long.
   static constexpr int kReadTimeoutMs = 2000;
 };

@@ -114,6 +114,8 @@ class ShareMode final : public Mode {
       predictions_.by_shape(kernelid::shape_id(op.func, op.grid, op.block, op.shared_mem), k);
     // A graph's segment not timed yet: charged what its kernels' profiles add up to.
     if (!k.measured && op.graph_hint_ns != 0) k.dur_ns = op.graph_hint_ns;
+    // A whole graph not timed yet: how long it runs is not known, so it is taken to be long.
+    else if (!k.measured && op.kind == OpKind::Graph && op.graph_id == 0) k.dur_ns = k.hold_ns = share::kUnknownWholeGraphNs;
     t_launch.kernel = k;
     // The holder never waits. A task below may be sent to its SM partition instead (within the bound).
     if (!(role & protocol::kRoleHolder)) {
@@ -322,6 +324,18 @@ Mode* make_share_mode(const Config& cfg) noexcept {
   log(LogLevel::Info, "share mode: task '%s', %zu kernels with predicted durations", cfg.task_key,
       mode->predictions().size());
   // The current context's GPU registers now (bounded by the daemon timeout); others on first use.
+  (void)mode->lanes().current();
+  return mode;
+}
+
+Mode* make_share_gate(const Config& cfg) noexcept {
+  // The mode keeps a reference to its settings: a copy of its own, never freed (as the mode is not).
+  auto* own = new (std::nothrow) Config(cfg);
+  if (own == nullptr) return nullptr;
+  own->relearn_sample = 0;   // the measurement times every kernel it samples; no second timer
+  auto* mode = new (std::nothrow) ShareMode(*own);
+  if (mode == nullptr) return nullptr;
+  if (!mode->predictions().load_first(*own, kFirstReadTimeoutMs)) mode->read_predictions_later();
   (void)mode->lanes().current();
   return mode;
 }

@@ -47,6 +47,10 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  alone again.
   graph_stale_nodes  the same job setting its nodes before its first launch only, alone: beside the service
                  its graph goes whole every time (never a segment lacking the change), and its log says so.
+  fresh_job      the interference pair, the job never measured: under a fresh key in auto mode (fikit-run's
+                 default), in measure mode under a fresh key, and in measure mode with no key. Each time the
+                 daemon holds it while the service runs (its waits were stopped ones) and the service waits
+                 under half what it waits beside the job uncoordinated; the measured job stores its run.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
   relearn        the LP switches to a new input shape (kernels its profile lacks) while the HP leaves 1 ms
                  gaps. Unknown kernels never fill gaps: with online re-profiling off the LP gets no fill;
@@ -500,6 +504,39 @@ def lp_kernels(env):
     return [(k, n, shortest / 1000) for k, n, shortest in rows], runs
 
 
+def fresh_job(env):
+    """Engine v5, trust v4 N1: a job is scheduled from its first launch, whatever its key or mode."""
+    hp_flags, lp_flags, requests, _ = CASES["interference"]
+    run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp_flags, "measure HP")
+    env.start_daemon()
+    hp_plain = [env.a.infer, "--requests", str(requests)] + hp_flags
+    hp_share = env.fikit("share", "hp", 0) + hp_plain
+    lp_plain = [env.a.train, "--duration-s", "600"] + lp_flags
+    no_key = [env.a.bin_run, "--hook", env.a.hook, "--db", env.db, "--scheduler", env.addr, "--mode", "measure",
+              "--priority", "5", "--"]
+    ok = True
+    dflt, _ = pair(env, hp_plain, lp_plain, "default sharing")
+    for what, prefix in (("auto mode, a fresh key", env.fikit("auto", "fresh-auto", 5)),
+                         ("measure mode, a fresh key", env.fikit("measure", "fresh-measure", 5)),
+                         ("measure mode, no key", no_key)):
+        hp, lp = pair(env, hp_share, prefix + lp_plain, what)
+        s = lp.share[-1] if lp.share else {}
+        print(f"{what}: HP device wait {hp.wait_ms():.1f} ms (uncoordinated {dflt.wait_ms():.1f}); LP kernels "
+              f"{lp.result['kernels']}, stopped {s.get('stopped_ms')} ms", flush=True)
+        ok &= check(s.get("stopped_ms", 0) > 0, f"{what}: the daemon held the job while the service ran "
+                                                f"({s.get('stopped_ms')} ms of its waits stopped)")
+        ok &= check(hp.wait_ms() <= dflt.wait_ms() / 2,
+                    f"{what}: the service waited {hp.wait_ms():.1f} ms behind the job, under half the "
+                    f"{dflt.wait_ms():.1f} ms it waits uncoordinated")
+        ok &= check(lp.result["kernels"] > 0, f"{what}: the job made progress ({lp.result['kernels']} kernels)")
+    env.stop_daemon()
+    with sqlite3.connect(env.db) as db:
+        runs = dict(db.execute("SELECT key, runs_measured FROM tasks").fetchall())
+    ok &= check(runs.get("fresh-measure", 0) >= 1, f"the job in measure mode stored its measured run: {runs}")
+    ok &= check(runs.get("fresh-auto", 0) == 0, f"the job in auto mode stored no measured run: {runs}")
+    return ok
+
+
 def relearn(env):
     hp_flags, lp_flags, requests, _ = CASES["gap_fill"]
     measure(env, hp_flags, lp_flags)
@@ -796,7 +833,7 @@ def auto_progress(env):
     """fikit-run says how far auto mode's measuring has come, under the key the hook stores (derived
     from the command line: no --task-key), and says nothing once the task shares."""
     cmd = [env.a.bin_run, "--hook", env.a.hook, "--db", env.db, "--scheduler", env.addr, "--measure-runs", "2",
-           "--", env.a.train, "--iterations", "3", "--sync-every", "5"]
+           "--priority", "0", "--", env.a.train, "--iterations", "3", "--sync-every", "5"]
     penv = dict(env.env, FIKIT_DAEMON_TIMEOUT_MS="20")
     ok, keys = True, set()
     for stored in (0, 1, 2):
@@ -813,6 +850,11 @@ def auto_progress(env):
     with sqlite3.connect(env.db) as db:
         stored_keys = {row[0] for row in db.execute("SELECT key FROM tasks")}
     ok &= check(len(keys) == 1 and keys == stored_keys, f"the key said {keys} is the key stored {stored_keys}")
+    # A job (fikit-run's default priority) is not measured first: nothing is said of measuring.
+    job = cmd[:cmd.index("--priority")] + ["--", env.a.train, "--iterations", "4", "--sync-every", "5"]
+    r = subprocess.run(job, env=penv, capture_output=True, text=True, timeout=60)
+    ok &= check(r.returncode == 0 and "measured" not in r.stderr,
+                f"a job says nothing of measuring: exit {r.returncode}, {r.stderr[-300:]!r}")
     return ok
 
 
@@ -944,7 +986,7 @@ def context_reset(env):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "two_gpus", "memory_reserve",
+    p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "fresh_job", "two_gpus", "memory_reserve",
                                                  "auto_progress", "controller", "context_reset", "stall", "graph_job",
                                                  "partition_refused", "graph_sets_nodes", "graph_stale_nodes"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
@@ -962,6 +1004,8 @@ def main():
                 ok = fork_case(env)
             elif args.case == "relearn":
                 ok = relearn(env)
+            elif args.case == "fresh_job":
+                ok = fresh_job(env)
             elif args.case == "two_gpus":
                 ok = two_gpus(env)
             elif args.case == "controller":

@@ -561,7 +561,9 @@ TEST_F(MeasureE2E, KilledMidRunThenACleanRun) {
 }
 
 TEST_F(MeasureE2E, AutoModeSharesAfterTheMeasuredRuns) {
+  // A service: a job shares from its first launch.
   const std::map<std::string, std::string> env{{"FIKIT_MODE", "auto"},
+                                               {"FIKIT_PRIORITY", "0"},
                                                {"FIKIT_MEASURE_RUNS", "3"},
                                                {"FIKIT_RUN_ITERATIONS", "2"},
                                                {"FIKIT_LOG_LEVEL", "info"}};
@@ -578,6 +580,35 @@ TEST_F(MeasureE2E, AutoModeSharesAfterTheMeasuredRuns) {
   ASSERT_EQ(run({"--iterations", "4"}, env, 1), 0) << slurp("err1");
   EXPECT_EQ(runs_of(), 3u);
   EXPECT_NE(slurp("err1").find("has 3 measured runs; sharing"), std::string::npos) << slurp("err1");
+}
+
+// Engine v5: a service started with the defaults that never exits (a server) stayed in its first
+// measured run, its jobs held for measure-hold-max, then unprotected. Its runs end by time
+// (FIKIT_RUN_SECONDS) and it shares after FIKIT_MEASURE_RUNS of them, in the same process.
+TEST_F(MeasureE2E, AServerThatNeverExitsSharesAfterItsTimedRuns) {
+  const pid_t pid = spawn({"--iterations", "0", "--think-us", "200"},
+                          {{"FIKIT_MODE", "auto"}, {"FIKIT_PRIORITY", "0"}, {"FIKIT_MEASURE_RUNS", "2"},
+                           {"FIKIT_RUN_SECONDS", "1"}, {"FIKIT_LOG_LEVEL", "info"}});
+  // Two runs of a second each, on a host that may be busy: well within a minute.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slurp("err0").find("has 2 measured runs; switching to share mode") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGKILL);
+  EXPECT_EQ(wait_exit(pid), -SIGKILL);
+  EXPECT_NE(slurp("err0").find("has 2 measured runs; switching to share mode"), std::string::npos) << slurp("err0");
+  EXPECT_EQ(runs_of(), 2u);
+  for (const auto& run : Database(db_).runs("probe")) EXPECT_GT(run.iterations, 0u);
+}
+
+// Engine v5: a job (priority above 0) in auto mode was measured, unscheduled, until it had its runs.
+// It shares from its first launch and stores no measured run.
+TEST_F(MeasureE2E, AJobInAutoModeSharesFromItsFirstLaunch) {
+  ASSERT_EQ(run({"--iterations", "4"}, {{"FIKIT_MODE", "auto"}, {"FIKIT_PRIORITY", "5"}, {"FIKIT_LOG_LEVEL", "info"}}), 0)
+      << slurp("err0");
+  EXPECT_NE(slurp("err0").find("is a job (priority 5): scheduled from its first launch"), std::string::npos)
+      << slurp("err0");
+  EXPECT_EQ(runs_of(), 0u);
 }
 
 TEST_F(MeasureE2E, UnwritableDatabaseIsReportedAndTheProgramRunsOn) {

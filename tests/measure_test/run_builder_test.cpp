@@ -82,6 +82,31 @@ TEST(RunBuilder, RunEndsAfterTheConfiguredIterations) {
   EXPECT_EQ(rest->summary.iterations, 0u);
 }
 
+// FIKIT_RUN_SECONDS: a run of a process that never exits (a server) is ended by time. Asked to, it
+// ends at the next iteration boundary, not in the middle of an iteration, and only once.
+TEST(RunBuilder, ARunAskedToEndEndsAtItsNextBoundaryOnce) {
+  RunBuilder b(0);
+  std::vector<MeasuredRun> runs;
+  auto feed = [&](uint64_t i) {
+    std::optional<MeasuredRun> r;
+    iteration(b, i * 100000, i, &r);
+    if (r) runs.push_back(std::move(*r));
+  };
+  feed(0);
+  feed(1);
+  b.end_at_next_boundary();
+  EXPECT_TRUE(runs.empty()) << "nothing ends before the next synchronisation";
+  feed(2);   // its first op comes after the boundary that ended iteration 1: the run ends there
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].summary.iterations, 2u);
+  EXPECT_EQ(runs[0].summary.gpu_ops, 4u);
+  for (uint64_t i = 3; i < 8; ++i) feed(i);
+  EXPECT_EQ(runs.size(), 1u) << "the request was for one run";
+  auto rest = b.finish();
+  ASSERT_TRUE(rest.has_value());
+  EXPECT_EQ(rest->summary.gpu_ops, 12u);
+}
+
 TEST(RunBuilder, LostOpsBreakTheGapChainButKeepBoundaries) {
   RunBuilder b(0);
   b.add({1, 1, 0, 0, 1000});

@@ -223,6 +223,29 @@ TEST_F(FikitRun, DefaultsAndPrependedPreload) {
   EXPECT_EQ(vars.count("FIKIT_SCHEDULER"), 0u);
 }
 
+// An exported FIKIT_* variable counts as its flag (--help says so): fikit-run's own defaults wrote
+// FIKIT_MODE and FIKIT_PRIORITY over the user's (FIKIT_PRIORITY=0 fikit-run -- prog ran at 5).
+// Each setting fikit-run has a flag for, exported alone, reaches the program as exported.
+TEST_F(FikitRun, EveryExportedSettingCountsAsItsFlag) {
+  const std::map<std::string, std::string> exported{
+      {"FIKIT_MODE", "measure"},          {"FIKIT_PRIORITY", "0"},       {"FIKIT_TASK_KEY", "svc"},
+      {"FIKIT_DB", "/tmp/x.db"},          {"FIKIT_SCHEDULER", "127.0.0.1:9998"},
+      {"FIKIT_MEASURE_RUNS", "3"},        {"FIKIT_RUN_ITERATIONS", "4"}, {"FIKIT_RUN_SECONDS", "9"},
+      {"FIKIT_MEASURE_SAMPLE", "2"},      {"FIKIT_MAX_WAIT_MS", "50"},   {"FIKIT_BACKEND", "timeslice"},
+      {"FIKIT_MEMORY_LIMIT", "1GiB"},     {"FIKIT_OBJECTIVE", "1.5"},    {"FIKIT_MPS_COST_LIMIT", "1.1"}};
+  size_t covered = 0;
+  for (const fikit::settings::Setting& s : fikit::settings::kHookSettings) {
+    if (s.flag == nullptr || std::string(s.env) == "FIKIT_KEY_FILE") continue;   // a file: tested on its own
+    ++covered;
+    const auto it = exported.find(s.env);
+    ASSERT_NE(it, exported.end()) << s.env << " has a flag: give it a value here";
+    const Result r = run_with_hook({"/usr/bin/env"}, {it->first + "=" + it->second});
+    ASSERT_EQ(r.exit_code, 0) << s.env << ": " << r.err;
+    EXPECT_EQ(parse_env(r.out)[it->first], it->second) << s.env;
+  }
+  EXPECT_EQ(covered, exported.size());
+}
+
 TEST_F(FikitRun, FlagsBecomeEnvironment) {
   const Result r = run_with_hook({"--priority", "0", "--task-key", "demo-hp", "--mode=share", "--scheduler",
                                   "127.0.0.1:9999", "--db", "/tmp/p.db", "--measure-runs", "7",

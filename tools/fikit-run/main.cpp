@@ -141,10 +141,10 @@ int main(int argc, char** argv) {
   }
 
   set_env("LD_PRELOAD", prepend_preload(hook, std::getenv("LD_PRELOAD")));
-  // fikit-run's own defaults; other settings not given on the command line keep whatever the
-  // environment already says.
-  set_env("FIKIT_MODE", "auto");
-  set_env("FIKIT_PRIORITY", "5");
+  // fikit-run's own defaults, where neither a flag nor the environment says otherwise: an exported
+  // FIKIT_* variable counts as its flag (its help says so).
+  if (set_in_environment("FIKIT_MODE") == nullptr) set_env("FIKIT_MODE", "auto");
+  if (set_in_environment("FIKIT_PRIORITY") == nullptr) set_env("FIKIT_PRIORITY", "5");
   for (const auto& [setting, value] : opts.settings) set_env(setting->env, value);
   // What the hook could not use is refused here, where it can still say so, by the hook's own
   // rules: it would log it and carry on with a default inside the program.

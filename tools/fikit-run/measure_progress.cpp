@@ -85,13 +85,24 @@ std::string measure_progress_line(const std::vector<std::string>& command) {
     }
   }
   const uint32_t wanted = setting_or_fallback("FIKIT_MEASURE_RUNS");
+  // A job (below priority 0) is scheduled from its first launch in every mode: measure mode times it
+  // behind the gate, auto mode shares at once and learns its kernels as it goes.
+  const bool job = setting_or_fallback("FIKIT_PRIORITY") > 0;
   if (!automatic)
-    return "fikit-run: task '" + *key + "' is measured (--mode measure; " + std::to_string(stored) +
-           " runs stored)";
-  if (stored >= wanted) return {};
+    return "fikit-run: task '" + *key + "' is measured (--mode measure; " + std::to_string(stored) + " runs stored)" +
+           (job ? "; as a job it is scheduled meanwhile" : "");
+  if (job || stored >= wanted) return {};
+  const uint32_t seconds = setting_or_fallback("FIKIT_RUN_SECONDS");
+  const uint32_t iterations = setting_or_fallback("FIKIT_RUN_ITERATIONS");
+  std::string when = "once " + std::to_string(wanted) + " are";
+  if (iterations == 0 && seconds != 0)
+    when += ", after about " + std::to_string(uint64_t{wanted - stored} * seconds) + " s of its GPU work, in this "
+            "process (--measure-runs, --run-seconds";
+  else
+    when += " (--measure-runs";
   return "fikit-run: task '" + *key + "' is being measured: " + std::to_string(stored) + " of " +
-         std::to_string(wanted) + " runs stored; it shares once " + std::to_string(wanted) +
-         " are (--measure-runs; fikit-profile show " + *key + ")";
+         std::to_string(wanted) + " runs stored; the jobs below it wait meanwhile, and it shares " + when +
+         "; fikit-profile show " + *key + ")";
 }
 
 }  // namespace fikit::run

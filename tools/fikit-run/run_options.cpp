@@ -85,12 +85,18 @@ Options:
                       The daemon gives the jobs below it the most it can within it
                       (docs/scheduling.md, "The controller")
   --task-key K        profile key; sets FIKIT_TASK_KEY (default: derived from the command line)
-  --mode M            auto|measure|share|off; sets FIKIT_MODE (default auto: measure, then share)
+  --mode M            auto|measure|share|off; sets FIKIT_MODE (default auto: a service (priority 0)
+                      is measured, then shares in the same process; a job shares from its first
+                      launch and learns its kernels as it goes). A job is scheduled in every mode
+                      but off: measure mode times it behind the scheduler's gate
   --scheduler H:P     fikit-scheduler's UDP address; sets FIKIT_SCHEDULER (default 127.0.0.1:47800)
   --db PATH           profile database; sets FIKIT_DB (default ~/.local/share/fikit/profiles.db)
   --measure-runs T    runs measured before auto mode shares; sets FIKIT_MEASURE_RUNS (default 10)
   --run-iterations N  measured iterations that make one run: N times --measure-sample synchronisations;
-                      sets FIKIT_RUN_ITERATIONS (0: process lifetime)
+                      sets FIKIT_RUN_ITERATIONS (0: runs by time, --run-seconds)
+  --run-seconds S     a run ends at the first synchronisation after S seconds; sets FIKIT_RUN_SECONDS
+                      (default 4; 0: a run is the process's lifetime). A server that never exits
+                      so shares after --measure-runs runs, in the same process
   --measure-sample N  measure one in N: a whole iteration, or with CUDA events (auto mode's timer) an
                       op in windows of 8 over every iteration (1: every op); sets
                       FIKIT_MEASURE_SAMPLE (default 8 iterations, 16 for windows)
