@@ -2,9 +2,11 @@
 #include "profiledb.h"
 
 #include <sqlite3.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -357,6 +359,34 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+bool is_link(const std::string& path) {
+  struct stat st;
+  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+// A database, its log or its index that is a symbolic link is refused: a link lets whoever could
+// make it choose which file FIKIT's processes write (a root process created its database at a
+// dangling link's target), or, at the log, keeps every process from opening the database.
+void refuse_links(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm"})
+    if (is_link(path + suffix))
+      throw DbError(DbError::Kind::Io, path + suffix + " is a symbolic link: refused (a link lets whoever made it "
+                                       "choose the file FIKIT writes); remove it, or give the real path");
+}
+
+// Creates the database file itself, not following a link, before SQLite opens it: in a folder others
+// may write (sticky, as a node's shared folder is), a file that exists and is this user's cannot be
+// replaced by a link afterwards.
+void create_without_following(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+    return;
+  }
+  if (errno == ELOOP) refuse_links(path);
+  // Anything else (a folder that cannot be written) SQLite's own open says better.
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -427,8 +457,11 @@ Database::Database(const std::string& path, Open how, int busy_timeout_ms) : imp
       std::error_code ec;
       if (!dir.empty()) std::filesystem::create_directories(dir, ec);
       if (ec) throw DbError(DbError::Kind::Io, "cannot create directory " + dir.string() + ": " + ec.message());
+      refuse_links(path);
+      create_without_following(path);
       flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     } else {
+      refuse_links(path);
       if (!file_exists(path)) throw DbError(DbError::Kind::Missing, "no profile database at " + path);
       flags |= how == Open::ReadWrite ? SQLITE_OPEN_READWRITE : SQLITE_OPEN_READONLY;
     }

@@ -28,6 +28,7 @@ constexpr uint64_t kFirstBackoffNs = 50 * kMs;        // registration retries: 5
 constexpr uint64_t kMaxBackoffNs = 1'000 * kMs;
 constexpr uint32_t kMaxUnconfirmedRings = 100;
 constexpr uint64_t kGrewRetryNs = 200 * kMs;         // a register saying the profile grew, until answered
+constexpr uint64_t kStarvedNs = 100 * kMs;           // the receiver's loop late by this much: it was starved
 
 uint64_t jitter(uint64_t ns) noexcept {
   uint32_t r = 0;
@@ -259,9 +260,19 @@ void Client::set_disconnected(const char* why) noexcept {
   // what it took for good, the reserve with it (the service's allocations failed 12 of 12). A
   // service (priority 0) is never capped.
   cell_.wake_all();   // waiting launches pass through now
-  if (was)
+  if (was && !said_lost_.exchange(true)) {
+    lost_at_ns_.store(monotonic_ns(), std::memory_order_relaxed);
     log(LogLevel::Warn, "share mode: scheduler %s:%u not answering (%s): running unscheduled until it is back",
         opts_.host, unsigned(opts_.port), why);
+  }
+}
+
+// Said as loudly as the loss was: a user who read "running unscheduled" learns when it ended.
+void Client::say_back(uint32_t task) noexcept {
+  if (!said_lost_.exchange(false)) return;
+  const uint64_t lost_ms = (monotonic_ns() - lost_at_ns_.load(std::memory_order_relaxed)) / kMs;
+  log(LogLevel::Warn, "share mode: scheduler %s:%u answers again: scheduled as task %u (unscheduled for %llu ms)",
+      opts_.host, unsigned(opts_.port), task, static_cast<unsigned long long>(lost_ms));
 }
 
 void Client::schedule_register(uint64_t now, uint64_t at_least_ns) noexcept {
@@ -308,6 +319,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     if (mode_.load(std::memory_order_relaxed) == protocol::TaskMode::Measure && r->priority != opts_.priority)
       g_measurement_demoted.store(true, std::memory_order_release);
     const bool was = connected_.exchange(true, std::memory_order_acq_rel);
+    if (!was) say_back(m.header.task);
     if (!was) {
       if (r->priority != opts_.priority)
         log(LogLevel::Warn, "share mode: registered as task %u at priority %u, not %d (priorities below %u need "
@@ -347,8 +359,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
       lost_.store(false, std::memory_order_release);
       backoff_ns_ = 0;
       connected_.store(true, std::memory_order_release);
-      log(LogLevel::Info, "share mode: scheduler %s:%u answers again: scheduled as task %u", opts_.host,
-          unsigned(opts_.port), m.header.task);
+      say_back(m.header.task);
       registrations_.fetch_add(1, std::memory_order_release);
       futex_wake_all(&registrations_);
     }
@@ -366,10 +377,22 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
 
 void Client::receiver_loop() noexcept {
   uint8_t buf[protocol::kMaxDatagram + 1];
-  uint64_t last_heartbeat = 0;
+  uint64_t last_heartbeat = 0, last_loop = 0, starved_until = 0;
   protocol::Message m;
   while (!stopping_.load(std::memory_order_acquire)) {
     const uint64_t now = monotonic_ns();
+    // This thread did not run for a while (a busy host, a stopped process): the daemon's answers
+    // may be waiting unread, and its silence is not the daemon's. Ask now and give the answer its
+    // time before running unscheduled (on a 2-core host at load 5-8, clients took their own
+    // starvation for the daemon's death 7-11 times in 2 minutes).
+    if (last_loop != 0 && now - last_loop > std::max<uint64_t>(kStarvedNs, lease_ns_.load() / 8)) {
+      starved_until = now + lease_ns_.load() / 4 + uint64_t(opts_.daemon_timeout_ms) * kMs;
+      if (connected()) {
+        last_heartbeat = now;
+        send_heartbeat();
+      }
+    }
+    last_loop = now;
     if (register_now_.exchange(false)) {
       backoff_ns_ = 0;
       next_register_ns_ = now;
@@ -386,7 +409,7 @@ void Client::receiver_loop() noexcept {
         next_grew_ns_ = now + kGrewRetryNs;
         send_register();
       }
-      if (now - last_heard_ns_.load() > lease / 2 + uint64_t(opts_.daemon_timeout_ms) * kMs) {
+      if (now - last_heard_ns_.load() > lease / 2 + uint64_t(opts_.daemon_timeout_ms) * kMs && now >= starved_until) {
         set_disconnected("no answer to heartbeats");
         schedule_register(now, 0);
       }

@@ -123,6 +123,7 @@ class Client {
   bool wait_registered_for(uint32_t timeout_ms) noexcept;
   void schedule_register(uint64_t now, uint64_t at_least_ns) noexcept;   // receiver thread
   bool owner() const noexcept;
+  void say_back(uint32_t task) noexcept;
 
   ClientOptions opts_;
   int fd_ = -1;
@@ -135,6 +136,8 @@ class Client {
   std::atomic<bool> stopping_{false}, stopped_{false};
   std::atomic<bool> connected_{false};
   std::atomic<bool> lost_{false};            // disconnected by silence or the daemon's word, not by reregister()
+  std::atomic<bool> said_lost_{false};       // "running unscheduled" was said, and not yet its end
+  std::atomic<uint64_t> lost_at_ns_{0};
   std::atomic<protocol::TaskMode> mode_{protocol::TaskMode::Share};
   std::atomic<uint64_t> seq_{1};            // every datagram this client sends
   std::atomic<uint64_t> epoch_{0};          // the daemon's, from its registration answer

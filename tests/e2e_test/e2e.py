@@ -48,7 +48,8 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
   graph_stale_nodes  the same job setting its nodes before its first launch only, alone: beside the service
                  its graph goes whole every time (never a segment lacking the change), and its log says so.
   fresh_job      the interference pair, the job never measured: under a fresh key in auto mode (fikit-run's
-                 default), in measure mode under a fresh key, and in measure mode with no key. Each time the
+                 default), in measure mode under a fresh key, and in measure mode with no key; then, under a
+                 keyed daemon, in measure mode at priority 0 without the key (given priority 1). Each time the
                  daemon holds it while the service runs (its waits were stopped ones) and the service waits
                  under half what it waits beside the job uncoordinated; the measured job stores its run.
   daemon_killed  the daemon is SIGKILLed mid-run: both programs still finish and print their JSON.
@@ -529,6 +530,23 @@ def fresh_job(env):
                     f"{what}: the service waited {hp.wait_ms():.1f} ms behind the job, under half the "
                     f"{dflt.wait_ms():.1f} ms it waits uncoordinated")
         ok &= check(lp.result["kernels"] > 0, f"{what}: the job made progress ({lp.result['kernels']} kernels)")
+    env.stop_daemon()
+    # Under a key, a program that asks for priority 0 without it, to be measured, is given priority 1:
+    # a job, which hands over to share mode and is held.
+    key = os.path.join(env.work, "key")
+    subprocess.run([env.a.scheduler, "keygen", key], check=True, capture_output=True)
+    env.start_daemon("--key-file", key)
+    keyed_hp = env.fikit("share", "hp", 0)
+    keyed_hp[1:1] = ["--key-file", key]
+    hp, lp = pair(env, keyed_hp + hp_plain, env.fikit("measure", "outsider", 0) + lp_plain, "outsider")
+    s = lp.share[-1] if lp.share else {}
+    print(f"measure mode at priority 0 without the key: HP device wait {hp.wait_ms():.1f} ms; stopped "
+          f"{s.get('stopped_ms')} ms", flush=True)
+    ok &= check("it is scheduled as a job from now on" in lp.err,
+                f"the outsider was told it is a job: {lp.err[-400:]!r}")
+    ok &= check(s.get("stopped_ms", 0) > 0 and hp.wait_ms() <= dflt.wait_ms() / 2,
+                f"and held as one: {s.get('stopped_ms')} ms stopped; the service waited {hp.wait_ms():.1f} ms "
+                f"(uncoordinated {dflt.wait_ms():.1f})")
     env.stop_daemon()
     with sqlite3.connect(env.db) as db:
         runs = dict(db.execute("SELECT key, runs_measured FROM tasks").fetchall())

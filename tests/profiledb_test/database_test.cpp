@@ -131,6 +131,36 @@ TEST_F(DbTest, AHugeProfileIsReadUpToItsBoundAndSaysSo) {
   EXPECT_FALSE(db.truncated());
 }
 
+// Trust v4, N5: in a folder others may write (the device plugin's shared database), a link planted
+// at the database's path made a root process create its database at the link's target; one planted
+// at its log made every open fail with SQLite's "unable to open database file". Both are refused,
+// saying which link, and nothing is written where a link points.
+TEST_F(DbTest, ALinkAtTheDatabaseOrItsLogIsRefusedAndNothingIsWrittenThrough) {
+  const std::string target = (dir_ / "elsewhere.db").string();
+  const std::string planted = (dir_ / "planted.db").string();
+  ASSERT_EQ(::symlink(target.c_str(), planted.c_str()), 0);
+  for (const Database::Open how : {Database::Open::Create, Database::Open::ReadWrite, Database::Open::ReadOnly}) {
+    try {
+      Database db(planted, how);
+      ADD_FAILURE() << "a link at the database's path was opened";
+    } catch (const DbError& e) {
+      EXPECT_NE(std::string(e.what()).find("is a symbolic link: refused"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(target)) << "nothing was created where the link points";
+
+  { Database db(path_, Database::Open::Create); db.add_run("t", "", {}, {sample(1, 10, 1, 0)}, {}); }
+  std::filesystem::remove(path_ + "-wal");
+  ASSERT_EQ(::symlink(target.c_str(), (path_ + "-wal").c_str()), 0);
+  try {
+    Database db(path_, Database::Open::Create);
+    ADD_FAILURE() << "a link at the log was opened";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("-wal is a symbolic link: refused"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(target));
+}
+
 TEST_F(DbTest, DeleteRemovesEverythingOfTheTaskOnly) {
   Database db(path_, Database::Open::Create);
   db.add_run("a", "", {}, {sample(1, 10, 1, 1)}, {{1, 1, 0, 1}});
