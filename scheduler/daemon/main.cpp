@@ -59,16 +59,32 @@ std::string usage_text() {
 int status_command(int argc, char** argv) {
   auto app = fikit::cli::make_app(
       "fikit-scheduler status",
-      "Usage: fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
-      "Prints the running daemon's tasks (priority, state, role, memory), gap fills, early stops and\n"
-      "dropped datagrams, read from its control socket (the daemon's user only): by default\n"
-      "this user's daemon of that port, else the systemd unit's (" FIKIT_SYSTEM_CONTROL_PATH ").\n"
+      "Usage: fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--verbose | --json]\n"
+      "Says, per GPU, how each service and each job is doing, read from the running daemon's control\n"
+      "socket (the daemon's user only): by default this user's daemon of that port, else the systemd\n"
+      "unit's (" FIKIT_SYSTEM_CONTROL_PATH ").\n"
+      "\n"
+      "A service (priority 0, or the highest with jobs below it) is active or idle, and:\n"
+      "  being measured          its first runs are timed; the jobs below it wait until it shares\n"
+      "  time-sliced             not an MPS client: its jobs run only while it is idle and in its gaps\n"
+      "  its active periods at Nx of alone, objective Mx\n"
+      "                          under MPS, its controller's last window: the GPU time of its busy\n"
+      "                          periods beside its jobs against the same with the jobs held; within\n"
+      "                          the objective its jobs get more, over it they are stepped back\n"
+      "  its jobs ...            what the jobs below may do while it is active: wait, run on an SM\n"
+      "                          partition, run short kernels or everything beside it\n"
+      "A job is, at this instant: held (a service above is measured), waiting while the service is\n"
+      "active and running in its gaps (gap fills: how many gaps it was given), beside it, or running\n"
+      "(nothing above is active); its memory is what it holds of its cap (docs/memory.md).\n"
+      "--verbose adds every task's directive (state, in-flight bound, roles, partition, regime) and the\n"
+      "daemon's counters; --json gives all of it as one JSON object (docs/user-guide.md, \"status\").\n"
       "Exit 0, or 1 when no daemon answers, 2 on bad usage.\n");
   std::string scheduler, control;
-  bool json = false;
+  bool json = false, verbose = false;
   app->add_option("--scheduler", scheduler);
   app->add_option("--control", control);
   app->add_flag("--json", json);
+  app->add_flag("--verbose,-v", verbose);
   if (const int rc = fikit::cli::parse(*app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
   std::string host = "127.0.0.1";
   uint16_t port = fikit::protocol::kDefaultPort;
@@ -81,7 +97,8 @@ int status_command(int argc, char** argv) {
   std::string error, tried;
   std::optional<std::string> reply;
   for (const std::string& path : paths) {
-    reply = fikit::scheduler::control_request(path, json ? "status-json" : "status", 2000, error);
+    reply = fikit::scheduler::control_request(path, json ? "status-json" : verbose ? "status-verbose" : "status", 2000,
+                                              error);
     if (reply) break;
     tried += (tried.empty() ? "" : "; ") + error;
   }

@@ -54,9 +54,10 @@ struct Server::Impl {
     }
     if (!opts.control_path.empty())
       control = std::make_unique<ControlServer>(io, opts.control_path, [this](const std::string& command) {
-        if (command == "status") return format_text(make_snapshot());
+        if (command == "status") return format_text(make_snapshot(), /*verbose=*/false);
+        if (command == "status-verbose") return format_text(make_snapshot(), /*verbose=*/true);
         if (command == "status-json") return format_json(make_snapshot());
-        return "error: unknown command '" + command.substr(0, 40) + "' (status, status-json)\n";
+        return "error: unknown command '" + command.substr(0, 40) + "' (status, status-verbose, status-json)\n";
       });
     if (!opts.metrics_host.empty())
       metrics = std::make_unique<MetricsServer>(io, opts.metrics_host, opts.metrics_port,

@@ -83,6 +83,76 @@ std::string regime_text(const policy::TaskStatus& t) {
   return fmt::format("{} {}/{:g}x", policy::to_string(t.regime), measured, t.objective_permille / 1000.0);
 }
 
+// What the jobs below a controlled service may do while it is active, in words.
+const char* regime_words(policy::Regime r) {
+  switch (r) {
+    case policy::Regime::Held: return "held while its baseline is measured";
+    case policy::Regime::HoldNarrow: return "wait while it is active (their long kernels on an SM partition)";
+    case policy::Regime::Hold: return "wait while it is active";
+    case policy::Regime::Partition: return "run on an SM partition while it is active";
+    case policy::Regime::ShortBeside: return "short kernels beside it, the rest on an SM partition";
+    case policy::Regime::Beside: return "run beside it";
+  }
+  return "?";
+}
+
+// A service: what its users get, against its objective, and what its jobs may do.
+std::string service_line(const policy::TaskStatus& t) {
+  std::string out = fmt::format("  service {} (task {}, pid {}): {}; ", t.key, t.id, t.pid, t.active ? "active" : "idle");
+  if (t.mode == protocol::TaskMode::Measure)
+    return out + "being measured: the jobs below it wait until it shares\n";
+  if (!t.controlled)
+    return out + (t.backend == protocol::Backend::Mps ? "no job beside it under MPS\n"
+                                                      : "time-sliced: its jobs run while it is idle and in its gaps\n");
+  const double objective = t.objective_permille / 1000.0;
+  if (t.inflation_overrun)
+    return out + fmt::format("one of its active periods ran past 4x its objective ({:g}x): its jobs were stepped "
+                             "back, and now {}\n", objective, regime_words(t.regime));
+  if (t.inflation_permille == 0)
+    return out + fmt::format("objective {:g}x, not judged yet; its jobs {}\n", objective, regime_words(t.regime));
+  const double inflation = t.inflation_permille / 1000.0;
+  return out + fmt::format("its active periods at {:.2f}x of alone, objective {:g}x ({}); its jobs {}\n", inflation,
+                           objective, t.inflation_permille <= t.objective_permille ? "within it" : "over it: stepping back",
+                           regime_words(t.regime));
+}
+
+// A job: whether it runs, waits or shares, what it got, and its memory.
+std::string job_line(const policy::TaskStatus& t) {
+  const protocol::Directive& d = t.directive;
+  std::string what;
+  switch (d.state) {
+    case protocol::State::Run: what = "runs: nothing above it is active"; break;
+    case protocol::State::Hold: what = "held: a service above it is being measured, or its baseline is"; break;
+    case protocol::State::Fill:
+      if (d.confine & protocol::kConfineBoundBeside) what = "runs beside the active service";
+      else if (d.confine & protocol::kConfineShortBeside) what = "short kernels beside the active service";
+      else what = "waits while the service is active, and runs in its gaps";
+      if (d.confine & protocol::kConfinePartition)
+        what += fmt::format(" (the rest on an SM partition of {} %)", d.partition_pct);
+      break;
+  }
+  if (t.waiting) what += ", waiting for a gap";
+  std::string out = fmt::format("  job {} (task {}, pid {}, priority {}", t.key, t.id, t.pid, t.priority);
+  if (t.priority != t.requested_priority) out += fmt::format(", asked {} without the key", t.requested_priority);
+  out += fmt::format("): {}; {} gap fills", what, t.fills);
+  if (t.mode == protocol::TaskMode::Measure) out += "; being measured";
+  if (t.kernels == 0) out += "; no kernel profiled yet (learned as it runs)";
+  const uint64_t cap = memory_cap(t);
+  if (t.memory_used != 0 || cap != 0) {
+    out += "; memory " + gib_text(t.memory_used);
+    if (cap != 0) out += " of " + gib_text(cap);
+    if (t.memory_refusals != 0) out += fmt::format(" ({} allocations refused)", t.memory_refusals);
+  }
+  return out + "\n";
+}
+
+// Whether `t` is a service of its GPU: priority 0, or the holder with tasks below it.
+bool is_service(const DomainSnapshot& d, const policy::TaskStatus& t) {
+  if (t.priority == 0) return true;
+  if (!(t.directive.role & protocol::kRoleHolder)) return false;
+  return std::any_of(d.tasks.begin(), d.tasks.end(), [&](const auto& u) { return u.priority > t.priority; });
+}
+
 }  // namespace
 
 policy::Counters DaemonSnapshot::totals() const {
@@ -104,16 +174,29 @@ const policy::TaskStatus* DaemonSnapshot::task(uint32_t id) const {
   return nullptr;
 }
 
-std::string format_text(const DaemonSnapshot& s) {
-  const policy::Counters p = s.totals();
+std::string format_summary(const DaemonSnapshot& s) {
   const std::string auth =
-      !s.keyed ? std::string("no key (nothing authenticated)")
+      !s.keyed ? std::string("no key: any local user may register at any priority")
       : s.reserved_priorities > 0 ? fmt::format("key required for priorities 0..{}", s.reserved_priorities - 1)
                                   : std::string("key configured, no priority reserved");
-  std::string out =
-      fmt::format("fikit-scheduler on {}, up {:.1f} s, epoch {:016x}, {}\n", s.listen, s.uptime_ns / 1e9, s.epoch, auth);
-  out += s.mps.empty() ? std::string("MPS: none started by fikit-scheduler (tasks say their backend: column mps)\n")
-                       : "MPS: " + s.mps + "\n";
+  std::string out = fmt::format("fikit-scheduler on {}, up {:.1f} s; {}\n", s.listen, s.uptime_ns / 1e9, auth);
+  out += s.mps.empty() ? std::string("MPS: none started by fikit-scheduler\n") : "MPS: " + s.mps + "\n";
+  if (s.domains.empty()) out += "\nno program registered\n";
+  for (const auto& d : s.domains) {
+    out += fmt::format("\n{}: {} gap fills, {} early stops\n", d.device, d.counters.fills, d.counters.early_stops);
+    for (const auto& t : d.tasks)
+      if (is_service(d, t)) out += service_line(t);
+    for (const auto& t : d.tasks)
+      if (!is_service(d, t)) out += job_line(t);
+  }
+  return out;
+}
+
+std::string format_text(const DaemonSnapshot& s, bool verbose) {
+  std::string out = format_summary(s);
+  if (!verbose) return out + "\n(fikit-scheduler status --verbose: every task's directive, and the daemon's counters)\n";
+  const policy::Counters p = s.totals();
+  out += fmt::format("\ndetails: epoch {:016x}\n", s.epoch);
   // The tasks first, by key (what a user named them); the daemon's counters after.
   size_t key_width = 3;
   for (const auto& d : s.domains)
@@ -197,7 +280,8 @@ std::string format_json(const DaemonSnapshot& s) {
                        {"confine", t.directive.confine}, {"controlled", t.controlled},
                        {"regime", policy::to_string(t.regime)},
                        {"regime_adopted", policy::to_string(t.adopted)}, {"objective", t.objective_permille / 1000.0},
-                       {"inflation", t.inflation_permille / 1000.0}, {"baseline_period_ns", t.baseline_period_ns},
+                       {"inflation", t.inflation_permille / 1000.0}, {"inflation_overrun", t.inflation_overrun},
+                       {"baseline_period_ns", t.baseline_period_ns},
                        {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
                        {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns}, {"memory_used", t.memory_used},
                        {"memory_limit", t.memory_limit}, {"memory_cap", t.directive.memory_cap},

@@ -41,7 +41,11 @@ struct DaemonSnapshot {
 // The device memory a task may hold: the lower of its own limit and the daemon's cap (0: no cap).
 uint64_t memory_cap(const policy::TaskStatus& t);
 
-std::string format_text(const DaemonSnapshot& s);
+// What `status` prints: each service (what its requests get against its objective, what its jobs
+// may do) and each job (held, in gaps, beside, on a partition), per GPU; `verbose` adds every
+// task's directive and the daemon's counters.
+std::string format_summary(const DaemonSnapshot& s);
+std::string format_text(const DaemonSnapshot& s, bool verbose = true);
 std::string format_json(const DaemonSnapshot& s);
 
 }  // namespace fikit::scheduler

@@ -82,6 +82,7 @@ void Controller::judge_inflation() {
     if (b != 0) worst = std::max<uint32_t>(worst, uint32_t(std::min<uint64_t>(w * 1000 / b, UINT32_MAX)));
   }
   inflation_ = worst;
+  overran_ = false;
 }
 
 uint64_t Controller::limit_ns() const {
@@ -123,6 +124,7 @@ void Controller::refuse(uint64_t now) {
 void Controller::on_overrun(uint64_t now) {
   if (phase_ == Phase::Baseline) return;
   inflation_ = std::max(inflation_, s_.objective_permille * 4);
+  overran_ = true;
   refuse(now);
 }
 

@@ -65,6 +65,9 @@ class Controller {
   // The last judged window against the baseline: the larger of the median and upper-quartile
   // ratios, permille (0: none judged yet).
   uint32_t inflation_permille() const { return inflation_; }
+  // Whether inflation_permille() is the limit a period ran past (4x the objective), not a measured
+  // window: said as such, never as a measurement.
+  bool inflation_overran() const { return overran_; }
   uint64_t baseline_quantile(unsigned pct) const;
   uint32_t objective_permille() const { return s_.objective_permille; }
   // Counts: trials begun, steps adopted by a trial, steps given up (a failed window or an overrun),
@@ -99,6 +102,7 @@ class Controller {
   uint32_t n_ = 0, warmup_left_ = 0;
   uint64_t phase_since_ = 0, last_refresh_ = 0, next_trial_ = 0, pause_ = 0;
   uint32_t inflation_ = 0;
+  bool overran_ = false;
   uint64_t trials_ = 0, climbs_ = 0, drops_ = 0, baselines_ = 0, held_ns_ = 0;
 };
 

@@ -579,6 +579,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.adopted = t.controller.adopted();
     s.objective_permille = t.controller.objective_permille();
     s.inflation_permille = t.controller.inflation_permille();
+    s.inflation_overrun = t.controller.inflation_overran();
     s.baseline_period_ns = t.controller.baseline_quantile(50);
     s.regime_trials = t.controller.trials();
     s.regime_climbs = t.controller.climbs();

@@ -179,6 +179,7 @@ struct TaskStatus {
   bool controlled = false;
   Regime regime = Regime::Held, adopted = Regime::Held;   // in force (a trial's, a baseline's); adopted
   uint32_t objective_permille = 0, inflation_permille = 0;
+  bool inflation_overrun = false;    // inflation_permille is the limit a period ran past, not a measurement
   uint64_t baseline_period_ns = 0;
   uint64_t regime_trials = 0, regime_climbs = 0, regime_drops = 0, held_ns = 0;
   // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the

@@ -620,6 +620,10 @@ TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
     auto text = scheduler::control_request(path, "status", 1000, error);
     ASSERT_TRUE(text) << error;
     EXPECT_NE(text->find("visible-task"), std::string::npos) << *text;
+    EXPECT_NE(text->find("--verbose"), std::string::npos) << "the summary says where the details are: " << *text;
+    auto verbose = scheduler::control_request(path, "status-verbose", 1000, error);
+    ASSERT_TRUE(verbose) << error;
+    EXPECT_NE(verbose->find("counters, all GPUs"), std::string::npos) << *verbose;
     auto json = scheduler::control_request(path, "status-json", 1000, error);
     ASSERT_TRUE(json) << error;
     EXPECT_EQ(json->front(), '{');
@@ -631,7 +635,7 @@ TEST(Daemon, ControlSocketAnswersStatusToItsUserOnly) {
     // Its hook accounts no memory (the peer sends none) and nobody caps it.
     EXPECT_NE(json->find("\"memory_used\":0,\"memory_limit\":0,\"memory_cap\":0,\"memory_total\":0,\"memory_refusals\":0}"),
               std::string::npos) << *json;
-    EXPECT_NE(text->find("memory"), std::string::npos) << *text;
+    EXPECT_NE(verbose->find("memory"), std::string::npos) << *verbose;
     auto bad = scheduler::control_request(path, "frobnicate", 1000, error);
     ASSERT_TRUE(bad);
     EXPECT_NE(bad->find("unknown command"), std::string::npos);
@@ -1281,7 +1285,7 @@ TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
   policy::TaskStatus t;
   t.id = 7;
   t.key = "job";
-  t.priority = 5;
+  t.priority = t.requested_priority = 5;
   t.memory_used = 5ull << 30;
   t.memory_limit = 6ull << 30;
   t.directive.memory_cap = 5ull << 30;
@@ -1294,6 +1298,11 @@ TEST(Snapshot, StatusAndMetricsShowEachTasksMemory) {
   s.domains.push_back(d);
   const std::string text = scheduler::format_text(s);
   EXPECT_NE(text.find("5.0G/5.0G !3"), std::string::npos) << text;
+  // The summary says it in words: what it holds of its cap, and what was refused.
+  const std::string summary = scheduler::format_text(s, /*verbose=*/false);
+  EXPECT_NE(summary.find("job job (task 7, pid 0, priority 5): "), std::string::npos) << summary;
+  EXPECT_NE(summary.find("memory 5.0G of 5.0G (3 allocations refused)"), std::string::npos) << summary;
+  EXPECT_EQ(summary.find("!3"), std::string::npos) << "no table in the summary: " << summary;
   const std::string metrics = scheduler::format_prometheus(s);
   EXPECT_NE(metrics.find("fikit_task_memory_bytes{device=\"GPU-x\",key=\"job\"} 5368709120"),
             std::string::npos) << metrics;
@@ -1338,6 +1347,17 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   EXPECT_EQ(metrics.find("fikit_service_regime{device=\"GPU-b\""), std::string::npos) << metrics;
   const std::string text = scheduler::format_text(s);
   EXPECT_NE(text.find("short-beside 1.07x/1.2x"), std::string::npos) << text;
+  const std::string summary = scheduler::format_summary(s);
+  EXPECT_NE(summary.find("service svc (task 1, pid 0): idle; its active periods at 1.07x of alone, objective 1.2x "
+                         "(within it); its jobs short kernels beside it, the rest on an SM partition"),
+            std::string::npos) << summary;
+  // A period that ran past the limit is said as such, never as a measured 4.80x.
+  s.domains[0].tasks[0].inflation_permille = 4800;
+  s.domains[0].tasks[0].inflation_overrun = true;
+  const std::string overrun = scheduler::format_summary(s);
+  EXPECT_EQ(overrun.find("4.80x"), std::string::npos) << overrun;
+  EXPECT_NE(overrun.find("ran past 4x its objective (1.2x)"), std::string::npos) << overrun;
+  EXPECT_NE(scheduler::format_json(s).find("\"inflation_overrun\":true"), std::string::npos);
   const std::string json = scheduler::format_json(s);
   EXPECT_NE(json.find("\"regime\":\"short-beside\""), std::string::npos) << json;
   EXPECT_NE(json.find("\"regime_drops\":3"), std::string::npos) << json;   // the totals: 2 + 1
