@@ -3,7 +3,10 @@
 #include <charconv>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
+#include <map>
 
 namespace fikit::cli {
 namespace {
@@ -31,13 +34,56 @@ std::vector<std::string> long_option_names(const CLI::App& app) {
   return names;
 }
 
+std::map<std::string, std::vector<std::string>>& commands_of() {
+  static std::map<std::string, std::vector<std::string>> commands;
+  return commands;
+}
+
+// Words people reach for that the tools spell otherwise: the first of the listed options the tool has.
+struct Synonym {
+  const char* given;
+  std::vector<const char*> meant;
+};
+const Synonym kSynonyms[] = {
+    {"--port", {"--listen", "--scheduler"}}, {"--host", {"--listen", "--scheduler"}},
+    {"--address", {"--listen", "--scheduler"}}, {"--key", {"--task-key"}}, {"--prio", {"--priority"}},
+    {"--database", {"--db"}}, {"--limit", {"--memory-limit"}}};
+
+// A typo (nearest), an abbreviation (the one option that starts with it), or a synonym.
+std::string suggestion(const CLI::App& app, const std::string& flag) {
+  const std::vector<std::string> names = long_option_names(app);
+  if (std::string near = nearest(flag, names); !near.empty()) return near;
+  std::string prefixed;
+  for (const std::string& name : names)
+    if (flag.size() >= 4 && name.rfind(flag, 0) == 0) {
+      if (!prefixed.empty()) return {};   // ambiguous
+      prefixed = name;
+    }
+  if (!prefixed.empty()) return prefixed;
+  for (const Synonym& s : kSynonyms)
+    if (flag == s.given)
+      for (const char* meant : s.meant)
+        if (std::find(names.begin(), names.end(), meant) != names.end()) return meant;
+  return {};
+}
+
 std::string unknown_option(const CLI::App& app, const std::string& arg) {
   const std::string flag = arg.substr(0, arg.find('='));
-  const std::string near = nearest(flag, long_option_names(app));
+  // A tool's commands are words, not options: `fikit-scheduler --status` means `fikit-scheduler status`.
+  const std::string tool = app.get_name().substr(0, app.get_name().find(' '));
+  if (auto it = commands_of().find(tool); it != commands_of().end())
+    for (const std::string& command : it->second)
+      if (flag == "--" + command)
+        return "unknown option '" + flag + "'; did you mean the command '" + tool + " " + command + "'?";
+  const std::string near = suggestion(app, flag);
   return "unknown option '" + flag + "'" + (near.empty() ? "" : "; did you mean " + near + "?");
 }
 
 }  // namespace
+
+void declare_commands(const std::string& tool, std::vector<std::string> commands) {
+  commands_of()[tool] = std::move(commands);
+}
 
 std::unique_ptr<CLI::App> make_app(const std::string& name, std::string help) {
   auto app = std::make_unique<CLI::App>(std::move(help), name);
@@ -126,6 +172,16 @@ std::string version_line(const std::string& name) { return name + " (FIKIT) " FI
 int usage_error(const std::string& name, const std::string& what) {
   std::fprintf(stderr, "%s: error: %s (see %s --help)\n", name.c_str(), what.c_str(), name.c_str());
   return kUsage;
+}
+
+std::string shell_word(const std::string& word) {
+  const bool plain = !word.empty() && std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-.:/=+,@%", c) != nullptr;
+  });
+  if (plain) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
 }
 
 std::string nearest(const std::string& given, const std::vector<std::string>& candidates) {

@@ -38,6 +38,12 @@ std::string version_line(const std::string& name);
 int usage_error(const std::string& name, const std::string& what);
 
 // The candidate nearest to `given` by edit distance when it is close enough to be a typo, else "".
+// The commands of a tool that has them (fikit-scheduler status, keygen): an option spelt as one
+// (`--status`) is answered with the command.
+void declare_commands(const std::string& tool, std::vector<std::string> commands);
+// `word` as a POSIX shell reads it back as one word: as it is when it holds nothing special, else
+// in single quotes (a hint a user pastes: `fikit-profile show 'my service'`).
+std::string shell_word(const std::string& word);
 std::string nearest(const std::string& given, const std::vector<std::string>& candidates);
 
 // A duration for people: "0", "500 ns", "20 us", "1.5 ms", "4.29 s", "3600 s" (three significant

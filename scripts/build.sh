@@ -7,6 +7,14 @@
 # driver): what scripts/demo.sh runs, without the Kubernetes device plugin. Without it everything is
 # built, tests, benchmarks and the device plugin too.
 set -euo pipefail
+case "${1:-}" in -h|--help) cat <<'EOF'
+Usage: scripts/build.sh [--programs] [CMAKE CONFIGURE ARGS...]
+Configures and builds FIKIT into build/ (or $FIKIT_BUILD_DIR) with CMake and Ninja, and installs it
+into .dist/ (or $FIKIT_PREFIX). One line a step; the compiler's output goes to BUILD/fikit-build.log.
+  --programs   only what is installed (the tools, the hook, the examples, the simulated driver)
+EOF
+  exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 build=${FIKIT_BUILD_DIR:-build}
 prefix=${FIKIT_PREFIX:-.dist}

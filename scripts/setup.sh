@@ -6,6 +6,14 @@
 # headers of GoogleTest and Google Benchmark stay: the build configures the tests' folder, which
 # holds the simulated GPU the demo runs on without a GPU.
 set -euo pipefail
+case "${1:-}" in -h|--help) cat <<'EOF'
+Usage: scripts/setup.sh [--programs]
+Installs FIKIT's build dependencies from Debian's packages (root or sudo when something is missing),
+and the deployment checks' tools from PyPI into .dist-tools. Quiet when everything is present.
+  --programs   only what building and running the programs needs (scripts/demo.sh)
+EOF
+  exit 0 ;;
+esac
 
 packages=(cmake ninja-build g++ pkg-config libboost-dev libsqlite3-dev libspdlog-dev libfmt-dev
           libsodium-dev libgtest-dev libgmock-dev libbenchmark-dev sqlite3 python3

@@ -4,6 +4,17 @@
 # --sanitize builds into build-asan with AddressSanitizer + UBSan on the programs and tests (not on
 # what gets preloaded: the hook and the simulated driver) and runs the same tests there.
 set -euo pipefail
+case "${1:-}" in -h|--help) cat <<'EOF'
+Usage: scripts/test.sh [--sanitize] [CTEST ARGS...]
+Installs FIKIT's dependencies (scripts/setup.sh: Debian packages, needs root or sudo once), builds
+everything into build/ (scripts/build.sh) and runs every test through ctest, two at a time; the
+timing-sensitive ones run alone. CI runs exactly this (.ci/run).
+  --sanitize   build into build-asan with AddressSanitizer and UBSan, and run the same tests there
+  CTEST ARGS   passed to ctest, e.g. -R e2e (only the end-to-end tests) or --rerun-failed
+Exit status: ctest's (0: every test passed).
+EOF
+  exit 0 ;;
+esac
 cd "$(dirname "$0")/.."
 cmake_args=()
 if [ "${1:-}" = "--sanitize" ]; then

@@ -133,6 +133,7 @@ int keygen_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fikit::cli::declare_commands("fikit-scheduler", {"status", "keygen"});
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string command = argv[1];
     if (command == "status") return status_command(argc, argv);

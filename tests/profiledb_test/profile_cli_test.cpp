@@ -309,6 +309,11 @@ TEST_F(ProfileCli, ExitCodesNameTheFailure) {
   EXPECT_NE(err_.find("no profile database"), std::string::npos);
   fill();
   EXPECT_EQ(cli(db_arg() + "show nosuch"), 3);
+  // Which keys there are, so that the user need not run list (and a likely typo by name).
+  EXPECT_NE(err_.find("no task with key \"nosuch\"; it has "), std::string::npos) << err_;
+  EXPECT_NE(err_.find("svc"), std::string::npos) << err_;
+  EXPECT_EQ(cli(db_arg() + "show svd"), 3);
+  EXPECT_NE(err_.find("did you mean \"svc\"?"), std::string::npos) << err_;
   EXPECT_EQ(cli(db_arg() + "delete nosuch"), 3);
   EXPECT_EQ(cli(db_arg() + "frobnicate"), 2);
   EXPECT_EQ(cli(db_arg() + "export svc"), 2);

@@ -246,6 +246,19 @@ TEST_F(FikitRun, EveryExportedSettingCountsAsItsFlag) {
   EXPECT_EQ(covered, exported.size());
 }
 
+// The hint fikit-run prints while a service is measured can be pasted as it is, whatever the key.
+TEST_F(FikitRun, TheMeasuringHintQuotesAKeyAShellWouldSplit) {
+  const std::string db = (dir_ / "none.db").string();
+  Result r = run_with_hook({"--priority", "0", "--db", db, "--task-key", "my svc's", "/bin/true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("fikit-profile show 'my svc'\\''s')"), std::string::npos) << r.err;
+  r = run_with_hook({"--priority", "0", "--db", db, "--task-key", "svcA", "/bin/true"});
+  EXPECT_NE(r.err.find("fikit-profile show svcA)"), std::string::npos) << r.err;
+  // A job is not measured first: nothing is said.
+  r = run_with_hook({"--priority", "5", "--db", db, "--task-key", "trainB", "/bin/true"});
+  EXPECT_EQ(r.err.find("measured"), std::string::npos) << r.err;
+}
+
 TEST_F(FikitRun, FlagsBecomeEnvironment) {
   const Result r = run_with_hook({"--priority", "0", "--task-key", "demo-hp", "--mode=share", "--scheduler",
                                   "127.0.0.1:9999", "--db", "/tmp/p.db", "--measure-runs", "7",

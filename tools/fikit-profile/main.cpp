@@ -136,9 +136,24 @@ const std::string& key_of(const Args& a) {
   return a.positional[0];
 }
 
+// A key the database lacks: say which it has (the nearest first, as a likely typo), so the user
+// need not run `list` to find out.
+DbError no_such_task(Database& db, const std::string& key) {
+  std::vector<std::string> keys;
+  for (const auto& t : db.tasks()) keys.push_back(t.key);
+  std::string what = "no task with key \"" + key + "\"";
+  if (keys.empty()) return DbError(DbError::Kind::NotFound, what + " (the database has none)");
+  if (const std::string near = fikit::cli::nearest(key, keys); !near.empty())
+    return DbError(DbError::Kind::NotFound, what + "; did you mean \"" + near + "\"?");
+  what += "; it has " + std::to_string(keys.size()) + ": ";
+  for (size_t i = 0; i < keys.size() && i < 10; ++i) what += (i ? ", " : "") + keys[i];
+  if (keys.size() > 10) what += ", ... (fikit-profile list)";
+  return DbError(DbError::Kind::NotFound, what);
+}
+
 fikit::profiledb::TaskInfo require_task(Database& db, const std::string& key) {
   auto t = db.task(key);
-  if (!t) throw DbError(DbError::Kind::NotFound, "no task with key \"" + key + "\"");
+  if (!t) throw no_such_task(db, key);
   return *t;
 }
 
@@ -229,7 +244,7 @@ int run(const Args& a) {
   } else if (cmd == "delete") {
     const auto& key = key_of(a);
     Database db(a.db, Database::Open::ReadWrite, a.wait_ms);
-    if (!db.delete_task(key)) throw DbError(DbError::Kind::NotFound, "no task with key \"" + key + "\"");
+    if (!db.delete_task(key)) throw no_such_task(db, key);
   }
   return kOk;
 }
@@ -237,6 +252,7 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  fikit::cli::declare_commands("fikit-profile", {std::begin(kCommands), std::end(kCommands)});
   try {
     return run(parse(argc, argv));
   } catch (const UsageError& e) {

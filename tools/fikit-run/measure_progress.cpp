@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "cli.h"
 #include "hook_settings.h"
 #include "profiledb.h"
 
@@ -102,7 +103,7 @@ std::string measure_progress_line(const std::vector<std::string>& command) {
     when += " (--measure-runs";
   return "fikit-run: task '" + *key + "' is being measured: " + std::to_string(stored) + " of " +
          std::to_string(wanted) + " runs stored; the jobs below it wait meanwhile, and it shares " + when +
-         "; fikit-profile show " + *key + ")";
+         "; fikit-profile show " + cli::shell_word(*key) + ")";
 }
 
 }  // namespace fikit::run
