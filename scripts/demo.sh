@@ -35,8 +35,11 @@ each in four setups:
                    simulator, on its MPS device
 With 2 or more CPUs the service runs on the first half of them and the job and fikit-scheduler on
 the rest (taskset), as the GPU benchmarks pin them.
-Prints one table (HP request time p50/p99, LP kernels/s, both relative to running alone) with
-FIKIT's gap fills, early stops and the job's launches beside the service and on its SM partition.
+Prints one table (HP request time p50/p99, LP kernels/s, both relative to running alone; alone is
+the median of three runs of the service) with FIKIT's gap fills, early stops and the job's launches
+beside the service and on its SM partition, then per job which setups kept the service's p99 within
+1.5x of alone and which did not (past 3x); between the two, or when a setup reads faster than
+alone, or when the alone runs read more than 2x apart (a busy machine), it says it cannot tell.
 One run each: a demonstration, not a measurement (bench/gpu/eval.py repeats and gives intervals).
 
 Options:
@@ -189,9 +192,17 @@ elif ! command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
   mps_note="MPS + client priority and FIKIT on MPS: skipped (nvidia-cuda-mps-control not found)"
 fi
 
-echo "running: alone"
-run alone-hp "${hp_pin[@]}" "$bin/fikit-example-infer" "${hp_args[@]}"
-run gaps-alone-hp "${hp_pin[@]}" "$bin/fikit-example-infer" "${gaps_hp[@]}"
+# The services alone, three times over the demo (here, before the MPS rows, before FIKIT's): the
+# table's baseline is their median, and how far apart they read says how busy the machine is.
+alone_round=0
+run_alone() {
+  alone_round=$((alone_round + 1))
+  echo "running: the services alone ($alone_round of 3)"
+  run "alone-hp-$alone_round" "${hp_pin[@]}" "$bin/fikit-example-infer" "${hp_args[@]}"
+  run "gaps-alone-hp-$alone_round" "${hp_pin[@]}" "$bin/fikit-example-infer" "${gaps_hp[@]}"
+}
+run_alone
+echo "running: the jobs alone"
 for job in "${jobs[@]}"; do
   args_name="${job}_args[@]"
   run "$job-alone-lp" "${lp_pin[@]}" "$bin/fikit-example-train" "${!args_name}" --duration-s "$lp_alone_s"
@@ -204,6 +215,7 @@ for job in "${jobs[@]}"; do
 done
 
 # ---- MPS with client priorities: HP normal (0), LP below normal (1) ----
+run_alone
 if [ ${#sim_mps[@]} -gt 0 ]; then
   for job in "${jobs[@]}"; do
     args_name="${job}_args[@]" hp_name="${job}_hp[@]"
@@ -253,6 +265,7 @@ else
     export FIKIT_MPS_DIR="$work/fikit-mps"
     mps_flag=(--mps "$FIKIT_MPS_DIR")
   fi
+  run_alone
   echo "running: FIKIT measure (each alone)"
   run measure-hp "${hp_pin[@]}" "${hp_client[@]}" "${fikit[@]}" --mode measure --task-key demo-hp --priority 0 -- \
       "$bin/fikit-example-infer" --requests "$measure_requests" "${hp_shape[@]}"
@@ -301,96 +314,5 @@ else
 fi
 
 # ---- the table ----
-python3 - "$work" "$fikit_note" "$mps_note" "$pin_note" <<'EOF'
-import json, os, sys
-
-work, note, mps_note, pin_note = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-
-def load(name):
-    try:
-        with open(os.path.join(work, name + ".json")) as f:
-            return json.loads(f.read().strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        return None
-
-def num(v, fmt):
-    return "-" if v is None else fmt.format(v)
-
-def ratio(v, base):
-    return None if v is None or not base else v / base
-
-alone_hp = load("alone-hp")
-header = ("job", "setup", "HP p50 us", "HP p99 us", "LP kernels/s", "HP p99 vs alone", "LP thr vs alone")
-lines, notes, conclusions = [], [], []
-# The demo's criterion for "kept the service": its p99 within this multiple of alone (one run each:
-# generous, so that the host's noise does not decide).
-KEPT = 1.5
-for job, title, hp_key in (("long", "long holds", "demo-hp"), ("short", "short kernels", "demo-hp"),
-                           ("gaps", "short kernels, the service with gaps", "demo-hp-gaps")):
-    alone_lp = load(job + "-alone-lp")
-    alone_hp = load(job + "-alone-hp") or load("alone-hp")
-    outcome = {}
-    for setup, hp, lp in (("alone", alone_hp, alone_lp), ("default sharing", load(job + "-default-hp"), load(job + "-default-lp")),
-                          ("MPS + client priority", load(job + "-mps-hp"), load(job + "-mps-lp")),
-                          ("FIKIT (on MPS)", load(job + "-fikit-hp"), load(job + "-fikit-lp"))):
-        p50 = hp["jct_us"]["p50"] if hp else None
-        p99 = hp["jct_us"]["p99"] if hp else None
-        kps = lp["kernels_per_s"] if lp else None
-        base_p99 = alone_hp["jct_us"]["p99"] if alone_hp else None
-        base_kps = alone_lp["kernels_per_s"] if alone_lp else None
-        lines.append((title if setup == "alone" else "", setup, num(p50, "{:.0f}"), num(p99, "{:.0f}"), num(kps, "{:.0f}"),
-                      num(ratio(p99, base_p99), "{:.2f}x"), num(ratio(kps, base_kps), "{:.2f}x")))
-        if setup != "alone" and ratio(p99, base_p99) is not None and ratio(kps, base_kps) is not None:
-            outcome[setup] = (ratio(p99, base_p99), ratio(kps, base_kps))
-    # One sentence from this job's own numbers: which setups kept the service, and what the job kept.
-    kept = {k: v for k, v in outcome.items() if v[0] <= KEPT}
-    if outcome:
-        lost = ", ".join("%s %.1fx" % (k, v[0]) for k, v in outcome.items() if k not in kept)
-        if kept:
-            best = max(kept, key=lambda k: kept[k][1])
-            conclusions.append("Beside %s: %s kept the service's p99 within %.1fx of alone; of those, %s kept the job "
-                               "most (%.0f %% of alone)%s." % (
-                                   title, " and ".join([", ".join(list(kept)[:-1]), list(kept)[-1]] if len(kept) > 1 else list(kept)),
-                               KEPT, best, 100 * kept[best][1],
-                                   "; the service lost with " + lost if lost else ""))
-        else:
-            conclusions.append("Beside %s: no setup kept the service's p99 within %.1fx of alone (%s)." % (title, KEPT, lost))
-    # What FIKIT did: the daemon's counters before and after the pair, and the job's share stats.
-    before, after, stats = load(job + "-status-before"), load(job + "-status-after"), load(job + "-share-stats")
-    if before and after:
-        c0, c1 = before.get("counters", {}), after.get("counters", {})
-        d = {k: c1.get(k, 0) - c0.get(k, 0) for k in ("fills", "early_stops", "gaps_predicted")}
-        notes.append("FIKIT, %s job: gap fills %d (of %d gaps predicted), early stops %d; of the job's launches %s ran "
-                     "beside the service and %s on its SM partition" % (
-                         title, d["fills"], d["gaps_predicted"], d["early_stops"],
-                         (stats or {}).get("overlap_launches", "?"), (stats or {}).get("partition_launches", "?")))
-    # What the service's controller chose for the job, and why: its last judged window against its objective.
-    during = load(job + "-status-during")
-    hp = next((t for t in (during or {}).get("tasks", []) if t.get("key") == hp_key), None)
-    if hp and hp.get("controlled"):
-        measured = ("its last window of periods %.2fx of its baseline" % hp["inflation"] if hp.get("inflation")
-                    else "no window judged yet")
-        notes.append("FIKIT's controller beside the %s job: %s (%s, objective %.2gx; %d trials, %d climbs, %d drops)" % (
-            title, "on " + hp["regime_adopted"] if hp["regime"] == hp["regime_adopted"]
-            else "on %s, trying %s" % (hp["regime_adopted"], hp["regime"]),
-            measured, hp["objective"], hp["regime_trials"], hp["regime_climbs"], hp["regime_drops"]))
-    elif hp:
-        notes.append("FIKIT beside the %s job: time-sliced, the job waits while the service is active" % title)
-
-widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
-fmt = "  ".join(("{:<%d}" if i < 2 else "{:>%d}") % w for i, w in enumerate(widths))
-print()
-print(fmt.format(*header))
-print("  ".join("-" * w for w in widths))
-for line in lines:
-    print(fmt.format(*line))
-for text in notes + [mps_note, note]:
-    if text:
-        print(text)
-for text in conclusions:
-    print(text)
-print("Long holds: 1.5 ms kernels filling every SM; short kernels: 10 us; the service with gaps: 300 us of host work "
-      "before each of its 20 kernels, its job 50 us kernels. CPUs: " + pin_note + ". One run of each: a demonstration, not a measurement "
-      "(bench/gpu/eval.py repeats and gives intervals).")
-EOF
+python3 "$root/scripts/demo_table.py" "$work" "$fikit_note" "$mps_note" "$pin_note"
 exit "$failed"

@@ -12,7 +12,7 @@ rows = defaultdict(lambda: ([], []))
 for path in sys.argv[1:]:
     job = None
     for line in open(path):
-        m = re.match(r"^(\S.*?)?\s{2,}(default sharing|MPS \+ client priority|FIKIT \(on MPS\)|alone)\s+.*?([\d.]+)x\s+([\d.]+)x\s*$", line)
+        m = re.match(r"^(\S.*?)?\s{2,}(default sharing|MPS \+ client priority|FIKIT \(on MPS\)|alone)\s+.*?([\d.]+)x\*?\s+([\d.]+)x\*?\s*$", line)
         if not m:
             continue
         if m.group(1) and m.group(1).strip() and m.group(1).strip() != "job":
