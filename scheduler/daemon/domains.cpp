@@ -21,6 +21,7 @@ policy::Policy* Domains::for_device(const protocol::DeviceUuid& device) {
   const uint32_t index = uint32_t(free - domains_.data()) + 1;
   free->device = device;
   free->policy = std::make_unique<policy::Policy>(settings_, profiles_, index * policy::Policy::kIdSpan, &bell_slots_);
+  free->policy->continue_ids_from(free->next_id);
   return free->policy.get();
 }
 
@@ -28,6 +29,7 @@ void Domains::free_empty() {
   for (Domain& d : domains_) {
     if (!d.policy || d.policy->task_count() != 0) continue;
     freed_ += d.policy->counters();
+    d.next_id = d.policy->next_local_id();
     d.policy.reset();
   }
 }

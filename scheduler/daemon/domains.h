@@ -36,6 +36,9 @@ class Domains {
   struct Domain {
     protocol::DeviceUuid device;
     std::unique_ptr<policy::Policy> policy;
+    // Where a freed slot's task IDs went on: a policy made in it again goes on from there, so that
+    // a client whose lease ran out (and emptied the domain) can resume as the task it was.
+    uint32_t next_id = 1;
   };
   // The domains in use (freed slots are skipped).
   template <class F>

@@ -178,7 +178,8 @@ struct Server::Impl {
     std::string owner;
     if (sessions.is_new(h.session))
       owner = owner_of(opts.owner_lookup ? opts.owner_lookup(sender, local) : local_udp_owner(sender, local), sender);
-    const Refusal refusal = sessions.check_register(h, reg.device, sender, authenticated, owner, &existing);
+    uint32_t reclaim = 0;
+    const Refusal refusal = sessions.check_register(h, reg.device, sender, authenticated, owner, &existing, &reclaim);
     if (refusal != Refusal::None) {
       const uint16_t reason = refusal_reason(refusal);
       if (reason == 0) {   // a spoof or a replay: dropped unanswered
@@ -213,6 +214,7 @@ struct Server::Impl {
     r.objective_permille = reg.objective_permille;
     r.key = std::string(reg.key_view());
     r.authenticated = authenticated;
+    r.reclaim_id = existing == 0 ? reclaim : 0;
     const uint32_t task = policy->on_register(now, existing, r, actions);
     if (task == 0) {
       log_limited(kLogQuota, spdlog::level::warn, "refused a registration of '{}' (pid {}): {} tasks on {} already",
@@ -232,7 +234,9 @@ struct Server::Impl {
     const auto& reply = std::get<protocol::Registered>(actions.front().body);
     log_limited(kLogRegistered, spdlog::level::info,
                 "task {} {}: key '{}', priority {}{}, pid {}, {}, {}, {}, {}", task,
-                existing != 0 ? "registered again" : "registered", r.key, int(reply.priority),
+                existing != 0 ? "registered again" : task == reclaim && reclaim != 0 ? "resumed after its lease ran out"
+                                                                                     : "registered",
+                r.key, int(reply.priority),
                 reply.priority != reg.priority ? fmt::format(" (asked {}: priorities below {} need the key)",
                                                              int(reg.priority), reply.priority)
                                                : std::string(),

@@ -70,8 +70,16 @@ size_t Sessions::tasks_of(const std::string& owner) const {
 }
 
 Refusal Sessions::check_register(const protocol::Header& h, const protocol::DeviceUuid& device, const Endpoint& from,
-                                 bool authenticated, const std::string& owner, uint32_t* existing) {
+                                 bool authenticated, const std::string& owner, uint32_t* existing, uint32_t* reclaim) {
   *existing = 0;
+  if (reclaim != nullptr) {
+    *reclaim = 0;
+    for (auto r = remembered_.rbegin(); r != remembered_.rend(); ++r)
+      if (r->session == h.session && r->device == device && r->from == from && r->authenticated == authenticated) {
+        *reclaim = r->task;
+        break;
+      }
+  }
   auto it = sessions_.find(h.session);
   std::string who = owner;
   if (it != sessions_.end()) {
@@ -160,6 +168,8 @@ void Sessions::forget(const std::vector<uint32_t>& tasks) {
         continue;
       }
       count(s->second, d->first, -1);
+      if (remembered_.size() >= kMaxRemembered) remembered_.erase(remembered_.begin());
+      remembered_.push_back({s->first, d->first, s->second.from, s->second.authenticated, task});
       d = s->second.tasks.erase(d);
     }
     if (s->second.tasks.empty()) sessions_.erase(s);

@@ -72,8 +72,11 @@ class Sessions {
   // A register: None, with *existing = the task this session registered for that device before
   // (0: none), or why it must be dropped (the spoofing checks) or refused (a limit of its owner:
   // `owner` counts for a new session). A new session is not recorded until bind().
+  // *reclaim: for a session not known (any more), the task it had on that device before its lease
+  // ran out, when the register comes from the same address and authenticates alike: the client
+  // resumes as the task it was (0: none).
   Refusal check_register(const protocol::Header& h, const protocol::DeviceUuid& device, const Endpoint& from,
-                         bool authenticated, const std::string& owner, uint32_t* existing);
+                         bool authenticated, const std::string& owner, uint32_t* existing, uint32_t* reclaim = nullptr);
   // Records that the policy gave `task` to this session and device (idempotent).
   void bind(const protocol::Header& h, const protocol::DeviceUuid& device, const Endpoint& from, bool authenticated,
             const std::string& owner, uint32_t task);
@@ -83,8 +86,10 @@ class Sessions {
   // Where to send a message for `task`, with the header fields the session expects (the daemon's
   // next sequence number); false when the task has no session (any more).
   bool address(uint32_t task, Endpoint* to, protocol::Header* h, bool* authenticated);
-  // Forgets dropped tasks, and sessions left without tasks.
+  // Forgets dropped tasks, and sessions left without tasks; remembers, for a while, which task a
+  // session had (a client that was only late registers again as the same task).
   void forget(const std::vector<uint32_t>& tasks);
+  static constexpr size_t kMaxRemembered = 1024;   // forgotten sessions' tasks kept, the latest
 
   // The daemon's sequence numbers: one counter for every session and for answers outside one, so a
   // session forgotten (its lease ran out while the client or the daemon was stopped) and bound again
@@ -117,6 +122,15 @@ class Sessions {
   size_t unauthenticated_ = 0;
   std::unordered_map<uint64_t, Session> sessions_;
   std::unordered_map<uint32_t, uint64_t> session_of_;   // task -> session
+  // Tasks of sessions forgotten: who had which task on which device, oldest first.
+  struct Remembered {
+    uint64_t session;
+    protocol::DeviceUuid device;
+    Endpoint from;
+    bool authenticated;
+    uint32_t task;
+  };
+  std::vector<Remembered> remembered_;
   SessionCounters counters_;
 };
 

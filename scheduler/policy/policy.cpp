@@ -169,12 +169,18 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
       out.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 1000, protocol::RefusalReason::TaskLimit}});
       return 0;
     }
-    // 0 means "none" on the wire; after a wrap, IDs still in use are skipped.
+    // 0 means "none" on the wire; after a wrap, IDs still in use are skipped. A client whose lease
+    // ran out resumes as the task it was, when that ID is this policy's and free.
     uint32_t id = 0;
-    do {
-      id = id_base_ + next_local_id_;
-      next_local_id_ = next_local_id_ + 1 < kIdSpan ? next_local_id_ + 1 : 1;
-    } while (tasks_.count(id) != 0);
+    if (reg.reclaim_id > id_base_ && reg.reclaim_id - id_base_ < kIdSpan && tasks_.count(reg.reclaim_id) == 0) {
+      id = reg.reclaim_id;
+      ++counters_.resumed_registrations;
+    } else {
+      do {
+        id = id_base_ + next_local_id_;
+        next_local_id_ = next_local_id_ + 1 < kIdSpan ? next_local_id_ + 1 : 1;
+      } while (tasks_.count(id) != 0);
+    }
     task = &tasks_[id];
     task->id = id;
     for (size_t s = 0; s < bell_slot_used_.size(); ++s)

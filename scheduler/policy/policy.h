@@ -99,6 +99,9 @@ struct Registration {
   uint64_t memory_total = 0;   // the GPU's memory as the client sees it (0: not known)
   uint64_t memory_limit = 0;   // the process's own limit there (0: none)
   uint32_t objective_permille = 0;   // its own objective (0: Settings::controller's)
+  // The task ID this client had before its lease ran out (a client late on a busy host): a new task
+  // gets it back when no task holds it (0: none).
+  uint32_t reclaim_id = 0;
 };
 
 // One message for one task (task_id names the receiver; 0: whoever sent the event).
@@ -116,6 +119,7 @@ struct Action {
   X(registrations, "Task registrations (new and repeated).")                                                \
   X(capped_registrations, "Registrations without the key capped below the priorities reserved for it.")     \
   X(refused_registrations, "Registrations refused at the GPU's task limit.")                                \
+  X(resumed_registrations, "Clients whose lease ran out that registered again as the task they were.")     \
   X(notifications, "Holder notifications (activity starts, gap openings).")                                 \
   X(wants, "Launches tasks below the holder asked gap credit for.")                                         \
   X(directives, "Directives sent to tasks.")                                                                \
@@ -228,6 +232,10 @@ class Policy {
     return it == tasks_.end() ? 0 : it->second.pid;
   }
   size_t task_count() const { return tasks_.size(); }
+  // The local part of the next task ID it gives (1 .. kIdSpan - 1), and where a policy made for the
+  // same slot goes on from (Domains: IDs of a freed domain are not handed out again at once).
+  uint32_t next_local_id() const { return next_local_id_; }
+  void continue_ids_from(uint32_t next) { next_local_id_ = next >= 1 && next < kIdSpan ? next : 1; }
 
  private:
   // The lengths of a task's last kIdleHistory idle periods (from its idle to its next activity).

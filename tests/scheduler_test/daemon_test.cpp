@@ -585,6 +585,32 @@ TEST(Daemon, ASilentClientIsReleasedWithinItsLease) {
   EXPECT_EQ(d.snapshot().totals().lease_expiries, 1u);
 }
 
+// Trust v4, D4: on a busy host a client late past its lease was registered again as a new task (once
+// the service and the job came back with their IDs swapped). A client of the same session and address
+// resumes as the task it was; another session never gets that ID.
+TEST(Daemon, AClientLatePastItsLeaseResumesAsTheTaskItWas) {
+  Daemon d;   // lease 300 ms
+  Peer hp(d.port()), lp(d.port()), other(d.port());
+  ASSERT_TRUE(hp.register_as("infer", 0));
+  ASSERT_TRUE(lp.register_as("train", 5));
+  const uint32_t hp_task = hp.task, lp_task = lp.task;
+  // Both silent past their lease (the host did not run them).
+  const auto until = std::chrono::steady_clock::now() + 3s;
+  while (d.snapshot().task_count() != 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
+  ASSERT_EQ(d.snapshot().task_count(), 0u) << "their leases ran out";
+  // Another session registers first: it gets a fresh ID, not one of theirs.
+  ASSERT_TRUE(other.register_as("squatter", 5));
+  EXPECT_NE(other.task, hp_task);
+  EXPECT_NE(other.task, lp_task);
+  // The job comes back before the service: each resumes as the task it was.
+  ASSERT_TRUE(lp.register_as("train", 5));
+  ASSERT_TRUE(hp.register_as("infer", 0));
+  EXPECT_EQ(lp.task, lp_task);
+  EXPECT_EQ(hp.task, hp_task);
+  EXPECT_EQ(d.snapshot().domains.at(0).holder, hp_task);
+  EXPECT_EQ(d.snapshot().totals().resumed_registrations, 2u);
+}
+
 TEST(Daemon, WithAKeyUnauthenticatedTasksAreCappedAndRepliesAreSigned) {
   Daemon d(test_key(7), "", 2);
   Peer insider(d.port(), test_key(7)), outsider(d.port()), forger(d.port(), test_key(8));
