@@ -213,6 +213,32 @@ bool parse_duration_ns(const std::string& text, uint64_t& out) {
   return true;
 }
 
+std::string exact_duration_ns(uint64_t ns) {
+  constexpr uint64_t kUs = 1'000, kMs = 1'000'000, kS = 1'000'000'000;
+  if (ns != 0 && ns % kS == 0) return std::to_string(ns / kS) + "s";
+  if (ns != 0 && ns % kMs == 0) return std::to_string(ns / kMs) + "ms";
+  if (ns % kUs == 0) return std::to_string(ns / kUs) + "us";
+  return std::to_string(ns) + "ns";
+}
+
+std::string wrapped(const std::string& text, size_t indent, size_t width, size_t first_indent) {
+  std::string out, line;
+  size_t at = 0;
+  auto margin = [&] { return out.empty() && first_indent != SIZE_MAX ? first_indent : indent; };
+  while (at < text.size()) {
+    const size_t space = text.find(' ', at);
+    const std::string word = text.substr(at, space == std::string::npos ? std::string::npos : space - at);
+    if (!line.empty() && margin() + line.size() + 1 + word.size() > width) {
+      out += std::string(margin(), ' ') + line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    at = space == std::string::npos ? text.size() : space + 1;
+  }
+  if (!line.empty()) out += std::string(margin(), ' ') + line + "\n";
+  return out;
+}
+
 std::string format_duration_ns(uint64_t ns) {
   if (ns == 0) return "0";
   static constexpr struct { uint64_t scale; const char* unit; } kUnits[] = {

@@ -52,5 +52,12 @@ std::string format_duration_ns(uint64_t ns);
 // A duration as people write it: a whole number with ns, us, ms or s ("20us", "20 us"; a plain
 // number is microseconds). False when it is not one or overflows.
 bool parse_duration_ns(const std::string& text, uint64_t& out);
+// A duration exactly, in the largest unit that divides it ("100ms", "1500us", "0us"): what
+// parse_duration_ns reads back to the same value (a config file, a default in --help).
+std::string exact_duration_ns(uint64_t ns);
+
+// `text` wrapped at spaces into lines of at most `width` characters, each indented by `indent`
+// spaces (the first by `first_indent`, when given) and ended by a newline (the tools' --help).
+std::string wrapped(const std::string& text, size_t indent, size_t width = 100, size_t first_indent = SIZE_MAX);
 
 }  // namespace fikit::cli

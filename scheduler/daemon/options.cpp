@@ -32,12 +32,6 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
 }
 
-std::string format_ns(uint64_t ns) {
-  if (ns != 0 && ns % kS == 0) return std::to_string(ns / kS) + "s";
-  if (ns != 0 && ns % kMs == 0) return std::to_string(ns / kMs) + "ms";
-  if (ns % kUs == 0) return std::to_string(ns / kUs) + "us";
-  return std::to_string(ns) + "ns";
-}
 
 // Each duration with the range it may take: what it means, and what the wire format can carry.
 struct DurationSetting {
@@ -387,23 +381,6 @@ const Setting kSettings[] = {
      [](const Options& o) { return on_off_of(o.policy.return_credit); }},
 };
 
-// `text` wrapped to lines of at most `width` characters, each indented by `indent` spaces.
-std::string wrapped(const std::string& text, size_t indent, size_t width = 100) {
-  std::string out, line;
-  size_t at = 0;
-  while (at < text.size()) {
-    const size_t space = text.find(' ', at);
-    const std::string word = text.substr(at, space == std::string::npos ? std::string::npos : space - at);
-    if (!line.empty() && indent + line.size() + 1 + word.size() > width) {
-      out += std::string(indent, ' ') + line + "\n";
-      line.clear();
-    }
-    line += (line.empty() ? "" : " ") + word;
-    at = space == std::string::npos ? text.size() : space + 1;
-  }
-  if (!line.empty()) out += std::string(indent, ' ') + line + "\n";
-  return out;
-}
 
 }  // namespace
 
@@ -482,8 +459,8 @@ bool load_config_file(Options& opts, const std::string& path, std::string& error
 bool check_options(Options& opts, std::string& error) {
   auto& p = opts.policy;
   if (p.holder_quiet_ns >= p.lease_ns) {
-    error = "holder-quiet (" + format_ns(p.holder_quiet_ns) + ") must be shorter than the lease (" +
-            format_ns(p.lease_ns) + ")";
+    error = "holder-quiet (" + cli::exact_duration_ns(p.holder_quiet_ns) + ") must be shorter than the lease (" +
+            cli::exact_duration_ns(p.lease_ns) + ")";
     return false;
   }
   if (!is_loopback(opts.listen_host) && opts.key_file.empty()) {
@@ -526,12 +503,12 @@ std::string settings_help(bool tuning) {
   for (const auto& setting : kSettings) {
     if (setting.tuning != tuning) continue;
     const std::string fallback = setting.value_of != nullptr ? " (default " + setting.value_of(fresh) + ")" : "";
-    s += "  --" + std::string(setting.name) + " " + setting.form + "\n" + wrapped(setting.meaning() + fallback, 6);
+    s += "  --" + std::string(setting.name) + " " + setting.form + "\n" + cli::wrapped(setting.meaning() + fallback, 6);
   }
   if (!tuning) return s;
   for (const auto& d : kDurations)
     s += "  --" + std::string(d.name) + " DURATION\n" +
-         wrapped(std::string(d.meaning) + " (default " + format_ns(defaults.*d.field) + "; " +
+         cli::wrapped(std::string(d.meaning) + " (default " + cli::exact_duration_ns(defaults.*d.field) + "; " +
                      cli::format_duration_ns(d.min_ns) + " to " + cli::format_duration_ns(d.max_ns) + ")",
                  6);
   return s;

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "cli.h"
+
 namespace fikit::scheduler {
 
 uint64_t memory_cap(const policy::TaskStatus& t) {
@@ -26,12 +28,8 @@ std::string role_text(uint8_t role) {
   return s;
 }
 
-// A duration for a column of the status table: 200us, 1.0ms, 50.0ms, 2.0s.
-std::string duration_text(uint64_t ns) {
-  if (ns < 1'000'000) return fmt::format("{}us", ns / 1000);
-  if (ns < 1'000'000'000) return fmt::format("{:.1f}ms", ns / 1e6);
-  return fmt::format("{:.1f}s", ns / 1e9);
-}
+// A duration for a column of the status table: 200 us, 1 ms, 50 ms, 2 s.
+std::string duration_text(uint64_t ns) { return cli::format_duration_ns(ns); }
 
 // Where the task's launches that may not run beside the service go: "35% active,long" (its SM
 // partition, and when: while a task above is active, and long holds always); "-": they wait.

@@ -50,24 +50,8 @@ std::string check_environment() {
 // The hook's settings that have no flag, from the settings table: checked like the flags when set.
 std::string environment_only_text() {
   std::string text = "\nSettings through the environment only (checked like the flags):\n";
-  for (const settings::Setting& s : settings::kHookSettings) {
-    if (s.flag != nullptr) continue;
-    std::string line = std::string("  ") + s.env + "  ";
-    const size_t indent = 6;
-    std::string word, rest = s.meaning;
-    for (size_t at = 0; at <= rest.size(); ++at) {
-      if (at < rest.size() && rest[at] != ' ') {
-        word += rest[at];
-        continue;
-      }
-      const size_t last_line = line.rfind('\n') == std::string::npos ? 0 : line.rfind('\n') + 1;
-      if (line.size() - last_line + word.size() + 1 > 100) line += "\n" + std::string(indent, ' ');
-      else if (line.back() != ' ') line += ' ';
-      line += word;
-      word.clear();
-    }
-    text += line + "\n";
-  }
+  for (const settings::Setting& s : settings::kHookSettings)
+    if (s.flag == nullptr) text += cli::wrapped(std::string(s.env) + "  " + s.meaning, 6, 100, 2);
   return text;
 }
 
