@@ -259,6 +259,21 @@ TEST_F(FikitRun, TheMeasuringHintQuotesAKeyAShellWouldSplit) {
   EXPECT_EQ(r.err.find("measured"), std::string::npos) << r.err;
 }
 
+// A flag given wins over the same setting exported; a bad exported value is refused even where a
+// flag would have given the setting (the user's environment is checked whole), and named as such.
+TEST_F(FikitRun, AFlagWinsOverItsExportedVariable) {
+  Result r = run_with_hook({"--priority", "2", "--mode", "share", "/usr/bin/env"},
+                           {"FIKIT_PRIORITY=7", "FIKIT_MODE=measure", "FIKIT_MEASURE_RUNS=4"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto vars = parse_env(r.out);
+  EXPECT_EQ(vars["FIKIT_PRIORITY"], "2");
+  EXPECT_EQ(vars["FIKIT_MODE"], "share");
+  EXPECT_EQ(vars["FIKIT_MEASURE_RUNS"], "4") << "an exported setting without its flag is kept";
+  r = run_with_hook({"/usr/bin/env"}, {"FIKIT_PRIORITY=eleven"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("FIKIT_PRIORITY (from the environment)"), std::string::npos) << r.err;
+}
+
 TEST_F(FikitRun, FlagsBecomeEnvironment) {
   const Result r = run_with_hook({"--priority", "0", "--task-key", "demo-hp", "--mode=share", "--scheduler",
                                   "127.0.0.1:9999", "--db", "/tmp/p.db", "--measure-runs", "7",

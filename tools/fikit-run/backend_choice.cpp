@@ -18,15 +18,15 @@ std::string factor(double x) {
 
 }  // namespace
 
-std::optional<ServiceBackend> service_backend(const std::vector<std::string>& command) {
-  const auto key = expected_task_key(command);
+std::optional<ServiceBackend> service_backend(const RunSettings& settings, const std::vector<std::string>& command) {
+  const auto key = expected_task_key(settings, command);
   if (!key) return std::nullopt;
   ServiceBackend b;
   b.task_key = *key;
-  b.runs_wanted = setting_or_fallback("FIKIT_MEASURE_RUNS");
-  b.limit_permille = setting_or_fallback("FIKIT_MPS_COST_LIMIT");
+  b.runs_wanted = settings.number("FIKIT_MEASURE_RUNS");
+  b.limit_permille = settings.number("FIKIT_MPS_COST_LIMIT");
   std::vector<rules::BackendRun> runs;
-  const std::string path = profile_db_path();
+  const std::string path = profile_db_path(settings);
   if (access(path.c_str(), F_OK) == 0) {
     try {
       profiledb::Database db(path, profiledb::Database::Open::ReadOnly, /*busy_timeout_ms=*/20);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend_rule.h"
+#include "run_settings.h"
 
 namespace fikit::run {
 
@@ -21,7 +22,7 @@ struct ServiceBackend {
 // The choice for `command`'s task from the profile database (a task it does not hold yet: the
 // trial's first run). Nothing when the task key cannot be known from here or the database cannot
 // be read within a few milliseconds: the program is then an MPS client, as without a choice.
-std::optional<ServiceBackend> service_backend(const std::vector<std::string>& command);
+std::optional<ServiceBackend> service_backend(const RunSettings& settings, const std::vector<std::string>& command);
 
 // What fikit-run says of it: the trial (always: the program is measured this start) or the choice
 // (a line for FIKIT_LOG_LEVEL=info).

@@ -25,6 +25,7 @@
 #include "owned_files.h"
 #include "measure_progress.h"
 #include "run_options.h"
+#include "run_settings.h"
 
 namespace {
 
@@ -115,17 +116,10 @@ std::string numeric_scheduler(const std::string& text, std::string* error) {
   return (v6 ? "[" + std::string(numeric) + "]" : std::string(numeric)) + ":" + std::to_string(port);
 }
 
-// A setting's value now (a flag's, once fikit-run has exported the flags), or nullptr when unset
-// or empty, which the hook also takes as unset.
-const char* set_in_environment(const char* env) {
-  const char* value = std::getenv(env);
-  return value != nullptr && *value != '\0' ? value : nullptr;
-}
-
 // FIKIT_LOG_LEVEL info or debug: say what was chosen (as the hook does at those levels).
-bool log_info() {
-  const char* level = std::getenv("FIKIT_LOG_LEVEL");
-  return level != nullptr && (std::strcmp(level, "info") == 0 || std::strcmp(level, "debug") == 0);
+bool log_info(const fikit::run::RunSettings& settings) {
+  const std::string& level = settings.text("FIKIT_LOG_LEVEL");
+  return level == "info" || level == "debug";
 }
 
 }  // namespace
@@ -141,52 +135,48 @@ int main(int argc, char** argv) {
   }
 
   set_env("LD_PRELOAD", prepend_preload(hook, std::getenv("LD_PRELOAD")));
-  // fikit-run's own defaults, where neither a flag nor the environment says otherwise: an exported
-  // FIKIT_* variable counts as its flag (its help says so).
-  if (set_in_environment("FIKIT_MODE") == nullptr) set_env("FIKIT_MODE", "auto");
-  if (set_in_environment("FIKIT_PRIORITY") == nullptr) set_env("FIKIT_PRIORITY", "5");
-  for (const auto& [setting, value] : opts.settings) set_env(setting->env, value);
-  // What the hook could not use is refused here, where it can still say so, by the hook's own
-  // rules: it would log it and carry on with a default inside the program.
-  if (const std::string bad = fikit::run::check_environment(); !bad.empty())
-    return fikit::cli::usage_error("fikit-run", bad);
+  // Every setting once, typed: a flag, else what the user exported (it counts as its flag, as the
+  // help says), else fikit-run's default. What the hook could not use is refused here, where it can
+  // still say so, by the hook's own rules: it would log it and carry on with a default inside the
+  // program.
+  auto resolved = fikit::run::RunSettings::resolve(opts, &error);
+  if (!resolved) return fikit::cli::usage_error("fikit-run", error);
+  fikit::run::RunSettings& settings = *resolved;
   // A scheduler host it cannot reach: the hook never resolves names inside a program, and would run
   // it unscheduled for its whole life.
-  if (const char* scheduler = std::getenv("FIKIT_SCHEDULER"); scheduler != nullptr && *scheduler != '\0') {
-    const std::string numeric = numeric_scheduler(scheduler, &error);
-    if (numeric.empty()) return fikit::cli::usage_error("fikit-run", error);
-    set_env("FIKIT_SCHEDULER", numeric);
+  if (settings.is_set("FIKIT_SCHEDULER")) {
+    const std::string numeric = numeric_scheduler(settings.text("FIKIT_SCHEDULER"), &error);
+    if (numeric.empty() || !settings.set("FIKIT_SCHEDULER", numeric, &error)) return fikit::cli::usage_error("fikit-run", error);
   }
-  const char* memory_limit = std::getenv("FIKIT_MEMORY_LIMIT");
-  // From here a setting is read from the environment, which now holds the flags' values too: a
-  // FIKIT_* variable the user exported counts as its flag would.
-  if (const char* key_file = set_in_environment("FIKIT_KEY_FILE")) {
+  const std::string& memory_limit = settings.text("FIKIT_MEMORY_LIMIT");
+  if (settings.is_set("FIKIT_KEY_FILE")) {
     // Checked here, where a bad key can still stop the start with a clear message; the hook,
     // inside the program, could only run it unscheduled.
     fikit::protocol::Key key;
-    if (!fikit::protocol::load_key_file(key_file, key, error)) return fikit::cli::usage_error("fikit-run", error);
+    if (!fikit::protocol::load_key_file(settings.text("FIKIT_KEY_FILE"), key, error))
+      return fikit::cli::usage_error("fikit-run", error);
   }
-  const int priority = std::atoi(std::getenv("FIKIT_PRIORITY"));
-  const char* const backend_set = set_in_environment("FIKIT_BACKEND");
-  const std::string_view backend = backend_set != nullptr ? backend_set : "auto";
+  const int priority = int(settings.number("FIKIT_PRIORITY"));
+  const std::string_view backend = settings.is_set("FIKIT_BACKEND") ? std::string_view(settings.text("FIKIT_BACKEND")) : "auto";
   // The backend: MPS when a control daemon runs for this program (fikit-scheduler --mps on starts
   // one in a folder of its own, whose variables the program then needs), else time-sliced. An MPS
   // client's priority comes from its environment at start: make it FIKIT's.
   const fikit::mps::Found mps = fikit::mps::find_daemon(std::getenv("CUDA_MPS_PIPE_DIRECTORY"));
-  const bool verbose = log_info();
+  const bool verbose = log_info(settings);
   bool outside_mps = mps.running && backend == "timeslice";
   std::string outside_why = "--backend timeslice";
   // A service left to choose (--backend auto) is an MPS client unless its measured runs say that
   // costs it more than --mps-cost-limit; while it measures, its runs alternate between the two
   // (rules/backend_rule.h). Jobs are always MPS clients here: the service's regime governs them.
-  const std::string mode = std::getenv("FIKIT_MODE");
+  const std::string mode = settings.text("FIKIT_MODE");
   if (mps.running && priority == 0 && backend == "auto" && mode != "off") {
-    if (const auto service = fikit::run::service_backend(opts.command);
+    if (const auto service = fikit::run::service_backend(settings, opts.command);
         service && (!service->choice.trial || mode != "share")) {
       outside_mps = !service->choice.mps;
       outside_why = service->choice.trial ? "measured outside MPS this start" : "its measured MPS cost";
-      if (service->choice.measure_more != 0 && mode == "auto")
-        set_env("FIKIT_MEASURE_RUNS", std::to_string(service->runs_stored + service->choice.measure_more));
+      if (service->choice.measure_more != 0 && mode == "auto" &&
+          !settings.set("FIKIT_MEASURE_RUNS", std::to_string(service->runs_stored + service->choice.measure_more), &error))
+        return fikit::cli::usage_error("fikit-run", error);
       if (service->choice.trial || verbose) std::fprintf(stderr, "%s\n", fikit::run::backend_line(*service).c_str());
     }
   }
@@ -211,8 +201,8 @@ int main(int argc, char** argv) {
     fikit::settings::Value limit;
     char why[192];
     uint64_t pinned_bytes = 0;
-    if (memory_limit != nullptr && *memory_limit != '\0' &&
-        fikit::settings::check(*fikit::settings::find("FIKIT_MEMORY_LIMIT"), memory_limit, &limit, why, sizeof why) &&
+    if (!memory_limit.empty() &&
+        fikit::settings::check(*fikit::settings::find("FIKIT_MEMORY_LIMIT"), memory_limit.c_str(), &limit, why, sizeof why) &&
         !limit.memory.is_share())
       pinned_bytes = limit.memory.bytes;
     // A job below a service of fikit-scheduler --mps --reserve-memory: at most what the reserve
@@ -245,8 +235,11 @@ int main(int argc, char** argv) {
                  "gives the recommended setup)\n", mps.pipe_dir.c_str());
   }
 
-  if (const std::string line = fikit::run::measure_progress_line(opts.command); !line.empty())
+  if (const std::string line = fikit::run::measure_progress_line(settings, opts.command); !line.empty())
     std::fprintf(stderr, "%s\n", line.c_str());
+
+  // The program's environment, once: every setting as resolved above.
+  settings.export_to_environment();
 
   std::vector<char*> args;
   for (const std::string& a : opts.command) args.push_back(const_cast<char*>(a.c_str()));

@@ -40,18 +40,9 @@ bool is_elf(const std::string& path) {
 
 }  // namespace
 
-uint32_t setting_or_fallback(const char* env) {
-  const settings::Setting& setting = *settings::find(env);
-  const char* text = std::getenv(env);
-  settings::Value value;
-  char why[192];
-  if (text == nullptr || *text == '\0' || !settings::check(setting, text, &value, why, sizeof why))
-    return setting.fallback;
-  return value.number;
-}
 
-std::optional<std::string> expected_task_key(const std::vector<std::string>& command) {
-  if (const char* key = std::getenv("FIKIT_TASK_KEY"); key != nullptr && *key != '\0') return std::string(key);
+std::optional<std::string> expected_task_key(const RunSettings& settings, const std::vector<std::string>& command) {
+  if (settings.is_set("FIKIT_TASK_KEY")) return settings.text("FIKIT_TASK_KEY");
   if (command.empty()) return std::nullopt;
   const std::string program = resolve_program(command[0]);
   char resolved[PATH_MAX];
@@ -64,18 +55,17 @@ std::optional<std::string> expected_task_key(const std::vector<std::string>& com
   return std::string(key);
 }
 
-std::string profile_db_path() {
-  const char* db_env = std::getenv("FIKIT_DB");
-  return db_env != nullptr && *db_env != '\0' ? db_env : profiledb::Database::default_path();
+std::string profile_db_path(const RunSettings& settings) {
+  return settings.is_set("FIKIT_DB") ? settings.text("FIKIT_DB") : profiledb::Database::default_path();
 }
 
-std::string measure_progress_line(const std::vector<std::string>& command) {
-  const char* mode = std::getenv("FIKIT_MODE");
-  const bool automatic = mode != nullptr && std::strcmp(mode, "auto") == 0;
-  if (!automatic && (mode == nullptr || std::strcmp(mode, "measure") != 0)) return {};
-  const auto key = expected_task_key(command);
+std::string measure_progress_line(const RunSettings& settings, const std::vector<std::string>& command) {
+  const std::string& mode = settings.text("FIKIT_MODE");
+  const bool automatic = mode == "auto";
+  if (!automatic && mode != "measure") return {};
+  const auto key = expected_task_key(settings, command);
   if (!key) return {};
-  const std::string db_path = profile_db_path();
+  const std::string db_path = profile_db_path(settings);
   uint64_t stored = 0;
   if (access(db_path.c_str(), F_OK) == 0) {
     try {
@@ -85,16 +75,16 @@ std::string measure_progress_line(const std::vector<std::string>& command) {
       return {};   // locked, corrupt or unreadable: the hook says what it finds when it stores the run
     }
   }
-  const uint32_t wanted = setting_or_fallback("FIKIT_MEASURE_RUNS");
+  const uint32_t wanted = settings.number("FIKIT_MEASURE_RUNS");
   // A job (below priority 0) is scheduled from its first launch in every mode: measure mode times it
   // behind the gate, auto mode shares at once and learns its kernels as it goes.
-  const bool job = setting_or_fallback("FIKIT_PRIORITY") > 0;
+  const bool job = settings.number("FIKIT_PRIORITY") > 0;
   if (!automatic)
     return "fikit-run: task '" + *key + "' is measured (--mode measure; " + std::to_string(stored) + " runs stored)" +
            (job ? "; as a job it is scheduled meanwhile" : "");
   if (job || stored >= wanted) return {};
-  const uint32_t seconds = setting_or_fallback("FIKIT_RUN_SECONDS");
-  const uint32_t iterations = setting_or_fallback("FIKIT_RUN_ITERATIONS");
+  const uint32_t seconds = settings.number("FIKIT_RUN_SECONDS");
+  const uint32_t iterations = settings.number("FIKIT_RUN_ITERATIONS");
   std::string when = "once " + std::to_string(wanted) + " are";
   if (iterations == 0 && seconds != 0)
     when += ", after about " + std::to_string(uint64_t{wanted - stored} * seconds) + " s of its GPU work, in this "

@@ -35,17 +35,6 @@ int parse_run_options(int argc, const char* const* argv, RunOptions* out) {
   return cli::kGoOn;
 }
 
-std::string check_environment() {
-  for (const settings::Setting& s : settings::kHookSettings) {
-    const char* value = std::getenv(s.env);
-    if (value == nullptr || *value == '\0') continue;
-    settings::Value unused;
-    char why[192];
-    if (!settings::check(s, value, &unused, why, sizeof why))
-      return std::string(s.env) + " (from the environment): " + why;
-  }
-  return {};
-}
 
 // The hook's settings that have no flag, from the settings table: checked like the flags when set.
 std::string environment_only_text() {

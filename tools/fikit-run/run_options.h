@@ -22,10 +22,6 @@ struct RunOptions {
 int parse_run_options(int argc, const char* const* argv, RunOptions* out);
 
 
-// Checks every table setting in the environment fikit-run hands on (flags already applied): an
-// error line naming the first bad one, or "" when all are good.
-std::string check_environment();
-
 std::string usage_text();
 
 }  // namespace fikit::run
