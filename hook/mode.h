@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "config.h"
+#include "graph/kernel_predictor.h"
 
 namespace fikit::hook {
 
@@ -44,7 +45,8 @@ struct LaunchInfo {
   void* gate_context;
 };
 
-class Mode {
+// A mode is also what cutting a job's graph asks for its kernels' lengths (graph::KernelPredictor).
+class Mode : public graph::KernelPredictor {
  public:
   virtual ~Mode() = default;
   // The first step of a launch, on the launching thread: sets what the mode needs to know of it
@@ -85,12 +87,6 @@ class Mode {
   virtual void before_context_release(uint64_t context_key) noexcept { (void)context_key; }
   virtual void after_context_release(CUcontext context, uint64_t context_key, bool gone) noexcept {
     (void)context, (void)context_key, (void)gone;
-  }
-  // What the mode's profile predicts for a kernel of this shape (kernelid::shape_id) inside a graph,
-  // in ns; 0: unknown. Asked when a job's graph is cut into segments (not on the launch path).
-  virtual uint64_t graph_kernel_ns(uint64_t shape_id) noexcept {
-    (void)shape_id;
-    return 0;
   }
   // Whether a job's graph with segments (hook/graph/segments.h) launches segment by segment now:
   // only while something above it may have to be protected from it (share mode: a task below the

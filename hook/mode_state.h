@@ -3,7 +3,10 @@
 #include <atomic>
 #include <cstdint>
 
-#include "mode.h"
+// Pointers only: the wrappers that call a mode include mode.h themselves (no circle with mode.cpp).
+namespace fikit::hook {
+class Mode;
+}
 
 namespace fikit::hook::detail {
 

@@ -14,7 +14,6 @@
 #include "driver.h"
 #include "kernelid.h"
 #include "log.h"
-#include "mode.h"
 
 namespace fikit::hook::graph {
 
@@ -219,7 +218,7 @@ uint64_t kernel_shape(const DriverCalls& d, CUgraphNode node) noexcept {
 }
 
 // The segments of `graph`, or nullptr with the reason it stays whole.
-Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t budget_ns, Whole* why) {
+Plan* cut_graph(KernelPredictor* mode, CUgraph graph, unsigned long long flags, uint64_t budget_ns, Whole* why) {
   const DriverCalls& d = driver_calls();
   *why = Whole::Failed;
   if (!calls_present(d)) return nullptr;
@@ -384,7 +383,7 @@ Plan* cut_graph(Mode* mode, CUgraph graph, unsigned long long flags, uint64_t bu
   return plan;
 }
 
-void make_plan(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept {
+void make_plan(KernelPredictor* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept {
   const Config& cfg = config();
   if (mode == nullptr || cfg.priority <= 0 || cfg.graph_segment_us == 0 || exec == nullptr) return;
   Whole why = Whole::Failed;
@@ -443,11 +442,11 @@ Counts counts() noexcept {
   return c;
 }
 
-void instantiated(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept {
+void instantiated(KernelPredictor* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept {
   make_plan(mode, exec, graph, flags);
 }
 
-void updated(Mode* mode, CUgraphExec exec, CUgraph graph) noexcept {
+void updated(KernelPredictor* mode, CUgraphExec exec, CUgraph graph) noexcept {
   Plan* old = take(exec);
   if (old == nullptr) return;   // it was launched whole; it stays so
   const unsigned long long flags = old->flags;

@@ -43,9 +43,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace fikit::hook {
-class Mode;
-}
+#include "kernel_predictor.h"
 
 namespace fikit::hook::graph {
 
@@ -87,9 +85,9 @@ Counts counts() noexcept;
 
 // After the program's instantiation of `graph` as `exec` succeeded: cuts it into segments when this
 // process is below a service and `mode` is on. Never fails the program's call.
-void instantiated(Mode* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept;
+void instantiated(KernelPredictor* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept;
 // After a successful cuGraphExecUpdate of `exec` to `graph`: the segments are cut again.
-void updated(Mode* mode, CUgraphExec exec, CUgraph graph) noexcept;
+void updated(KernelPredictor* mode, CUgraphExec exec, CUgraph graph) noexcept;
 // Before the program destroys `exec`.
 void destroying(CUgraphExec exec) noexcept;
 

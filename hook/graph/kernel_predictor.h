@@ -1,0 +1,21 @@
+#pragma once
+// What cutting a job's graph into segments asks of whoever knows the job's kernels (the active mode,
+// hook/mode.h): graph/ depends on this, not on the modes.
+#include <cstdint>
+
+namespace fikit::hook::graph {
+
+class KernelPredictor {
+ public:
+  // What the profile predicts for a kernel of this shape (kernelid::shape_id) inside a graph, in
+  // ns; 0: unknown. Asked when a job's graph is cut into segments (not on the launch path).
+  virtual uint64_t graph_kernel_ns(uint64_t shape_id) noexcept {
+    (void)shape_id;
+    return 0;
+  }
+
+ protected:
+  ~KernelPredictor() = default;
+};
+
+}  // namespace fikit::hook::graph
