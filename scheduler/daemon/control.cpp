@@ -98,6 +98,16 @@ std::optional<std::string> control_request(const std::string& path, const std::s
     if (fd >= 0) close(fd);
     return std::nullopt;
   }
+  // Only this user's daemon, or root's, is believed: another user who planted the folder (a
+  // /tmp/fikit-UID made before this user's daemon ever ran) could serve any status there.
+  ucred peer{};
+  socklen_t peer_len = sizeof peer;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0 || (peer.uid != geteuid() && peer.uid != 0)) {
+    error = "the control socket " + path + " is served by uid " + std::to_string(peer.uid) +
+            ", neither this user nor root: not a fikit-scheduler of yours (remove its folder, or give --control)";
+    close(fd);
+    return std::nullopt;
+  }
   const std::string line = command + "\n";
   std::string out;
   if (send(fd, line.data(), line.size(), MSG_NOSIGNAL) != ssize_t(line.size())) {

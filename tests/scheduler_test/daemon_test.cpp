@@ -8,7 +8,11 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <cctype>
 #include <atomic>
@@ -695,6 +699,42 @@ TEST(Daemon, ControlFolderOfAnotherUserIsRefused) {
   ASSERT_EQ(chown(dir.c_str(), 0, 0), 0);
   ASSERT_EQ(chmod(dir.c_str(), 01777), 0);
   EXPECT_NO_THROW(scheduler::ControlServer(io, dir + "/s.sock", [](const std::string&) { return std::string(); }));
+  std::filesystem::remove_all(dir);
+}
+
+// Trust v4, F16: `status` believed whatever answered on the control socket's path, so another user
+// who planted the folder (a /tmp/fikit-UID made before this user's daemon ran) could serve any status
+// there. Only a socket served by this user or root is believed.
+TEST(Daemon, StatusBelievesOnlyASocketOfThisUserOrRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: it serves a socket as another user";
+  const std::string dir = std::filesystem::temp_directory_path().string() + "/fikit-fake-" + std::to_string(getpid());
+  ASSERT_EQ(mkdir(dir.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(dir.c_str(), 0777), 0);
+  const std::string path = dir + "/s.sock";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0) _exit(1);
+    const int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 1) != 0) _exit(2);
+    (void)!write(ready[1], "r", 1);
+    const int c = accept(fd, nullptr, nullptr);
+    (void)!write(c, "fikit-scheduler on 127.0.0.1:47800: all is well\n", 48);
+    _exit(0);
+  }
+  char r = 0;
+  ASSERT_EQ(read(ready[0], &r, 1), 1);
+  std::string error;
+  EXPECT_FALSE(scheduler::control_request(path, "status", 1000, error));
+  EXPECT_NE(error.find("served by uid 65534, neither this user nor root"), std::string::npos) << error;
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
   std::filesystem::remove_all(dir);
 }
 
