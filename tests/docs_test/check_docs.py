@@ -12,7 +12,7 @@ from pathlib import Path
 README_MAX_WORDS = 600
 # Reference pages already free of commit hashes and dated figures.
 REFERENCE = ["README.md", "docs/architecture.md", "docs/deploy.md", "docs/schema.md", "docs/user-guide.md",
-             "docs/memory.md", "docs/protocol.md", "docs/security.md"]
+             "docs/memory.md", "docs/protocol.md", "docs/security.md", "docs/scheduling.md"]
 # A commit hash: 7 to 40 hex digits with a letter and a digit among them (plain numbers and words
 # such as "decade" are not hashes), not the tail of a derived task key (`infer-3f9a0c12`).
 HASH = re.compile(r"(?<![-\w])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
