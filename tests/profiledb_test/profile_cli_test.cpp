@@ -338,6 +338,18 @@ TEST_F(ProfileCli, ExitCodesNameTheFailure) {
   EXPECT_EQ(cli(db_arg() + "list"), 6);
 }
 
+// Trust v4, N6: a huge profile is shown up to the bound, and fikit-profile says so in one line.
+TEST_F(ProfileCli, AHugeProfileIsShownUpToItsBoundWithOneWarning) {
+  {
+    Database db(path_, Database::Open::Create);
+    std::vector<KernelSample> many;
+    for (uint64_t id = 1; id <= Database::kMaxKernelsRead + 10; ++id) many.push_back(sample(id, 10, 1, 0));
+    db.merge_kernels("huge", "", many);
+  }
+  EXPECT_EQ(cli(db_arg() + "show huge"), 0) << err_;
+  EXPECT_NE(err_.find("has more than 32768 kernels: only those are shown"), std::string::npos) << err_;
+}
+
 TEST_F(ProfileCli, ShowReportsCoverageAndWarnsBelowNinetyNinePercent) {
   {
     Database db(path_, Database::Open::Create);

@@ -180,6 +180,9 @@ int run(const Args& a) {
     try {
       Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
       report::write_task_list(std::cout, db.tasks());
+      if (db.truncated())
+        std::fprintf(stderr, "fikit-profile: warning: the database holds more than %zu tasks: the rest are not listed\n",
+                     Database::kMaxTasksRead);
     } catch (const DbError& e) {
       if (e.kind() != DbError::Kind::Missing) throw;
       std::printf("no task measured yet (no profile database at %s: the first run under fikit-run makes it)\n",
@@ -189,6 +192,10 @@ int run(const Args& a) {
     Database db(a.db, Database::Open::ReadOnly, a.wait_ms);
     const auto task = require_task(db, key_of(a));
     const auto kernels = db.kernels(task.key);
+    if (db.truncated())
+      std::fprintf(stderr, "fikit-profile: warning: task \"%s\" has more than %zu kernels: only those are shown (a "
+                   "profile this large was not written by FIKIT's measurement)\n", task.key.c_str(),
+                   Database::kMaxKernelsRead);
     const auto runs = db.runs(task.key);
     report::write_kernel_table(std::cout, task, kernels);
     report::write_timing(std::cout, runs, kernels);
