@@ -17,7 +17,9 @@ struct GateInput {
   uint32_t bound_ns = 0, short_hold_ns = 0;
   uint8_t confine = 0;           // protocol::kConfine*
   bool partition_ready = false;  // the directive names a partition and this launch can run on it
+  uint8_t partition_pct = 0;     // the partition the directive names (its width)
   uint64_t return_ns = 0;        // Run: when the task above is predicted back (0: not predicted)
+  uint64_t run_credit_until_ns = 0;   // Run: run credit (the predicted return) until then (0: none)
   uint64_t now = 0;
   uint64_t predicted_ns = 0;     // the launch's predicted length
   uint64_t hold_ns = 0;          // how long its blocks hold an SM (its length when not known)
@@ -77,6 +79,66 @@ inline Decision decide(const GateInput& in) {
               may_partition && (in.confine & protocol::kConfineActive) ? Verdict::GoPartition : Verdict::Wait};
   }
   return {Verdict::Go};
+}
+
+// How one look carries a decision out (LaunchGate::try_go, in this order): what the rule cannot
+// see itself (the in-flight window's work, the gap credit another thread may spend) it names as a
+// check. Pure: unit-tested with the decisions (tests/hook_test/gate_rules_test.cpp).
+struct Plan {
+  enum class Route : uint8_t { FullWidth, Partition };
+  Route route = Route::FullWidth;
+  uint64_t charge_ns = 0;        // what the launch counts against the in-flight bound
+  uint8_t partition_pct = 0;     // Partition: the width it is charged at and sent to
+  bool go = false;               // goes now, nothing to check
+  bool check_window = false;     // goes if the window admits charge_ns within the bound...
+  uint64_t drain_budget_ns = 0;  // ...or drains, with it, within this (run credit; 0: none)
+  bool take_credit = false;      // then spends gap credit for it (another thread may have: look again)
+  bool overlap = false;          // it goes beside the holder (counted)
+  bool want = false;             // it waits for the directive: tell the daemon what it waits to launch
+};
+
+// `credit_covers`: the gap credit in hand covers the launch now (read once per look).
+inline Plan plan(const GateInput& in, const Decision& d, bool credit_covers) {
+  Plan p;
+  const bool beside = in.holder_back || in.state == protocol::State::Fill;
+  if (d.verdict == Verdict::Go) {
+    p.go = true;
+    p.overlap = beside;
+    p.charge_ns = in.predicted_ns;
+    return p;
+  }
+  const bool credit = d.verdict == Verdict::Credit && credit_covers;
+  // Where it goes should it wait out FIKIT_MAX_WAIT_MS: a launch meant for the partition stays off
+  // the service's SMs even then.
+  const bool to_partition =
+      d.verdict == Verdict::GoPartition || (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition && !credit);
+  if (to_partition) {
+    p.route = Plan::Route::Partition;
+    p.partition_pct = in.partition_pct;
+    p.charge_ns = partition_charge_ns(in.predicted_ns, in.partition_pct);
+    p.check_window = true;
+    return p;
+  }
+  p.charge_ns = in.predicted_ns;
+  if (d.verdict == Verdict::Bounded) {
+    // Before a service's predicted return, a launch goes whatever the bound if the work in flight,
+    // it included, drains by then. (Not once the holder's bell rang: it is back. In Fill the credit
+    // end is a gap's, spent by credit.)
+    const bool run_credit = in.state == protocol::State::Run && !in.holder_back && in.run_credit_until_ns > in.now;
+    p.drain_budget_ns = run_credit ? in.run_credit_until_ns - in.now : 0;
+    p.check_window = true;
+    p.overlap = beside;
+    return p;
+  }
+  if (credit) {
+    // On credit too, no more than the bound in flight: an early stop then costs the holder little,
+    // and a credit that arrived late cannot pile work into its next kernels.
+    p.check_window = true;
+    p.take_credit = true;
+    return p;
+  }
+  p.want = d.verdict == Verdict::Credit;
+  return p;
 }
 
 }  // namespace fikit::hook::share

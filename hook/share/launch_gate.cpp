@@ -38,7 +38,9 @@ GateInput LaunchGate::input_of(const DirectiveCell::View& v, uint64_t now, uint6
   in.short_hold_ns = v.short_hold_ns;
   in.confine = v.confine;
   in.partition_ready = partition_ready && v.partition_pct != 0;
+  in.partition_pct = v.partition_pct;
   in.return_ns = v.return_ns;
+  in.run_credit_until_ns = v.state == protocol::State::Run ? v.credit_until_ns : 0;
   in.now = now;
   in.predicted_ns = predicted_ns;
   in.hold_ns = hold_ns;
@@ -50,40 +52,20 @@ LaunchGate::Step LaunchGate::try_go(const DirectiveCell::View& v, const GateInpu
   DirectiveCell& cell = client_.directive();
   ShareStats& stats = client_.stats();
   const uint64_t predicted_ns = in.predicted_ns, now = in.now;
-  if (d.verdict == Verdict::Go) {
-    if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();
-    return Step::Go;
-  }
-  // Gap credit first, when it covers the launch (once per look: another thread may spend it).
-  const bool credit = d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now);
-  const bool to_partition = d.verdict == Verdict::GoPartition ||
-                            (d.verdict == Verdict::Credit && d.fallback == Verdict::GoPartition && !credit);
-  // Where it goes should it wait out FIKIT_MAX_WAIT_MS: a launch meant for the partition stays
-  // off the service's SMs even then.
-  *admission = to_partition
-                   ? Admission{Route::Partition, partition_charge_ns(predicted_ns, v.partition_pct), v.partition_pct}
-                   : Admission{Route::FullWidth, predicted_ns, 0};
-  if (to_partition)   // (counted once it is there: share_mode)
-    return window_.admit(admission->charge_ns, v.bound_ns) ? Step::Go : Step::WaitGpu;
-  if (d.verdict == Verdict::Bounded) {
-    // Before a service's predicted return, a launch goes whatever the bound if the work in
-    // flight, it included, drains by then. (Not once the holder's bell rang: it is back. In Fill
-    // the credit end is a gap's, spent by credit.)
-    const bool run_credit = v.state == protocol::State::Run && !in.holder_back && v.credit_until_ns > now;
-    const uint64_t drain_budget = run_credit ? v.credit_until_ns - now : 0;
-    if (!window_.admit(predicted_ns, v.bound_ns, drain_budget)) return Step::WaitGpu;
-    if (in.holder_back || v.state == protocol::State::Fill) stats.on_overlap();   // beside it (flag 8)
-    return Step::Go;
-  }
-  if (credit) {
-    // On credit too, no more than the bound in flight: an early stop then costs the holder
-    // little, and a credit that arrived late cannot pile work into its next kernels.
-    if (!window_.admit(predicted_ns, v.bound_ns)) return Step::WaitGpu;
-    if (!cell.take_credit(predicted_ns, now)) return Step::LookAgain;   // another thread spent it
+  // Gap credit is looked at once per look (another thread may spend it).
+  const Plan p = plan(in, d, d.verdict == Verdict::Credit && cell.credit_covers(predicted_ns, now));
+  *admission = {p.route == Plan::Route::Partition ? Route::Partition : Route::FullWidth, p.charge_ns, p.partition_pct};
+  if (p.check_window && !window_.admit(p.charge_ns, in.bound_ns, p.drain_budget_ns)) return Step::WaitGpu;
+  if (p.take_credit) {
+    if (!cell.take_credit(predicted_ns, now)) return Step::LookAgain;
     stats.on_credit();
     return Step::Go;
   }
-  if (d.verdict == Verdict::Credit && (want->for_changes != v.changes || now - want->at >= kWantAgainNs)) {
+  if (p.go || p.check_window) {
+    if (p.overlap) stats.on_overlap();   // beside the holder (flag 8)
+    return Step::Go;
+  }
+  if (p.want && (want->for_changes != v.changes || now - want->at >= kWantAgainNs)) {
     client_.send_want(kernel_id, predicted_ns, profiled);
     want->for_changes = v.changes;
     want->at = now;

@@ -94,5 +94,60 @@ TEST(GateRules, ALongLaunchThatWouldStillRunAtThePredictedReturnGoesToThePartiti
   EXPECT_EQ(decide(in).verdict, Verdict::Go);
 }
 
+// How a look carries a decision out (plan): the checks LaunchGate::try_go makes, in virtual time.
+TEST(GatePlan, AGoIsCountedBesideTheHolderOnlyWhereItIs) {
+  GateInput in = mps_below(State::Fill, kBelowEager, us(50), us(50));
+  Plan p = plan(in, decide(in), false);
+  EXPECT_TRUE(p.go);
+  EXPECT_TRUE(p.overlap) << "a short hold beside the active service";
+  EXPECT_FALSE(p.check_window);
+  in.state = State::Run;
+  p = plan(in, Decision{Verdict::Go}, false);
+  EXPECT_TRUE(p.go);
+  EXPECT_FALSE(p.overlap) << "nothing above is active";
+}
+
+TEST(GatePlan, APartitionLaunchIsChargedAtItsWidthAndOnlyTheWindowDecides) {
+  GateInput in = mps_below(State::Fill, kBelowBusy, us(1500), us(1500));
+  in.partition_pct = 35;
+  const Plan p = plan(in, decide(in), false);
+  EXPECT_EQ(p.route, Plan::Route::Partition);
+  EXPECT_EQ(p.partition_pct, 35);
+  EXPECT_EQ(p.charge_ns, us(1500) * 100 / 35);
+  EXPECT_TRUE(p.check_window);
+  EXPECT_EQ(p.drain_budget_ns, 0u);
+  EXPECT_FALSE(p.take_credit || p.overlap || p.want);
+}
+
+TEST(GatePlan, RunCreditLetsTheWindowDrainUntilTheServicesReturnUnlessTheBellRang) {
+  GateInput in = mps_below(State::Run, 0, us(300), us(300));
+  in.run_credit_until_ns = in.now + us(2000);
+  Plan p = plan(in, decide(in), false);
+  ASSERT_EQ(decide(in).verdict, Verdict::Bounded);
+  EXPECT_TRUE(p.check_window);
+  EXPECT_EQ(p.drain_budget_ns, us(2000));
+  in.holder_back = true;   // the bell rang: the service is back, no run credit
+  p = plan(in, decide(in), false);
+  EXPECT_EQ(p.drain_budget_ns, 0u);
+  in.holder_back = false;
+  in.run_credit_until_ns = in.now - 1;   // spent
+  EXPECT_EQ(plan(in, decide(in), false).drain_budget_ns, 0u);
+}
+
+TEST(GatePlan, InFillCreditIsSpentAfterTheWindowAndWithoutItTheDaemonIsTold) {
+  GateInput in = mps_below(State::Fill, 0, us(40), us(2000));   // a long hold: credit, else wait
+  in.partition_ready = false;
+  ASSERT_EQ(decide(in).verdict, Verdict::Credit);
+  Plan p = plan(in, decide(in), true);
+  EXPECT_TRUE(p.check_window && p.take_credit);
+  EXPECT_FALSE(p.want);
+  p = plan(in, decide(in), false);
+  EXPECT_FALSE(p.check_window || p.take_credit || p.go);
+  EXPECT_TRUE(p.want) << "no credit covers it: the daemon hears what it waits to launch";
+  in.state = State::Hold;
+  p = plan(in, decide(in), false);
+  EXPECT_FALSE(p.want || p.go || p.check_window) << "held: it waits for the directive to change";
+}
+
 }  // namespace
 }  // namespace fikit::hook::share
