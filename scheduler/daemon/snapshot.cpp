@@ -132,7 +132,7 @@ std::string job_line(const policy::TaskStatus& t) {
   if (t.waiting) what += ", waiting for a gap";
   std::string out = fmt::format("  job {} (task {}, pid {}, priority {}", t.key, t.id, t.pid, t.priority);
   if (t.priority != t.requested_priority) out += fmt::format(", asked {} without the key", t.requested_priority);
-  out += fmt::format("): {}; {} gap fills", what, t.fills);
+  out += fmt::format("): {}; {} gap fills; free to run {} % of its time so far", what, t.fills, t.run_permille / 10);
   if (t.mode == protocol::TaskMode::Measure) out += "; being measured";
   if (t.kernels == 0) out += "; no kernel profiled yet (learned as it runs)";
   const uint64_t cap = memory_cap(t);
@@ -272,7 +272,8 @@ std::string format_json(const DaemonSnapshot& s) {
                        {"authenticated", t.authenticated}, {"active", t.active}, {"waiting", t.waiting},
                        {"state", protocol::to_string(t.directive.state)}, {"role", role_json(t.directive.role)},
                        {"bound_ns", t.directive.bound_ns}, {"fills", t.fills}, {"notifications", t.notifications},
-                       {"wants", t.wants}, {"kernels", t.kernels}, {"busy_percent", t.busy_pct},
+                       {"wants", t.wants}, {"run_permille", t.run_permille}, {"kernels", t.kernels},
+                       {"busy_percent", t.busy_pct},
                        {"waits", t.waits.count}, {"predicted_pause_ns", t.predicted_pause_ns},
                        {"short_hold_ns", t.directive.short_hold_ns}, {"partition_pct", t.directive.partition_pct},
                        {"confine", t.directive.confine}, {"controlled", t.controlled},

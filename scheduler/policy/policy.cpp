@@ -191,6 +191,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
       }
     task->key = reg.key;
     task->inactive_since = now;
+    task->state_since = now;
     task->objective_permille = ~0u;   // a controller is made below
     task->mode = reg.mode;
     task->profile = profiles_.load(task->key, reg.mode);
@@ -536,6 +537,13 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
     if (d.state == State::Run) end_wait(now, t);   // it runs: whatever it waited for is launched
     const bool changed = !same(d, t.directive, now);
     if (!changed && id != always_to && !resend_all_) continue;
+    if (changed && d.state != t.directive.state) {
+      if (t.state_since != 0 && now > t.state_since) {
+        t.stated_ns += now - t.state_since;
+        if (t.directive.state == State::Run) t.run_ns += now - t.state_since;
+      }
+      t.state_since = now;
+    }
     if (changed) {
       d.generation = t.directive.generation + 1;
       d.cause_ns = d.state != t.directive.state ? cause_ns : 0;
@@ -558,7 +566,6 @@ bool Policy::notifications_expected() const {
 }
 
 std::vector<TaskStatus> Policy::status(uint64_t now) const {
-  (void)now;
   std::vector<TaskStatus> out;
   for (const auto& [id, t] : tasks_) {
     TaskStatus s;
@@ -574,6 +581,11 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.waiting = t.want.has_value();
     s.directive = t.directive;
     s.fills = t.fills;
+    {
+      const uint64_t open = t.state_since != 0 && now > t.state_since ? now - t.state_since : 0;
+      const uint64_t all = t.stated_ns + open, run = t.run_ns + (t.directive.state == State::Run ? open : 0);
+      s.run_permille = all == 0 ? 1000 : uint32_t(run * 1000 / all);
+    }
     s.notifications = t.notifications;
     s.wants = t.wants;
     s.kernels = t.profile ? t.profile->size() : 0;

@@ -173,6 +173,9 @@ struct TaskStatus {
   bool authenticated = false, active = false, waiting = false;
   protocol::Directive directive;
   uint64_t fills = 0, notifications = 0, wants = 0;
+  // Of its time since it registered, the share in Run (nothing above it active), permille: what a
+  // job keeps of the GPU's time; 1000 for a task never held.
+  uint32_t run_permille = 1000;
   size_t kernels = 0;   // in its profile
   WaitHistogram waits;
   uint64_t predicted_pause_ns = 0;   // the shortest of its last 16 pauses, when its return is predicted (0: not)
@@ -287,6 +290,9 @@ class Policy {
     uint16_t bell_slot = protocol::kNoBellSlot;
     uint32_t activity_generation = 0;   // its last activity start rung on the bell
     uint64_t fills = 0, notifications = 0, wants = 0;
+    // Time in each directive state so far (status: run_permille): the state's start, and the time in
+    // Run and in all, up to it.
+    uint64_t state_since = 0, run_ns = 0, stated_ns = 0;
     WaitHistogram waits;
     uint64_t memory_total = 0, memory_limit = 0, memory_used = 0;
     uint32_t memory_refusals = 0;

@@ -824,6 +824,25 @@ TEST_F(PolicyTest, WithAKeyAnUnauthenticatedTasksActivityHoldsOnlyTheUnauthentic
   (void)outsider;
 }
 
+// What status says a job keeps: the share of its time since it registered in Run (nothing above it
+// active), from the directives' changes in virtual time.
+TEST_F(PolicyTest, StatusSaysWhatShareOfItsTimeAJobWasFreeToRun) {
+  const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
+  auto run_permille = [&](uint64_t now) {
+    for (const auto& t : policy().status(now))
+      if (t.id == lp) return t.run_permille;
+    return 0u;
+  };
+  EXPECT_EQ(run_permille(T0 + us(1000)), 1000u) << "never held yet";
+  notify(T0 + us(1000), hp, k1, true);   // the service works for 3 ms of the first 4
+  ASSERT_NE(state(lp), State::Run);
+  send(T0 + us(4000), hp, protocol::Idle{kEnd});
+  timers_until(T0 + us(40'000));
+  const uint32_t share = run_permille(T0 + us(40'000));
+  EXPECT_LT(share, 1000u);
+  EXPECT_GT(share, 800u) << "held for a few ms of 40";
+}
+
 TEST_F(PolicyTest, PredictionsOfUnprofiledKernelsAreCapped) {
   settings.max_predicted_ns = us(1000);
   const uint32_t hp = reg(T0, "hp", 0), lp = reg(T0, "lp", 5);
