@@ -480,8 +480,9 @@ TEST(DevicePlugin, RegistersAgainWhenTheKubeletRestarts) {
   for (const auto& entry : fs::directory_iterator(cfg.plugin_dir)) fs::remove(entry.path());
   kubelet = std::make_unique<FakeKubelet>(kubelet_socket);
 
+  // (Two rounds may arrive by the time it looks: the plugin may register twice, below.)
   const auto again = kubelet->wait_for(2);
-  ASSERT_EQ(again.size(), 2u) << "the plugin did not register with the new kubelet";
+  ASSERT_GE(again.size(), 2u) << "the plugin did not register with the new kubelet";
   std::set<std::string> names;
   for (const auto& r : again) names.insert(r.resource_name());
   EXPECT_EQ(names, (std::set<std::string>{"fikit.io/service", "fikit.io/job"}));
