@@ -18,28 +18,19 @@
 // Build: nvcc -O2 -o graph_green_probe graph_green_probe.cu -lcuda   Run: ./graph_green_probe [N_SMS]
 #include <cuda.h>
 #include <cstdio>
+#include <string>
 #include <cstdlib>
 #include <set>
 #include <vector>
 
+#include "smid_ptx.h"
+
 #define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s_ = nullptr; cuGetErrorString(r_, &s_); \
   std::printf("FAIL %s:%d %s -> %d %s\n", __FILE__, __LINE__, #x, int(r_), s_ ? s_ : "?"); std::exit(1); } } while (0)
 
-static const char* kPtx = R"(
-.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry smid_kernel(.param .u64 out, .param .u64 spin) {
-  .reg .u32 %r<6>; .reg .u64 %rd<8>; .reg .pred %p;
-  ld.param.u64 %rd1, [out]; ld.param.u64 %rd5, [spin];
-  mov.u32 %r1, %smid; mov.u32 %r2, %ctaid.x; mov.u32 %r3, %tid.x;
-  setp.ne.u32 %p, %r3, 0; @%p bra DONE;
-  mul.wide.u32 %rd2, %r2, 4; add.u64 %rd3, %rd1, %rd2; st.global.u32 [%rd3], %r1;
-  mov.u64 %rd6, %clock64;
-LOOP: mov.u64 %rd7, %clock64; sub.u64 %rd7, %rd7, %rd6; setp.lt.u64 %p, %rd7, %rd5; @%p bra LOOP;
-DONE: ret;
-}
+static const std::string kPtxText = std::string(kProbePtxHeader) + kSmidKernelPtx + R"(
 )";
+static const char* kPtx = kPtxText.c_str();
 
 static int g_blocks;
 static CUdeviceptr g_out;
