@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   ex::install_stop_signals();   // first, so a SIGTERM at any point still ends in a report
   double kernel_us = 10, cpu_us = 0, duration_s = 5, progress_ms = 0;
   uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0, cluster = 1;
-  uint64_t graph_set_nodes_launches = 0;
+  uint64_t graph_set_nodes_launches = 0, graph_launches = 1;
   bool graph = false, graph_set_nodes = false;
 
   ex::Flags flags("fikit-example-train [options]",
@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
             "after this many iterations launch with one block more: new kernels to FIKIT (0: never)");
   flags.add("progress-ms", &progress_ms, "write timestamped progress lines on stderr at most this often (0: none)");
   flags.add_switch("graph", &graph, "capture an iteration's kernels as one CUDA graph and launch it each iteration");
+  flags.add("graph-launches", &graph_launches,
+            "with --graph: launches of the graph an iteration makes before it synchronises (a queue of them)");
   flags.add_switch("graph-set-nodes", &graph_set_nodes,
                    "with --graph: set every node of the graph again before each launch (as XLA does)");
   flags.add("graph-set-nodes-launches", &graph_set_nodes_launches,
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   flags.parse(argc, argv);
   if (graph && (cpu_us > 0 || new_shape_after > 0)) ex::Flags::fail("--graph replays one captured iteration: no --cpu-us or --new-shape-after");
   if (graph_set_nodes && !graph) ex::Flags::fail("--graph-set-nodes needs --graph");
+  if (graph_launches == 0 || (graph_launches != 1 && !graph)) ex::Flags::fail("--graph-launches must be at least 1 and needs --graph");
   if (sync_every == 0) ex::Flags::fail("--sync-every must be at least 1");
   if (blocks == 0 || threads == 0) ex::Flags::fail("--blocks and --threads must be at least 1");
   if (cluster == 0 || cluster > 16 || blocks % cluster != 0 || (new_shape_after > 0 && cluster > 1))
@@ -80,16 +83,16 @@ int main(int argc, char** argv) {
     if (graph) {
       if (graph_set_nodes && (graph_set_nodes_launches == 0 || iterations_done < graph_set_nodes_launches))
         gpu.set_graph_nodes(kernel_ns);
-      gpu.launch_graph();
-      k = sync_every;
+      for (uint64_t g = 0; g < graph_launches; ++g) gpu.launch_graph();
+      k = sync_every * graph_launches;
     }
-    for (; k < sync_every && !ex::stop_requested(); ++k) {
+    for (; !graph && k < sync_every && !ex::stop_requested(); ++k) {
       ex::busy_wait_us(cpu_us);
       gpu.launch(kernel_ns);
     }
     gpu.synchronize();
     kernels_launched += k;
-    if (k == sync_every) ++iterations_done;
+    if (graph || k == sync_every) ++iterations_done;
     if (progress_ms > 0) {
       const double now_s = monotonic_s();
       if ((now_s - last_progress_s) * 1e3 >= progress_ms) {

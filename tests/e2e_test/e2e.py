@@ -399,6 +399,41 @@ def graph_job(env):
     return ok
 
 
+def whole_graph_job(env):
+    """Trust v4 N7: a job cannot opt out of being scheduled by launching graphs whole. The job sets
+    FIKIT_GRAPH_SEGMENT_US=0 itself, under a key never measured, and queues 16 launches of a 1-ms graph
+    before each synchronisation. Time-sliced, each of the service's kernels waits behind one whole
+    graph of the job's queue (the simulator runs contexts' ops round robin), so what decides the
+    service's wait is how many graphs the gate let into the queue while it was idle: a graph of unknown
+    length is charged kUnknownWholeGraphNs (5 ms), so one at a time; charged as an unknown kernel
+    (20 us), as before, a 200-us bound let 10 in."""
+    hp_flags = GRAPH_SERVICE_FLAGS
+    lp_flags = ["--graph", "--kernel-us", "250", "--sync-every", "4", "--graph-launches", "16"]
+    requests = 40
+    run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp_flags, "measure HP")
+    env.start_daemon()
+    hp_plain = [env.a.infer, "--requests", str(requests)] + hp_flags
+    lp_plain = [env.a.train, "--duration-s", "600"] + lp_flags
+    lp_env = {"FIKIT_GRAPH_SEGMENT_US": "0", "FIKIT_STATS": "1"}
+    dflt, _ = pair(env, hp_plain, lp_plain, "uncoordinated")
+    hp, lp = pair(env, env.fikit("share", "hp", 0) + hp_plain, env.fikit("auto", "whole-fresh", 5) + lp_plain,
+                  "whole graphs, a fresh key", lp_env=lp_env)
+    env.stop_daemon()
+    s = lp.share[-1] if lp.share else {}
+    print(f"the service's device wait: {hp.wait_ms():.1f} ms beside the job under FIKIT, {dflt.wait_ms():.1f} ms "
+          f"uncoordinated; the job {lp.result['kernels']} kernels, stopped {s.get('stopped_ms')} ms", flush=True)
+    ok = check("graphs segmented=" not in lp.err and s.get("graph_segment_launches", -1) == 0,
+               f"the job's graphs went whole ({s.get('graph_segment_launches')} segment launches)")
+    ok &= check(s.get("stopped_ms", 0) > 0, f"the job waited while the service ran ({s.get('stopped_ms')} ms stopped)")
+    # One graph in the queue at a return against 16 uncoordinated: about 1/16. Ten (the old charge)
+    # would be about 10/16.
+    ok &= check(hp.wait_ms() <= dflt.wait_ms() / 8,
+                f"the service waited {hp.wait_ms():.1f} ms, under an eighth of the {dflt.wait_ms():.1f} ms "
+                f"it waits uncoordinated")
+    ok &= check(lp.result["kernels"] > 0, f"the job made progress ({lp.result['kernels']} kernels)")
+    return ok
+
+
 def graph_stats(err):
     """The job's graph statistics line (FIKIT_STATS=1): name -> number."""
     line = next((l for l in err.splitlines() if "stats: graphs segmented=" in l), "")
@@ -1006,7 +1041,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "fresh_job", "two_gpus", "memory_reserve",
                                                  "auto_progress", "controller", "context_reset", "stall", "graph_job",
-                                                 "partition_refused", "graph_sets_nodes", "graph_stale_nodes"])
+                                                 "partition_refused", "graph_sets_nodes", "graph_stale_nodes",
+                                                 "whole_graph_job"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -1038,6 +1074,8 @@ def main():
                 ok = stall(env)
             elif args.case == "graph_job":
                 ok = graph_job(env)
+            elif args.case == "whole_graph_job":
+                ok = whole_graph_job(env)
             elif args.case == "partition_refused":
                 ok = partition_refused(env)
             elif args.case == "graph_sets_nodes":
