@@ -5,7 +5,9 @@ that stay up across measurement windows (start-up takes seconds); the C++ exampl
 import os
 import sys
 
-HP_MODELS = ("resnet50", "mobilenet_v2", "bert-base", "fcn_resnet50", "vgg16")
+# unet: one denoising step of a diffusion UNet (infer.py's UNet, fp16, batch 2); unet-graph replays
+# it as one CUDA graph.
+HP_MODELS = ("resnet50", "mobilenet_v2", "bert-base", "fcn_resnet50", "vgg16", "unet")
 # lm-graph2 / lm-graph8: an LLM decode replayed as CUDA graphs, 2 or 8 tokens a request (GPU busy most
 # of a request; the 8-token one busier).
 HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("lm-decode", "lm-graph2", "lm-graph8", "synthetic")
@@ -14,10 +16,14 @@ HP_NAMES = HP_MODELS + tuple(m + "-graph" for m in HP_MODELS) + ("lm-decode", "l
 # command buffers off (kernels launched one by one); idle-job: a process that holds a CUDA context and
 # launches nothing (what the setup itself costs a service); tick-job: one tiny kernel and a synchronisation
 # every 0.5 ms (the GPU switching to another process, with next to no work); vit-l-graph-train: ViT-L training captured
-# whole as one CUDA graph a step (torch.cuda.graphs), replayed.
+# whole as one CUDA graph a step (torch.cuda.graphs), replayed; graphsage-train: full-graph GraphSAGE
+# (memory-bound gather/scatter over 4M edges); gpt-compile-train / gpt-compile-graph-train: a GPT-2-small-
+# sized decoder under torch.compile, default mode / reduce-overhead (CUDA graph trees); prefetch-train:
+# resnet50 bs 32 with its images copied host-to-device on a side stream one step ahead.
 LP_NAMES = ("resnet50-train", "transformer-train", "attn-train", "vgg16-bs16", "gemm8192", "gemm2048",
             "vit-l-train", "vit-l-graph-train", "scan-train", "jax-train", "jax-train-eager", "idle-job",
-            "tick-job", "synthetic-train")
+            "tick-job", "graphsage-train", "gpt-compile-train", "gpt-compile-graph-train", "prefetch-train",
+            "synthetic-train")
 ARRIVALS = ("closed", "poisson")
 FOREVER_REQUESTS = 100_000_000     # "until stopped" for fikit-example-infer
 FOREVER_S = 100_000.0              # "until stopped" for fikit-example-train
@@ -58,7 +64,8 @@ class HP:
         if self.name.startswith("lm-graph"):
             return self.paths.py("lm.py") + ["--cuda-graph", "--tokens", self.name[len("lm-graph"):], "--serve"]
         model = self.name[:-len("-graph")] if self.name.endswith("-graph") else self.name
-        cmd = self.paths.py("infer.py") + ["--model", model, "--batch", 1, "--serve"]
+        # unet: batch 2, as a classifier-free-guided step runs (conditioned and unconditioned latents).
+        cmd = self.paths.py("infer.py") + ["--model", model, "--batch", 2 if model == "unet" else 1, "--serve"]
         return cmd + ["--cuda-graph"] if self.name.endswith("-graph") else cmd
 
     def run_cmd(self, requests, warmup, arrival, think_ms, rate=0.0, seed=1):
@@ -93,6 +100,10 @@ class LP:
                                    "vit-l-graph-train": ("iterations", "it/s"),
                                    "jax-train": ("iterations", "it/s"), "jax-train-eager": ("iterations", "it/s"),
                                    "idle-job": ("iterations", "it/s"), "tick-job": ("iterations", "it/s"),
+                                   "graphsage-train": ("iterations", "it/s"),
+                                   "gpt-compile-train": ("iterations", "it/s"),
+                                   "gpt-compile-graph-train": ("iterations", "it/s"),
+                                   "prefetch-train": ("iterations", "it/s"),
                                    "vgg16-bs16": ("requests", "batches/s"),
                                    "gemm8192": ("gemms", "GEMM/s"), "gemm2048": ("gemms", "GEMM/s"),
                                    "synthetic-train": ("kernels", "kernels/s")}[name]
@@ -112,6 +123,13 @@ class LP:
             cmd = self.paths.py("train.py") + ["--model", "idle"]
         elif self.name == "tick-job":
             cmd = self.paths.py("train.py") + ["--model", "tick"]
+        elif self.name == "graphsage-train":
+            cmd = self.paths.py("train.py") + ["--model", "graphsage"]
+        elif self.name.startswith("gpt-compile"):   # compiled (tens of seconds) and warm before 'ready'
+            mode = "reduce-overhead" if self.name == "gpt-compile-graph-train" else "default"
+            cmd = self.paths.py("train.py") + ["--model", "gpt", "--batch", 8, "--seq", 512, "--compile", mode]
+        elif self.name == "prefetch-train":
+            cmd = self.paths.py("train.py") + ["--model", "resnet50", "--batch", 32, "--prefetch"]
         elif self.name == "scan-train":
             cmd = self.paths.py("train.py") + ["--model", "scan", "--batch", 64, "--seq", 256]
         elif self.name.startswith("jax-train"):

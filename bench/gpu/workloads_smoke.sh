@@ -23,3 +23,9 @@ run scan-train 60 python3 "$py/train.py" --model scan --batch 64 --seq 256 --dur
 run jax-train 120 env XLA_PYTHON_CLIENT_PREALLOCATE=false python3 "$here/../../examples/jax/train_jax.py" --duration-s 8
 run jax-train-eager 120 env XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=--xla_gpu_enable_command_buffer= \
   python3 "$here/../../examples/jax/train_jax.py" --duration-s 8
+run unet 90 python3 "$py/infer.py" --model unet --batch 2 --requests 200
+run unet-graph 90 python3 "$py/infer.py" --model unet --batch 2 --cuda-graph --requests 200
+run graphsage-train 90 python3 "$py/train.py" --model graphsage --duration-s 8
+run gpt-compile-train 300 python3 "$py/train.py" --model gpt --batch 8 --seq 512 --compile default --duration-s 8
+run gpt-compile-graph-train 300 python3 "$py/train.py" --model gpt --batch 8 --seq 512 --compile reduce-overhead --duration-s 8
+run prefetch-train 90 python3 "$py/train.py" --model resnet50 --batch 32 --prefetch --duration-s 8
