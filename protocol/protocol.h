@@ -70,8 +70,9 @@ constexpr uint8_t kConfineActive = 1;       // while a task above is active: eve
 constexpr uint8_t kConfineLong = 2;         // always: launches whose SM hold is longer than short_hold_ns
 constexpr uint8_t kConfineShortBeside = 4;  // launches whose SM hold is up to short_hold_ns run beside it
 constexpr uint8_t kConfineBoundBeside = 8;  // long holds run beside it too, within the in-flight bound
+constexpr uint8_t kConfineFree = 16;        // every launch goes at once, as without FIKIT (the regime free)
 constexpr uint8_t kConfinePartition = kConfineActive | kConfineLong;   // these need partition_pct
-constexpr uint8_t kConfineMask = kConfineActive | kConfineLong | kConfineShortBeside | kConfineBoundBeside;
+constexpr uint8_t kConfineMask = kConfineActive | kConfineLong | kConfineShortBeside | kConfineBoundBeside | kConfineFree;
 // How the daemon predicts (rules/kernel_rules.h), so the client predicts the same.
 constexpr uint8_t kGapMean = 0, kGapP50 = 1, kGapP10 = 2;
 constexpr uint8_t kDurationMean = 0, kDurationP50 = 1, kDurationP90 = 2;

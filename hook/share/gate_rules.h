@@ -54,6 +54,8 @@ inline Decision decide(const GateInput& in) {
   const bool longer_hold = policy::long_hold(in.hold_ns, in.short_hold_ns);
   const bool may_partition = in.partition_ready;
   State state = in.state;
+  // The service's controller found that nothing of this job hurts it: as without FIKIT.
+  if (state != State::Hold && (in.confine & protocol::kConfineFree)) return {Verdict::Go};
   if (state == State::Run && in.holder_back) state = State::Fill;
   switch (state) {
     case State::Hold:

@@ -225,7 +225,7 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
           "Share of its requests' time the task keeps the GPU busy, from its profile (docs/scheduling.md).",
           [](const KeyTotals& k) { return k.busy_pct / 100.0; });
   // A controlled service: its objective, its last judged inflation (0 until a window was judged),
-  // and its regime as the ladder's step (0 held .. 5 beside: policy/controller.h).
+  // and its regime as the ladder's step (0 held .. 6 free: policy/controller.h).
   auto per_service = [&](const char* name, const char* help, auto get) {
     out.add(name, T::Gauge, help);
     for (const auto& [_, k] : by_key)
@@ -236,7 +236,7 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   per_service("fikit_service_inflation_ratio",
               "The service's last judged window: its periods' median or upper quartile over its baseline's, the larger (0: none yet).",
               [](const KeyTotals& k) { return k.inflation / 1000.0; });
-  per_service("fikit_service_regime", "What the tasks below the service may do: 0 held, 1 hold-narrow, 2 hold, 3 partition, 4 short-beside, 5 beside.",
+  per_service("fikit_service_regime", "What the tasks below the service may do: 0 held, 1 hold-narrow, 2 hold, 3 partition, 4 short-beside, 5 beside, 6 free.",
               [](const KeyTotals& k) { return k.regime; });
   // The state the daemon holds each task in: one series per state, 1 for the current one (processes
   // of one key may differ: each counts).

@@ -136,7 +136,7 @@ const Setting kSettings[] = {
     {"objective", "X",
      [] {
        return std::string("a service's objective unless it states its own (fikit-run --objective): its GPU work per "
-                          "request at most X times its time alone, e.g. 1.2; under MPS each service's controller "
+                          "request at most X times its time alone, e.g. 1.2; each service's controller "
                           "gives the jobs below it the most generous regime that keeps it (docs/scheduling.md)");
      },
      false,
@@ -340,15 +340,16 @@ const Setting kSettings[] = {
                           : e == policy::DurationEstimator::P50 ? "p50"
                                                                 : "p90");
      }},
-    {"regime", "auto|hold-narrow|hold|partition|short-beside|beside",
+    {"regime", "auto|hold-narrow|hold|partition|short-beside|beside|free",
      [] {
-       return std::string("under MPS, what the jobs may do while a service above them is active: auto, each "
-                          "service's controller chooses from its measured periods; a name fixes that regime for all");
+       return std::string("what the jobs may do while a service above them is active: auto, each service's "
+                          "controller chooses from its measured periods; a name fixes that regime for all (below a "
+                          "time-sliced service only hold and free differ; free: as without FIKIT)");
      },
      true,
      [](Options& o, const std::string& v, std::string& why) {
        if (policy::regime_from_string(v.c_str(), o.policy.regime_auto, o.policy.fixed_regime)) return true;
-       why = "'" + v + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside";
+       why = "'" + v + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside, free";
        return false;
      },
      [](const Options& o) {

@@ -90,6 +90,7 @@ const char* regime_words(policy::Regime r) {
     case policy::Regime::Partition: return "run on an SM partition while it is active";
     case policy::Regime::ShortBeside: return "short kernels beside it, the rest on an SM partition";
     case policy::Regime::Beside: return "run beside it";
+    case policy::Regime::Free: return "run as without FIKIT";
   }
   return "?";
 }
@@ -99,9 +100,7 @@ std::string service_line(const policy::TaskStatus& t) {
   std::string out = fmt::format("  service {} (task {}, pid {}): {}; ", t.key, t.id, t.pid, t.active ? "active" : "idle");
   if (t.mode == protocol::TaskMode::Measure)
     return out + "being measured: the jobs below it wait until it shares\n";
-  if (!t.controlled)
-    return out + (t.backend == protocol::Backend::Mps ? "no job beside it under MPS\n"
-                                                      : "time-sliced: its jobs run while it is idle and in its gaps\n");
+  if (!t.controlled) return out + "no job below it\n";
   const double objective = t.objective_permille / 1000.0;
   if (t.inflation_overrun)
     return out + fmt::format("one of its active periods ran past 4x its objective ({:g}x): its jobs were stepped "
@@ -119,7 +118,10 @@ std::string job_line(const policy::TaskStatus& t) {
   const protocol::Directive& d = t.directive;
   std::string what;
   switch (d.state) {
-    case protocol::State::Run: what = "runs: nothing above it is active"; break;
+    case protocol::State::Run:
+      what = d.confine & protocol::kConfineFree ? "runs as without FIKIT: the service above keeps its objective so"
+                                                : "runs: nothing above it is active";
+      break;
     case protocol::State::Hold: what = "held: a service above it is being measured, or its baseline is"; break;
     case protocol::State::Fill:
       if (d.confine & protocol::kConfineBoundBeside) what = "runs beside the active service";
@@ -231,8 +233,8 @@ std::string format_text(const DaemonSnapshot& s, bool verbose) {
   out += fmt::format("gaps not filled: {} with nobody waiting, {} with only kernels not in their profile waiting, "
                      "{} with every waiting kernel too long, {} ended before a grant could arrive\n",
                      p.unfilled_no_want, p.unfilled_unprofiled, p.unfilled_too_long, p.unfilled_late);
-  out += fmt::format("controllers under MPS: baselines {}, trials {}, climbs {}, drops {} (column regime: what the "
-                     "MPS tasks below a service may do while it is active, its last measured periods against "
+  out += fmt::format("controllers: baselines {}, trials {}, climbs {}, drops {} (column regime: what the "
+                     "tasks below a service may do while it is active, its last measured periods against "
                      "its objective)\n", p.baselines, p.regime_trials, p.regime_climbs, p.regime_drops);
   const auto& c = s.sessions;
   out += fmt::format("notifications {}, wants {}, registrations {} (capped {}, refused: {} at a GPU's task limit, "

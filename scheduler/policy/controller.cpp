@@ -8,7 +8,7 @@
 namespace fikit::policy {
 
 namespace {
-constexpr const char* kRegimeNames[kRegimes] = {"held", "hold-narrow", "hold", "partition", "short-beside", "beside"};
+constexpr const char* kRegimeNames[kRegimes] = {"held", "hold-narrow", "hold", "partition", "short-beside", "beside", "free"};
 }
 
 const char* to_string(Regime r) { return unsigned(r) < unsigned(kRegimes) ? kRegimeNames[unsigned(r)] : "?"; }
@@ -35,27 +35,26 @@ Controller::Controller(const ControllerSettings& s) : s_(s) {
   s_.baseline_refresh = std::clamp<uint32_t>(s_.baseline_refresh, 1, kBaselineRing);
   if (s_.top == Regime::Held) s_.top = Regime::HoldNarrow;
   // The most protective step first: the controller climbs from there as the service allows.
-  adopted_ = trial_ = std::min(s_.partition ? Regime::HoldNarrow : Regime::Hold, s_.top);
+  adopted_ = trial_ = std::min(s_.partition && !s_.timesliced ? Regime::HoldNarrow : Regime::Hold, s_.top);
   baseline_needed_ = s_.baseline_first;
   warmup_left_ = s_.warmup;
   pause_ = s_.first_pause_ns;
 }
 
+bool Controller::is_step(Regime r) const {
+  if (s_.timesliced) return r == Regime::Hold || r == Regime::Free;
+  return s_.partition || (r != Regime::HoldNarrow && r != Regime::Partition);
+}
+
 Regime Controller::step_up(Regime r) const {
-  for (int i = int(r) + 1; i <= int(s_.top); ++i) {
-    const Regime next = Regime(i);
-    if (!s_.partition && (next == Regime::HoldNarrow || next == Regime::Partition)) continue;
-    return next;
-  }
+  for (int i = int(r) + 1; i <= int(s_.top); ++i)
+    if (is_step(Regime(i))) return Regime(i);
   return r;
 }
 
 Regime Controller::step_down(Regime r) const {
-  for (int i = int(r) - 1; i > int(Regime::Held); --i) {
-    const Regime next = Regime(i);
-    if (!s_.partition && (next == Regime::HoldNarrow || next == Regime::Partition)) continue;
-    return next;
-  }
+  for (int i = int(r) - 1; i > int(Regime::Held); --i)
+    if (is_step(Regime(i))) return Regime(i);
   return r;
 }
 

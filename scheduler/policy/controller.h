@@ -4,7 +4,7 @@
 // chooses what the MPS tasks below it may do while it is active: the most generous regime on the
 // ladder under which the service's periods stay within its objective of what they last were with
 // the tasks below held (its baseline). Pure: periods and times in, the regime out; the policy
-// (policy.h) feeds it and turns the regime into directives.
+// (policy.h) feeds it and turns the regime into directives. Under MPS and time-sliced alike.
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -19,8 +19,11 @@ enum class Regime : uint8_t {
   Partition,     // while it is active everything runs on the partition instead of waiting
   ShortBeside,   // ... and launches that hold SMs briefly run beside it at full width
   Beside,        // everything beside it at full width, within the in-flight bound
+  // Nothing held: the jobs run as they would without FIKIT (under MPS beside it with client
+  // priority, time-sliced in the GPU's own slices), so the ladder's top is what the baselines give.
+  Free,
 };
-constexpr int kRegimes = int(Regime::Beside) + 1;
+constexpr int kRegimes = int(Regime::Free) + 1;
 const char* to_string(Regime r);
 // "auto" is the controller; a regime's name fixes that regime. false: no such name.
 bool regime_from_string(const char* name, bool& automatic, Regime& fixed);
@@ -43,7 +46,10 @@ struct ControllerSettings {
   uint64_t first_pause_ns = 2'000'000'000;      // a refused step is tried again after this, doubling...
   uint64_t max_pause_ns = 60'000'000'000;       // ...up to this (load changes: try again within a minute)
   bool partition = true;            // the SM partition exists (HoldNarrow and Partition are steps)
-  Regime top = Regime::Beside;      // the most generous step it may climb to
+  // A time-sliced service: only Hold and Free are steps. Beside another context nothing runs at
+  // once, so the steps between (what may run beside it, or on a partition) change nothing.
+  bool timesliced = false;
+  Regime top = Regime::Free;        // the most generous step it may climb to
 };
 
 class Controller {
@@ -83,6 +89,7 @@ class Controller {
   static constexpr size_t kBaselineRing = 32;
   static constexpr size_t kWindowMax = 64;
   static constexpr uint64_t kBottomRefreshNs = 10'000'000'000;   // a baseline again after a window past the objective at the bottom
+  bool is_step(Regime r) const;       // a step of this service's ladder
   Regime step_up(Regime r) const;     // the next more generous step (r when none)
   Regime step_down(Regime r) const;   // the next more protective step, never Held (r when none)
   bool within(unsigned pct) const;    // the window's quantile within the objective of the baseline's

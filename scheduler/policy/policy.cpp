@@ -114,10 +114,17 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   if (t.mode == TaskMode::Measure) return d;
   if (below) d.role |= protocol::kRoleActivity;
   if (t.id == holder_ && wanted) d.role |= protocol::kRoleGaps;
-  // Under MPS the regime of the services above decides what runs beside them (and a baseline
-  // window holds everything); time-sliced, nothing runs beside an active task anyway.
-  const Regime regime = t.backend == Backend::Mps && above ? regime_for(now, t) : Regime::Hold;
+  // The regime of the services above decides what runs beside them (a baseline window holds
+  // everything; Free lets everything go as without FIKIT). Time-sliced, only those two and Hold
+  // differ: nothing runs beside an active context anyway.
+  const Regime regime = above ? regime_for(now, t) : Regime::Hold;
   if (regime == Regime::Held) hold = true;
+  if (regime == Regime::Free && !hold) {
+    d.state = State::Run;
+    d.bound_ns = UINT32_MAX;
+    d.confine = protocol::kConfineFree;
+    return d;
+  }
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
   if (d.state == State::Run && relaxed_bound(now, t))
     d.bound_ns = u32(std::max(settings_.run_bound_ns, settings_.run_bound_idle_ns));
@@ -137,6 +144,8 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
       case Regime::Partition: d.confine = partition ? protocol::kConfineActive : 0; break;
       case Regime::ShortBeside:
         d.confine = protocol::kConfineShortBeside | (partition ? protocol::kConfineActive : 0);
+        break;
+      case Regime::Free:   // handled above
         break;
       case Regime::Beside:
         // At full width within the bound: a step down then finds little of it queued. Unbounded
@@ -212,12 +221,13 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     ++counters_.capped_registrations;
   }
   task->priority = priority;
-  if (reg.objective_permille != task->objective_permille) {
-    // A new objective (or a new task): its controller starts over from a baseline.
+  if (reg.objective_permille != task->objective_permille || reg.backend != task->backend) {
+    // A new objective or backend (or a new task): its controller starts over from a baseline.
     task->objective_permille = reg.objective_permille;
     ControllerSettings cs = settings_.controller;
     if (reg.objective_permille != 0) cs.objective_permille = reg.objective_permille;
     cs.partition = settings_.partition_pct != 0;
+    cs.timesliced = reg.backend != Backend::Mps;
     task->controller = Controller(cs);
     task->period = Period{};
   }

@@ -360,22 +360,19 @@ class Policy {
   void end_period(uint64_t now, Task& t);
   void overrun(uint64_t now, Task& t);
   void count_controller(const Controller& before, const Controller& after);
-  // An MPS share task below `t`.
-  bool mps_below(const Task& t) const;
-  // Whether `t`'s controller runs: it is a share task with an MPS share task below it (the regime
-  // only changes what MPS tasks may do).
-  // A time-sliced service has none: nothing runs beside another context, whatever the jobs' backend
-  // (MPS jobs share the MPS server's context, which time-slices with the service's).
+  // A share task below `t`.
+  bool share_below(const Task& t) const;
+  // Whether `t`'s controller runs: it is a share task with a share task below it. A time-sliced
+  // service's ladder is Hold and Free (controller.h).
   bool controlled(const Task& t) const {
-    return settings_.regime_auto && t.mode == protocol::TaskMode::Share && t.backend == protocol::Backend::Mps &&
-           mps_below(t);
+    return settings_.regime_auto && t.mode == protocol::TaskMode::Share && share_below(t);
   }
-  // The regime an MPS task below is under: the most protective of the share tasks above it.
+  // The regime a task below is under: the most protective of the share tasks above it.
   Regime regime_for(uint64_t now, const Task& below) const;
   // What `u` imposes on the tasks below now: its controller's regime, except that a baseline
   // window lets them go (its adopted regime) once `u` has rested past baseline_idle_max_ns.
   Regime regime_of(uint64_t now, const Task& u) const;
-  // An MPS task below `t` is under `t`'s regime (another service above it may hold it tighter).
+  // A task below `t` is under `t`'s regime (another service above it may hold it tighter).
   bool exposed(uint64_t now, const Task& t) const;
   uint64_t duration_of(const KernelStats& s) const;
   uint64_t gap_after(const KernelStats& s) const;   // 0 when it usually ends an iteration

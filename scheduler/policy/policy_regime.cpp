@@ -18,21 +18,20 @@ Regime Policy::regime_of(uint64_t now, const Task& u) const {
 }
 
 Regime Policy::regime_for(uint64_t now, const Task& below) const {
-  Regime r = settings_.regime_auto ? Regime::Beside : settings_.fixed_regime;
+  Regime r = settings_.regime_auto ? Regime::Free : settings_.fixed_regime;
   for (const auto& [id, u] : tasks_) {
     if (u.priority >= below.priority || u.mode != TaskMode::Share) continue;
-    // Below a time-sliced service the jobs wait while it is active: beside it they would take its
-    // time slices (MPS jobs too: the MPS server's context time-slices with it).
-    if (u.backend != Backend::Mps) r = std::min(r, Regime::Hold);
-    else if (settings_.regime_auto) r = std::min(r, regime_of(now, u));
+    if (settings_.regime_auto) r = std::min(r, regime_of(now, u));
+    // Below a time-sliced service only Hold and Free differ: beside it the jobs would take its time
+    // slices (MPS jobs too: the MPS server's context time-slices with it).
+    else if (u.backend != Backend::Mps && r != Regime::Free) r = std::min(r, Regime::Hold);
   }
   return r;
 }
 
 bool Policy::exposed(uint64_t now, const Task& t) const {
   for (const auto& [id, u] : tasks_)
-    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share &&
-        regime_for(now, u) == t.controller.regime())
+    if (u.priority > t.priority && u.mode == TaskMode::Share && regime_for(now, u) == t.controller.regime())
       return true;
   return false;
 }
@@ -45,9 +44,9 @@ void Policy::begin_period(Task& t, uint64_t launched) {
   t.period = Period{launched, 0, controlled(t) && held_rest, r};
 }
 
-bool Policy::mps_below(const Task& t) const {
+bool Policy::share_below(const Task& t) const {
   for (const auto& [id, u] : tasks_)
-    if (u.priority > t.priority && u.backend == Backend::Mps && u.mode == TaskMode::Share) return true;
+    if (u.priority > t.priority && u.mode == TaskMode::Share) return true;
   return false;
 }
 

@@ -54,6 +54,22 @@ TEST(GateRules, WhereTheDaemonAllowsLongHoldsBesideTheServiceTheyGoAtFullWidthWi
   EXPECT_EQ(decide(mps_below(State::Fill, kBelowEager, us(1400), us(1400))).verdict, Verdict::Credit);
 }
 
+// The regime free (the service's controller found nothing of the job hurts it): every launch goes
+// at once, long holds too, whatever the bell says; only Hold (a baseline window, a service being
+// measured) still stops it.
+TEST(GateRules, UnderTheRegimeFreeEveryLaunchGoesAtOnceUnlessHeld) {
+  for (State state : {State::Run, State::Fill}) {
+    GateInput in = mps_below(state, protocol::kConfineFree, us(4000), us(4000));
+    EXPECT_EQ(decide(in).verdict, Verdict::Go);
+    in.holder_back = true;
+    EXPECT_EQ(decide(in).verdict, Verdict::Go);
+    const Plan p = plan(in, decide(in), false);
+    EXPECT_TRUE(p.go);
+    EXPECT_FALSE(p.check_window);
+  }
+  EXPECT_EQ(decide(mps_below(State::Hold, protocol::kConfineFree, us(5), us(5))).verdict, Verdict::Wait);
+}
+
 TEST(GateRules, TheBellMakesRunActLikeFill) {
   GateInput in = mps_below(State::Run, kBelowEager, us(1400), us(1400));
   in.holder_back = true;

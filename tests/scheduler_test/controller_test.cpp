@@ -45,7 +45,7 @@ class ControllerTest : public ::testing::Test {
   uint64_t now = ms(1000);
 };
 
-TEST_F(ControllerTest, ClimbsFromAHeldBaselineToBesideWhileTheServiceKeepsItsPace) {
+TEST_F(ControllerTest, ClimbsFromAHeldBaselineToFreeWhileTheServiceKeepsItsPace) {
   c = Controller(s);
   EXPECT_EQ(c.regime(), Regime::Held);   // the baseline first: the tasks below launch nothing
   EXPECT_EQ(c.limit_ns(), UINT64_MAX);
@@ -56,14 +56,15 @@ TEST_F(ControllerTest, ClimbsFromAHeldBaselineToBesideWhileTheServiceKeepsItsPac
   EXPECT_EQ(c.baselines(), 1u);
   EXPECT_EQ(c.adopted(), Regime::HoldNarrow);
   EXPECT_EQ(c.regime(), Regime::Hold);
-  for (Regime next : {Regime::Partition, Regime::ShortBeside, Regime::Beside}) {
+  for (Regime next : {Regime::Partition, Regime::ShortBeside, Regime::Beside, Regime::Free}) {
     periods(16, ms(5));
     EXPECT_EQ(c.regime(), next);
   }
   periods(16, ms(5));
-  EXPECT_EQ(c.adopted(), Regime::Beside);
-  EXPECT_EQ(c.regime(), Regime::Beside);
-  EXPECT_EQ(c.climbs(), 4u);
+  // The top: what the baselines give (nothing held).
+  EXPECT_EQ(c.adopted(), Regime::Free);
+  EXPECT_EQ(c.regime(), Regime::Free);
+  EXPECT_EQ(c.climbs(), 5u);
   EXPECT_EQ(c.drops(), 0u);
   EXPECT_EQ(c.inflation_permille(), 1000u);
 }
@@ -129,32 +130,34 @@ TEST_F(ControllerTest, APeriodPastFourBaselineUpperQuartilesAtTheObjectiveGivesT
 
 TEST_F(ControllerTest, AnAdoptedStepThatStartsToHurtIsGivenUpAtTheEndOfItsWindow) {
   c = Controller(s);
-  ASSERT_TRUE(until(Regime::Beside, [](Regime) { return ms(5); }));
+  ASSERT_TRUE(until(Regime::Free, [](Regime) { return ms(5); }));
   periods(16, ms(5));
-  ASSERT_EQ(c.adopted(), Regime::Beside);
-  // The job or the load changed: beside it the service now takes 1.5x.
-  const auto len = [](Regime r) { return r == Regime::Beside ? ms(15) / 2 : ms(5); };
+  ASSERT_EQ(c.adopted(), Regime::Free);
+  // The job or the load changed: free beside it the service now takes 1.5x.
+  const auto len = [](Regime r) { return r == Regime::Free ? ms(15) / 2 : ms(5); };
   periods(16, len);
-  EXPECT_EQ(c.adopted(), Regime::ShortBeside);
-  EXPECT_EQ(c.regime(), Regime::ShortBeside);
+  EXPECT_EQ(c.adopted(), Regime::Beside);
+  EXPECT_EQ(c.regime(), Regime::Beside);
   EXPECT_GT(c.inflation_permille(), 1200u);
 }
 
 TEST_F(ControllerTest, TheBaselineIsMeasuredAgainOnceARefreshIsDueAndJudgesWhatFollows) {
   c = Controller(s);
-  ASSERT_TRUE(until(Regime::Beside, [](Regime) { return ms(5); }));
+  ASSERT_TRUE(until(Regime::Free, [](Regime) { return ms(5); }));
+  periods(16, ms(5));
+  ASSERT_EQ(c.adopted(), Regime::Free);
   now += ms(60'000);
   periods(16, ms(5));   // the window that ends after the refresh is due
   EXPECT_EQ(c.regime(), Regime::Held);
   // The service got slower on its own (longer requests): 8 held periods of 10 ms, twice the older
-  // baseline's median, replace it, and beside is judged against them (the old baseline would refuse
+  // baseline's median, replace it, and free is judged against them (the old baseline would refuse
   // it at once).
   periods(8, ms(10));
   EXPECT_EQ(c.baselines(), 2u);
-  EXPECT_EQ(c.adopted(), Regime::Beside);
+  EXPECT_EQ(c.adopted(), Regime::Free);
   EXPECT_EQ(c.baseline_quantile(50), ms(10));
   periods(16, ms(10));
-  EXPECT_EQ(c.adopted(), Regime::Beside);
+  EXPECT_EQ(c.adopted(), Regime::Free);
 }
 
 TEST_F(ControllerTest, ARefreshCloseToTheBaselineJoinsIt) {
@@ -168,7 +171,7 @@ TEST_F(ControllerTest, ARefreshCloseToTheBaselineJoinsIt) {
   EXPECT_EQ(c.baseline_quantile(75), ms(11) / 2);
 }
 
-TEST_F(ControllerTest, WithoutAPartitionTheLadderIsHoldShortBesideBeside) {
+TEST_F(ControllerTest, WithoutAPartitionTheLadderIsHoldShortBesideBesideFree) {
   s.partition = false;
   c = Controller(s);
   periods(16, ms(5));
@@ -197,6 +200,39 @@ TEST_F(ControllerTest, AWindowPastTheObjectiveAtTheBottomMeasuresTheBaselineAgai
   EXPECT_EQ(c.baselines(), 2u);
   EXPECT_EQ(c.baseline_quantile(50), ms(15) / 2);   // off by more than the objective: replaced
   EXPECT_EQ(c.regime(), Regime::Hold);              // and the climb goes on at once
+}
+
+// A time-sliced service: beside another context nothing runs at once, so its jobs either wait while
+// it is active or run as without FIKIT.
+TEST_F(ControllerTest, ATimeSlicedServicesLadderIsHoldAndFree) {
+  s.timesliced = true;
+  c = Controller(s);
+  EXPECT_EQ(c.regime(), Regime::Held);
+  periods(16, ms(5));
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_EQ(c.regime(), Regime::Free);   // straight from hold to free
+  periods(16, ms(5));
+  EXPECT_EQ(c.adopted(), Regime::Free);
+  // Free hurts it now (a GPU-bound job started): given up for hold at the window's end, never for
+  // a step it lacks.
+  periods(16, ms(8));
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_EQ(c.regime(), Regime::Hold);
+  EXPECT_EQ(c.drops(), 1u);
+}
+
+// Where free hurts, the ladder stops below it: a job that slows the service whenever it runs beside
+// it keeps the regime that protects it.
+TEST_F(ControllerTest, AServiceThatFreeHurtsStaysBelowIt) {
+  c = Controller(s);
+  const auto len = [](Regime r) { return r == Regime::Free ? ms(10) : ms(5); };
+  ASSERT_TRUE(until(Regime::Free, len));
+  periods(8, len);
+  EXPECT_EQ(c.adopted(), Regime::Beside);
+  EXPECT_EQ(c.regime(), Regime::Beside);
+  periods(16 * 40, len);   // 6.4 s: tried again after 2 s and 4 s, refused each time
+  EXPECT_EQ(c.adopted(), Regime::Beside);
+  EXPECT_EQ(c.trials(), c.climbs() + c.drops());
 }
 
 TEST_F(ControllerTest, ATopBelowBesideIsNeverPassed) {

@@ -91,6 +91,10 @@ class Daemon {
     o.settings.lease_ns = 300'000'000;
     o.settings.holder_quiet_ns = 10'000'000'000 / 100;   // 100 ms
     o.settings.min_unauthenticated_priority = reserved;
+    // The daemon's plumbing, not the services' controllers (policy_test.cpp's ControlTest): the jobs
+    // wait while a service is active, with no baseline window holding them at its start.
+    o.settings.regime_auto = false;
+    o.settings.fixed_regime = policy::Regime::Hold;
     return o;
   }
 

@@ -58,6 +58,10 @@ class PolicyTest : public ::testing::Test {
     settings.short_hold_ns = us(50);
     settings.lease_ns = 1'000'000'000;
     settings.holder_quiet_ns = us(5000);
+    // The rules below a service without its controller (ControlTest runs it): the jobs wait while
+    // it is active and fill its gaps.
+    settings.regime_auto = false;
+    settings.fixed_regime = Regime::Hold;
     Profile hp;
     hp[k1] = kernel(us(10), us(100));
     hp[k4] = kernel(us(10), us(4));
@@ -371,6 +375,7 @@ TEST_F(PolicyTest, WithoutPartitionsNothingGoesToOne) {
 class ControlTest : public PolicyTest {
  protected:
   ControlTest() {
+    settings.regime_auto = true;
     settings.controller.objective_permille = 1200;
     settings.controller.warmup = 0;
     settings.controller.window = 16;
@@ -396,7 +401,7 @@ TEST_F(ControlTest, ABaselineHoldsAnMpsJobWhileTheServiceRestsButNotForLong) {
   const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   const uint32_t ts = reg(T0, "lp", 5);
   EXPECT_EQ(state(mps), State::Hold);   // nothing of it in flight when the service's next period begins
-  EXPECT_EQ(state(ts), State::Run);     // time-sliced: no controller decides for it
+  EXPECT_EQ(state(ts), State::Hold);    // a time-sliced job too
   EXPECT_TRUE(status_of(hp, T0).controlled);
   EXPECT_EQ(status_of(hp, T0).regime, Regime::Held);
   timers_until(T0 + settings.controller.baseline_idle_max_ns);
@@ -446,44 +451,64 @@ TEST_F(ControlTest, APeriodThatRunsPastTheLimitDropsTheRegimeWhileItRuns) {
   EXPECT_EQ(policy().counters().regime_drops, 1u);
 }
 
-TEST_F(ControlTest, BelowTwoServicesAJobGetsTheTighterRegimeAndOnlyAnExposedServiceLearns) {
+TEST_F(ControlTest, BelowTwoServicesAJobGetsTheTighterRegime) {
   // a on MPS; b, below it, time-sliced: the job below both waits while either is active (hold).
   const uint32_t a = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), b = reg(T0, "mid", 1);
   const uint32_t mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   // a's first period comes after a longer rest than a baseline holds the job: not counted.
   uint64_t at = periods(a, T0 + us(600'000), 17, us(1000));
   ASSERT_EQ(status_of(a, at).regime, Regime::Hold);
-  at = periods(a, at, 16, us(1000));   // the job is under hold, a's trial: judged, adopted
+  at = periods(a, at, 16, us(1000));   // b and the job are under hold, a's trial: judged, adopted
   ASSERT_EQ(status_of(a, at).regime, Regime::Partition);
   EXPECT_EQ(status_of(a, at).regime_climbs, 1u);
+  // a's periods are judged through b, which runs under a's regime (time-sliced, the steps up to
+  // beside are hold to it); the job below both stays under b's hold, whatever a climbs to.
   at = periods(a, at, 40, us(1000));
-  // a's trial of partition tells nothing while b holds the job tighter: not judged.
-  EXPECT_EQ(status_of(a, at).regime, Regime::Partition);
-  EXPECT_EQ(status_of(a, at).regime_climbs, 1u);
+  EXPECT_GT(status_of(a, at).regime, Regime::Partition);
+  EXPECT_EQ(status_of(b, at).regime, Regime::Held);   // b has had no period: its baseline is still to come
   notify(at, a, k1, true);
-  EXPECT_EQ(last[mps].confine, 0);   // hold, b's
-  EXPECT_FALSE(status_of(b, at).controlled);
+  EXPECT_EQ(state(mps), State::Fill);
+  EXPECT_EQ(last[mps].confine, 0);
 }
 
-TEST_F(ControlTest, BelowATimeSlicedServiceAnMpsJobWaitsAndNoControllerRuns) {
-  // A service that is not an MPS client (fikit-run --backend timeslice): beside it the job's
-  // kernels would take its time slices, whatever regime.
-  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  EXPECT_FALSE(status_of(hp, T0).controlled);
-  EXPECT_EQ(state(mps), State::Run);   // no baseline holds it
-  const uint64_t at = periods(hp, T0 + us(100), 40, us(1000));
+TEST_F(ControlTest, BelowATimeSlicedServiceTheJobsWaitOrRunAsWithoutFikit) {
+  // A service that is not an MPS client (fikit-run --backend timeslice): beside it a job's kernels
+  // take its time slices, so its controller has two steps: hold, and free (as without FIKIT).
+  const uint32_t hp = reg(T0, "hp", 0), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps), ts = reg(T0, "lp", 5);
+  EXPECT_TRUE(status_of(hp, T0).controlled);
+  EXPECT_EQ(status_of(hp, T0).regime, Regime::Held);
+  uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
+  ASSERT_EQ(status_of(hp, at).adopted, Regime::Hold);
+  ASSERT_EQ(status_of(hp, at).regime, Regime::Free);   // the trial of the step above hold
+  notify(at, hp, k1, true);
+  for (uint32_t job : {mps, ts}) {
+    EXPECT_EQ(state(job), State::Run);                 // while the service is active
+    EXPECT_EQ(last[job].confine, protocol::kConfineFree);
+    EXPECT_EQ(last[job].bound_ns, UINT32_MAX);
+  }
+  send(at + us(1000), hp, protocol::Idle{kEnd});
+  at = periods(hp, at + us(3000), 15, us(1000));
+  EXPECT_EQ(status_of(hp, at).adopted, Regime::Free);
+  EXPECT_EQ(policy().counters().regime_climbs, 1u);
+  // Each job's periods now take 1.5x: free is given up for hold, and the jobs wait again.
+  at = periods(hp, at, 16, us(1500));
+  EXPECT_EQ(status_of(hp, at).adopted, Regime::Hold);
   notify(at, hp, k1, true);
   EXPECT_EQ(state(mps), State::Fill);
   EXPECT_EQ(last[mps].confine, 0);
-  EXPECT_EQ(last[mps].partition_pct, 0);
-  EXPECT_EQ(policy().counters().regime_trials, 0u);
-  // A fixed regime does not override it either.
+  EXPECT_EQ(last[ts].confine, 0);
+  // A fixed regime: below a time-sliced service only free differs from hold.
   settings.regime_auto = false;
-  settings.fixed_regime = Regime::Beside;
-  p.reset();
-  const uint32_t hp2 = reg(T0, "hp", 0), mps2 = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
-  notify(T0 + 1, hp2, k1, true);
-  EXPECT_EQ(last[mps2].confine, 0);
+  for (Regime fixed : {Regime::Beside, Regime::Free}) {
+    SCOPED_TRACE(to_string(fixed));
+    settings.fixed_regime = fixed;
+    p.reset();
+    last.clear();
+    const uint32_t hp2 = reg(T0, "hp", 0), mps2 = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+    notify(T0 + 1, hp2, k1, true);
+    EXPECT_EQ(state(mps2), fixed == Regime::Free ? State::Run : State::Fill);
+    EXPECT_EQ(last[mps2].confine, fixed == Regime::Free ? protocol::kConfineFree : 0);
+  }
 }
 
 TEST_F(ControlTest, AServiceMayStateItsOwnObjectiveAndAFixedRegimeRunsNoController) {
