@@ -19,7 +19,9 @@ LP=$!
 $RUN --mode share --task-key hp --priority 0 -- $INFER --requests $((D*200)) $HP > $W/hp.out 2> $W/hp.err
 wait $LP
 EXPIRED=$($B/scheduler/daemon/fikit-scheduler status --control $W/c.sock --verbose 2>&1 | grep -o 'lease expiries [0-9]*')
-$INFER --requests $((D*50)) $HP > $W/alone.out 2> $W/alone.err
+# Alone as the service runs beside the job: under fikit-run, the daemon up (the simulated device advances
+# when a process calls in; the hook's threads do, so a bare process would read slower).
+$RUN --mode share --task-key hp --priority 0 -- $INFER --requests $((D*50)) $HP > $W/alone.out 2> $W/alone.err
 kill ${pids[@]} 2>/dev/null; kill $DP; wait $DP 2>/dev/null
 echo "load loops $N, $D s: hp 'not answering' $(grep -c 'not answering' $W/hp.err), lp $(grep -c 'not answering' $W/lp.err); daemon: $EXPIRED"
 grep "not answering\|again" $W/hp.err $W/lp.err | head -5
