@@ -108,8 +108,8 @@ std::string service_line(const policy::TaskStatus& t) {
   if (t.inflation_permille == 0)
     return out + fmt::format("objective {:g}x, not judged yet; its jobs {}\n", objective, regime_words(t.regime));
   const double inflation = t.inflation_permille / 1000.0;
-  return out + fmt::format("its active periods at {:.2f}x of alone, objective {:g}x ({}); its jobs {}\n", inflation,
-                           objective, t.inflation_permille <= t.objective_permille ? "within it" : "over it: stepping back",
+  return out + fmt::format("its requests at {:.2f}x of alone (median, queueing included), objective {:g}x ({}); its "
+                           "jobs {}\n", inflation, objective, t.inflation_within ? "kept" : "missed: stepping back",
                            regime_words(t.regime));
 }
 
@@ -282,6 +282,7 @@ std::string format_json(const DaemonSnapshot& s) {
                        {"regime", policy::to_string(t.regime)},
                        {"regime_adopted", policy::to_string(t.adopted)}, {"objective", t.objective_permille / 1000.0},
                        {"inflation", t.inflation_permille / 1000.0}, {"inflation_overrun", t.inflation_overrun},
+                       {"inflation_within", t.inflation_within},
                        {"baseline_period_ns", t.baseline_period_ns},
                        {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
                        {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns}, {"memory_used", t.memory_used},

@@ -75,13 +75,10 @@ bool Controller::tail_within() const {
 }
 
 void Controller::judge_inflation() {
-  uint32_t worst = 0;
-  for (unsigned pct : {50u, 75u}) {
-    const uint64_t b = baseline_quantile(pct), w = sample_quantile(window_, n_, pct);
-    if (b != 0) worst = std::max<uint32_t>(worst, uint32_t(std::min<uint64_t>(w * 1000 / b, UINT32_MAX)));
-  }
-  inflation_ = worst;
+  const uint64_t b = baseline_quantile(50), w = sample_quantile(window_, n_, 50);
+  inflation_ = b == 0 ? 0 : uint32_t(std::min<uint64_t>(w * 1000 / b, UINT32_MAX));
   overran_ = false;
+  within_ = within(50) && within(75) && tail_within();
 }
 
 uint64_t Controller::limit_ns() const {
@@ -124,6 +121,7 @@ void Controller::on_overrun(uint64_t now) {
   if (phase_ == Phase::Baseline) return;
   inflation_ = std::max(inflation_, s_.objective_permille * 4);
   overran_ = true;
+  within_ = false;
   refuse(now);
 }
 
@@ -157,12 +155,13 @@ void Controller::on_period(uint64_t now, uint64_t len) {
   window_[n_++] = len;
   if (phase_ == Phase::Trial && n_ == s_.early_judge && !within(50)) {
     judge_inflation();
+    within_ = false;
     refuse(now);
     return;
   }
   if (n_ < s_.window) return;
   judge_inflation();
-  const bool ok = within(50) && within(75) && tail_within();
+  const bool ok = within_;
   // Faster than the baseline by more than the objective: the baseline is what is off (a service
   // still warming up, or one whose requests got shorter). Measure it again before going on.
   if (ok && uint64_t(inflation_) * s_.objective_permille < 1000ull * 1000) {

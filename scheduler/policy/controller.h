@@ -68,9 +68,11 @@ class Controller {
   uint64_t limit_ns() const;
   // A period under way passed limit_ns(): the step is refused at once.
   void on_overrun(uint64_t now);
-  // The last judged window against the baseline: the larger of the median and upper-quartile
-  // ratios, permille (0: none judged yet).
+  // The last judged window against the baseline: its median over the baseline's, permille (0:
+  // none judged yet): what the service's clients' median wait is, against alone.
   uint32_t inflation_permille() const { return inflation_; }
+  // Whether that window kept the objective: its median, its upper quartile and its tail.
+  bool within_objective() const { return within_; }
   // Whether inflation_permille() is the limit a period ran past (4x the objective), not a measured
   // window: said as such, never as a measurement.
   bool inflation_overran() const { return overran_; }
@@ -109,7 +111,7 @@ class Controller {
   uint32_t n_ = 0, warmup_left_ = 0;
   uint64_t phase_since_ = 0, last_refresh_ = 0, next_trial_ = 0, pause_ = 0;
   uint32_t inflation_ = 0;
-  bool overran_ = false;
+  bool overran_ = false, within_ = false;
   uint64_t trials_ = 0, climbs_ = 0, drops_ = 0, baselines_ = 0, held_ns_ = 0;
 };
 

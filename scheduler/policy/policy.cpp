@@ -501,10 +501,11 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
     if (t.active && t.period.valid && !(t.idle_at != 0 && t.period.last_idle != 0)) {
       const uint64_t limit = t.controller.limit_ns();
       if (limit != UINT64_MAX && t.period.regime == t.controller.regime()) {
-        if (now - std::min(now, t.period.start) >= limit) {
+        // Counted from its request's estimated arrival, as it is judged.
+        if (now - std::min(now, t.period.arrival) >= limit) {
           overrun(now, t);
         } else {
-          wake_at(t.period.start + limit);
+          wake_at(t.period.arrival + limit);
         }
       }
     }
@@ -608,6 +609,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.objective_permille = t.controller.objective_permille();
     s.inflation_permille = t.controller.inflation_permille();
     s.inflation_overrun = t.controller.inflation_overran();
+    s.inflation_within = t.controller.within_objective();
     s.baseline_period_ns = t.controller.baseline_quantile(50);
     s.regime_trials = t.controller.trials();
     s.regime_climbs = t.controller.climbs();

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "controller.h"
+#include "request_estimate.h"
 #include "kernel_rules.h"
 #include "memory_size.h"
 #include "protocol.h"
@@ -187,6 +188,7 @@ struct TaskStatus {
   Regime regime = Regime::Held, adopted = Regime::Held;   // in force (a trial's, a baseline's); adopted
   uint32_t objective_permille = 0, inflation_permille = 0;
   bool inflation_overrun = false;    // inflation_permille is the limit a period ran past, not a measurement
+  bool inflation_within = false;     // the last judged window kept the objective (its median, upper quartile and tail)
   uint64_t baseline_period_ns = 0;
   uint64_t regime_trials = 0, regime_climbs = 0, regime_drops = 0, held_ns = 0;
   // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
@@ -257,6 +259,7 @@ class Policy {
   // controller: counted when one regime was in force throughout and a task below was exposed to it.
   struct Period {
     uint64_t start = 0, last_idle = 0;   // last_idle 0: no idle yet
+    uint64_t arrival = 0;                // its request's estimated arrival (request_estimate.h)
     bool valid = false;
     Regime regime = Regime::Held;
   };
@@ -283,8 +286,9 @@ class Policy {
     uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
     IdleHistory idle_history;        // how long its recent idle periods lasted
     uint32_t objective_permille = 0;   // as it registered (0: the daemon's)
-    Controller controller;           // what the MPS tasks below it may do (while it has any)
+    Controller controller;           // what the tasks below it may do (while it has any)
     Period period;
+    RequestEstimate requests;        // its periods as its clients wait for them
     std::optional<Wanted> want;      // blocked on this launch
     protocol::Directive directive;   // last sent
     uint16_t bell_slot = protocol::kNoBellSlot;

@@ -41,7 +41,8 @@ void Policy::begin_period(Task& t, uint64_t launched) {
   // A baseline period counts only when the tasks below were held all through the rest before it.
   const bool held_rest = r != Regime::Held || launched - std::min(launched, t.inactive_since) <
                                                   settings_.controller.baseline_idle_max_ns;
-  t.period = Period{launched, 0, controlled(t) && held_rest, r};
+  const uint64_t arrival = t.requests.begin(launched);
+  t.period = Period{launched, 0, arrival, controlled(t) && held_rest, r};
 }
 
 bool Policy::share_below(const Task& t) const {
@@ -69,12 +70,17 @@ void Policy::overrun(uint64_t now, Task& t) {
 // held them tighter: then it tells nothing of this one).
 void Policy::end_period(uint64_t now, Task& t) {
   Period& p = t.period;
+  // Every period goes to the estimate (the next one's queueing depends on it), a silent one at its
+  // silence.
+  const uint64_t response = t.requests.end(p.last_idle != 0 ? p.last_idle : std::max(t.inactive_since, p.start));
   const bool valid = p.valid && p.last_idle >= p.start && p.last_idle != 0 && controlled(t) &&
                      p.regime == t.controller.regime() && exposed(now, t);
   p.valid = false;
   if (!valid) return;
   const Controller before = t.controller;
-  t.controller.on_period(now, p.last_idle - p.start);
+  // Judged as its clients wait: the request's estimated response, queueing behind the one before
+  // included, not the period alone.
+  t.controller.on_period(now, response);
   count_controller(before, t.controller);
 }
 

@@ -96,8 +96,10 @@ ROUNDS = 3
 
 CASES = {
     # HP flags, LP flags, HP requests, device sharing
+    # (Under hold, the bound at each return is what is checked; the default's controller also tries
+    # free now and then, whose periods e2e timesliced_free checks on these shapes.)
     "interference": (["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"],
-                     ["--kernel-us", "50", "--sync-every", "100"], 300, "timeslice"),
+                     ["--kernel-us", "50", "--sync-every", "100"], 300, "timeslice", ["--regime", "hold"]),
     # (Gap fills are what hold does: the controller would let this job run free, as e2e timesliced_free shows.)
     "gap_fill": (["--kernels", "20", "--kernel-us", "5", "--cpu-us", "1000", "--think-us", "500"],
                  ["--kernel-us", "100", "--sync-every", "50"], 100, "timeslice", ["--regime", "hold"]),
@@ -543,7 +545,7 @@ def lp_kernels(env):
 
 def fresh_job(env):
     """Engine v5, trust v4 N1: a job is scheduled from its first launch, whatever its key or mode."""
-    hp_flags, lp_flags, requests, _ = CASES["interference"]
+    hp_flags, lp_flags, requests, _ = CASES["interference"][:4]
     run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp_flags, "measure HP")
     env.start_daemon()
     hp_plain = [env.a.infer, "--requests", str(requests)] + hp_flags
@@ -629,7 +631,7 @@ def relearn(env):
 
 
 def two_gpus(env):
-    hp_flags, lp_flags, requests, _ = CASES["interference"]
+    hp_flags, lp_flags, requests, _ = CASES["interference"][:4]
     measure(env, hp_flags, lp_flags)
     env.start_daemon()
     hp_cmd = env.fikit("share", "hp", 0) + [env.a.infer, "--requests", str(requests)] + hp_flags

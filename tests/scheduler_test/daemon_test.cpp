@@ -1418,9 +1418,13 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   const std::string text = scheduler::format_text(s);
   EXPECT_NE(text.find("short-beside 1.07x/1.2x"), std::string::npos) << text;
   const std::string summary = scheduler::format_summary(s);
-  EXPECT_NE(summary.find("service svc (task 1, pid 0): idle; its active periods at 1.07x of alone, objective 1.2x "
-                         "(within it); its jobs short kernels beside it, the rest on an SM partition"),
+  EXPECT_NE(summary.find("service svc (task 1, pid 0): idle; its requests at 1.07x of alone (median, queueing "
+                         "included), objective 1.2x (missed: stepping back); its jobs short kernels beside it, the "
+                         "rest on an SM partition"),
             std::string::npos) << summary;
+  // Kept or missed is the window's whole judgement (its upper quartile and tail too), not the median.
+  s.domains[0].tasks[0].inflation_within = true;
+  EXPECT_NE(scheduler::format_summary(s).find("objective 1.2x (kept)"), std::string::npos);
   // A period that ran past the limit is said as such, never as a measured 4.80x.
   s.domains[0].tasks[0].inflation_permille = 4800;
   s.domains[0].tasks[0].inflation_overrun = true;
