@@ -12,8 +12,9 @@ uint64_t RequestEstimate::begin(uint64_t start) {
     mean_interval_ns_ = mean_interval_ns_ == 0 ? interval : mean_interval_ns_ + (interval - mean_interval_ns_) / 32;
   }
   uint64_t arrival = start;
-  if (ended_ && start >= prev_end_ && start - prev_end_ <= kQueuedGapNs && prev_end_ > prev_arrival_ &&
-      mean_interval_ns_ > 0) {
+  // (The end is when the daemon heard of it, a little after it: a queued request may seem to begin
+  // before the previous one ended.)
+  if (ended_ && start <= prev_end_ + kQueuedGapNs && prev_end_ > prev_arrival_ && mean_interval_ns_ > 0) {
     // Queued: the first arrival after the previous one, given that it came before that one ended.
     const double span = double(prev_end_ - prev_arrival_), x = span / mean_interval_ns_;
     const double expected = x < 1e-6 ? span / 2 : mean_interval_ns_ - span * std::exp(-x) / -std::expm1(-x);
