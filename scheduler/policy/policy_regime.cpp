@@ -72,7 +72,8 @@ void Policy::end_period(uint64_t now, Task& t) {
   Period& p = t.period;
   // Every period goes to the estimate (the next one's queueing depends on it), a silent one at its
   // silence.
-  const uint64_t response = t.requests.end(p.last_idle != 0 ? p.last_idle : std::max(t.inactive_since, p.start));
+  const uint64_t response = p.last_idle != 0 ? t.requests.end(p.last_idle)
+                                             : t.requests.end(std::max(t.inactive_since, p.start), false);
   const bool valid = p.valid && p.last_idle >= p.start && p.last_idle != 0 && controlled(t) &&
                      p.regime == t.controller.regime() && exposed(now, t);
   p.valid = false;

@@ -26,11 +26,11 @@ uint64_t RequestEstimate::begin(uint64_t start) {
   return arrival;
 }
 
-uint64_t RequestEstimate::end(uint64_t end) {
+uint64_t RequestEstimate::end(uint64_t end, bool by_idle) {
   end = std::max(end, start_);
   prev_arrival_ = arrival_;
   prev_end_ = end;
-  ended_ = true;
+  ended_ = by_idle;
   return end - arrival_;
 }
 

@@ -24,8 +24,9 @@ class RequestEstimate {
   // arrived (at or before `start`).
   uint64_t begin(uint64_t start);
   // The period begun last ended at `end`: returns the request's estimated response time (end -
-  // arrival).
-  uint64_t end(uint64_t end);
+  // arrival). `by_idle`: it ended at a synchronisation; one that ended by silence (the daemon stopped
+  // hearing of it) says nothing of when it drained, and no period after it counts as queued behind it.
+  uint64_t end(uint64_t end, bool by_idle = true);
   uint64_t arrival() const { return arrival_; }
   // A period beginning this soon after the previous one ended was queued behind it: a server's own
   // turnaround between two requests (its host work after one and before the next) is less.

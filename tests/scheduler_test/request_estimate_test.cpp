@@ -125,6 +125,9 @@ TEST(RequestEstimate, AQueuedRequestArrivedBetweenThePreviousArrivalAndItsEnd) {
   // The daemon hears of an end a little after it: a request queued behind it may seem to begin before.
   e.end(next + kMs + 40 * kMs);
   EXPECT_LT(e.begin(next + kMs + 40 * kMs - 80 * kUs), next + kMs + 40 * kMs - 80 * kUs);
+  // One that ended by silence, not at a synchronisation: nothing after it was queued behind it.
+  e.end(next + 50 * kMs, false);
+  EXPECT_EQ(e.begin(next + 50 * kMs + 10 * kUs), next + 50 * kMs + 10 * kUs);
 }
 
 }  // namespace
