@@ -19,13 +19,10 @@ LP=$!
 $RUN --mode share --task-key hp --priority 0 -- $INFER --requests $((D*200)) $HP > $W/hp.out 2> $W/hp.err
 wait $LP
 EXPIRED=$($B/scheduler/daemon/fikit-scheduler status --control $W/c.sock --verbose 2>&1 | grep -o 'lease expiries [0-9]*')
-# Alone as the service runs beside the job: under fikit-run, the daemon up (the simulated device advances
-# when a process calls in; the hook's threads do, so a bare process would read slower).
-$RUN --mode share --task-key hp --priority 0 -- $INFER --requests $((D*50)) $HP > $W/alone.out 2> $W/alone.err
 kill ${pids[@]} 2>/dev/null; kill $DP; wait $DP 2>/dev/null
 echo "load loops $N, $D s: hp 'not answering' $(grep -c 'not answering' $W/hp.err), lp $(grep -c 'not answering' $W/lp.err); daemon: $EXPIRED"
 grep "not answering\|again" $W/hp.err $W/lp.err | head -5
 p50() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])['jct_us']['p50'])" "$1"; }
-echo "service p50: beside the job under FIKIT $(p50 $W/hp.out) us; alone on the same host $(p50 $W/alone.out) us"
+echo "service p50 beside the job under FIKIT: $(p50 $W/hp.out) us"
 tail -c 300 $W/hp.out; echo; echo $W
 rm -f /dev/shm/fikit-busy-$PORT /dev/shm/fikit-bell-$PORT
