@@ -580,14 +580,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
   std::vector<TaskStatus> out;
   for (const auto& [id, t] : tasks_) {
     TaskStatus s;
-    s.id = id;
-    s.pid = t.pid;
-    s.key = t.key;
-    s.priority = t.priority;
-    s.requested_priority = t.requested_priority;
-    s.mode = t.mode;
-    s.backend = t.backend;
-    s.authenticated = t.authenticated;
+    static_cast<TaskIdentity&>(s) = t;
     s.active = t.active;
     s.waiting = t.want.has_value();
     s.directive = t.directive;
@@ -615,10 +608,6 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.regime_climbs = t.controller.climbs();
     s.regime_drops = t.controller.drops();
     s.held_ns = t.controller.held_ns();
-    s.memory_used = t.memory_used;
-    s.memory_limit = t.memory_limit;
-    s.memory_total = t.memory_total;
-    s.memory_refusals = t.memory_refusals;
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

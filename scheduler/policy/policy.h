@@ -165,13 +165,23 @@ struct WaitHistogram {
 // The bell board's slots (protocol::kBellSlots), one per task: the domains of one daemon share them.
 using BellSlots = std::array<bool, protocol::kBellSlots>;
 
-struct TaskStatus {
+// Who a task is and what it holds, as the policy keeps it and its status row shows it: one
+// declaration for both.
+struct TaskIdentity {
   uint32_t id = 0, pid = 0;
   std::string key;
-  int priority = 0, requested_priority = 0;
+  int priority = 0, requested_priority = 0;   // in force (capped without the key), and as asked
   protocol::TaskMode mode = protocol::TaskMode::Share;
   protocol::Backend backend = protocol::Backend::TimeSlice;
-  bool authenticated = false, active = false, waiting = false;
+  bool authenticated = false;
+  // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
+  // GPU's size as it reported it, and the allocations it refused over its cap.
+  uint64_t memory_used = 0, memory_limit = 0, memory_total = 0;
+  uint32_t memory_refusals = 0;
+};
+
+struct TaskStatus : TaskIdentity {
+  bool active = false, waiting = false;
   protocol::Directive directive;
   uint64_t fills = 0, notifications = 0, wants = 0;
   // Of its time since it registered, the share in Run (nothing above it active), permille: what a
@@ -191,10 +201,6 @@ struct TaskStatus {
   bool inflation_within = false;     // the last judged window kept the objective (its median, upper quartile and tail)
   uint64_t baseline_period_ns = 0;
   uint64_t regime_trials = 0, regime_climbs = 0, regime_drops = 0, held_ns = 0;
-  // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
-  // allocations it refused over its cap, and the GPU's size as it reported it.
-  uint64_t memory_used = 0, memory_limit = 0, memory_total = 0;
-  uint32_t memory_refusals = 0;
 };
 
 class Policy {
@@ -268,13 +274,7 @@ class Policy {
     bool known = false;   // the daemon has a profile for it: it may fill gaps
     uint64_t since = 0;   // the first want of this wait
   };
-  struct Task {
-    uint32_t id = 0, pid = 0;
-    std::string key;
-    int priority = 5, requested_priority = 5;
-    protocol::TaskMode mode = protocol::TaskMode::Share;
-    protocol::Backend backend = protocol::Backend::TimeSlice;
-    bool authenticated = false;
+  struct Task : TaskIdentity {
     std::shared_ptr<const Profile> profile;
     uint32_t busy_pct = 0;           // busy_percent(*profile)
     uint64_t last_heard = 0;
@@ -298,8 +298,6 @@ class Policy {
     // Run and in all, up to it.
     uint64_t state_since = 0, run_ns = 0, stated_ns = 0;
     WaitHistogram waits;
-    uint64_t memory_total = 0, memory_limit = 0, memory_used = 0;
-    uint32_t memory_refusals = 0;
     // Memory caps in force: the last one its hook said it applies, and the largest sent since (0:
     // none pending). Until the hook confirms, the task may hold any of them (memory_committed).
     uint64_t cap_confirmed = 0, cap_pending = 0, cap_sent_at = 0;
