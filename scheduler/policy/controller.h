@@ -58,7 +58,12 @@ class Controller {
   explicit Controller(const ControllerSettings& s);
 
   // The regime the tasks below are under now.
-  Regime regime() const { return phase_ == Phase::Baseline ? Regime::Held : phase_ == Phase::Trial ? trial_ : adopted_; }
+  // (During the service's warm-up periods, which are not counted, the tasks below are not held:
+  // only the last one, whose rest must leave the first counted period clean.)
+  Regime regime() const {
+    if (phase_ == Phase::Baseline) return warmup_left_ > 1 ? adopted_ : Regime::Held;
+    return phase_ == Phase::Trial ? trial_ : adopted_;
+  }
   Regime adopted() const { return adopted_; }
   // A period ended, `len` long, under regime() from its start to its end, with a task below
   // exposed to it. Decides the next regime.

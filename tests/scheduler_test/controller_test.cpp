@@ -246,7 +246,13 @@ TEST_F(ControllerTest, ATopBelowBesideIsNeverPassed) {
 TEST_F(ControllerTest, AServicesFirstPeriodsAreNotItsBaseline) {
   s.warmup = 8;
   c = Controller(s);
-  periods(8, ms(50));   // start-up: lazy loading, autotuning
+  // Start-up (lazy loading, autotuning): not counted, and the tasks below are not held for it,
+  // but for the rest after its last period (the first counted one must find nothing of theirs).
+  EXPECT_EQ(c.regime(), Regime::HoldNarrow);
+  periods(7, ms(50));
+  EXPECT_EQ(c.regime(), Regime::Held);
+  periods(1, ms(50));
+  EXPECT_EQ(c.baselines(), 0u);
   periods(16, ms(5));
   EXPECT_EQ(c.baselines(), 1u);
   EXPECT_EQ(c.baseline_quantile(75), ms(5));
