@@ -117,7 +117,8 @@ for job, title, hp_key, service in (("long", "long holds", "demo-hp", "alone-hp"
         if hp.get("inflation_overrun"):
             measured = "a period ran past 4x its objective"
         elif hp.get("inflation"):
-            measured = "its last window of periods %.2fx of its baseline" % hp["inflation"]
+            measured = "its requests' median in its last window %.2fx of its baseline, %s" % (
+                hp["inflation"], "kept" if hp.get("inflation_within") else "missed")
         else:
             measured = "no window judged yet"
         notes.append("FIKIT's controller beside the %s job: %s (%s, objective %.2gx; %d trials, %d climbs, %d drops)" % (
