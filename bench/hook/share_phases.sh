@@ -12,9 +12,11 @@
 # --mode measure: the job runs in measure mode instead of share mode.
 # --variant 'K=V ...': run the job once per variant with these settings in its environment (say,
 # FIKIT_MEASURE_UNIT=window against =iteration), interleaved with the builds; default: one, none.
+# --daemon 'ARGS': fikit-scheduler's settings, e.g. '--regime hold' (the job's launches then take the
+# same path in builds whose controllers differ).
 #
 #   bench/hook/share_phases.sh [--reps 3] [--idle-hp] [--cpu-us 0] [--mode share] [--variant 'K=V ...']...
-#                              BUILD_DIR [BUILD_DIR ...]
+#                              [--daemon 'ARGS'] BUILD_DIR [BUILD_DIR ...]
 #
 # BUILD_DIR is a CMake build of this project (for an older commit: git worktree add, then build the
 # targets fikit_hook fikit-run fikit-scheduler fikit-example-train fikit-example-infer fikit_simcuda).
@@ -25,6 +27,7 @@ idle_hp=0
 cpu_us=0
 job_mode=share
 variants=()
+daemon_args=""
 builds=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,7 +36,8 @@ while [ $# -gt 0 ]; do
     --cpu-us) cpu_us=$2; shift 2 ;;
     --mode) job_mode=$2; shift 2 ;;
     --variant) variants+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --daemon) daemon_args=$2; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "share_phases: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) builds+=("$1"); shift ;;
   esac
@@ -71,7 +75,8 @@ for rep in $(seq 1 "$reps"); do
       name=fikit-share-phases-$$-$port
       (
         export LD_LIBRARY_PATH=$b/tests/simgpu FIKIT_SIMGPU_NAME=$name FIKIT_STATS=1
-        "$b/scheduler/daemon/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/$port.db" \
+        # shellcheck disable=SC2086 # the daemon's settings, split on spaces
+        "$b/scheduler/daemon/fikit-scheduler" --listen "127.0.0.1:$port" --db "$work/$port.db" $daemon_args \
           > "$work/$port.daemon" 2>&1 &
         daemon=$!
         hp=
