@@ -234,7 +234,7 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   per_service("fikit_service_objective_ratio", "The service's objective: its periods at most this multiple of its baseline.",
               [](const KeyTotals& k) { return k.objective / 1000.0; });
   per_service("fikit_service_inflation_ratio",
-              "The service's last judged window: its periods' median or upper quartile over its baseline's, the larger (0: none yet).",
+              "The service's last judged window: its requests' median response (queueing included) over its baseline's (0: none yet).",
               [](const KeyTotals& k) { return k.inflation / 1000.0; });
   per_service("fikit_service_regime", "What the tasks below the service may do: 0 held, 1 hold-narrow, 2 hold, 3 partition, 4 short-beside, 5 beside, 6 free.",
               [](const KeyTotals& k) { return k.regime; });

@@ -108,9 +108,15 @@ std::string service_line(const policy::TaskStatus& t) {
   if (t.inflation_permille == 0)
     return out + fmt::format("objective {:g}x, not judged yet; its jobs {}\n", objective, regime_words(t.regime));
   const double inflation = t.inflation_permille / 1000.0;
-  return out + fmt::format("its requests at {:.2f}x of alone (median, queueing included), objective {:g}x ({}); its "
-                           "jobs {}\n", inflation, objective, t.inflation_within ? "kept" : "missed: stepping back",
-                           regime_words(t.regime));
+  out += fmt::format("its requests at {:.2f}x of alone (median, queueing included), objective {:g}x ({}); its "
+                     "jobs {}\n", inflation, objective, t.inflation_within ? "kept" : "missed: stepping back",
+                     regime_words(t.regime));
+  // Under MPS, a service whose jobs can only wait beside it gets nothing from being an MPS client
+  // and may pay for it; time-sliced, its controller could try free (the GPU's own time slices).
+  if (t.backend == protocol::Backend::Mps && t.adopted <= policy::Regime::Hold && t.regime_drops >= 2)
+    out += "    as an MPS client it gains nothing now (every step above hold was given up): started with "
+           "`fikit-run --backend timeslice` it would pay no MPS cost, and its controller could try `free`\n";
+  return out;
 }
 
 // A job: whether it runs, waits or shares, what it got, and its memory.

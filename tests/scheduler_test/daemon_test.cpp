@@ -1425,6 +1425,16 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   // Kept or missed is the window's whole judgement (its upper quartile and tail too), not the median.
   s.domains[0].tasks[0].inflation_within = true;
   EXPECT_NE(scheduler::format_summary(s).find("objective 1.2x (kept)"), std::string::npos);
+  // An MPS client whose jobs can only wait beside it is told what it pays MPS for; not while a step
+  // above hold stands, nor time-sliced.
+  EXPECT_EQ(scheduler::format_summary(s).find("gains nothing"), std::string::npos);
+  s.domains[0].tasks[0].backend = protocol::Backend::Mps;
+  s.domains[0].tasks[0].adopted = policy::Regime::HoldNarrow;
+  s.domains[0].tasks[0].regime_drops = 3;
+  EXPECT_NE(scheduler::format_summary(s).find("as an MPS client it gains nothing now"), std::string::npos);
+  s.domains[0].tasks[0].backend = protocol::Backend::TimeSlice;
+  EXPECT_EQ(scheduler::format_summary(s).find("gains nothing"), std::string::npos);
+  s.domains[0].tasks[0].backend = protocol::Backend::Mps;
   // A period that ran past the limit is said as such, never as a measured 4.80x.
   s.domains[0].tasks[0].inflation_permille = 4800;
   s.domains[0].tasks[0].inflation_overrun = true;
