@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "address.h"
+#include "bell.h"
 #include "hash.h"
 #include "hook_settings.h"
 #include "log.h"
@@ -162,7 +163,7 @@ Config parse() noexcept {
   read_path("FIKIT_SHARE_STATS", cfg.share_stats_path, sizeof cfg.share_stats_path);
   read_path("FIKIT_BELL", cfg.bell_path, sizeof cfg.bell_path);
   if (cfg.bell_path[0] == '\0')
-    std::snprintf(cfg.bell_path, sizeof cfg.bell_path, "/dev/shm/fikit-bell-%u", unsigned(cfg.scheduler_port));
+    std::snprintf(cfg.bell_path, sizeof cfg.bell_path, "%s", protocol::default_bell_path(cfg.scheduler_port).c_str());
   uint32_t stats = 0;
   read_number("FIKIT_STATS", stats);
   cfg.stats = stats != 0;

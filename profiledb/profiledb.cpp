@@ -359,19 +359,24 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-bool is_link(const std::string& path) {
-  struct stat st;
-  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
-}
-
 // A database, its log or its index that is a symbolic link is refused: a link lets whoever could
 // make it choose which file FIKIT's processes write (a root process created its database at a
 // dangling link's target), or, at the log, keeps every process from opening the database.
+// Anything there but a plain file is refused too: opening a FIFO blocks until someone writes to it,
+// which would hang every program that reads its profile (the hook does, at its first launch).
 void refuse_links(const std::string& path) {
-  for (const char* suffix : {"", "-wal", "-shm"})
-    if (is_link(path + suffix))
-      throw DbError(DbError::Kind::Io, path + suffix + " is a symbolic link: refused (a link lets whoever made it "
-                                       "choose the file FIKIT writes); remove it, or give the real path");
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string file = path + suffix;
+    const std::string mend = *suffix == '\0' ? "remove it, or give the real path" : "remove it (SQLite makes it again)";
+    struct stat st;
+    if (::lstat(file.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode))
+      throw DbError(DbError::Kind::Io, file + " is a symbolic link: refused (a link lets whoever made it choose the "
+                                       "file FIKIT writes); " + mend);
+    if (!S_ISREG(st.st_mode))
+      throw DbError(DbError::Kind::Io, file + " is not a plain file (a FIFO, a device or a folder): refused (opening "
+                                       "it could block every program that reads it); " + mend);
+  }
 }
 
 // Creates the database file itself, not following a link, before SQLite opens it: in a folder others

@@ -87,7 +87,7 @@ inline constexpr Setting kHookSettings[] = {
     {"FIKIT_SHARE_STATS", nullptr, Kind::Path, 1, 511, 0, nullptr, "", "a file: share mode's statistics appended at exit"},
     {"FIKIT_TRACE_IDS", nullptr, Kind::Path, 1, 511, 0, nullptr, "", "a file: one line per new kernel ID (debugging)"},
     {"FIKIT_BELL", nullptr, Kind::Path, 1, 511, 0, nullptr, "",
-     "the daemon's bell board, or off (unset: /dev/shm/fikit-bell-PORT)"},
+     "the daemon's bell board, or off (unset: /dev/shm/fikit-bell-PORT; a job watches the usual one whatever this says)"},
     {"FIKIT_CUPTI_PATH", nullptr, Kind::Path, 1, 511, 0, nullptr, "",
      "the libcupti to load first (then libcupti.so.13, libcupti.so, /usr/local/cuda's)"},
     {"FIKIT_NOTIFY_SPIN_US", nullptr, Kind::Number, 0, 100000, 200, nullptr, "us",

@@ -303,11 +303,19 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     // The bell of this daemon (a restarted one makes a new board). A board once mapped stays
     // mapped: launching threads may be reading it.
     protocol::BellBoard* board = bell_.load();
-    if ((board == nullptr || board->epoch != m.header.epoch) && opts_.bell_path[0] != '\0' &&
-        std::strcmp(opts_.bell_path, "off") != 0 && unconfirmed_rings_.load() < kMaxUnconfirmedRings)
-    {
+    // A job watches the daemon's bell whatever its environment says ("off", or a path where no board
+    // of this daemon is): how soon it stops for a returning service is part of being scheduled, not
+    // its own setting. Only a service (priority 0) may go without.
+    const bool off = opts_.bell_path[0] == '\0' || std::strcmp(opts_.bell_path, "off") == 0;
+    const bool job = r->priority > 0;
+    if ((board == nullptr || board->epoch != m.header.epoch) && (!off || job) &&
+        unconfirmed_rings_.load() < kMaxUnconfirmedRings) {
       bool writable = false;
-      protocol::BellBoard* mapped = protocol::map_bell(opts_.bell_path, m.header.epoch, &writable);
+      protocol::BellBoard* mapped = off ? nullptr : protocol::map_bell(opts_.bell_path, m.header.epoch, &writable);
+      if (mapped == nullptr && job) {
+        const std::string usual = protocol::default_bell_path(opts_.port);
+        if (off || usual != opts_.bell_path) mapped = protocol::map_bell(usual, m.header.epoch, &writable);
+      }
       ring_board_.store(writable ? mapped : nullptr, std::memory_order_release);
       bell_.store(mapped, std::memory_order_release);
     }

@@ -178,8 +178,11 @@ void Controller::on_period(uint64_t now, uint64_t len) {
   } else {
     begin(now, Phase::Steady);
   }
-  // Either program may have changed since the baseline: measure it afresh now and then.
-  if (now - last_refresh_ >= s_.refresh_every_ns) {
+  // Either program may have changed since the baseline: measure it afresh now and then. The first
+  // refresh comes sooner: a first baseline taken while the host or the daemon was slow (a busy
+  // start, a huge profile being read) reads every window after it as faster than alone.
+  const uint64_t refresh = baselines_ == 1 ? std::min(kFirstRefreshNs, s_.refresh_every_ns) : s_.refresh_every_ns;
+  if (now - last_refresh_ >= refresh) {
     begin(now, Phase::Baseline);
     return;
   }

@@ -96,6 +96,7 @@ class Controller {
   static constexpr size_t kBaselineRing = 32;
   static constexpr size_t kWindowMax = 64;
   static constexpr uint64_t kBottomRefreshNs = 10'000'000'000;   // a baseline again after a window past the objective at the bottom
+  static constexpr uint64_t kFirstRefreshNs = 10'000'000'000;    // the first baseline is measured again this soon
   bool is_step(Regime r) const;       // a step of this service's ladder
   Regime step_up(Regime r) const;     // the next more generous step (r when none)
   Regime step_down(Regime r) const;   // the next more protective step, never Held (r when none)

@@ -4,6 +4,7 @@
 #include <map>
 #include <sqlite3.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -159,6 +160,32 @@ TEST_F(DbTest, ALinkAtTheDatabaseOrItsLogIsRefusedAndNothingIsWrittenThrough) {
     EXPECT_NE(std::string(e.what()).find("-wal is a symbolic link: refused"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(std::filesystem::exists(target));
+}
+
+// Found by an independent review: a FIFO planted at the database's path blocked every hooked
+// program in open() at its first launch, deaf to SIGTERM, and the daemon's profile reader with it.
+// Whatever is there but a plain file is refused at once, in every mode, saying what to do.
+TEST_F(DbTest, AFifoAtTheDatabaseOrItsLogIsRefusedAtOnce) {
+  const std::string fifo = (dir_ / "fifo.db").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0666), 0);
+  for (const Database::Open how : {Database::Open::Create, Database::Open::ReadWrite, Database::Open::ReadOnly}) {
+    try {
+      Database db(fifo, how);   // before the fix: blocked here for good
+      ADD_FAILURE() << "a FIFO at the database's path was opened";
+    } catch (const DbError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a plain file"), std::string::npos) << e.what();
+    }
+  }
+  { Database db(path_, Database::Open::Create); db.add_run("t", "", {}, {sample(1, 10, 1, 0)}, {}); }
+  std::filesystem::remove(path_ + "-wal");
+  ASSERT_EQ(::mkfifo((path_ + "-wal").c_str(), 0666), 0);
+  try {
+    Database db(path_, Database::Open::ReadOnly);
+    ADD_FAILURE() << "a FIFO at the log was opened";
+  } catch (const DbError& e) {
+    EXPECT_NE(std::string(e.what()).find("-wal is not a plain file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("remove it (SQLite makes it again)"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(DbTest, DeleteRemovesEverythingOfTheTaskOnly) {

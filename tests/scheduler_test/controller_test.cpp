@@ -160,6 +160,28 @@ TEST_F(ControllerTest, TheBaselineIsMeasuredAgainOnceARefreshIsDueAndJudgesWhatF
   EXPECT_EQ(c.adopted(), Regime::Free);
 }
 
+// Found by an independent review: a first baseline taken while the daemon was slow (reading a
+// huge planted profile) read 0.88x for every window after it, and the jobs ran free beside the
+// service for a minute, until the refresh. The first refresh comes after 10 s.
+TEST_F(ControllerTest, TheFirstBaselineIsMeasuredAgainAfterTenSeconds) {
+  c = Controller(s);
+  // A slow start: held periods of 15 ms where the service takes 5 alone; free beside the job it
+  // takes 13 ms, which reads 0.87x of that baseline: every step passes.
+  periods(16, ms(15));
+  const auto len = [](Regime r) { return r == Regime::Held ? ms(5) : ms(13); };
+  ASSERT_TRUE(until(Regime::Free, [](Regime) { return ms(13); }));
+  periods(16, ms(13));
+  ASSERT_EQ(c.adopted(), Regime::Free);
+  now += ms(10'000);
+  periods(16, len);
+  EXPECT_EQ(c.regime(), Regime::Held);
+  periods(8, len);
+  EXPECT_EQ(c.baselines(), 2u);
+  EXPECT_EQ(c.baseline_quantile(50), ms(5));   // off by more than the objective: replaced
+  periods(16, len);                             // and free now reads 2.6x: given up
+  EXPECT_NE(c.adopted(), Regime::Free);
+}
+
 TEST_F(ControllerTest, ARefreshCloseToTheBaselineJoinsIt) {
   c = Controller(s);
   ASSERT_TRUE(until(Regime::Beside, [](Regime) { return ms(5); }));

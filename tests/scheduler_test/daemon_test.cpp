@@ -778,6 +778,51 @@ TEST(ShareClient, DirectivesFollowTheHoldersActivity) {
   EXPECT_TRUE(eventually([&] { return lp.directive().role() & protocol::kRoleHolder; }));
 }
 
+// Found by an independent review: a job that set FIKIT_BELL=off (or pointed it where no board is)
+// reacted to the service's return only at the daemon's directive, and the service paid 25 % at its
+// p50. A job watches the daemon's usual bell whatever its setting; a service may go without.
+TEST(ShareClient, AJobWatchesTheBellWhateverItsSettingSays) {
+  // The daemon's bell at the usual path for its port: a free port found first.
+  uint16_t port = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port = ntohs(a.sin_port);
+    ::close(fd);
+  }
+  scheduler::ServerOptions so = Daemon::options(std::nullopt, "", 0, protocol::default_bell_path(port));
+  so.port = port;
+  Daemon d(so);
+  auto o = [&](const char* key, int prio, const char* bell) {
+    auto opts = options(d.port(), key, prio);
+    std::snprintf(opts.bell_path, sizeof opts.bell_path, "%s", bell);
+    return opts;
+  };
+  const std::string usual = protocol::default_bell_path(d.port());
+  for (const char* setting : {"off", "/nonexistent/fikit-bell"}) {
+    SCOPED_TRACE(setting);
+    hook::share::Client hp, lp;
+    ASSERT_TRUE(hp.start(o("infer", 0, usual.c_str()), true));
+    ASSERT_TRUE(lp.start(o("train", 5, setting), true));
+    ASSERT_TRUE(eventually([&] { return lp.directive().load().watch_slot != protocol::kNoBellSlot; }));
+    ASSERT_TRUE(eventually([&] { return hp.directive().role() & protocol::kRoleActivity; }));
+    const uint64_t t0 = hook::monotonic_ns();
+    const uint32_t ring = hp.ring(t0);
+    ASSERT_NE(ring, 0u);
+    const auto v = lp.directive().load();
+    uint32_t g = 0;
+    uint64_t at = 0;
+    EXPECT_TRUE(lp.bell_pending(v.watch_slot, v.watch_generation, t0 + 1, &g, &at));
+    hp.stop();
+    lp.stop();
+  }
+}
+
 TEST(ShareClient, TheBellStopsTheTaskBelowBeforeTheDaemonsDirective) {
   const std::string bell = std::filesystem::temp_directory_path().string() + "/fikit-bell-test-" + std::to_string(getpid());
   Daemon d(std::nullopt, "", 0, bell);
