@@ -32,7 +32,7 @@ struct Config {
   uint32_t measure_burst = settings::fallback_of("FIKIT_MEASURE_BURST");  // FIKIT_MEASURE_BURST: measured iterations come this many in a row
   uint32_t relearn_sample = settings::fallback_of("FIKIT_RELEARN_SAMPLE");  // FIKIT_RELEARN_SAMPLE: share mode times 1 in N launches of unknown kernels (0: off)
   uint32_t relearn_flush_ms = settings::fallback_of("FIKIT_RELEARN_FLUSH_MS");  // FIKIT_RELEARN_FLUSH_MS: how often what it learned is stored
-  uint32_t graph_segment_us = settings::fallback_of("FIKIT_GRAPH_SEGMENT_US");  // FIKIT_GRAPH_SEGMENT_US: a job's graphs launch in segments of about this much work (0: whole)
+  uint32_t graph_segment_us = settings::fallback_of("FIKIT_GRAPH_SEGMENT_US");  // FIKIT_GRAPH_SEGMENT_US: a job's graphs launch in segments of about this much work (0: the default)
   bool graph_segments_always = settings::fallback_of("FIKIT_GRAPH_SEGMENTS") == 1;  // FIKIT_GRAPH_SEGMENTS=always: in segments even with no gate
   uint32_t backtrace_depth = settings::fallback_of("FIKIT_BACKTRACE_DEPTH");  // FIKIT_BACKTRACE_DEPTH: caller frames kept in the kernel ID
   TimingKind timing = TimingKind(settings::fallback_of("FIKIT_TIMING"));  // FIKIT_TIMING=auto|cupti|events

@@ -60,7 +60,7 @@ inline constexpr Setting kHookSettings[] = {
      "how often what share mode learned is stored"},
     {"FIKIT_GRAPH_SEGMENT_US", nullptr, Kind::Number, 0, 1000000, 100, nullptr, "us",
      "a job's (priority above 0) CUDA graphs launch in segments of about this much predicted GPU work, held one "
-     "by one (0: launched whole)"},
+     "by one (0: the default; a job's graphs are always cut)"},
     {"FIKIT_GRAPH_SEGMENTS", nullptr, Kind::Choice, 0, 0, 0, "auto|always", "",
      "auto: a job's graphs go in segments only where a gate could hold one (a daemon, a task above it); always: "
      "every launch of a segmented graph goes in segments (to measure what segments cost)"},

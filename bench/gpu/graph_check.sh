@@ -6,7 +6,7 @@
 # 1. Results: two PyTorch models (a recurrent scan, ResNet-18) trained as one captured CUDA graph a step, and a JAX/XLA
 #    transformer trained as command buffers (JAX's default), 100 steps each with deterministic
 #    kernels, printing every loss: run plainly, then under fikit-run (share mode, priority 5, no
-#    daemon: unscheduled) with the graphs launched whole (FIKIT_GRAPH_SEGMENT_US=0), twice (the
+#    daemon: unscheduled, so its graphs launch whole; FIKIT_GRAPH_SEGMENT_US=0 no longer keeps them uncut), twice (the
 #    floor: does the job repeat itself?), and in segments (the default). Each file of losses is
 #    compared byte for byte with the plain run's.
 # 2. Speed alone: the JAX job (command buffers on, default flags) and ViT-L captured as a graph

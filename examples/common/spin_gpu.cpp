@@ -39,6 +39,8 @@ struct Driver {
   CUresult (*graph_destroy)(CUgraph);
   CUresult (*graph_get_nodes)(CUgraph, CUgraphNode*, size_t*);
   CUresult (*graph_exec_kernel_node_set_params)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS*);
+  CUresult (*graph_add_mem_alloc_node)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUDA_MEM_ALLOC_NODE_PARAMS*);
+  CUresult (*graph_add_mem_free_node)(CUgraphNode*, CUgraph, const CUgraphNode*, size_t, CUdeviceptr);
 };
 
 // Where the simulated driver is, for the message of a machine without a GPU: installed next to
@@ -96,6 +98,8 @@ const Driver& driver() {
     resolve(lib, "cuGraphDestroy", r.graph_destroy);
     resolve(lib, "cuGraphGetNodes", r.graph_get_nodes);
     resolve(lib, "cuGraphExecKernelNodeSetParams_v2", r.graph_exec_kernel_node_set_params);
+    resolve(lib, "cuGraphAddMemAllocNode", r.graph_add_mem_alloc_node);
+    resolve(lib, "cuGraphAddMemFreeNode", r.graph_add_mem_free_node);
     return r;
   }();
   return d;
@@ -151,12 +155,23 @@ void SpinGpu::launch(uint64_t duration_ns) {
 
 void SpinGpu::synchronize() { FIKIT_CU(driver().stream_synchronize(stream_)); }
 
-void SpinGpu::capture_graph(uint64_t kernels, uint64_t duration_ns) {
+void SpinGpu::capture_graph(uint64_t kernels, uint64_t duration_ns, bool uncuttable) {
   const Driver& cu = driver();
   // Relaxed: the capture must not make other threads' calls (there are none here) fail.
   FIKIT_CU(cu.begin_capture(stream_, CU_STREAM_CAPTURE_MODE_RELAXED));
   for (uint64_t k = 0; k < kernels; ++k) launch(duration_ns);
   FIKIT_CU(cu.end_capture(stream_, &graph_));
+  if (uncuttable) {
+    // A memory allocation and its free beside the kernels: the driver clones neither, so a graph
+    // holding them cannot be cut into segments (as a framework's graph with allocations).
+    CUDA_MEM_ALLOC_NODE_PARAMS a{};
+    a.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    a.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.bytesize = 256;
+    CUgraphNode alloc = nullptr, freed = nullptr;
+    FIKIT_CU(cu.graph_add_mem_alloc_node(&alloc, graph_, nullptr, 0, &a));
+    FIKIT_CU(cu.graph_add_mem_free_node(&freed, graph_, &alloc, 1, a.dptr));
+  }
   FIKIT_CU(cu.graph_instantiate(&graph_exec_, graph_, 0));
 }
 

@@ -28,7 +28,7 @@ class SpinGpu {
   void synchronize();
   // Captures `kernels` spin kernels of `duration_ns` into a CUDA graph (stream capture), instantiated
   // once; launch_graph() queues all of them in one launch, as a framework replays a captured step.
-  void capture_graph(uint64_t kernels, uint64_t duration_ns);
+  void capture_graph(uint64_t kernels, uint64_t duration_ns, bool uncuttable = false);
   void launch_graph();
   // Sets every kernel node of the instantiated graph again (to `duration_ns`), as XLA sets its
   // command buffer's nodes before each launch.

@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
   double kernel_us = 10, cpu_us = 0, duration_s = 5, progress_ms = 0;
   uint64_t sync_every = 100, iterations = 0, blocks = 132, threads = 128, new_shape_after = 0, cluster = 1;
   uint64_t graph_set_nodes_launches = 0, graph_launches = 1;
-  bool graph = false, graph_set_nodes = false;
+  bool graph = false, graph_set_nodes = false, graph_uncuttable = false;
 
   ex::Flags flags("fikit-example-train [options]",
                   "Training-like GPU background job: iterations of spin kernels, a stream\n"
@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
   flags.add_switch("graph", &graph, "capture an iteration's kernels as one CUDA graph and launch it each iteration");
   flags.add("graph-launches", &graph_launches,
             "with --graph: launches of the graph an iteration makes before it synchronises (a queue of them)");
+  flags.add_switch("graph-uncuttable", &graph_uncuttable,
+                   "with --graph: add a memory allocation node and its free (FIKIT cannot cut such a graph into segments)");
   flags.add_switch("graph-set-nodes", &graph_set_nodes,
                    "with --graph: set every node of the graph again before each launch (as XLA does)");
   flags.add("graph-set-nodes-launches", &graph_set_nodes_launches,
@@ -56,6 +58,8 @@ int main(int argc, char** argv) {
   flags.parse(argc, argv);
   if (graph && (cpu_us > 0 || new_shape_after > 0)) ex::Flags::fail("--graph replays one captured iteration: no --cpu-us or --new-shape-after");
   if (graph_set_nodes && !graph) ex::Flags::fail("--graph-set-nodes needs --graph");
+  if (graph_uncuttable && (!graph || graph_set_nodes))
+    ex::Flags::fail("--graph-uncuttable needs --graph, and not --graph-set-nodes (its nodes are not all kernels)");
   if (graph_launches == 0 || (graph_launches != 1 && !graph)) ex::Flags::fail("--graph-launches must be at least 1 and needs --graph");
   if (sync_every == 0) ex::Flags::fail("--sync-every must be at least 1");
   if (blocks == 0 || threads == 0) ex::Flags::fail("--blocks and --threads must be at least 1");
@@ -65,7 +69,7 @@ int main(int argc, char** argv) {
   ex::SpinGpu gpu({static_cast<uint32_t>(blocks), static_cast<uint32_t>(threads), static_cast<uint32_t>(cluster)});
   const auto kernel_ns = static_cast<uint64_t>(kernel_us * 1000.0);
   const double duration_us = duration_s * 1e6;
-  if (graph) gpu.capture_graph(sync_every, kernel_ns);
+  if (graph) gpu.capture_graph(sync_every, kernel_ns, graph_uncuttable);
 
   uint64_t kernels_launched = 0, iterations_done = 0;
   double last_progress_s = 0;

@@ -13,6 +13,10 @@ class KernelPredictor {
     (void)shape_id;
     return 0;
   }
+  // Whether this process's graphs are a job's (cut into segments): by the priority the daemon gave
+  // it once registered, else by the one it asks (`asked`). A job's graphs are always cut; how long a
+  // segment is, FIKIT_GRAPH_SEGMENT_US, is its own to choose, not whether.
+  virtual bool is_job(bool asked) noexcept { return asked; }
 
  protected:
   ~KernelPredictor() = default;

@@ -72,6 +72,7 @@ void left_whole(Whole why) noexcept {
 // ---- the executables with segments: an open-addressed table, read without locks ----
 
 constexpr size_t kSlots = 4096;   // a power of two
+constexpr uint64_t kDefaultSegmentUs = settings::fallback_of("FIKIT_GRAPH_SEGMENT_US");
 constexpr size_t kMaxProbe = 64;
 struct Slot {
   std::atomic<CUgraphExec> key{nullptr};
@@ -385,11 +386,14 @@ Plan* cut_graph(KernelPredictor* mode, CUgraph graph, unsigned long long flags, 
 
 void make_plan(KernelPredictor* mode, CUgraphExec exec, CUgraph graph, unsigned long long flags) noexcept {
   const Config& cfg = config();
-  if (mode == nullptr || cfg.priority <= 0 || cfg.graph_segment_us == 0 || exec == nullptr) return;
+  if (mode == nullptr || exec == nullptr || !mode->is_job(cfg.priority > 0)) return;
+  // 0 once meant "launch whole", which let a job's own setting hold a returning service behind a
+  // whole graph: a job's graphs are cut at the default length then.
+  const uint64_t segment_us = cfg.graph_segment_us != 0 ? cfg.graph_segment_us : kDefaultSegmentUs;
   Whole why = Whole::Failed;
   Plan* plan = nullptr;
   try {
-    plan = cut_graph(mode, graph, flags, uint64_t(cfg.graph_segment_us) * 1000, &why);
+    plan = cut_graph(mode, graph, flags, segment_us * 1000, &why);
   } catch (...) {   // out of memory: the graph stays whole
     plan = nullptr;
     why = Whole::Failed;

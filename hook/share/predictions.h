@@ -19,8 +19,8 @@ namespace fikit::hook::share {
 // A kernel with no profile is charged this long against the in-flight bound: about a training
 // kernel's median (docs/scheduling.md); the daemon never lets such a kernel fill a gap.
 constexpr uint64_t kUnknownKernelNs = 20'000;
-// A job's CUDA graph launched whole (not cut into segments: it could not be, or FIKIT_GRAPH_SEGMENT_US
-// is 0) whose length no profile has yet: charged this long, so that the in-flight bound lets one such
+// A job's CUDA graph launched whole (not cut into segments: it could not be) whose length no profile
+// has yet: charged this long, so that the in-flight bound lets one such
 // graph at a time reach the GPU while the service is idle, not one per 20 us of bound (50 of them
 // queued were what a returning service waited behind). Once timed it is charged what it takes.
 constexpr uint64_t kUnknownWholeGraphNs = 5'000'000;

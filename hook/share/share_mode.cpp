@@ -200,6 +200,14 @@ class ShareMode final : public Mode {
     return lane != nullptr && lane->client.connected() && !(lane->client.directive().role() & protocol::kRoleHolder);
   }
 
+  // A program that asks for priority 0 without the key is registered as a job: its graphs are cut
+  // as a job's, whatever it asked.
+  bool is_job(bool asked) noexcept override {
+    Lane* lane = lanes_.current();
+    if (lane != nullptr && lane->client.connected()) return lane->client.priority() > 0;
+    return asked;
+  }
+
   uint64_t graph_kernel_ns(uint64_t shape_id) noexcept override {
     share::Predictions::Kernel k;
     return predictions_.by_shape(shape_id, k) ? k.dur_ns : 0;

@@ -360,10 +360,11 @@ def graph_segments(env):
 
 def graph_job(env):
     """A job that replays a captured CUDA graph (fikit-example-train --graph: 40 kernels of 500 us, 20 ms a
-    launch) beside a service of short kernels, time-sliced, both measured first. Launched whole
-    (FIKIT_GRAPH_SEGMENT_US=0) a graph is one op: the gate lets all of it go, and the service's kernels
-    then wait behind the job's kernels until it drains. In segments (the default) the gate holds what
-    is left of it while the service is active: the service waits for about a segment at each return."""
+    launch) beside a service of short kernels, time-sliced, both measured first. A graph that cannot be
+    cut (--graph-uncuttable: a memory allocation node beside the kernels) is one op: the gate lets all
+    of it go, and the service's kernels then wait behind the job's kernels until it drains. In segments
+    (the default) the gate holds what is left of it while the service is active: the service waits for
+    about a segment at each return."""
     hp_flags = ["--kernels", "50", "--kernel-us", "5", "--cpu-us", "20", "--think-us", "500"]
     lp_flags = ["--graph", "--kernel-us", "500", "--sync-every", "40"]
     requests = 200
@@ -379,9 +380,8 @@ def graph_job(env):
     for i in range(2):   # interleaved
         for label in ("segments", "whole"):
             lp_env = {"FIKIT_STATS": "1"}
-            if label == "whole":
-                lp_env["FIKIT_GRAPH_SEGMENT_US"] = "0"
-            hp, lp = pair(env, hp_cmd, lp_cmd, f"graph job, {label}", lp_env=lp_env)
+            cmd = lp_cmd + (["--graph-uncuttable"] if label == "whole" else [])
+            hp, lp = pair(env, hp_cmd, cmd, f"graph job, {label}", lp_env=lp_env)
             waits[label].append(hp.wait_ms())
             segmented = "graphs segmented=1 " in lp.err
             ok &= check(segmented == (label == "segments"),
@@ -403,15 +403,16 @@ def graph_job(env):
 
 
 def whole_graph_job(env):
-    """Trust v4 N7: a job cannot opt out of being scheduled by launching graphs whole. The job sets
-    FIKIT_GRAPH_SEGMENT_US=0 itself, under a key never measured, and queues 16 launches of a 1-ms graph
-    before each synchronisation. Time-sliced, each of the service's kernels waits behind one whole
+    """Trust v4 N7: a job cannot opt out of being scheduled by launching graphs whole. The job's graph
+    cannot be cut (--graph-uncuttable; it also sets FIKIT_GRAPH_SEGMENT_US=0, which no longer turns
+    cutting off), it runs under a key never measured, and it queues 16 launches of a 1-ms graph before
+    each synchronisation. Time-sliced, each of the service's kernels waits behind one whole
     graph of the job's queue (the simulator runs contexts' ops round robin), so what decides the
     service's wait is how many graphs the gate let into the queue while it was idle: a graph of unknown
     length is charged kUnknownWholeGraphNs (5 ms), so one at a time; charged as an unknown kernel
     (20 us), as before, a 200-us bound let 10 in."""
     hp_flags = GRAPH_SERVICE_FLAGS
-    lp_flags = ["--graph", "--kernel-us", "250", "--sync-every", "4", "--graph-launches", "16"]
+    lp_flags = ["--graph", "--graph-uncuttable", "--kernel-us", "250", "--sync-every", "4", "--graph-launches", "16"]
     requests = 40
     run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp_flags, "measure HP")
     env.start_daemon()
@@ -425,8 +426,9 @@ def whole_graph_job(env):
     s = lp.share[-1] if lp.share else {}
     print(f"the service's device wait: {hp.wait_ms():.1f} ms beside the job under FIKIT, {dflt.wait_ms():.1f} ms "
           f"uncoordinated; the job {lp.result['kernels']} kernels, stopped {s.get('stopped_ms')} ms", flush=True)
-    ok = check("graphs segmented=" not in lp.err and s.get("graph_segment_launches", -1) == 0,
-               f"the job's graphs went whole ({s.get('graph_segment_launches')} segment launches)")
+    ok = check(s.get("graph_segment_launches", -1) == 0 and s.get("graphs_whole", 0) >= 1,
+               f"the job's graphs went whole ({s.get('graph_segment_launches')} segment launches, "
+               f"{s.get('graphs_whole')} graphs whole)")
     ok &= check(s.get("stopped_ms", 0) > 0, f"the job waited while the service ran ({s.get('stopped_ms')} ms stopped)")
     # One graph in the queue at a return against 16 uncoordinated: about 1/16. Ten (the old charge)
     # would be about 10/16.

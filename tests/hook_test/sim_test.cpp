@@ -204,7 +204,7 @@ Result graph_probe(const std::string& how, const std::string& extra_env) {
 TEST(HookSim, GraphSegmentsDoWhatTheWholeGraphDoes) {
   for (const std::string how : {"flags", "legacy", "params"}) {
     SCOPED_TRACE(how);
-    const Result whole = graph_probe(how, "FIKIT_GRAPH_SEGMENT_US=0");
+    const Result whole = graph_probe(how, "FIKIT_PRIORITY=0");   // a service's graphs are never cut
     ASSERT_EQ(whole.exit_code, 0) << whole.err;
     EXPECT_EQ(whole.out, kGraphProbeExpected);
     EXPECT_EQ(whole.err.find("graphs segmented="), std::string::npos) << whole.err;
@@ -249,10 +249,20 @@ TEST(HookSim, AGraphLaunchKeepsAtMostEightSegmentsQueued) {
   ASSERT_EQ(std::sscanf(cut.out.c_str(), "queue pieces_done_at_return %d of %d", &at_return, &in_all), 2) << cut.out;
   EXPECT_GE(at_return, 12 - 8);
   EXPECT_EQ(in_all, 12);
-  const Result whole = graph_probe("queue", "FIKIT_MODE=share FIKIT_GRAPH_SEGMENT_US=0");
+  const Result whole = graph_probe("queue", "FIKIT_MODE=share FIKIT_PRIORITY=0");
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   ASSERT_EQ(std::sscanf(whole.out.c_str(), "queue pieces_done_at_return %d of %d", &at_return, &in_all), 2) << whole.out;
   EXPECT_EQ(in_all, 12);   // (when it returned is left unasserted: a busy host may stall 24 ms)
+}
+
+// A job cannot turn the cutting off by a setting of its own: FIKIT_GRAPH_SEGMENT_US=0 (which once
+// meant "launch whole") cuts at the default length (found by an independent review: a whole graph
+// at each return cost the service 76 % at its p50).
+TEST(HookSim, AJobsGraphsAreCutWhateverItsSegmentSetting) {
+  const Result r = graph_probe("flags", "FIKIT_GRAPH_SEGMENT_US=0");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, kGraphProbeExpected);
+  EXPECT_NE(r.err.find("graphs segmented=3 "), std::string::npos) << r.err;
 }
 
 // A service's graphs (priority 0) are never cut.
