@@ -534,6 +534,10 @@ class MeasureMode final : public Mode {
     } catch (const profiledb::DbError& e) {
       log(LogLevel::Error, "measure: run of task %s not stored in %s: %s", cfg_.task_key, db_path_of(cfg_).c_str(),
           e.what());
+      // In auto mode a database that cannot store runs (corrupt, refused) would keep the task
+      // measuring at every start, a service holding its jobs meanwhile: it shares now instead, with
+      // the profile it has (share mode learns the rest as it runs).
+      if (share_after_runs_ != 0) return share_from_now(0);
       return true;
     }
     // Info: what measuring did (FIKIT_LOG_LEVEL=info); the ops not timed say why in their own lines.
@@ -553,16 +557,21 @@ class MeasureMode final : public Mode {
     launched_in_run_ = 0;
     run_started_ms_ = 0;
     if (share_after_runs_ == 0 || runs < share_after_runs_) return true;
+    return share_from_now(runs);
+  }
 
-    // Enough runs: measure no more. At exit there is nothing left to share; the next start shares.
+  // Auto mode measures no more: it has `runs` measured runs (0: its runs cannot be stored). At exit
+  // there is nothing left to share; the next start shares.
+  bool share_from_now(uint64_t runs) noexcept {
     retired_.store(true, std::memory_order_relaxed);
     timer_->stop();
+    const char* why = runs != 0 ? "measured runs" : "runs stored (its database cannot store them)";
     if (stopping_.load(std::memory_order_acquire)) {
-      log(LogLevel::Info, "auto: task %s has %" PRIu64 " measured runs; it shares from its next start", cfg_.task_key,
-          runs);
+      log(LogLevel::Info, "auto: task %s has %" PRIu64 " %s; it shares from its next start", cfg_.task_key, runs, why);
       return false;
     }
-    log(LogLevel::Info, "auto: task %s has %" PRIu64 " measured runs; switching to share mode", cfg_.task_key, runs);
+    log(runs != 0 ? LogLevel::Info : LogLevel::Warn, "auto: task %s has %" PRIu64 " %s; switching to share mode",
+        cfg_.task_key, runs, why);
     Mode* share = make_share_mode(cfg_);
     if (!share) log(LogLevel::Warn, "auto: share mode did not start; running as passthrough");
     set_mode(share);

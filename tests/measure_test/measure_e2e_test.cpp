@@ -611,6 +611,25 @@ TEST_F(MeasureE2E, AJobInAutoModeSharesFromItsFirstLaunch) {
   EXPECT_EQ(runs_of(), 0u);
 }
 
+// Found by an independent review: a service in auto mode whose database cannot store runs (garbage
+// written into it) stayed measuring at every start, holding its jobs meanwhile. It shares once a run
+// fails to be stored.
+TEST_F(MeasureE2E, AServiceWhoseRunsCannotBeStoredShares) {
+  std::filesystem::create_directories(std::filesystem::path(db_).parent_path());
+  std::ofstream(db_) << std::string(8192, 'x');   // not a database
+  const pid_t pid = spawn({"--iterations", "0", "--think-us", "200"},
+                          {{"FIKIT_MODE", "auto"}, {"FIKIT_PRIORITY", "0"}, {"FIKIT_MEASURE_RUNS", "2"},
+                           {"FIKIT_RUN_SECONDS", "1"}});
+  const std::string said = "runs stored (its database cannot store them); switching to share mode";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (slurp("err0").find(said) == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  kill(pid, SIGKILL);
+  EXPECT_EQ(wait_exit(pid), -SIGKILL);
+  EXPECT_NE(slurp("err0").find("not stored"), std::string::npos) << slurp("err0");
+  EXPECT_NE(slurp("err0").find(said), std::string::npos) << slurp("err0");
+}
+
 TEST_F(MeasureE2E, UnwritableDatabaseIsReportedAndTheProgramRunsOn) {
   const auto blocker = dir_ / "file";
   std::ofstream(blocker) << "x";
