@@ -19,6 +19,7 @@ import torch
 import torchvision
 
 from example_common import Progress, StopFlag, print_json_line, serve
+from lm import Decoder
 
 
 class TransformerLM(torch.nn.Module):
@@ -68,34 +69,23 @@ class AttentionNet(torch.nn.Module):
         return self.head(x)
 
 
-class GPT(torch.nn.Module):
-    """A GPT-2-small-sized decoder: 12 pre-norm blocks, d_model 768 in 12 heads, causal
-    scaled_dot_product_attention, a GELU MLP of 3072, learned positions, vocabulary 8192 (85 M
-    parameters in the blocks)."""
+class GPT(Decoder):
+    """lm.py's decoder (GPT-2-small-sized: 12 pre-norm blocks, d_model 768 in 12 heads, a GELU MLP
+    of 3072, learned positions, vocabulary 8192), trained on whole sequences: causal
+    scaled_dot_product_attention, no KV cache."""
     VOCAB = 8192
 
-    def __init__(self, d_model=768, layers=12, heads=12, max_seq=1024):
-        super().__init__()
-        self.heads = heads
-        self.embed = torch.nn.Embedding(self.VOCAB, d_model)
-        self.position = torch.nn.Embedding(max_seq, d_model)
-        self.blocks = torch.nn.ModuleList(torch.nn.ModuleDict({
-            "norm1": torch.nn.LayerNorm(d_model), "qkv": torch.nn.Linear(d_model, 3 * d_model),
-            "out": torch.nn.Linear(d_model, d_model), "norm2": torch.nn.LayerNorm(d_model),
-            "mlp": torch.nn.Sequential(torch.nn.Linear(d_model, 4 * d_model), torch.nn.GELU(),
-                                       torch.nn.Linear(4 * d_model, d_model))}) for _ in range(layers))
-        self.norm = torch.nn.LayerNorm(d_model)
-        self.head = torch.nn.Linear(d_model, self.VOCAB, bias=False)
+    def __init__(self, max_seq=1024):
+        super().__init__(vocab=self.VOCAB, max_seq=max_seq)
 
     def forward(self, tokens):
         b, s = tokens.shape
         x = self.embed(tokens) + self.position(torch.arange(s, device=tokens.device))
-        d = x.shape[2]
         for blk in self.blocks:
-            q, k, v = blk["qkv"](blk["norm1"](x)).view(b, s, 3, self.heads, d // self.heads).unbind(2)
+            q, k, v = blk["qkv"](blk["norm1"](x)).view(b, s, 3, self.heads, self.d // self.heads).unbind(2)
             a = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
                                                                  v.transpose(1, 2), is_causal=True)
-            x = x + blk["out"](a.transpose(1, 2).reshape(b, s, d))
+            x = x + blk["out"](a.transpose(1, 2).reshape(b, s, self.d))
             x = x + blk["mlp"](blk["norm2"](x))
         return self.head(self.norm(x))
 
@@ -233,14 +223,16 @@ def main():
     progress = Progress(args.progress_ms)
 
     stop = StopFlag()
-    if args.model == "attention":
-        model = AttentionNet(max_seq=args.seq).cuda().train()
-        inputs = torch.randint(0, AttentionNet.VOCAB, (args.batch, args.seq), device="cuda")
-        labels = torch.randint(0, AttentionNet.VOCAB, (args.batch * args.seq,), device="cuda")
+    if args.model in ("attention", "gpt"):
+        net = AttentionNet(max_seq=args.seq) if args.model == "attention" else GPT(max_seq=max(1024, args.seq))
+        model = net.cuda().train()
+        vocab = type(net).VOCAB
+        inputs = torch.randint(0, vocab, (args.batch, args.seq), device="cuda")
+        labels = torch.randint(0, vocab, (args.batch * args.seq,), device="cuda")
 
         def forward():
             with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
-                return model(inputs).reshape(-1, AttentionNet.VOCAB).float()
+                return model(inputs).reshape(-1, vocab).float()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=args.cuda_graph)
     elif args.model == "scan":
         # A recurrent scan: each step a (batch x 256) matmul, an add and a tanh, a few us each.
@@ -265,15 +257,6 @@ def main():
         def forward():
             with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
                 return model(images()).float()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=args.cuda_graph)
-    elif args.model == "gpt":
-        model = GPT(max_seq=max(1024, args.seq)).cuda().train()
-        inputs = torch.randint(0, GPT.VOCAB, (args.batch, args.seq), device="cuda")
-        labels = torch.randint(0, GPT.VOCAB, (args.batch * args.seq,), device="cuda")
-
-        def forward():
-            with torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=cache):
-                return model(inputs).reshape(-1, GPT.VOCAB).float()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=args.cuda_graph)
     elif args.model == "graphsage":
         nodes, edges = 200_000, 4_000_000
