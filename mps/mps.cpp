@@ -135,6 +135,7 @@ Found find_daemon(const char* env_pipe_dir) {
   if (env_pipe_dir != nullptr && *env_pipe_dir != '\0') {
     f.pipe_dir = env_pipe_dir;
     f.running = daemon_running(f.pipe_dir);
+    f.fikit_owned = f.pipe_dir == pipe_dir_of(default_directory());   // FIKIT's, named by hand
     return f;
   }
   const std::string fikit = pipe_dir_of(default_directory());

@@ -24,7 +24,7 @@ bool daemon_running(const std::string& pipe_dir);
 // The control daemon a program started now would be a client of: its pipe folder is
 // $CUDA_MPS_PIPE_DIRECTORY when set (the user's choice, found or not); else FIKIT's (fikit-scheduler
 // --mps on) when one runs there, then NVIDIA's default /tmp/nvidia-mps. `fikit_owned`: it is
-// FIKIT's folder, whose variables the program must be given.
+// FIKIT's folder (found, or named in the variable), whose variables the program must be given.
 struct Found {
   std::string pipe_dir;
   bool running = false;

@@ -125,4 +125,17 @@ inline BackendChoice choose_backend(const std::vector<BackendRun>& runs, uint64_
   return c;
 }
 
+// What being an MPS client bought a service's jobs, from its last run as one (fikit-scheduler
+// --mps records it: mps/outcomes.h): of its active time judged with jobs below (judged_ns), the
+// part under a regime above hold that its controller adopted (beside_ns). Where its jobs ran beside
+// it less than a tenth of that time, its controller could only hold them: outside MPS they get the
+// same (its idle time) and it pays no MPS cost, so it starts time-sliced, whatever the cost rule
+// above says. Judged on at least 20 s of such time: a run too short to say leaves the cost rule.
+// Kept until its jobs change (the daemon forgets the outcome then, and the next start tries MPS).
+inline constexpr uint64_t kOutcomeMinJudgedNs = 20'000'000'000;
+inline constexpr uint32_t kOutcomeBesidePermille = 100;
+inline bool mps_bought_nothing(uint64_t judged_ns, uint64_t beside_ns) {
+  return judged_ns >= kOutcomeMinJudgedNs && beside_ns * 1000 < judged_ns * kOutcomeBesidePermille;
+}
+
 }  // namespace fikit::rules

@@ -196,6 +196,7 @@ int main(int argc, char** argv) {
       spdlog::error("--mps: {}", error);
       return kNoMps;
     }
+    server.outcomes_dir = opts.mps_dir;
     server.mps = fmt::format("control daemon at {} ({})", fikit::mps::pipe_dir_of(opts.mps_dir),
                              adopted ? "already running: left running at exit" : "started by fikit-scheduler");
     spdlog::info("MPS {}: fikit-run makes programs its clients", server.mps);

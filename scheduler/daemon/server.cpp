@@ -10,6 +10,7 @@
 #include <future>
 #include <stdexcept>
 
+#include "backend_outcomes.h"
 #include "bell.h"
 #include "control.h"
 #include "domains.h"
@@ -27,14 +28,14 @@ using asio::ip::udp;
 namespace {
 // Kinds of rate-limited log lines.
 enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota, kLogReserve,
-               kLogMemory };
+               kLogMemory, kLogOutcomes };
 // A refused registration is tried again no sooner than this (the client's backoff keeps to it).
 constexpr uint32_t kRefusedRetryMs = 10'000;
 }  // namespace
 
 struct Server::Impl {
   Impl(const ServerOptions& options, policy::ProfileSource& profiles)
-      : opts(options), socket(io), timer(io), signals(io), domains(settings_of(options), profiles),
+      : opts(options), socket(io), timer(io), outcome_timer(io), signals(io), domains(settings_of(options), profiles),
         sessions(protocol::random_nonzero_u64(), quotas_of(options)), limiter(5, 10'000'000'000ull),
         started(monotonic_ns()) {
     boost::system::error_code ec;
@@ -59,6 +60,19 @@ struct Server::Impl {
         if (command == "status-json") return format_json(make_snapshot());
         return "error: unknown command '" + command.substr(0, 40) + "' (status, status-verbose, status-json)\n";
       });
+    if (!opts.outcomes_dir.empty()) {
+      std::string why;
+      size_t skipped = 0;
+      if (auto book = mps::OutcomeBook::read(opts.outcomes_dir, &why, &skipped)) {
+        outcomes = std::move(*book);
+        spdlog::info("{} services' backend outcomes read from {}{}", outcomes.size(),
+                     mps::outcomes_file_of(opts.outcomes_dir),
+                     skipped ? fmt::format(" ({} lines that do not read as one skipped)", skipped) : std::string());
+      } else if (!why.empty()) {
+        spdlog::warn("{}: fikit-run chooses each service's backend by its cost until the services run again", why);
+      }
+      arm_outcome_timer();
+    }
     if (!opts.metrics_host.empty())
       metrics = std::make_unique<MetricsServer>(io, opts.metrics_host, opts.metrics_port,
                                                 [this] { return format_prometheus(make_snapshot(), &departed); });
@@ -344,6 +358,28 @@ struct Server::Impl {
     });
   }
 
+  // What each controlled service's jobs did beside it, for fikit-run's next choice of its backend.
+  void record_outcomes_now() {
+    if (opts.outcomes_dir.empty()) return;
+    const uint64_t now = monotonic_ns(), wall_s = uint64_t(::time(nullptr));
+    std::vector<std::string> forgotten;
+    domains.each([&](const Domains::Domain& d) { record_outcomes(d.policy->status(now), wall_s, outcomes, forgotten); });
+    for (const std::string& key : forgotten)
+      spdlog::info("service {}: its jobs changed since it ran as an MPS client; its next start tries MPS again", key);
+    std::string error;
+    if (outcomes.changed() && !outcomes.write(opts.outcomes_dir, error))
+      log_limited(kLogOutcomes, spdlog::level::warn, "{}: fikit-run chooses backends by cost alone meanwhile", error);
+  }
+
+  void arm_outcome_timer() {
+    outcome_timer.expires_after(std::chrono::milliseconds(opts.outcome_every_ms));
+    outcome_timer.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      record_outcomes_now();
+      arm_outcome_timer();
+    });
+  }
+
   DaemonSnapshot make_snapshot() {
     DaemonSnapshot s;
     s.listen = opts.host + ":" + std::to_string(bound_port);
@@ -369,6 +405,8 @@ struct Server::Impl {
   asio::io_context io;
   udp::socket socket;
   asio::steady_timer timer;
+  asio::steady_timer outcome_timer;
+  mps::OutcomeBook outcomes;
   asio::signal_set signals;
   std::unique_ptr<ControlServer> control;
   DepartedTasks departed;   // what processes that left had counted, for the per-key metrics
@@ -434,6 +472,8 @@ void Server::stop() {
     boost::system::error_code ec;
     impl_->socket.close(ec);
     impl_->timer.cancel();
+    impl_->record_outcomes_now();   // the last seconds of the services still running
+    impl_->outcome_timer.cancel();
     impl_->signals.cancel();
     impl_->control.reset();
     impl_->io.stop();

@@ -27,6 +27,10 @@ struct ServerOptions {
   uint16_t metrics_port = 0;          // 0 with a host: any free port (tests)
   policy::Settings settings;
   std::string mps;                    // for status: the MPS control daemon fikit-scheduler runs ("": none)
+  // Where what each service's jobs did beside it is recorded for fikit-run (mps/outcomes.h: the MPS
+  // folder; "": nowhere), read back at start and written every outcome_every_ms and at stop.
+  std::string outcomes_dir;
+  uint32_t outcome_every_ms = 5'000;
   Quotas quotas;                      // per-user limits (sessions.h); unauthenticated_tasks set from the key
   // Who owns a local sender's socket (peer_uid.h; tests give their own): the sender, the daemon's
   // bound endpoint.

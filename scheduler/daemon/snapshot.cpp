@@ -1,5 +1,7 @@
 #include "snapshot.h"
 
+#include "backend_rule.h"
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -112,10 +114,13 @@ std::string service_line(const policy::TaskStatus& t) {
                      "jobs {}\n", inflation, objective, t.inflation_within ? "kept" : "missed: stepping back",
                      regime_words(t.regime));
   // Under MPS, a service whose jobs can only wait beside it gets nothing from being an MPS client
-  // and may pay for it; time-sliced, its controller could try free (the GPU's own time slices).
-  if (t.backend == protocol::Backend::Mps && t.adopted <= policy::Regime::Hold && t.regime_drops >= 2)
-    out += "    as an MPS client it gains nothing now (every step above hold was given up): started with "
-           "`fikit-run --backend timeslice` it would pay no MPS cost, and its controller could try `free`\n";
+  // and may pay for it: fikit-run starts it time-sliced next (rules::mps_bought_nothing).
+  if (t.backend == protocol::Backend::Mps && t.judged_ns > 0)
+    out += fmt::format("    its jobs ran beside it {:.0f}% of its {:.0f} s judged{}\n", 100.0 * double(t.beside_ns) / double(t.judged_ns),
+                       t.judged_ns / 1e9,
+                       rules::mps_bought_nothing(t.judged_ns, t.beside_ns)
+                           ? ": as an MPS client it gains nothing, and fikit-run starts it time-sliced next"
+                           : "");
   return out;
 }
 
@@ -291,7 +296,8 @@ std::string format_json(const DaemonSnapshot& s) {
                        {"inflation_within", t.inflation_within},
                        {"baseline_period_ns", t.baseline_period_ns},
                        {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
-                       {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns}, {"memory_used", t.memory_used},
+                       {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns},
+                       {"judged_ns", t.judged_ns}, {"beside_ns", t.beside_ns}, {"memory_used", t.memory_used},
                        {"memory_limit", t.memory_limit}, {"memory_cap", t.directive.memory_cap},
                        {"memory_total", t.memory_total}, {"memory_refusals", t.memory_refusals}});
   }

@@ -608,6 +608,8 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.regime_climbs = t.controller.climbs();
     s.regime_drops = t.controller.drops();
     s.held_ns = t.controller.held_ns();
+    s.judged_ns = t.judged_ns;
+    s.beside_ns = t.beside_ns;
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

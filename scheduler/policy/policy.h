@@ -201,6 +201,10 @@ struct TaskStatus : TaskIdentity {
   bool inflation_within = false;     // the last judged window kept the objective (its median, upper quartile and tail)
   uint64_t baseline_period_ns = 0;
   uint64_t regime_trials = 0, regime_climbs = 0, regime_drops = 0, held_ns = 0;
+  // Its active time in the periods its controller judged (a task below exposed to its regime), and
+  // of that the time under a regime that let them run beside it (above hold): what being an MPS
+  // client bought its jobs (rules/backend_rule.h, fikit-run's next start).
+  uint64_t judged_ns = 0, beside_ns = 0;
 };
 
 class Policy {
@@ -287,6 +291,7 @@ class Policy {
     IdleHistory idle_history;        // how long its recent idle periods lasted
     uint32_t objective_permille = 0;   // as it registered (0: the daemon's)
     Controller controller;           // what the tasks below it may do (while it has any)
+    uint64_t judged_ns = 0, beside_ns = 0;   // TaskStatus's
     Period period;
     RequestEstimate requests;        // its periods as its clients wait for them
     std::optional<Wanted> want;      // blocked on this launch

@@ -37,6 +37,7 @@
 #include "snapshot.h"
 #include "server.h"
 #include "accept_limiter.h"
+#include "outcomes.h"
 
 // What the share client logged (the hook's logger, replaced below).
 std::mutex g_hook_log_mutex;
@@ -401,6 +402,60 @@ TEST(Daemon, TheHoldersActivityIsPushedToTheTasksBelow) {
   EXPECT_NE(fill->cause_ns, 0u);
   hp.send(protocol::Idle{42});   // no profile: the idle ends its activity at once
   EXPECT_TRUE(lp.expect_state(State::Run));
+}
+
+// fikit-scheduler --mps records in its MPS folder what each service's jobs did beside it, for
+// fikit-run's next choice of its backend (mps/outcomes.h), keeping the services the file already held.
+TEST(Daemon, WhatEachServicesJobsDidBesideItIsRecordedInItsMpsFolder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fikit-daemon-outcomes-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directory(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  const std::string file = mps::outcomes_file_of(dir.string());
+  std::ofstream(file) << "mps 90000 0 0000000000000001 5 earlier\n";
+  fs::permissions(file, fs::perms(0644), fs::perm_options::replace);
+  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+  o.settings.regime_auto = true;   // the controllers are what is recorded
+  o.settings.controller.warmup = 0;
+  o.outcomes_dir = dir.string();
+  o.outcome_every_ms = 20;
+  {
+    Daemon d(o);
+    Peer svc(d.port()), job(d.port());
+    for (auto [peer, key, prio] : {std::tuple{&svc, "svc", 0}, std::tuple{&job, "train", 5}}) {
+      protocol::Register r;
+      r.priority = uint8_t(prio);
+      r.backend = protocol::Backend::Mps;
+      r.pid = uint32_t(getpid());
+      protocol::set_key(r, key);
+      peer->send(r);
+      auto m = peer->expect<protocol::Registered>();
+      ASSERT_TRUE(m);
+      peer->task = m->header.task;
+      peer->epoch = m->header.epoch;
+    }
+    for (int i = 0; i < 20; ++i) {   // 20 active periods of about 2 ms, held: its baseline
+      svc.send(protocol::Notify{42, scheduler::monotonic_ns(), protocol::kNotifyActivityStart});
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      svc.send(protocol::Idle{42});
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::optional<mps::OutcomeBook> book;
+    for (int i = 0; i < 100 && !(book && book->find("svc", true) && book->find("svc", true)->judged_ms >= 20); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      book = mps::OutcomeBook::read(dir.string());
+    }
+    ASSERT_TRUE(book);
+    const mps::Outcome* svc_outcome = book->find("svc", true);
+    ASSERT_NE(svc_outcome, nullptr) << book->format();
+    EXPECT_GE(svc_outcome->judged_ms, 20u);
+    EXPECT_EQ(svc_outcome->beside_ms, 0u) << "held all along";
+    EXPECT_EQ(svc_outcome->jobs, mps::jobs_signature({"train"}));
+    EXPECT_NE(book->find("earlier", true), nullptr) << "what the file held is kept";
+    EXPECT_EQ(book->find("train", true), nullptr) << "a job is not a service";
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Daemon, MalformedAndMisdirectedDatagramsAreCountedAndDropped) {
@@ -1470,16 +1525,19 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   // Kept or missed is the window's whole judgement (its upper quartile and tail too), not the median.
   s.domains[0].tasks[0].inflation_within = true;
   EXPECT_NE(scheduler::format_summary(s).find("objective 1.2x (kept)"), std::string::npos);
-  // An MPS client whose jobs can only wait beside it is told what it pays MPS for; not while a step
-  // above hold stands, nor time-sliced.
-  EXPECT_EQ(scheduler::format_summary(s).find("gains nothing"), std::string::npos);
+  // An MPS client is told how long its jobs ran beside it, and when that is too little for MPS to
+  // be worth its cost, that its next start is time-sliced; a time-sliced one is not.
+  s.domains[0].tasks[0].judged_ns = 40'000'000'000;
+  s.domains[0].tasks[0].beside_ns = 20'000'000'000;
+  EXPECT_EQ(scheduler::format_summary(s).find("ran beside it"), std::string::npos);
   s.domains[0].tasks[0].backend = protocol::Backend::Mps;
-  s.domains[0].tasks[0].adopted = policy::Regime::HoldNarrow;
-  s.domains[0].tasks[0].regime_drops = 3;
-  EXPECT_NE(scheduler::format_summary(s).find("as an MPS client it gains nothing now"), std::string::npos);
-  s.domains[0].tasks[0].backend = protocol::Backend::TimeSlice;
-  EXPECT_EQ(scheduler::format_summary(s).find("gains nothing"), std::string::npos);
-  s.domains[0].tasks[0].backend = protocol::Backend::Mps;
+  EXPECT_NE(scheduler::format_summary(s).find("its jobs ran beside it 50% of its 40 s judged\n"), std::string::npos)
+      << scheduler::format_summary(s);
+  s.domains[0].tasks[0].beside_ns = 2'000'000'000;
+  EXPECT_NE(scheduler::format_summary(s).find("its jobs ran beside it 5% of its 40 s judged: as an MPS client it "
+                                              "gains nothing, and fikit-run starts it time-sliced next"),
+            std::string::npos) << scheduler::format_summary(s);
+  EXPECT_NE(scheduler::format_json(s).find("\"beside_ns\":2000000000"), std::string::npos);
   // A period that ran past the limit is said as such, never as a measured 4.80x.
   s.domains[0].tasks[0].inflation_permille = 4800;
   s.domains[0].tasks[0].inflation_overrun = true;

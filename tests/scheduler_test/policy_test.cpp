@@ -438,6 +438,31 @@ TEST_F(ControlTest, TheJobsDirectiveFollowsTheServicesControllerUpTheLadder) {
   EXPECT_EQ(status_of(hp, at).inflation_permille, 1000u);
 }
 
+// What being an MPS client bought the jobs: of the service's judged active time, the part under a
+// regime above hold it had adopted (fikit-run starts it time-sliced next when that is small).
+TEST_F(ControlTest, TheTimeItsJobsRanBesideItCountsOnlyUnderAdoptedRegimesAboveHold) {
+  const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps);
+  reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(100), 16 + 16, us(1000));   // the baseline, then hold on trial
+  ASSERT_EQ(status_of(hp, at).adopted, Regime::Hold);
+  EXPECT_EQ(status_of(hp, at).judged_ns, 32 * us(1000));
+  EXPECT_EQ(status_of(hp, at).beside_ns, 0u);
+  at = periods(hp, at, 16, us(1000));   // partition on trial: adopted at the window's end
+  ASSERT_EQ(status_of(hp, at).adopted, Regime::Partition);
+  EXPECT_EQ(status_of(hp, at).judged_ns, 48 * us(1000));
+  EXPECT_EQ(status_of(hp, at).beside_ns, 0u) << "a trial from hold is not beside";
+  at = periods(hp, at, 8, us(1000));    // above an adopted partition: beside, trial or not
+  EXPECT_EQ(status_of(hp, at).beside_ns, 8 * us(1000));
+  // Periods past the objective (the next trial refused, then partition given up): judged, and
+  // beside only while a regime above hold stays adopted.
+  at = periods(hp, at, 40, us(3000));
+  const TaskStatus s = status_of(hp, at);
+  EXPECT_LE(s.adopted, Regime::Hold);
+  EXPECT_EQ(s.judged_ns, 56 * us(1000) + 40 * us(3000));
+  EXPECT_GT(s.beside_ns, 8 * us(1000));
+  EXPECT_LT(s.beside_ns, 8 * us(1000) + 40 * us(3000));
+}
+
 TEST_F(ControlTest, APeriodThatRunsPastTheLimitDropsTheRegimeWhileItRuns) {
   const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(100), 16 + 16, us(1000));

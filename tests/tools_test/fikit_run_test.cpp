@@ -480,6 +480,52 @@ TEST_F(ServiceBackend, AServerThatMeasuredAllItsRunsOneWayMeasuresTheOtherBefore
   EXPECT_EQ(s.err.find("fikit-run: task"), std::string::npos) << s.err;
 }
 
+// Under FIKIT's own MPS control daemon (fikit-scheduler --mps), a service whose jobs could only wait
+// beside it in its last run as an MPS client (the daemon's record in the MPS folder, mps/outcomes.h)
+// starts outside MPS, whatever its measured cost says (rules::mps_bought_nothing).
+TEST_F(FikitRun, AServiceWhoseJobsOnlyWaitedBesideItAsAnMpsClientStartsTimeSliced) {
+  // Short: the control socket's path must fit a Unix socket address (108 bytes).
+  const fs::path mps_dir = "/tmp/fikit-mps-test-" + std::to_string(getpid());
+  fs::remove_all(mps_dir);
+  fs::create_directory(mps_dir);
+  fs::permissions(mps_dir, fs::perms::owner_all, fs::perm_options::replace);
+  FakeMpsControl control(mps_dir / "pipe");
+  const std::string outcomes = (mps_dir / "outcomes").string();
+  const auto outcome = [&](uint64_t judged_ms, uint64_t beside_ms) {
+    std::ofstream(outcomes) << "mps " << judged_ms << " " << beside_ms << " 0000000000000001 5 svc\n";
+    fs::permissions(outcomes, fs::perms(0644), fs::perm_options::replace);
+  };
+  const std::string none = "/tmp/fikit-no-mps-" + std::to_string(geteuid());
+  struct Start {
+    std::string pipe, err;
+  };
+  const auto start = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"--task-key", "svc", "--db", (dir_ / "profiles.db").string()});
+    flags.push_back("/usr/bin/env");
+    const Result r = run_with_hook(flags, {"FIKIT_MPS_DIR=" + mps_dir.string()});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Start{parse_env(r.out)["CUDA_MPS_PIPE_DIRECTORY"], r.err};
+  };
+  const std::string pipe = (mps_dir / "pipe").string();
+  EXPECT_EQ(start({"--priority", "0"}).pipe, pipe) << "no record: an MPS client, as the cost rule says";
+  outcome(60'000, 1'000);
+  Start s = start({"--priority", "0"});
+  EXPECT_EQ(s.pipe, none);
+  EXPECT_NE(s.err.find("runs outside MPS: in its last run as an MPS client its jobs ran beside it 2% of 60 s"),
+            std::string::npos) << s.err;
+  EXPECT_EQ(start({"--priority", "0", "--backend", "mps"}).pipe, pipe) << "the user's choice wins";
+  EXPECT_EQ(start({"--priority", "5"}).pipe, pipe) << "a job is always an MPS client";
+  EXPECT_EQ(start({"--priority", "0", "--mode", "off"}).pipe, pipe);
+  outcome(60'000, 30'000);
+  EXPECT_EQ(start({"--priority", "0"}).pipe, pipe) << "its jobs ran beside it half the time";
+  outcome(10'000, 0);
+  EXPECT_EQ(start({"--priority", "0"}).pipe, pipe) << "10 s say too little";
+  outcome(60'000, 0);
+  fs::permissions(outcomes, fs::perms(0666), fs::perm_options::replace);
+  EXPECT_EQ(start({"--priority", "0"}).pipe, pipe) << "a file anyone may write is not believed";
+  fs::remove_all(mps_dir);
+}
+
 // --memory-limit: the hook's FIKIT_MEMORY_LIMIT, checked by the same rules the hook reads it with;
 // under MPS, for a size, MPS's own cap for each GPU the program can see (the user's is kept).
 TEST_F(FikitRun, AMemoryLimitIsCheckedAndBecomesEnvironment) {

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "measure_progress.h"
+#include "outcomes.h"
 #include "profiledb.h"
 
 namespace fikit::run {
@@ -41,6 +42,22 @@ std::optional<ServiceBackend> service_backend(const RunSettings& settings, const
   }
   b.choice = rules::choose_backend(runs, b.runs_stored, b.runs_wanted, b.limit_permille);
   return b;
+}
+
+std::optional<std::string> outcome_says_outside(const RunSettings& settings, const std::vector<std::string>& command,
+                                                const std::string& mps_dir) {
+  const auto key = expected_task_key(settings, command);
+  if (!key) return std::nullopt;
+  const auto book = mps::OutcomeBook::read(mps_dir);
+  const mps::Outcome* o = book ? book->find(*key, /*mps=*/true) : nullptr;
+  if (o == nullptr || !rules::mps_bought_nothing(o->judged_ms * 1'000'000, o->beside_ms * 1'000'000))
+    return std::nullopt;
+  char text[96];
+  std::snprintf(text, sizeof text, "%.0f%% of %.0f s", o->judged_ms ? 100.0 * double(o->beside_ms) / double(o->judged_ms) : 0.0,
+                double(o->judged_ms) / 1000.0);
+  return "fikit-run: task '" + *key + "' runs outside MPS: in its last run as an MPS client its jobs ran beside it " +
+         text + " of its active time (its controller held them), which they get outside MPS too, without its MPS "
+         "cost; it tries MPS again once its jobs change (--backend mps to choose it)";
 }
 
 std::string backend_line(const ServiceBackend& b) {

@@ -24,6 +24,12 @@ struct ServiceBackend {
 // be read within a few milliseconds: the program is then an MPS client, as without a choice.
 std::optional<ServiceBackend> service_backend(const RunSettings& settings, const std::vector<std::string>& command);
 
+// What being an MPS client bought the service's jobs in its last run as one, where fikit-scheduler
+// --mps recorded it in `mps_dir` (mps/outcomes.h): the line fikit-run says when that sends it
+// outside MPS this start (rules::mps_bought_nothing); nothing otherwise.
+std::optional<std::string> outcome_says_outside(const RunSettings& settings, const std::vector<std::string>& command,
+                                                const std::string& mps_dir);
+
 // What fikit-run says of it: the trial (always: the program is measured this start) or the choice
 // (a line for FIKIT_LOG_LEVEL=info).
 std::string backend_line(const ServiceBackend& b);

@@ -169,7 +169,16 @@ int main(int argc, char** argv) {
   // costs it more than --mps-cost-limit; while it measures, its runs alternate between the two
   // (rules/backend_rule.h). Jobs are always MPS clients here: the service's regime governs them.
   const std::string mode = settings.text("FIKIT_MODE");
-  if (mps.running && priority == 0 && backend == "auto" && mode != "off") {
+  // Before that, what being an MPS client bought its jobs in its last run as one: nothing (its
+  // controller could only hold them) sends it outside MPS.
+  const bool by_outcome = mps.running && mps.fikit_owned && priority == 0 && backend == "auto" && mode != "off";
+  if (const auto line = by_outcome ? fikit::run::outcome_says_outside(settings, opts.command,
+                                                                      fikit::mps::default_directory())
+                                   : std::nullopt) {
+    outside_mps = true;
+    outside_why = "what MPS bought its jobs";
+    std::fprintf(stderr, "%s\n", line->c_str());
+  } else if (mps.running && priority == 0 && backend == "auto" && mode != "off") {
     if (const auto service = fikit::run::service_backend(settings, opts.command);
         service && (!service->choice.trial || mode != "share")) {
       outside_mps = !service->choice.mps;

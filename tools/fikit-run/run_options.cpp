@@ -77,8 +77,9 @@ Options:
                       FIKIT_KEY_FILE. Priorities the daemon reserves need it (docs/security.md)
   --backend B         auto|timeslice|mps: how the GPU is shared; sets FIKIT_BACKEND (default auto:
                       an MPS client where a control daemon runs, but a service (priority 0)
-                      whose measured runs say being one costs it more than --mps-cost-limit
-                      runs outside). timeslice: never an MPS client, even where one runs (the
+                      whose measured runs say being one costs it more than --mps-cost-limit,
+                      or whose jobs only waited beside it in its last run as one (recorded by
+                      fikit-scheduler --mps), runs outside). timeslice: never an MPS client, even where one runs (the
                       jobs below it then wait while it is active); mps: always one
   --mps-cost-limit X  how much slower a service's requests may be as an MPS client than outside
                       MPS, e.g. 1.03 (3 %), as its measured runs show beyond chance: while it
