@@ -6,7 +6,10 @@
 #   measured      the job under a key measured beforehand (share mode)
 #   fresh-auto    the job under a new key each time, fikit-run's defaults (auto mode)
 #   fresh-measure the job under a new key each time in measure mode
-#   ungated       the job without FIKIT (the service's worst case)
+#   ungated       the job without FIKIT (the service's worst case); with MPS=1 an MPS client at client
+#                 priority 1 (below normal): the MPS-with-client-priority baseline
+# MPS=1: the recommended setup, fikit-scheduler --mps DIR (its own MPS control daemon; fikit-run
+# makes both programs its clients) instead of time-slicing.
 # REPS repetitions, the setups interleaved; the service, the job and the daemon on disjoint cores.
 #   bench/gpu/fresh_job_check.sh PREFIX OUT [REPS]
 set -uo pipefail
@@ -21,9 +24,17 @@ hp_args=(--requests ${HP_REQUESTS:-1500} --warmup 20 --kernels 50 --kernel-us 5 
 lp_args=(--kernel-us 50 --sync-every 100 --duration-s 600)
 hp_pin=() lp_pin=() d_pin=()
 if [ "$(nproc)" -ge 10 ]; then hp_pin=(taskset -c 0-3) lp_pin=(taskset -c 4-7) d_pin=(taskset -c 8-9); fi
-"${d_pin[@]}" "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" --control "$work/c.sock" >"$out/scheduler.log" 2>&1 &
+mps_args=() ungated_env=()
+if [ "${MPS:-0}" = 1 ]; then
+  export FIKIT_MPS_DIR=$work/mps
+  mps_args=(--mps "$FIKIT_MPS_DIR")
+  ungated_env=(env CUDA_MPS_PIPE_DIRECTORY="$FIKIT_MPS_DIR/pipe" CUDA_MPS_LOG_DIRECTORY="$FIKIT_MPS_DIR/log"
+               CUDA_MPS_CLIENT_PRIORITY=1)
+fi
+"${d_pin[@]}" "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" --control "$work/c.sock" "${mps_args[@]}" \
+  >"$out/scheduler.log" 2>&1 &
 daemon=$!
-sleep 0.5
+sleep 1
 "${hp_pin[@]}" "${run[@]}" --mode measure --priority 0 --task-key svc -- "$bin/fikit-example-infer" "${hp_args[@]}" >/dev/null 2>"$out/measure-hp.err"
 "${lp_pin[@]}" "${run[@]}" --mode measure --priority 5 --task-key job -- "$bin/fikit-example-train" --kernel-us 50 --sync-every 100 --duration-s 2 >/dev/null 2>"$out/measure-lp.err"
 pair() {   # NAME JOB_CMD... : the job first, the service for its whole run, then the job stopped
@@ -41,7 +52,7 @@ for rep in $(seq 1 "$reps"); do
   pair measured "${run[@]}" --mode share --priority 5 --task-key job -- "$bin/fikit-example-train" "${lp_args[@]}"
   pair fresh-auto "${run[@]}" --priority 5 --task-key "fresh-auto-$rep" -- "$bin/fikit-example-train" "${lp_args[@]}"
   pair fresh-measure "${run[@]}" --mode measure --priority 5 --task-key "fresh-measure-$rep" -- "$bin/fikit-example-train" "${lp_args[@]}"
-  pair ungated "$bin/fikit-example-train" "${lp_args[@]}"
+  pair ungated "${ungated_env[@]}" "$bin/fikit-example-train" "${lp_args[@]}"
 done
 kill -TERM "$daemon"; wait "$daemon"
 python3 - "$out/runs.txt" <<'PY' | tee "$out/summary.txt"
