@@ -3,6 +3,7 @@
 #include "objective.h"
 
 #include <cstring>
+#include <type_traits>
 
 namespace fikit::protocol {
 namespace {
@@ -17,6 +18,21 @@ class Writer {
   void u64(uint64_t v) { uint8_t b[8]; for (int i = 0; i < 8; ++i) b[i] = uint8_t(v >> (8 * i)); put(b, 8); }
   void zeros(size_t n) { for (size_t i = 0; i < n; ++i) u8(0); }
   void bytes(const void* p, size_t n) { put(static_cast<const uint8_t*>(p), n); }
+  // A field by its type (FIKIT_REGISTER_FIELDS): an unsigned integer in its own width, an enum as
+  // its underlying integer, a UUID as its bytes.
+  template <class T>
+  void field(const T& v) {
+    if constexpr (std::is_enum_v<T>) {
+      field(static_cast<std::underlying_type_t<T>>(v));
+    } else if constexpr (std::is_same_v<T, DeviceUuid>) {
+      bytes(v.data(), v.size());
+    } else {
+      static_assert(std::is_unsigned_v<T>, "a wire field is unsigned, an enum or a UUID");
+      uint8_t b[sizeof v];
+      for (size_t i = 0; i < sizeof v; ++i) b[i] = uint8_t(uint64_t(v) >> (8 * i));
+      put(b, sizeof b);
+    }
+  }
   size_t size() const { return ok_ ? pos_ : 0; }
 
  private:
@@ -39,6 +55,24 @@ class Reader {
   uint64_t u64() { uint8_t b[8] = {}; get(b, 8); uint64_t v = 0; for (int i = 7; i >= 0; --i) v = (v << 8) | b[i]; return v; }
   bool zeros(size_t n) { bool z = true; for (size_t i = 0; i < n; ++i) z &= (u8() == 0); return z; }
   void bytes(void* p, size_t n) { get(static_cast<uint8_t*>(p), n); }
+  // A field by its type, as Writer::field writes it.
+  template <class T>
+  void field(T& v) {
+    if constexpr (std::is_enum_v<T>) {
+      std::underlying_type_t<T> u = 0;
+      field(u);
+      v = T(u);
+    } else if constexpr (std::is_same_v<T, DeviceUuid>) {
+      bytes(v.data(), v.size());
+    } else {
+      static_assert(std::is_unsigned_v<T>, "a wire field is unsigned, an enum or a UUID");
+      uint8_t b[sizeof v] = {};
+      get(b, sizeof b);
+      uint64_t u = 0;
+      for (size_t i = sizeof v; i-- > 0;) u = (u << 8) | b[i];
+      v = T(u);
+    }
+  }
   size_t remaining() const { return in_.size() - pos_; }
   bool ok() const { return ok_; }
 
@@ -68,7 +102,11 @@ Type type_of(const Body& body) {
 }
 
 constexpr size_t kDirectiveSize = 64;
-constexpr size_t kRegisterFixedSize = 48;
+// The register's rows (the key's bytes follow them).
+constexpr size_t kRegisterFixedSize = 0
+#define FIKIT_REGISTER_SIZE(name, type, ...) + sizeof(type)
+    FIKIT_REGISTER_FIELDS(FIKIT_REGISTER_SIZE, FIKIT_REGISTER_SIZE);
+#undef FIKIT_REGISTER_SIZE
 constexpr size_t kRegisteredFixedSize = 20;
 
 bool valid_directive_fields(const Directive& d) {
@@ -104,22 +142,33 @@ bool read_directive(Reader& r, Directive& d) {
   return true;
 }
 
-bool valid_objective(uint32_t permille) {
+bool valid_objective_permille(uint32_t permille) {
   return permille == 0 || (permille >= values::kMinObjectivePermille && permille <= values::kMaxObjectivePermille);
+}
+
+// Every row of the register within its `valid` (the key's bytes are checked apart: valid_key).
+bool valid_register_rows(const Register& m) {
+#define FIKIT_REGISTER_VALID(name, type, initial, valid, ...) \
+  {                                                           \
+    [[maybe_unused]] const type& v = m.name;                  \
+    if (!(valid)) return false;                               \
+  }
+  FIKIT_REGISTER_FIELDS(FIKIT_REGISTER_VALID, FIKIT_REGISTER_VALID)
+#undef FIKIT_REGISTER_VALID
+  return true;
 }
 
 struct EncodeBody {
   Writer& w;
   bool ok = true;
   void operator()(const Register& m) {
-    if (!valid_key(m.key, m.key_length) || m.priority >= kPriorityLevels || uint8_t(m.mode) > 1 ||
-        uint8_t(m.backend) > 1 || (m.flags & ~kRegisterProfileGrew) || !valid_objective(m.objective_permille)) {
+    if (!valid_register_rows(m) || !valid_key(m.key, m.key_length)) {
       ok = false;
       return;
     }
-    w.u8(m.priority); w.u8(uint8_t(m.mode)); w.u8(uint8_t(m.backend)); w.u8(m.flags);
-    w.u32(m.pid); w.bytes(m.device.data(), m.device.size()); w.u16(m.key_length); w.u16(m.sm_count);
-    w.u64(m.memory_total); w.u64(m.memory_limit); w.u32(m.objective_permille);
+#define FIKIT_REGISTER_WRITE(name, ...) w.field(m.name);
+    FIKIT_REGISTER_FIELDS(FIKIT_REGISTER_WRITE, FIKIT_REGISTER_WRITE)
+#undef FIKIT_REGISTER_WRITE
     w.bytes(m.key, m.key_length);
   }
   void operator()(const Registered& m) {
@@ -162,22 +211,10 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
     case Type::Register: {
       Register m;
       if (n < kRegisterFixedSize) return DecodeError::BadSize;
-      m.priority = r.u8();
-      const uint8_t mode = r.u8(), backend = r.u8();
-      m.flags = r.u8();
-      m.pid = r.u32();
-      r.bytes(m.device.data(), m.device.size());
-      m.key_length = r.u16();
-      m.sm_count = r.u16();
-      m.memory_total = r.u64();
-      m.memory_limit = r.u64();
-      m.objective_permille = r.u32();
-      if ((m.flags & ~kRegisterProfileGrew) || m.priority >= kPriorityLevels || mode > 1 || backend > 1 ||
-          !valid_objective(m.objective_permille))
-        return DecodeError::BadField;
-      m.mode = TaskMode(mode);
-      m.backend = Backend(backend);
-      if (m.key_length == 0 || m.key_length > kMaxKeyLength) return DecodeError::BadField;
+#define FIKIT_REGISTER_READ(name, ...) r.field(m.name);
+      FIKIT_REGISTER_FIELDS(FIKIT_REGISTER_READ, FIKIT_REGISTER_READ)
+#undef FIKIT_REGISTER_READ
+      if (!valid_register_rows(m)) return DecodeError::BadField;
       if (r.remaining() != m.key_length) return DecodeError::BadSize;
       r.bytes(m.key, m.key_length);
       if (!valid_key(m.key, m.key_length)) return DecodeError::BadField;
@@ -283,6 +320,22 @@ const char* to_string(State s) noexcept {
     case State::Run: return "run";
     case State::Fill: return "fill";
     case State::Hold: return "hold";
+  }
+  return "?";
+}
+
+const char* to_string(TaskMode m) noexcept {
+  switch (m) {
+    case TaskMode::Share: return "share";
+    case TaskMode::Measure: return "measure";
+  }
+  return "?";
+}
+
+const char* to_string(Backend b) noexcept {
+  switch (b) {
+    case Backend::TimeSlice: return "timeslice";
+    case Backend::Mps: return "mps";
   }
   return "?";
 }

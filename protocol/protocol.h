@@ -88,18 +88,49 @@ struct Header {
 
 using DeviceUuid = std::array<uint8_t, 16>;   // all zeros: not given
 
+// A task's registration, declared once: each row is a field of the register message, in wire order
+// (docs/protocol.md). The Register struct below, its encoding, decoding and checks (protocol.cpp)
+// come from this list, and so do the daemon's copies of the TASK rows (policy::Registration under
+// the row's name, policy::TaskIdentity and status --json under its `kept_as` name: policy.h,
+// snapshot.cpp). A new field is one row here plus its use; being a change of the wire format, it
+// also takes a new kVersion and its line in docs/protocol.md.
+//
+//   TASK(name, type, default, valid, kept_as): what the client says of its task, kept with it by the
+//                                               daemon and shown by status
+//   WIRE(name, type, default, valid):          read by the daemon's server alone
+//   type:  its C++ type, which is also its encoding: an unsigned integer little-endian in its own
+//          width, an enum as its underlying integer, DeviceUuid as its 16 bytes (written as
+//          protocol::X: the daemon's copies are declared in other namespaces)
+//   valid: what encode sends and decode accepts, an expression of the field's value `v`
+//          (protocol.cpp alone evaluates it)
+// The key is the one field of variable length: its length is a row, its bytes follow the last row
+// (Register::key below; encode and decode handle them after the rows).
+#define FIKIT_REGISTER_FIELDS(TASK, WIRE)                                                                  \
+  /* as asked: without the key the daemon may give it a lower one (policy: TaskIdentity::priority) */     \
+  TASK(priority, uint8_t, 5, v < kPriorityLevels, requested_priority)                                     \
+  TASK(mode, protocol::TaskMode, protocol::TaskMode::Share, v <= protocol::TaskMode::Measure, mode)       \
+  TASK(backend, protocol::Backend, protocol::Backend::TimeSlice, v <= protocol::Backend::Mps, backend)    \
+  /* kRegisterProfileGrew: the client stored new kernels; the daemon reads the profile again */           \
+  WIRE(flags, uint8_t, 0, !(v & ~kRegisterProfileGrew))                                                   \
+  TASK(pid, uint32_t, 0, true, pid)                                                                       \
+  /* the GPU, which picks the daemon's scheduling domain (all zeros: not given) */                        \
+  WIRE(device, protocol::DeviceUuid, {}, true)                                                            \
+  WIRE(key_length, uint16_t, 0, v >= 1 && v <= kMaxKeyLength)                                             \
+  /* the GPU's SMs and memory in bytes as the client sees them (0: not known) */                          \
+  TASK(sm_count, uint16_t, 0, true, sm_count)                                                             \
+  TASK(memory_total, uint64_t, 0, true, memory_total)                                                     \
+  /* the process's own limit on its device memory (0: none) */                                            \
+  TASK(memory_limit, uint64_t, 0, true, memory_limit)                                                     \
+  /* a service's objective (objective.h; 0: the daemon's default); in force: TaskStatus's */              \
+  TASK(objective_permille, uint32_t, 0, valid_objective_permille(v), requested_objective_permille)
+
+// For a list that takes only one kind of row: FIKIT_REGISTER_FIELDS(X, FIKIT_REGISTER_SKIP).
+#define FIKIT_REGISTER_SKIP(...)
+
 struct Register {
-  uint8_t priority = 5;
-  TaskMode mode = TaskMode::Share;
-  Backend backend = Backend::TimeSlice;
-  uint8_t flags = 0;      // kRegisterProfileGrew: read the task's profile again
-  uint32_t pid = 0;
-  DeviceUuid device{};
-  uint16_t sm_count = 0;        // the GPU's SMs as the client sees them (0: not known)
-  uint64_t memory_total = 0;    // the GPU's memory in bytes (0: not known)
-  uint64_t memory_limit = 0;    // the process's own limit on its device memory (0: none)
-  uint32_t objective_permille = 0;   // its objective (objective.h; 0: the daemon's default)
-  uint16_t key_length = 0;
+#define FIKIT_REGISTER_MEMBER(name, type, initial, ...) type name = initial;
+  FIKIT_REGISTER_FIELDS(FIKIT_REGISTER_MEMBER, FIKIT_REGISTER_MEMBER)
+#undef FIKIT_REGISTER_MEMBER
   char key[kMaxKeyLength + 1] = {};   // NUL-terminated copy
   std::string_view key_view() const { return {key, key_length}; }
 };
@@ -169,6 +200,8 @@ enum class DecodeError : uint8_t { None, TooShort, TooLong, BadMagic, BadVersion
 const char* to_string(DecodeError e) noexcept;
 const char* to_string(Type t) noexcept;
 const char* to_string(State s) noexcept;
+const char* to_string(TaskMode m) noexcept;   // "share", "measure"
+const char* to_string(Backend b) noexcept;    // "timeslice", "mps"
 const char* to_string(RefusalReason r) noexcept;   // what was refused and why, for the client's log
 
 // Whether a message type travels from client to daemon (the rest go the other way).

@@ -45,7 +45,7 @@ bool Client::owner() const noexcept { return int(getpid()) == owner_pid_; }
 
 bool Client::start(const ClientOptions& opts, bool wait_registered) noexcept {
   opts_ = opts;
-  mode_.store(opts.mode);
+  mode_.store(opts.registration.mode);
   owner_pid_ = int(getpid());
   session_ = protocol::random_nonzero_u64();
   // An IP address (fikit-run resolves names: the hook never waits for DNS inside a program).
@@ -75,7 +75,7 @@ bool Client::start(const ClientOptions& opts, bool wait_registered) noexcept {
     fd_ = -1;
     return false;
   }
-  if (opts.mode == protocol::TaskMode::Share && !queue_.start(&Client::send_queued, this, opts.notify_spin_us))
+  if (opts.registration.mode == protocol::TaskMode::Share && !queue_.start(&Client::send_queued, this, opts.notify_spin_us))
     log(LogLevel::Warn, "share mode: no notification thread: notifications are sent from the launching thread");
   register_now_.store(true);
   try {
@@ -136,18 +136,11 @@ void Client::send(protocol::Type type, const protocol::Body& body) noexcept {
 }
 
 void Client::send_register() noexcept {
-  protocol::Register r;
-  r.priority = uint8_t(opts_.priority);
+  protocol::Register r = opts_.registration;
   r.mode = mode_.load();
-  r.backend = opts_.backend;
   r.pid = uint32_t(getpid());
-  r.device = opts_.device;
-  r.sm_count = opts_.sm_count;
-  r.memory_total = opts_.memory_total;
   r.memory_limit = memory::own_limit(opts_.device_ordinal);
-  r.objective_permille = opts_.objective_permille;
-  if (profile_grew_.load(std::memory_order_acquire)) r.flags = protocol::kRegisterProfileGrew;
-  protocol::set_key(r, opts_.task_key);
+  r.flags = profile_grew_.load(std::memory_order_acquire) ? protocol::kRegisterProfileGrew : 0;
   uint8_t buf[protocol::kMaxDatagram];
   protocol::Header h;
   h.session = session_;
@@ -155,7 +148,7 @@ void Client::send_register() noexcept {
   h.seq = seq_.fetch_add(1, std::memory_order_relaxed);
   size_t n = protocol::encode(h, r, buf);
   if (n == 0) {
-    log(LogLevel::Error, "share mode: task key '%s' cannot be sent (printable ASCII only)", opts_.task_key);
+    log(LogLevel::Error, "share mode: task key '%s' cannot be sent (printable ASCII only)", r.key);
     return;
   }
   if (opts_.key) n = protocol::seal(*opts_.key, buf, n, sizeof buf);
@@ -244,7 +237,7 @@ void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
   // The reserve is kept for priority-0 tasks, which the daemon never caps: whatever answers on its
   // port cannot make a service's allocations fail. A new cap is confirmed at once: the daemon counts
   // the old one as this task's until then, and gives a job that joined meanwhile its share after.
-  if (opts_.priority > 0 && memory::set_scheduler_cap(opts_.device_ordinal, d.memory_cap)) send_heartbeat();
+  if (opts_.registration.priority > 0 && memory::set_scheduler_cap(opts_.device_ordinal, d.memory_cap)) send_heartbeat();
 }
 
 void Client::send_heartbeat() noexcept {
@@ -324,14 +317,15 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     lost_.store(false, std::memory_order_release);
     // A task that measures was given another priority than it asked: it is below a key's holders
     // and must not run ungated (measure mode hands over to share mode on this).
-    if (mode_.load(std::memory_order_relaxed) == protocol::TaskMode::Measure && r->priority != opts_.priority)
+    if (mode_.load(std::memory_order_relaxed) == protocol::TaskMode::Measure && r->priority != opts_.registration.priority)
       g_measurement_demoted.store(true, std::memory_order_release);
     const bool was = connected_.exchange(true, std::memory_order_acq_rel);
     if (!was) say_back(m.header.task);
     if (!was) {
-      if (r->priority != opts_.priority)
-        log(LogLevel::Warn, "share mode: registered as task %u at priority %u, not %d (priorities below %u need "
-            "the daemon's key: FIKIT_KEY_FILE)", m.header.task, unsigned(r->priority), opts_.priority,
+      if (r->priority != opts_.registration.priority)
+        log(LogLevel::Warn, "share mode: registered as task %u at priority %u, not %u (priorities below %u need "
+            "the daemon's key: FIKIT_KEY_FILE)", m.header.task, unsigned(r->priority),
+            unsigned(opts_.registration.priority),
             unsigned(r->priority));
       else
         log(LogLevel::Info, "share mode: registered as task %u (%s)", m.header.task, protocol::to_string(r->directive.state));

@@ -22,14 +22,9 @@ namespace fikit::hook::share {
 struct ClientOptions {
   char host[64] = "127.0.0.1";
   uint16_t port = protocol::kDefaultPort;
-  char task_key[protocol::kMaxKeyLength + 1] = {};
-  int priority = 5;
-  protocol::TaskMode mode = protocol::TaskMode::Share;
-  protocol::Backend backend = protocol::Backend::TimeSlice;
-  protocol::DeviceUuid device{};
-  uint16_t sm_count = 0;              // the device's SMs (0: not known)
-  uint64_t memory_total = 0;          // the device's memory in bytes (0: not known)
-  uint32_t objective_permille = 0;    // a service's objective (0: the daemon's)
+  // What it registers with: its key, priority, mode, backend, GPU and objective. Each register
+  // sends it with the mode then in force, the process's pid and memory limit, and its flags.
+  protocol::Register registration;
   int device_ordinal = -1;            // its CUdevice in this process (memory accounting; -1: not known)
   uint32_t daemon_timeout_ms = 100;   // no answer for this long (beyond half a lease): passthrough
   uint32_t notify_spin_us = 200;      // the notification sender's spin before it sleeps (0: never)

@@ -55,8 +55,8 @@ void device_size(ClientOptions& o) noexcept {
   int sms = 0;
   size_t bytes = 0;
   if (attribute && attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) == CUDA_SUCCESS && sms > 0)
-    o.sm_count = uint16_t(std::min(sms, 0xffff));
-  if (total_mem && total_mem(&bytes, dev) == CUDA_SUCCESS) o.memory_total = bytes;
+    o.registration.sm_count = uint16_t(std::min(sms, 0xffff));
+  if (total_mem && total_mem(&bytes, dev) == CUDA_SUCCESS) o.registration.memory_total = bytes;
   o.device_ordinal = dev;
 }
 
@@ -80,14 +80,14 @@ std::optional<ClientOptions> client_options(const Config& cfg, protocol::TaskMod
   ClientOptions o;
   std::snprintf(o.host, sizeof o.host, "%s", cfg.scheduler_host);
   o.port = cfg.scheduler_port;
-  std::snprintf(o.task_key, sizeof o.task_key, "%s", cfg.task_key);
-  o.priority = std::clamp(cfg.priority, 0, protocol::kPriorityLevels - 1);
-  o.mode = mode;
-  o.device = device;
-  o.backend = detect_backend(cfg, o.device);
+  protocol::set_key(o.registration, cfg.task_key);
+  o.registration.priority = uint8_t(std::clamp(cfg.priority, 0, protocol::kPriorityLevels - 1));
+  o.registration.mode = mode;
+  o.registration.device = device;
+  o.registration.backend = detect_backend(cfg, device);
+  o.registration.objective_permille = cfg.objective_permille;
   device_size(o);
   o.daemon_timeout_ms = cfg.daemon_timeout_ms > 0 ? cfg.daemon_timeout_ms : 100;
-  o.objective_permille = cfg.objective_permille;
   std::snprintf(o.bell_path, sizeof o.bell_path, "%s", cfg.bell_path);
   if (cfg.key_file[0] != '\0') {
     protocol::Key key;

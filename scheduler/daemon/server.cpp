@@ -217,16 +217,7 @@ struct Server::Impl {
                                             protocol::RefusalReason::GpuLimit}});
       return;
     }
-    policy::Registration r;
-    r.priority = reg.priority;
-    r.mode = reg.mode;
-    r.backend = reg.backend;
-    r.pid = reg.pid;
-    r.profile_grew = (reg.flags & protocol::kRegisterProfileGrew) != 0;
-    r.memory_total = reg.memory_total;
-    r.memory_limit = reg.memory_limit;
-    r.objective_permille = reg.objective_permille;
-    r.key = std::string(reg.key_view());
+    policy::Registration r = policy::Registration::of(reg);
     r.authenticated = authenticated;
     r.reclaim_id = existing == 0 ? reclaim : 0;
     const uint32_t task = policy->on_register(now, existing, r, actions);

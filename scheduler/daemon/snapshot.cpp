@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cli.h"
 
@@ -64,6 +65,13 @@ nlohmann::ordered_json role_json(uint8_t role) {
   if (role & protocol::kRoleActivity) roles.push_back("activity");
   if (role & protocol::kRoleGaps) roles.push_back("gaps");
   return roles;
+}
+
+// A registration field in --json: a number, or an enum's name.
+template <class T>
+nlohmann::ordered_json json_value(const T& v) {
+  if constexpr (std::is_enum_v<T>) return protocol::to_string(v);
+  else return v;
 }
 
 // Every counter under its own name: one list (policy.h's FIKIT_POLICY_COUNTERS), so none is left out.
@@ -277,29 +285,33 @@ std::string format_json(const DaemonSnapshot& s) {
   for (const auto& d : s.domains) {
     devices.push_back({{"device", d.device}, {"holder", d.holder}, {"tasks", d.tasks.size()},
                        {"counters", counters_json(d.counters)}});
-    for (const auto& t : d.tasks)
-      tasks.push_back({{"id", t.id}, {"device", d.device}, {"pid", t.pid}, {"key", t.key}, {"priority", t.priority},
-                       {"requested_priority", t.requested_priority},
-                       {"mode", t.mode == protocol::TaskMode::Measure ? "measure" : "share"},
-                       {"backend", t.backend == protocol::Backend::Mps ? "mps" : "timeslice"},
-                       {"authenticated", t.authenticated}, {"active", t.active}, {"waiting", t.waiting},
-                       {"state", protocol::to_string(t.directive.state)}, {"role", role_json(t.directive.role)},
-                       {"bound_ns", t.directive.bound_ns}, {"fills", t.fills}, {"notifications", t.notifications},
-                       {"wants", t.wants}, {"run_permille", t.run_permille}, {"kernels", t.kernels},
-                       {"busy_percent", t.busy_pct},
-                       {"waits", t.waits.count}, {"predicted_pause_ns", t.predicted_pause_ns},
-                       {"short_hold_ns", t.directive.short_hold_ns}, {"partition_pct", t.directive.partition_pct},
-                       {"confine", t.directive.confine}, {"controlled", t.controlled},
-                       {"regime", policy::to_string(t.regime)},
-                       {"regime_adopted", policy::to_string(t.adopted)}, {"objective", t.objective_permille / 1000.0},
-                       {"inflation", t.inflation_permille / 1000.0}, {"inflation_overrun", t.inflation_overrun},
-                       {"inflation_within", t.inflation_within},
-                       {"baseline_period_ns", t.baseline_period_ns},
-                       {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
-                       {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns},
-                       {"judged_ns", t.judged_ns}, {"beside_ns", t.beside_ns}, {"memory_used", t.memory_used},
-                       {"memory_limit", t.memory_limit}, {"memory_cap", t.directive.memory_cap},
-                       {"memory_total", t.memory_total}, {"memory_refusals", t.memory_refusals}});
+    for (const auto& t : d.tasks) {
+      nlohmann::ordered_json row{{"id", t.id}, {"device", d.device}, {"key", t.key}, {"priority", t.priority},
+                                 {"authenticated", t.authenticated}};
+      // What it registered with, each under its name in TaskIdentity (protocol.h's FIKIT_REGISTER_FIELDS).
+#define FIKIT_TASK_JSON(name, type, initial, valid, kept_as) row[#kept_as] = json_value(t.kept_as);
+      FIKIT_REGISTER_FIELDS(FIKIT_TASK_JSON, FIKIT_REGISTER_SKIP)
+#undef FIKIT_TASK_JSON
+      row.update(nlohmann::ordered_json{
+          {"active", t.active}, {"waiting", t.waiting},
+          {"state", protocol::to_string(t.directive.state)}, {"role", role_json(t.directive.role)},
+          {"bound_ns", t.directive.bound_ns}, {"fills", t.fills}, {"notifications", t.notifications},
+          {"wants", t.wants}, {"run_permille", t.run_permille}, {"kernels", t.kernels},
+          {"busy_percent", t.busy_pct},
+          {"waits", t.waits.count}, {"predicted_pause_ns", t.predicted_pause_ns},
+          {"short_hold_ns", t.directive.short_hold_ns}, {"partition_pct", t.directive.partition_pct},
+          {"confine", t.directive.confine}, {"controlled", t.controlled},
+          {"regime", policy::to_string(t.regime)},
+          {"regime_adopted", policy::to_string(t.adopted)}, {"objective", t.objective_permille / 1000.0},
+          {"inflation", t.inflation_permille / 1000.0}, {"inflation_overrun", t.inflation_overrun},
+          {"inflation_within", t.inflation_within},
+          {"baseline_period_ns", t.baseline_period_ns},
+          {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
+          {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns},
+          {"judged_ns", t.judged_ns}, {"beside_ns", t.beside_ns}, {"memory_used", t.memory_used},
+          {"memory_cap", t.directive.memory_cap}, {"memory_refusals", t.memory_refusals}});
+      tasks.push_back(std::move(row));
+    }
   }
   const nlohmann::ordered_json out{{"listen", s.listen},
                                    {"uptime_s", std::round(s.uptime_ns / 1e6) / 1e3},

@@ -169,10 +169,27 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   return d;
 }
 
+Registration Registration::of(const protocol::Register& reg) {
+  Registration r;
+#define FIKIT_REGISTRATION_OF(name, ...) r.name = reg.name;
+  FIKIT_REGISTER_FIELDS(FIKIT_REGISTRATION_OF, FIKIT_REGISTER_SKIP)
+#undef FIKIT_REGISTRATION_OF
+  r.key = std::string(reg.key_view());
+  r.profile_grew = (reg.flags & protocol::kRegisterProfileGrew) != 0;
+  return r;
+}
+
+void TaskIdentity::take(const Registration& reg) {
+#define FIKIT_TASK_TAKE(name, type, initial, valid, kept_as) kept_as = reg.name;
+  FIKIT_REGISTER_FIELDS(FIKIT_TASK_TAKE, FIKIT_REGISTER_SKIP)
+#undef FIKIT_TASK_TAKE
+}
+
 uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration& reg, std::vector<Action>& out) {
   notice_time(now);
   Task* task = find(existing);
-  if (task == nullptr) {
+  const bool fresh = task == nullptr;
+  if (fresh) {
     if (tasks_.size() >= kMaxTasks) {
       ++counters_.refused_registrations;
       out.push_back({0, protocol::Error{protocol::ErrorCode::TooManyTasks, 1000, protocol::RefusalReason::TaskLimit}});
@@ -201,19 +218,21 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     task->key = reg.key;
     task->inactive_since = now;
     task->state_since = now;
-    task->objective_permille = ~0u;   // a controller is made below
-    task->mode = reg.mode;
-    task->profile = profiles_.load(task->key, reg.mode);
-  } else if ((task->mode == TaskMode::Measure && reg.mode == TaskMode::Share) || reg.profile_grew) {
-    // Auto mode measured it and now it shares, or share mode learned kernels it did not know.
-    task->profile = profiles_.load(task->key, reg.mode);
   }
+  // What this registration changes against the last (a new task: all of it). Auto mode measured it
+  // and now it shares, or share mode learned kernels it did not know: its profile is read again. A
+  // new objective or backend: its controller starts over from a baseline.
+  const bool reload = fresh || (task->mode == TaskMode::Measure && reg.mode == TaskMode::Share) || reg.profile_grew;
+  const bool new_controller =
+      fresh || reg.objective_permille != task->requested_objective_permille || reg.backend != task->backend;
+  const bool starts_measuring =
+      reg.mode == TaskMode::Measure && (task->mode != TaskMode::Measure || task->measure_since == 0);
+  task->take(reg);
+  task->authenticated = reg.authenticated;
+  if (reload) task->profile = profiles_.load(task->key, reg.mode);
   if (!task->profile) task->profile = std::make_shared<Profile>();
   task->busy_pct = busy_percent(*task->profile);
   ++counters_.registrations;
-  task->pid = reg.pid;
-  task->requested_priority = reg.priority;
-  task->authenticated = reg.authenticated;
   // Without the key a task cannot take the priorities reserved for those who have it.
   int priority = reg.priority;
   if (!reg.authenticated && priority < settings_.min_unauthenticated_priority) {
@@ -221,9 +240,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     ++counters_.capped_registrations;
   }
   task->priority = priority;
-  if (reg.objective_permille != task->objective_permille || reg.backend != task->backend) {
-    // A new objective or backend (or a new task): its controller starts over from a baseline.
-    task->objective_permille = reg.objective_permille;
+  if (new_controller) {
     ControllerSettings cs = settings_.controller;
     if (reg.objective_permille != 0) cs.objective_permille = reg.objective_permille;
     cs.partition = settings_.partition_pct != 0;
@@ -231,14 +248,10 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     task->controller = Controller(cs);
     task->period = Period{};
   }
-  if (reg.mode == TaskMode::Measure && (task->mode != TaskMode::Measure || task->measure_since == 0)) {
+  if (starts_measuring) {
     task->measure_since = now;
     task->hold_ended = false;
   }
-  task->mode = reg.mode;
-  task->backend = reg.backend;
-  task->memory_total = reg.memory_total;
-  task->memory_limit = reg.memory_limit;
   task->last_heard = now;
   std::vector<Action> changes;
   schedule(now, changes);

@@ -89,20 +89,21 @@ struct Settings {
   uint64_t notify_poll_ns = 200'000;
 };
 
+// A registration as the policy takes it: the TASK rows of the register (protocol.h's
+// FIKIT_REGISTER_FIELDS, under their names there), and what the daemon adds.
 struct Registration {
-  uint8_t priority = 5;
-  protocol::TaskMode mode = protocol::TaskMode::Share;
-  protocol::Backend backend = protocol::Backend::TimeSlice;
-  uint32_t pid = 0;
+#define FIKIT_REGISTRATION_MEMBER(name, type, initial, valid, kept_as) type name = initial;
+  FIKIT_REGISTER_FIELDS(FIKIT_REGISTRATION_MEMBER, FIKIT_REGISTER_SKIP)
+#undef FIKIT_REGISTRATION_MEMBER
   std::string key;
   bool authenticated = false;
   bool profile_grew = false;   // the client stored new kernels: read the profile again
-  uint64_t memory_total = 0;   // the GPU's memory as the client sees it (0: not known)
-  uint64_t memory_limit = 0;   // the process's own limit there (0: none)
-  uint32_t objective_permille = 0;   // its own objective (0: Settings::controller's)
   // The task ID this client had before its lease ran out (a client late on a busy host): a new task
   // gets it back when no task holds it (0: none).
   uint32_t reclaim_id = 0;
+
+  // What `reg` says: its TASK rows, its key, and its flags; the daemon fills in the rest.
+  static Registration of(const protocol::Register& reg);
 };
 
 // One message for one task (task_id names the receiver; 0: whoever sent the event).
@@ -168,16 +169,22 @@ using BellSlots = std::array<bool, protocol::kBellSlots>;
 // Who a task is and what it holds, as the policy keeps it and its status row shows it: one
 // declaration for both.
 struct TaskIdentity {
-  uint32_t id = 0, pid = 0;
+  uint32_t id = 0;
   std::string key;
-  int priority = 0, requested_priority = 0;   // in force (capped without the key), and as asked
-  protocol::TaskMode mode = protocol::TaskMode::Share;
-  protocol::Backend backend = protocol::Backend::TimeSlice;
+  int priority = 0;   // in force: capped without the key (as asked: requested_priority)
   bool authenticated = false;
-  // Device memory: what its allocations hold (its last heartbeat), its own limit (0: none), the
-  // GPU's size as it reported it, and the allocations it refused over its cap.
-  uint64_t memory_used = 0, memory_limit = 0, memory_total = 0;
+  // The TASK rows of its registration (protocol.h's FIKIT_REGISTER_FIELDS, under their kept_as names).
+#define FIKIT_TASK_IDENTITY_MEMBER(name, type, initial, valid, kept_as) type kept_as = initial;
+  FIKIT_REGISTER_FIELDS(FIKIT_TASK_IDENTITY_MEMBER, FIKIT_REGISTER_SKIP)
+#undef FIKIT_TASK_IDENTITY_MEMBER
+  // Device memory: what its allocations hold (its last heartbeat), and the allocations it refused
+  // over its cap.
+  uint64_t memory_used = 0;
   uint32_t memory_refusals = 0;
+
+  // Takes the TASK rows of a registration (its key names the task from its first; the priority in
+  // force is the policy's to decide).
+  void take(const Registration& reg);
 };
 
 struct TaskStatus : TaskIdentity {
@@ -289,7 +296,6 @@ class Policy {
     uint64_t last_launch = 0;
     uint64_t idle_at = 0;            // idle reported mid-iteration: inactive from then (0: not pending)
     IdleHistory idle_history;        // how long its recent idle periods lasted
-    uint32_t objective_permille = 0;   // as it registered (0: the daemon's)
     Controller controller;           // what the tasks below it may do (while it has any)
     uint64_t judged_ns = 0, beside_ns = 0;   // TaskStatus's
     Period period;
