@@ -620,6 +620,8 @@ std::vector<KernelProfile> Database::kernels(const std::string& key) {
     p.gap_p50 = quantile_of(k.gap, 0.5);
     p.gap_p90 = quantile_of(k.gap, 0.9);
     p.boundary_count = k.boundary_count;
+    p.hold_p50 = policy::sm_hold_ns(p.dur_p50, policy::waves_of(uint64_t(k.grid[0]) * k.grid[1] * k.grid[2],
+                                                                k.blocks_per_sm, k.sm_count));
     p.dur_unresolved = k.dur_unresolved;
     p.graph_op = k.graph_op;
     out.push_back(std::move(p));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "histogram.h"
+#include "kernel_rules.h"
 
 namespace fikit::profiledb {
 
@@ -96,20 +97,17 @@ int request_busy_percent(const std::vector<RunSummary>& runs);
 // gap of the profile may be off by.
 uint64_t timing_uncertainty(const std::vector<RunSummary>& runs);
 
-// Read side: what the scheduler and the CLI see for one kernel.
-struct KernelProfile {
+// Read side: what the scheduler and the CLI see for one kernel: the statistics its predictions are
+// made from (KernelStats, kernel_rules.h: the daemon and the hook take them as they are), and the
+// rest of what the store knows of it.
+struct KernelProfile : policy::KernelStats {
   uint64_t kernel_id = 0;
   std::string name, call_site;
   std::array<uint32_t, 3> grid{}, block{};
   uint32_t shared_mem = 0;
   uint32_t blocks_per_sm = 0, sm_count = 0;   // occupancy where measured (0: not measured)
-  uint64_t count = 0;
-  double dur_mean = 0, dur_stddev = 0;
-  uint64_t dur_min = 0, dur_p50 = 0, dur_p90 = 0, dur_max = 0;
-  uint64_t gap_count = 0;
-  double gap_mean = 0;
-  uint64_t gap_p10 = 0, gap_p50 = 0, gap_p90 = 0;
-  uint64_t boundary_count = 0;
+  double dur_stddev = 0;
+  uint64_t dur_min = 0, dur_max = 0;
   uint64_t dur_unresolved = 0;          // samples too short for their run's timer (KernelSample)
   uint64_t graph_op = 0;                // a kernel node of that graph op (KernelSample::graph_op)
 };

@@ -81,23 +81,4 @@ inline uint64_t sm_hold_ns(uint64_t duration_ns, uint64_t waves) { return durati
 // hold class fikit-profile compare checks).
 inline bool long_hold(uint64_t sm_hold_ns, uint64_t short_hold_ns) { return sm_hold_ns > short_hold_ns; }
 
-// The statistics as the policy reads them, from any profile record with the store's field names
-// (profiledb::KernelProfile): one conversion for the daemon and the hook.
-template <class Record>
-KernelStats stats_of(const Record& k) {
-  KernelStats s;
-  s.count = k.count;
-  s.dur_mean = k.dur_mean;
-  s.dur_p50 = k.dur_p50;
-  s.dur_p90 = k.dur_p90;
-  s.gap_count = k.gap_count;
-  s.gap_mean = k.gap_mean;
-  s.gap_p10 = k.gap_p10;
-  s.gap_p50 = k.gap_p50;
-  s.gap_p90 = k.gap_p90;
-  s.boundary_count = k.boundary_count;
-  s.hold_p50 = sm_hold_ns(k.dur_p50, waves_of(uint64_t(k.grid[0]) * k.grid[1] * k.grid[2], k.blocks_per_sm, k.sm_count));
-  return s;
-}
-
 }  // namespace fikit::policy

@@ -110,7 +110,7 @@ size_t Predictions::read(const Config& cfg, const policy::Estimators& estimators
     }
     for (const auto& k : kernels) {
       // The daemon's rules (kernel_rules.h), with its estimators: both predict the same.
-      const policy::KernelStats stats = policy::stats_of(k);
+      const policy::KernelStats& stats = k;
       Kernel e;
       e.id = k.kernel_id;
       e.dur_ns = uint64_t(std::max(1.0, k.dur_mean));

@@ -38,7 +38,7 @@ std::shared_ptr<const policy::Profile> DbProfileSource::read(std::string_view ta
     }
     // A graph's kernel nodes (graph_op) are never launched by their own ID: the daemon plans by ops.
     for (const profiledb::KernelProfile& k : db.kernels(key))
-      if (k.graph_op == 0) (*profile)[k.kernel_id] = policy::stats_of(k);
+      if (k.graph_op == 0) (*profile)[k.kernel_id] = policy::KernelStats(k);
     if (db.truncated())
       log(kTruncated, spdlog::level::warn,
           fmt::format("the profile of task '{}' has more than {} kernels: the rest are not read (a profile this large "

@@ -22,11 +22,11 @@ using profiledb::KernelProfile;
 
 std::string hex_id(uint64_t id) { return fmt::format("0x{:016x}", id); }
 
-// How many times over a kernel's blocks fill the SMs, and how long one holds an SM (kernel_rules.h).
+// How many times over a kernel's blocks fill the SMs (kernel_rules.h; how long one holds an SM:
+// KernelStats::hold_p50).
 uint64_t waves(const KernelProfile& k) {
   return policy::waves_of(uint64_t(k.grid[0]) * k.grid[1] * k.grid[2], k.blocks_per_sm, k.sm_count);
 }
-uint64_t sm_hold(const KernelProfile& k) { return policy::sm_hold_ns(k.dur_p50, waves(k)); }
 
 double us(double ns) { return ns / 1000.0; }
 
@@ -96,7 +96,7 @@ void write_kernel_table(std::ostream& out, const profiledb::TaskInfo& task, cons
                human_ns(k.dur_stddev), human_ns(static_cast<double>(k.dur_p50)), human_ns(static_cast<double>(k.dur_p90)),
                gap(k.gap_mean), gap(static_cast<double>(k.gap_p50)), gap(static_cast<double>(k.gap_p90)),
                k.boundary_count, known ? std::to_string(waves(k)) : std::string("?"),
-               human_ns(static_cast<double>(sm_hold(k))));
+               human_ns(static_cast<double>(k.hold_p50)));
   };
   for (const auto& k : kernels) {
     if (k.graph_op != 0) continue;
@@ -124,7 +124,7 @@ void write_kernels_csv(std::ostream& out, const std::vector<KernelProfile>& kern
                hex_id(k.kernel_id), csv_quote(k.name), csv_quote(k.call_site), k.grid[0], k.grid[1], k.grid[2],
                k.block[0], k.block[1], k.block[2], k.shared_mem, k.count, k.dur_mean, k.dur_stddev, k.dur_min,
                k.dur_p50, k.dur_p90, k.dur_max, k.gap_count, k.gap_mean, k.gap_p10, k.gap_p50, k.gap_p90,
-               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), sm_hold(k), k.dur_unresolved, uncertainty_ns,
+               k.boundary_count, k.blocks_per_sm, k.sm_count, waves(k), k.hold_p50, k.dur_unresolved, uncertainty_ns,
                k.graph_op ? hex_id(k.graph_op) : std::string());
 }
 
@@ -155,7 +155,7 @@ void write_kernels_json(std::ostream& out, const profiledb::TaskInfo& task, cons
                   {"dur_p90_ns", k.dur_p90}, {"dur_max_ns", k.dur_max}, {"gap_count", k.gap_count},
                   {"gap_mean_ns", rounded(k.gap_mean)}, {"gap_p10_ns", k.gap_p10}, {"gap_p50_ns", k.gap_p50},
                   {"gap_p90_ns", k.gap_p90}, {"boundary_count", k.boundary_count}, {"blocks_per_sm", k.blocks_per_sm},
-                  {"sm_count", k.sm_count}, {"waves", waves(k)}, {"sm_hold_p50_ns", sm_hold(k)},
+                  {"sm_count", k.sm_count}, {"waves", waves(k)}, {"sm_hold_p50_ns", k.hold_p50},
                   {"dur_unresolved", k.dur_unresolved}, {"timing_uncertainty_ns", uncertainty_ns},
                   {"graph_op", k.graph_op ? nlohmann::ordered_json(hex_id(k.graph_op)) : nlohmann::ordered_json()}});
   }
@@ -288,7 +288,7 @@ void write_backend(std::ostream& out, const std::vector<profiledb::RunSummary>& 
 namespace {
 
 bool long_hold(const KernelProfile& k, const CompareRules& rules) {
-  return policy::long_hold(sm_hold(k), rules.short_hold_ns);
+  return policy::long_hold(k.hold_p50, rules.short_hold_ns);
 }
 bool occupancy_known(const KernelProfile& k) { return k.blocks_per_sm != 0 && k.sm_count != 0; }
 // Copies and sets (kernelid's "[memcpy ...]" and "[memset ...]" ops): a copy from pageable memory
