@@ -83,6 +83,13 @@ class Stmt {
   Stmt& bind_blob(int i, const std::string& v) {
     return check(sqlite3_bind_blob(st_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
   }
+  // Parameters first, first + 1, ... bound to `values`, each as its type says (the mirror of columns()).
+  template <class... Value>
+  Stmt& bind_all(int first, const Value&... values) {
+    int i = first;
+    (bind_value(i++, values), ...);
+    return *this;
+  }
   // true: a row is available.
   bool step() {
     const int rc = sqlite3_step(st_);
@@ -105,6 +112,12 @@ class Stmt {
     const auto* p = sqlite3_column_text(st_, c);
     return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(st_, c)) : std::string();
   }
+  // Columns first, first + 1, ... into `fields`, each read as its type says.
+  template <class... Field>
+  void columns(int first, Field&... fields) const {
+    int c = first;
+    (column(c++, fields), ...);
+  }
   Histogram hist(int c) const {
     const void* p = sqlite3_column_blob(st_, c);
     auto h = Histogram::deserialize(p, p ? sqlite3_column_bytes(st_, c) : 0);
@@ -113,6 +126,15 @@ class Stmt {
   }
 
  private:
+  void bind_value(int i, uint64_t v) { bind_u(i, v); }
+  void bind_value(int i, int64_t v) { bind(i, v); }
+  void bind_value(int i, uint32_t v) { bind(i, static_cast<int64_t>(v)); }
+  void bind_value(int i, int32_t v) { bind(i, static_cast<int64_t>(v)); }
+  void bind_value(int i, const std::string& v) { bind(i, v); }
+  void column(int c, uint64_t& v) const { v = u64(c); }
+  void column(int c, int64_t& v) const { v = i64(c); }
+  void column(int c, uint32_t& v) const { v = static_cast<uint32_t>(i64(c)); }
+  void column(int c, std::string& v) const { v = text(c); }
   Stmt& check(int rc) {
     if (rc != SQLITE_OK) fail(db_, rc, "binding a parameter");
     return *this;
@@ -275,21 +297,12 @@ constexpr int kSampleColumnCount = 27;   // at the current version
 
 KernelSample read_sample(const Stmt& s, int version) {
   KernelSample k;
-  k.kernel_id = s.u64(0);
-  k.name = s.text(1);
-  k.call_site = s.text(2);
-  for (int i = 0; i < 3; ++i) {
-    k.grid[i] = static_cast<uint32_t>(s.i64(3 + i));
-    k.block[i] = static_cast<uint32_t>(s.i64(6 + i));
-  }
-  k.shared_mem = static_cast<uint32_t>(s.i64(9));
+  s.columns(0, k.kernel_id, k.name, k.call_site, k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2],
+            k.shared_mem);
   k.duration = read_acc(s, 10);
   k.gap = read_acc(s, 16);
   k.boundary_count = s.u64(22);
-  if (version >= 3) {
-    k.blocks_per_sm = static_cast<uint32_t>(s.i64(23));
-    k.sm_count = static_cast<uint32_t>(s.i64(24));
-  }
+  if (version >= 3) s.columns(23, k.blocks_per_sm, k.sm_count);
   if (version >= 4) k.dur_unresolved = s.u64(25);
   if (version >= 7) k.graph_op = s.u64(26);
   return k;
@@ -303,11 +316,7 @@ uint64_t quantile_of(const Accumulator& a, double q) {
 
 TaskInfo read_task(const Stmt& s) {
   TaskInfo t;
-  t.key = s.text(0);
-  t.command_line = s.text(1);
-  t.created_unix = s.i64(2);
-  t.runs_measured = s.u64(3);
-  t.runs_wanted = s.u64(4);
+  s.columns(0, t.key, t.command_line, t.created_unix, t.runs_measured, t.runs_wanted);
   t.state = t.runs_measured >= t.runs_wanted ? "ready" : "measuring";
   return t;
 }
@@ -338,18 +347,12 @@ void merge_samples(sqlite3* db, const std::string& task_key, const std::vector<K
       if (merged.graph_op == 0) merged.graph_op = stored.graph_op;
     }
     get.reset();
-    put.bind(1, task_key).bind_u(2, merged.kernel_id).bind(3, merged.name).bind(4, merged.call_site);
-    for (int i = 0; i < 3; ++i) {
-      put.bind(5 + i, static_cast<int64_t>(merged.grid[i]));
-      put.bind(8 + i, static_cast<int64_t>(merged.block[i]));
-    }
-    put.bind(11, static_cast<int64_t>(merged.shared_mem));
+    put.bind_all(1, task_key, merged.kernel_id, merged.name, merged.call_site, merged.grid[0], merged.grid[1],
+                 merged.grid[2], merged.block[0], merged.block[1], merged.block[2], merged.shared_mem);
     bind_acc(put, 12, merged.duration);
     bind_acc(put, 18, merged.gap);
-    put.bind_u(24, merged.boundary_count);
-    put.bind(25, static_cast<int64_t>(merged.blocks_per_sm)).bind(26, static_cast<int64_t>(merged.sm_count));
-    put.bind_u(27, merged.dur_unresolved);
-    put.bind_u(28, merged.graph_op);
+    put.bind_all(24, merged.boundary_count, merged.blocks_per_sm, merged.sm_count, merged.dur_unresolved,
+                 merged.graph_op);
     put.run();
   }
 }
@@ -526,25 +529,10 @@ uint64_t Database::add_run(const std::string& task_key, const std::string& comma
        "INSERT OR REPLACE INTO runs (task_key, run_no, finished_unix, pid, gpu_ops, busy_ns, wall_ns, iterations, "
        "ops_launched, ops_timed, sample_every, request_busy_pct, timer, timing_bias_ns, timing_uncertainty_ns, "
        "sample_unit, backend, request_p50_ns, requests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-      .bind(1, task_key)
-      .bind_u(2, run_no)
-      .bind(3, now)
-      .bind(4, static_cast<int64_t>(::getpid()))
-      .bind_u(5, run.gpu_ops)
-      .bind_u(6, run.busy_ns)
-      .bind_u(7, run.wall_ns)
-      .bind_u(8, run.iterations)
-      .bind_u(9, run.ops_launched)
-      .bind_u(10, run.ops_timed)
-      .bind(11, static_cast<int64_t>(run.sample_every))
-      .bind(12, static_cast<int64_t>(run.request_busy_pct))
-      .bind(13, run.timer)
-      .bind_u(14, run.timing_bias_ns)
-      .bind_u(15, run.timing_uncertainty_ns)
-      .bind(16, run.sample_unit)
-      .bind(17, run.backend)
-      .bind_u(18, run.request_p50_ns)
-      .bind_u(19, run.requests)
+      .bind_all(1, task_key, run_no, now, static_cast<int64_t>(::getpid()), run.gpu_ops, run.busy_ns, run.wall_ns,
+                run.iterations, run.ops_launched, run.ops_timed, run.sample_every, run.request_busy_pct, run.timer,
+                run.timing_bias_ns, run.timing_uncertainty_ns, run.sample_unit, run.backend, run.request_p50_ns,
+                run.requests)
       .run();
 
   Stmt(db, "DELETE FROM trace WHERE task_key = ?").bind(1, task_key).run();
@@ -662,28 +650,15 @@ std::vector<RunSummary> Database::runs(const std::string& key) {
   s.bind(1, key);
   while (s.step()) {
     RunSummary r;
-    r.gpu_ops = s.u64(0);
-    r.busy_ns = s.u64(1);
-    r.wall_ns = s.u64(2);
-    r.iterations = s.u64(3);
-    r.finished_unix = s.i64(4);
+    s.columns(0, r.gpu_ops, r.busy_ns, r.wall_ns, r.iterations, r.finished_unix);
     if (covered) {
-      r.ops_launched = s.u64(5);
-      r.ops_timed = s.u64(6);
+      s.columns(5, r.ops_launched, r.ops_timed);
       r.sample_every = uint32_t(std::max<int64_t>(1, s.i64(7)));
     }
     if (version >= 3) r.request_busy_pct = int32_t(s.i64(8));
-    if (version >= 4) {
-      r.timer = s.text(9);
-      r.timing_bias_ns = s.u64(10);
-      r.timing_uncertainty_ns = s.u64(11);
-    }
+    if (version >= 4) s.columns(9, r.timer, r.timing_bias_ns, r.timing_uncertainty_ns);
     if (version >= 5) r.sample_unit = s.text(12);
-    if (version >= 6) {
-      r.backend = s.text(13);
-      r.request_p50_ns = s.u64(14);
-      r.requests = s.u64(15);
-    }
+    if (version >= 6) s.columns(13, r.backend, r.request_p50_ns, r.requests);
     out.push_back(r);
   }
   if (out.size() > kMaxRunsRead) out.pop_back(), truncated_ = true;
