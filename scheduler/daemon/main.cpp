@@ -30,11 +30,60 @@ constexpr int kUsage = 2;        // bad command line, config or key file
 constexpr int kCannotListen = 3;
 constexpr int kNoMps = 4;        // --mps: no MPS control daemon could be started
 
+// The commands besides running the daemon: each one's usage (its line in fikit-scheduler --help and
+// the first of its own --help), what it does in a few words (beside that line: "" when it has no
+// room), the rest of its own --help, and what runs it, with its app made of those.
+struct Command {
+  const char* name;
+  const char* usage;   // after "fikit-scheduler "
+  const char* what;
+  const char* help;
+  int (*run)(CLI::App& app, int argc, char** argv);
+};
+int status_command(CLI::App& app, int argc, char** argv);
+int keygen_command(CLI::App& app, int argc, char** argv);
+
+const Command kCommands[] = {
+    {"status", "status [--scheduler HOST:PORT | --control PATH] [--verbose | --json]", "",
+     "Says, per GPU, how each service and each job is doing, read from the running daemon's control\n"
+     "socket (the daemon's user only): by default this user's daemon of that port, else the systemd\n"
+     "unit's (" FIKIT_SYSTEM_CONTROL_PATH ").\n"
+     "\n"
+     "A service (priority 0, or the highest with jobs below it) is active or idle, and:\n"
+     "  being measured          its first runs are timed; the jobs below it wait until it shares\n"
+     "  its requests at Nx of alone (median, queueing included), objective Mx\n"
+     "                          its controller's last window: its requests' responses, estimated\n"
+     "                          from its periods of GPU work, against the same with the jobs held;\n"
+     "                          kept, its jobs get more; missed, they are stepped back\n"
+     "  its jobs ...            what the jobs below may do while it is active: wait, run on an SM\n"
+     "                          partition, run short kernels or everything beside it (under MPS),\n"
+     "                          or run as without FIKIT (time-sliced too)\n"
+     "A job is, at this instant: held (a service above is measured), waiting while the service is\n"
+     "active and running in its gaps (gap fills: how many gaps it was given), beside it, or running\n"
+     "(nothing above is active); its memory is what it holds of its cap (docs/memory.md).\n"
+     "--verbose adds every task's directive (state, in-flight bound, roles, partition, regime) and the\n"
+     "daemon's counters; --json gives all of it as one JSON object (docs/user-guide.md, \"status\").\n"
+     "Exit 0, or 1 when no daemon answers, 2 on bad usage.\n",
+     status_command},
+    {"keygen", "keygen PATH", "write a new key file (mode 600)",
+     "Writes 32 random bytes as 64 hex digits to a new file PATH (mode 600; never overwrites), making\n"
+     "the folders above it that are missing (mode 700).\n"
+     "Give it to the daemon (--key-file) and the programs (fikit-run --key-file).\n",
+     keygen_command},
+};
+
+// "fikit-scheduler USAGE" in a column of --help, with what it does beside it when it has a few words.
+std::string synopsis(const std::string& usage, const std::string& what) {
+  std::string line = "fikit-scheduler " + usage;
+  if (!what.empty()) line += std::string(line.size() < 40 ? 41 - line.size() : 2, ' ') + what;
+  return line + "\n";
+}
+
 std::string usage_text() {
+  std::string synopses = "Usage: " + synopsis("[OPTIONS]", "run the daemon");
+  for (const Command& c : kCommands) synopses += "       " + synopsis(c.usage, c.what);
   const char* format =
-               "Usage: fikit-scheduler [OPTIONS]                run the daemon\n"
-               "       fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--json]\n"
-               "       fikit-scheduler keygen PATH              write a new key file (mode 600)\n"
+               "%s"
                "\n"
                "Schedules the GPU kernels of programs run under FIKIT's hook in share mode: ten priority\n"
                "levels; the highest-priority active program launches freely, lower ones run while it is\n"
@@ -51,45 +100,23 @@ std::string usage_text() {
                "Exit codes: 0 ok, 1 status: no daemon answered, 2 usage, config or key error,\n"
                "3 cannot listen, 4 --mps: no MPS control daemon could be started.\n";
   const std::string set = fikit::scheduler::settings_help(false), tuning = fikit::scheduler::settings_help(true);
-  std::string text(std::strlen(format) + set.size() + tuning.size(), '\0');
-  text.resize(std::snprintf(text.data(), text.size() + 1, format, set.c_str(), tuning.c_str()));
+  std::string text(std::strlen(format) + synopses.size() + set.size() + tuning.size(), '\0');
+  text.resize(std::snprintf(text.data(), text.size() + 1, format, synopses.c_str(), set.c_str(), tuning.c_str()));
   return text;
 }
 
-int status_command(int argc, char** argv) {
-  auto app = fikit::cli::make_app(
-      "fikit-scheduler status",
-      "Usage: fikit-scheduler status [--scheduler HOST:PORT | --control PATH] [--verbose | --json]\n"
-      "Says, per GPU, how each service and each job is doing, read from the running daemon's control\n"
-      "socket (the daemon's user only): by default this user's daemon of that port, else the systemd\n"
-      "unit's (" FIKIT_SYSTEM_CONTROL_PATH ").\n"
-      "\n"
-      "A service (priority 0, or the highest with jobs below it) is active or idle, and:\n"
-      "  being measured          its first runs are timed; the jobs below it wait until it shares\n"
-      "  its requests at Nx of alone (median, queueing included), objective Mx\n"
-      "                          its controller's last window: its requests' responses, estimated\n"
-      "                          from its periods of GPU work, against the same with the jobs held;\n"
-      "                          kept, its jobs get more; missed, they are stepped back\n"
-      "  its jobs ...            what the jobs below may do while it is active: wait, run on an SM\n"
-      "                          partition, run short kernels or everything beside it (under MPS),\n"
-      "                          or run as without FIKIT (time-sliced too)\n"
-      "A job is, at this instant: held (a service above is measured), waiting while the service is\n"
-      "active and running in its gaps (gap fills: how many gaps it was given), beside it, or running\n"
-      "(nothing above is active); its memory is what it holds of its cap (docs/memory.md).\n"
-      "--verbose adds every task's directive (state, in-flight bound, roles, partition, regime) and the\n"
-      "daemon's counters; --json gives all of it as one JSON object (docs/user-guide.md, \"status\").\n"
-      "Exit 0, or 1 when no daemon answers, 2 on bad usage.\n");
+int status_command(CLI::App& app, int argc, char** argv) {
   std::string scheduler, control;
   bool json = false, verbose = false;
-  app->add_option("--scheduler", scheduler);
-  app->add_option("--control", control);
-  app->add_flag("--json", json);
-  app->add_flag("--verbose,-v", verbose);
-  if (const int rc = fikit::cli::parse(*app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
+  app.add_option("--scheduler", scheduler);
+  app.add_option("--control", control);
+  app.add_flag("--json", json);
+  app.add_flag("--verbose,-v", verbose);
+  if (const int rc = fikit::cli::parse(app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
   std::string host = "127.0.0.1";
   uint16_t port = fikit::protocol::kDefaultPort;
-  if (app->count("--scheduler") > 0 && !fikit::scheduler::parse_host_port(scheduler, host, port))
-    return fikit::cli::usage_error(app->get_name(), "--scheduler: '" + scheduler + "' is not HOST:PORT (port 1 to 65535; " +
+  if (app.count("--scheduler") > 0 && !fikit::scheduler::parse_host_port(scheduler, host, port))
+    return fikit::cli::usage_error(app.get_name(), "--scheduler: '" + scheduler + "' is not HOST:PORT (port 1 to 65535; " +
                                                             fikit::values::kAddressForm + ")");
   // Without --control: this user's daemon of that port, else the one the shipped systemd unit runs.
   std::vector<std::string> paths{control};
@@ -111,17 +138,11 @@ int status_command(int argc, char** argv) {
   return kOk;
 }
 
-int keygen_command(int argc, char** argv) {
-  auto app = fikit::cli::make_app(
-      "fikit-scheduler keygen",
-      "Usage: fikit-scheduler keygen PATH\n"
-      "Writes 32 random bytes as 64 hex digits to a new file PATH (mode 600; never overwrites), making\n"
-      "the folders above it that are missing (mode 700).\n"
-      "Give it to the daemon (--key-file) and the programs (fikit-run --key-file).\n");
+int keygen_command(CLI::App& app, int argc, char** argv) {
   std::string path;
-  app->add_option("path", path);
-  if (const int rc = fikit::cli::parse(*app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
-  if (path.empty()) return fikit::cli::usage_error(app->get_name(), "give the PATH of the new key file");
+  app.add_option("path", path);
+  if (const int rc = fikit::cli::parse(app, argc - 1, argv + 1); rc != fikit::cli::kGoOn) return rc;
+  if (path.empty()) return fikit::cli::usage_error(app.get_name(), "give the PATH of the new key file");
   std::string error;
   if (!fikit::protocol::create_key_file(path, error)) {
     std::fprintf(stderr, "fikit-scheduler keygen: error: %s\n", error.c_str());
@@ -133,12 +154,18 @@ int keygen_command(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  fikit::cli::declare_commands("fikit-scheduler", {"status", "keygen"});
+  std::vector<std::string> commands;
+  for (const Command& c : kCommands) commands.push_back(c.name);
+  fikit::cli::declare_commands("fikit-scheduler", commands);
   if (argc >= 2 && argv[1][0] != '-') {
     const std::string command = argv[1];
-    if (command == "status") return status_command(argc, argv);
-    if (command == "keygen") return keygen_command(argc, argv);
-    const std::string near = fikit::cli::nearest(command, {"status", "keygen"});
+    for (const Command& c : kCommands)
+      if (command == c.name) {
+        auto app = fikit::cli::make_app(std::string("fikit-scheduler ") + c.name,
+                                        std::string("Usage: fikit-scheduler ") + c.usage + "\n" + c.help);
+        return c.run(*app, argc, argv);
+      }
+    const std::string near = fikit::cli::nearest(command, commands);
     return fikit::cli::usage_error("fikit-scheduler", "unknown command '" + command + "'" +
                                                           (near.empty() ? "" : "; did you mean " + near + "?"));
   }
