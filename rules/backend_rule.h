@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "rank_test.h"
 #include "sample_quantile.h"
 
 namespace fikit::rules {
@@ -53,35 +54,6 @@ inline uint32_t backend_trial_runs(uint32_t runs_wanted) { return std::max<uint3
 inline constexpr double kBackendSignificance = 0.05;
 // The runs of each backend the test reads at most (the latest).
 inline constexpr size_t kBackendTestRuns = 20;
-
-// Mann-Whitney's exact one-sided test: the chance, were the two backends alike, that the `slower`
-// runs exceed the `faster` ones in at least as many of their pairs as they do (ties count half).
-inline double rank_test_p(const std::vector<uint64_t>& slower, const std::vector<uint64_t>& faster) {
-  const size_t n = slower.size(), m = faster.size();
-  if (n == 0 || m == 0) return 1;
-  uint32_t twice_w = 0;   // pairs with slower > faster, times two (a tie counts one)
-  for (uint64_t x : slower)
-    for (uint64_t y : faster) twice_w += x > y ? 2 : x == y ? 1 : 0;
-  // count[i][j][k]: orderings of i slower and j faster values with k pairs slower > faster. The
-  // largest of them is a slower value (then above all j faster ones) or a faster one.
-  const size_t kmax = n * m;
-  std::vector<double> prev((m + 1) * (kmax + 1)), cur(prev.size());
-  const auto at = [kmax](std::vector<double>& t, size_t j, size_t k) -> double& { return t[j * (kmax + 1) + k]; };
-  for (size_t j = 0; j <= m; ++j) at(prev, j, 0) = 1;   // i = 0: one ordering, no pair
-  for (size_t i = 1; i <= n; ++i) {
-    std::fill(cur.begin(), cur.end(), 0.0);
-    at(cur, 0, 0) = 1;
-    for (size_t j = 1; j <= m; ++j)
-      for (size_t k = 0; k <= i * j; ++k) at(cur, j, k) = (k >= j ? at(prev, j, k - j) : 0.0) + at(cur, j - 1, k);
-    std::swap(prev, cur);
-  }
-  double total = 0, tail = 0;
-  for (size_t k = 0; k <= kmax; ++k) {
-    total += at(prev, m, k);
-    if (2 * k >= twice_w) tail += at(prev, m, k);
-  }
-  return tail / total;
-}
 
 // runs: the task's stored runs; runs_stored: all of them (those that do not tell included);
 // runs_wanted: the runs a task measures before it shares (FIKIT_MEASURE_RUNS); limit_permille: the

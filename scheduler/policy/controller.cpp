@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "rank_test.h"
 #include "sample_quantile.h"
 
 namespace fikit::policy {
@@ -62,23 +64,31 @@ uint64_t Controller::baseline_quantile(unsigned pct) const {
   return sample_quantile(baseline_, std::min(baseline_count_, kBaselineRing), pct);
 }
 
-bool Controller::within(unsigned pct) const {
-  const uint64_t w = sample_quantile(window_, n_, pct), b = baseline_quantile(pct);
-  return w * 1000 <= b * uint64_t(s_.objective_permille);
+// The window's periods at the objective's reach: each taken down by the objective, against the
+// baseline's. One-sided rank test (rank_test.h): the chance that they read this much longer when
+// the step costs the service no more than its objective.
+double Controller::body_p() const {
+  std::vector<uint64_t> window(window_.begin(), window_.begin() + n_), baseline;
+  for (uint64_t& w : window) w = w * 1000 / s_.objective_permille;
+  baseline.assign(baseline_.begin(), baseline_.begin() + std::min(baseline_count_, kBaselineRing));
+  return rules::rank_test_p(window, baseline);
 }
 
 bool Controller::tail_within() const {
+  // A period in 10 of the baseline's is past its 90th percentile; past the objective of it, fewer.
+  // More of the window's than chance gives a window of the baseline (binomial tail) is a step that
+  // hurts the service's tail though its body keeps.
   const uint64_t bound = baseline_quantile(90) * s_.objective_permille / 1000;
   uint32_t over = 0;
   for (uint32_t i = 0; i < n_; ++i) over += window_[i] > bound;
-  return over * 8 <= n_;
+  return rules::binomial_tail_p(n_, over, 0.1) > kTailSignificance;
 }
 
 void Controller::judge_inflation() {
   const uint64_t b = baseline_quantile(50), w = sample_quantile(window_, n_, 50);
   inflation_ = b == 0 ? 0 : uint32_t(std::min<uint64_t>(w * 1000 / b, UINT32_MAX));
   overran_ = false;
-  within_ = within(50) && within(75) && tail_within();
+  within_ = body_p() > kBodySignificance && tail_within();
 }
 
 uint64_t Controller::limit_ns() const {
@@ -153,7 +163,8 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     return;
   }
   window_[n_++] = len;
-  if (phase_ == Phase::Trial && n_ == s_.early_judge && !within(50)) {
+  // Half a window in, a step the service plainly cannot take is given up at once.
+  if (phase_ == Phase::Trial && n_ == s_.early_judge && body_p() <= kEarlySignificance) {
     judge_inflation();
     within_ = false;
     refuse(now);
@@ -168,6 +179,16 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     begin(now, Phase::Baseline);
     return;
   }
+  // An adopted step is given up on two windows in a row past the objective: at a service's
+  // busier moments (its requests queueing behind each other) one window in twenty or so reads past
+  // it by chance, and each drop costs the jobs a pause before the step is tried again. A trial is
+  // judged on its one window; a period past the limit drops any step at once (on_overrun).
+  if (!ok && phase_ == Phase::Steady && !strike_ && step_down(adopted_) != adopted_) {
+    strike_ = true;
+    begin(now, Phase::Steady);
+    return;
+  }
+  strike_ = false;
   if (!ok) {
     refuse(now);
   } else if (phase_ == Phase::Trial) {

@@ -29,9 +29,11 @@ const char* to_string(Regime r);
 bool regime_from_string(const char* name, bool& automatic, Regime& fixed);
 
 struct ControllerSettings {
-  // The service's objective: its periods' median and upper quartile at most this many permille of
-  // the baseline's (1200: 1.2x), and no more than one period in 8 past it at the baseline's 90th
-  // percentile (the tail: a request that meets a job's long hold).
+  // The service's objective: its periods at most this many permille of the baseline's (1200:
+  // 1.2x), judged with their noise: a window is past it when its periods, each taken down by the
+  // objective, are still longer than the baseline's beyond chance (one-sided rank test, p <= 0.05),
+  // or when more of them than chance allows are past the objective at the baseline's 90th
+  // percentile (the tail: a request that meets a job's long hold; binomial, p <= 0.1).
   uint32_t objective_permille = 1200;
   uint32_t window = 16;             // periods judged together
   uint32_t early_judge = 8;         // a trial's median judged after this many periods already
@@ -76,7 +78,7 @@ class Controller {
   // The last judged window against the baseline: its median over the baseline's, permille (0:
   // none judged yet): what the service's clients' median wait is, against alone.
   uint32_t inflation_permille() const { return inflation_; }
-  // Whether that window kept the objective: its median, its upper quartile and its tail.
+  // Whether that window kept the objective: its body and its tail (ControllerSettings::objective_permille).
   bool within_objective() const { return within_; }
   // Whether inflation_permille() is the limit a period ran past (4x the objective), not a measured
   // window: said as such, never as a measurement.
@@ -100,8 +102,11 @@ class Controller {
   bool is_step(Regime r) const;       // a step of this service's ladder
   Regime step_up(Regime r) const;     // the next more generous step (r when none)
   Regime step_down(Regime r) const;   // the next more protective step, never Held (r when none)
-  bool within(unsigned pct) const;    // the window's quantile within the objective of the baseline's
-  bool tail_within() const;           // at most one period in 8 past the objective of the baseline's p90
+  // The significance asked of a window past the objective: its body, its tail, and a trial's first
+  // half window (which gives the step up at once).
+  static constexpr double kBodySignificance = 0.05, kTailSignificance = 0.1, kEarlySignificance = 0.01;
+  double body_p() const;              // that the window's periods read this long within the objective
+  bool tail_within() const;           // no more periods past the objective of the baseline's p90 than chance gives
   void judge_inflation();
   void begin(uint64_t now, Phase p);
   void refuse(uint64_t now);
@@ -118,6 +123,7 @@ class Controller {
   uint64_t phase_since_ = 0, last_refresh_ = 0, next_trial_ = 0, pause_ = 0;
   uint32_t inflation_ = 0;
   bool overran_ = false, within_ = false;
+  bool strike_ = false;               // the adopted step's last window read past the objective
   uint64_t trials_ = 0, climbs_ = 0, drops_ = 0, baselines_ = 0, held_ns_ = 0;
 };
 

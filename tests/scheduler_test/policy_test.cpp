@@ -453,14 +453,13 @@ TEST_F(ControlTest, TheTimeItsJobsRanBesideItCountsOnlyUnderAdoptedRegimesAboveH
   EXPECT_EQ(status_of(hp, at).beside_ns, 0u) << "a trial from hold is not beside";
   at = periods(hp, at, 8, us(1000));    // above an adopted partition: beside, trial or not
   EXPECT_EQ(status_of(hp, at).beside_ns, 8 * us(1000));
-  // Periods past the objective (the next trial refused, then partition given up): judged, and
-  // beside only while a regime above hold stays adopted.
-  at = periods(hp, at, 40, us(3000));
+  // Periods past the objective: the next step's trial refused (8 more), then partition given up
+  // after two windows (32): judged all along, beside until partition is given up.
+  at = periods(hp, at, 56, us(3000));
   const TaskStatus s = status_of(hp, at);
   EXPECT_LE(s.adopted, Regime::Hold);
-  EXPECT_EQ(s.judged_ns, 56 * us(1000) + 40 * us(3000));
-  EXPECT_GT(s.beside_ns, 8 * us(1000));
-  EXPECT_LT(s.beside_ns, 8 * us(1000) + 40 * us(3000));
+  EXPECT_EQ(s.judged_ns, 56 * us(1000) + 56 * us(3000));
+  EXPECT_EQ(s.beside_ns, 8 * us(1000) + 40 * us(3000));
 }
 
 TEST_F(ControlTest, APeriodThatRunsPastTheLimitDropsTheRegimeWhileItRuns) {
@@ -515,8 +514,9 @@ TEST_F(ControlTest, BelowATimeSlicedServiceTheJobsWaitOrRunAsWithoutFikit) {
   at = periods(hp, at + us(3000), 15, us(1000));
   EXPECT_EQ(status_of(hp, at).adopted, Regime::Free);
   EXPECT_EQ(policy().counters().regime_climbs, 1u);
-  // Each job's periods now take 1.5x: free is given up for hold, and the jobs wait again.
-  at = periods(hp, at, 16, us(1500));
+  // Each job's periods now take 1.5x: free is given up for hold after two windows, and the jobs
+  // wait again.
+  at = periods(hp, at, 32, us(1500));
   EXPECT_EQ(status_of(hp, at).adopted, Regime::Hold);
   notify(at, hp, k1, true);
   EXPECT_EQ(state(mps), State::Fill);
