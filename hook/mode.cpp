@@ -1,5 +1,5 @@
 // Mode life cycle: start on the first launch or sync, shut down at exit, start afresh in a forked
-// child; plus the weak factory defaults that let the hook link before hook/measure and hook/share.
+// child. Which mode starts is chosen above this file (mode_choice.cpp).
 #include <fcntl.h>
 #include <pthread.h>
 
@@ -21,25 +21,6 @@ std::atomic<Mode*> g_mode{reinterpret_cast<Mode*>(kNotStarted)};
 
 }  // namespace detail
 namespace {
-
-// FIKIT_TRACE_IDS without a mode: kernel IDs are computed (and traced) with nothing else done.
-class TraceOnlyMode final : public Mode {
- public:
-  void before_launch(LaunchInfo&) noexcept override {}
-  void after_launch(const LaunchInfo&, CUresult) noexcept override {}
-  void after_sync(SyncKind) noexcept override {}
-  void shutdown() noexcept override {}
-};
-
-const char* mode_name(ModeKind kind) noexcept {
-  switch (kind) {
-    case ModeKind::Off: return "off";
-    case ModeKind::Measure: return "measure";
-    case ModeKind::Share: return "share";
-    case ModeKind::Auto: return "auto";
-  }
-  return "?";
-}
 
 using KernelGetNameFn = CUresult (*)(const char** name, CUkernel kernel);
 kernelid::FuncGetNameFn g_func_get_name = nullptr;
@@ -101,24 +82,6 @@ void configure_kernel_ids(const Config& cfg) noexcept {
   kernelid::configure(settings);
 }
 
-Mode* make_mode(const Config& cfg) noexcept {
-  Mode* mode = nullptr;
-  switch (cfg.mode) {
-    case ModeKind::Off: break;
-    case ModeKind::Measure: mode = make_measure_mode(cfg); break;
-    case ModeKind::Share: mode = make_share_mode(cfg); break;
-    case ModeKind::Auto: mode = make_auto_mode(cfg); break;
-  }
-  if (mode == nullptr && cfg.mode != ModeKind::Off) {
-    log(LogLevel::Warn, "mode %s did not start: running as passthrough", mode_name(cfg.mode));
-  }
-  if (mode == nullptr && cfg.trace_ids_path[0] != '\0') {
-    static TraceOnlyMode trace_only;
-    mode = &trace_only;
-  }
-  return mode;
-}
-
 void shutdown_at_exit() noexcept {
   // Launches from later exit handlers or other threads pass through from here on.
   Mode* mode = detail::g_mode.exchange(nullptr, std::memory_order_acq_rel);
@@ -154,7 +117,7 @@ Mode* detail::start_mode(Mode* seen) noexcept {
   }
   const Config& cfg = config();
   configure_kernel_ids(cfg);
-  Mode* mode = make_mode(cfg);
+  Mode* mode = kMakeMode(cfg);
   // A factory that already called set_mode (auto mode switching at once) has the last word.
   expected = reinterpret_cast<Mode*>(kStarting);
   g_mode.compare_exchange_strong(expected, mode, std::memory_order_acq_rel);

@@ -100,6 +100,11 @@ class Mode : public graph::KernelPredictor {
 // object is never deleted: another thread may still be inside it.
 void set_mode(Mode* mode) noexcept;
 
+// The mode a process starts with (Config::mode; nullptr: passthrough), made above the life cycle
+// (mode_choice.cpp knows measure/ and share/; mode.cpp, which starts it, knows neither).
+using ModeMaker = Mode* (*)(const Config& cfg) noexcept;
+extern const ModeMaker kMakeMode;
+
 // Factories. nullptr means the mode could not start (the reason is logged): run as passthrough.
 Mode* make_measure_mode(const Config& cfg) noexcept;   // hook/measure/
 Mode* make_share_mode(const Config& cfg) noexcept;     // hook/share/

@@ -6,7 +6,7 @@
 #include "clock.h"
 #include "driver.h"
 #include "log.h"
-#include "share/futex.h"
+#include "futex.h"
 
 namespace fikit::hook::memory {
 namespace {
@@ -188,7 +188,7 @@ CUresult claim(uint64_t bytes, int device, Claim& out) noexcept {
       log_refusal(device, bytes);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    share::futex_wait(&g_cap_changes, changes, deadline - now);
+    futex_wait(&g_cap_changes, changes, deadline - now);
   }
   out.device = device;
   out.bytes = bytes;
@@ -247,7 +247,7 @@ bool set_scheduler_cap(int device, uint64_t cap) noexcept {
   g_cap_changes.fetch_add(1, std::memory_order_seq_cst);
   // What the ledger holds is read after this (the confirming heartbeat): see claim().
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  share::futex_wake_all(&g_cap_changes);
+  futex_wake_all(&g_cap_changes);
   return true;
 }
 

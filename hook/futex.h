@@ -9,7 +9,7 @@
 #include <atomic>
 #include <cstdint>
 
-namespace fikit::hook::share {
+namespace fikit::hook {
 
 inline void cpu_relax() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -29,4 +29,4 @@ inline void futex_wake_all(std::atomic<uint32_t>* word) noexcept {
   (void)syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-}  // namespace fikit::hook::share
+}  // namespace fikit::hook
