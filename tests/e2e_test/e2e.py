@@ -828,12 +828,34 @@ def timesliced_free(env):
             ok &= check(rate >= 0.8 * dflt_rate, f"{name}: the job kept {rate:.0f} kernels/s, at least 0.8x of the "
                                                  f"{dflt_rate:.0f} it gets uncoordinated")
         else:
-            ok &= check(last.get("regime_drops", 0) >= 1 and last.get("regime_adopted") == "hold",
-                        f"{name}: free was tried and given up ({last.get('regime_drops')} drops; adopted "
-                        f"{last.get('regime_adopted')})")
-            ok &= check(hp.wait_ms() <= dflt_hp.wait_ms() / 2,
-                        f"{name}: the service waited {hp.wait_ms():.1f} ms, under half the {dflt_hp.wait_ms():.1f} ms "
-                        f"uncoordinated")
+            # What the job costs the service's clients, against the service with the job held (what its
+            # controller's baseline sees; alone, a process on the simulated device reads slower). On a
+            # host whose CPUs are oversubscribed the service's own CPU starvation can dominate its
+            # requests: then the job barely slows them, and keeping free is right.
+            env.start_daemon("--regime", "hold")
+            lp = Run(env, env.fikit("share", "lp-" + name, 5) + lp_plain, name + " LP held").start()
+            time.sleep(0.3)
+            try:
+                held = run(env, env.fikit("share", "hp-" + name, 0) + hp_plain, name + " HP, job held")
+            finally:
+                lp.finish(timeout=30, terminate=True)
+            env.stop_daemon()
+            p50 = lambda r: r.result["jct_us"]["p50"]
+            hurts = p50(dflt_hp) > 1.5 * p50(held)
+            print(f"{name}: service p50 {p50(hp):.0f} us under the controller, {p50(held):.0f} us with the job "
+                  f"held, {p50(dflt_hp):.0f} us uncoordinated", flush=True)
+            if hurts:
+                ok &= check(last.get("regime_drops", 0) >= 1 and last.get("regime_adopted") == "hold",
+                            f"{name}: free was tried and given up ({last.get('regime_drops')} drops; adopted "
+                            f"{last.get('regime_adopted')})")
+                ok &= check(hp.wait_ms() <= dflt_hp.wait_ms() / 2,
+                            f"{name}: the service waited {hp.wait_ms():.1f} ms, under half the "
+                            f"{dflt_hp.wait_ms():.1f} ms uncoordinated")
+            else:
+                ok &= check(p50(hp) <= 1.3 * p50(held),
+                            f"{name}: on this host the job barely slows the service's clients (uncoordinated "
+                            f"{p50(dflt_hp) / p50(held):.2f}x of held); under the controller their p50 stays within "
+                            f"1.3x of held ({p50(hp) / p50(held):.2f}x)")
     return ok
 
 
