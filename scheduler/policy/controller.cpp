@@ -84,11 +84,11 @@ bool Controller::tail_within() const {
   return rules::binomial_tail_p(n_, over, 0.1) > kTailSignificance;
 }
 
-void Controller::judge_inflation() {
+void Controller::judge_inflation(bool within) {
   const uint64_t b = baseline_quantile(50), w = sample_quantile(window_, n_, 50);
   inflation_ = b == 0 ? 0 : uint32_t(std::min<uint64_t>(w * 1000 / b, UINT32_MAX));
   overran_ = false;
-  within_ = body_p() > kBodySignificance && tail_within();
+  within_ = within;
 }
 
 uint64_t Controller::limit_ns() const {
@@ -165,13 +165,12 @@ void Controller::on_period(uint64_t now, uint64_t len) {
   window_[n_++] = len;
   // Half a window in, a step the service plainly cannot take is given up at once.
   if (phase_ == Phase::Trial && n_ == s_.early_judge && body_p() <= kEarlySignificance) {
-    judge_inflation();
-    within_ = false;
+    judge_inflation(false);
     refuse(now);
     return;
   }
   if (n_ < s_.window) return;
-  judge_inflation();
+  judge_inflation(body_p() > kBodySignificance && tail_within());
   const bool ok = within_;
   // Faster than the baseline by more than the objective: the baseline is what is off (a service
   // still warming up, or one whose requests got shorter). Measure it again before going on.

@@ -112,7 +112,7 @@ class Controller {
   static constexpr double kBodySignificance = 0.2, kTailSignificance = 0.1, kEarlySignificance = 0.01;
   double body_p() const;              // that the window's periods read this long within the objective
   bool tail_within() const;           // no more periods past the objective of the baseline's p90 than chance gives
-  void judge_inflation();
+  void judge_inflation(bool within);   // the window's median against the baseline's, and the verdict
   void begin(uint64_t now, Phase p);
   void refuse(uint64_t now);
   void climb(uint64_t now);
