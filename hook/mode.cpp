@@ -12,6 +12,7 @@
 #include "memory/guard.h"
 #include "mode.h"
 #include "mode_state.h"
+#include "preempt/own_slice.h"
 #include "stats.h"
 
 namespace fikit::hook {
@@ -95,6 +96,7 @@ void reset_in_child() noexcept {
   stats::reset();
   kernelid::reset_after_fork();
   memory::reset_after_fork();
+  preempt::reset_after_fork();
 }
 
 // Runs when the hook is loaded: no CUDA here, a program that never uses CUDA runs unchanged.
@@ -103,6 +105,7 @@ void reset_in_child() noexcept {
 __attribute__((constructor)) void on_load() noexcept {
   stats::g_enabled.store(config().stats, std::memory_order_relaxed);
   memory::start(config());
+  preempt::watch_driver();   // a program linked with libcuda has it loaded already
   std::atexit(shutdown_at_exit);
   pthread_atfork(nullptr, nullptr, reset_in_child);
 }

@@ -7,6 +7,7 @@
 #include "driver.h"
 #include "entry_table.h"
 #include "log.h"
+#include "preempt/own_slice.h"
 #include "real_dlsym.h"
 
 namespace fikit::hook {
@@ -92,6 +93,8 @@ extern "C" __attribute__((visibility("default"))) void* dlsym(void* handle, cons
   using namespace fikit::hook;
   const DlsymFn real = real_dlsym();
   if (handle == RTLD_NEXT || symbol[0] != 'c' || symbol[1] != 'u') return real(handle, symbol);
+  // The driver is loaded by now (its entry points are being looked up), its contexts not yet made.
+  preempt::watch_driver();
   const int v = find_by_symbol(symbol);
   if (v < 0) return real(handle, symbol);
   void* found = real(handle, symbol);

@@ -111,14 +111,15 @@ constexpr size_t kRegisteredFixedSize = 20;
 
 bool valid_directive_fields(const Directive& d) {
   return !(d.role & ~kRoleMask) && uint8_t(d.state) <= uint8_t(State::Hold) && d.partition_pct <= 100 &&
-         !(d.confine & ~kConfineMask) && (!(d.confine & kConfinePartition) || d.partition_pct != 0);
+         !(d.confine & ~kConfineMask) && (!(d.confine & kConfinePartition) || d.partition_pct != 0) &&
+         d.slice_us != kSliceRefused;
 }
 
 void write_directive(Writer& w, const Directive& d) {
   w.u8(d.role); w.u8(uint8_t(d.state)); w.u16(d.watch_slot);
   w.u32(d.generation); w.u32(d.bound_ns); w.u32(d.short_hold_ns);
   w.u64(d.credit_ns); w.u64(d.credit_until_ns); w.u64(d.cause_ns);
-  w.u32(d.watch_generation); w.u8(d.partition_pct); w.u8(d.confine); w.zeros(2);
+  w.u32(d.watch_generation); w.u8(d.partition_pct); w.u8(d.confine); w.u16(d.slice_us);
   w.u64(d.return_ns); w.u64(d.memory_cap);
 }
 
@@ -130,9 +131,9 @@ bool read_directive(Reader& r, Directive& d) {
   d.credit_ns = r.u64(); d.credit_until_ns = r.u64(); d.cause_ns = r.u64();
   d.watch_generation = r.u32();
   d.partition_pct = r.u8(); d.confine = r.u8();
-  const bool pad = r.zeros(2);
+  d.slice_us = r.u16();
   d.return_ns = r.u64(); d.memory_cap = r.u64();
-  if (!pad || state > uint8_t(State::Hold)) return false;
+  if (state > uint8_t(State::Hold)) return false;
   d.state = State(state);
   if (!valid_directive_fields(d)) return false;
   d.state = State(state);
@@ -194,7 +195,7 @@ struct EncodeBody {
     if (!valid_directive_fields(m)) { ok = false; return; }
     write_directive(w, m);
   }
-  void operator()(const Heartbeat& m) { w.u64(m.memory_used); w.u32(m.memory_refusals); w.u32(m.memory_cap_mib); }
+  void operator()(const Heartbeat& m) { w.u64(m.memory_used); w.u32(m.memory_refusals); w.u32(m.memory_cap_mib); w.u16(m.slice_us); w.zeros(2); }
   void operator()(const Goodbye&) {}
   void operator()(const Error& m) {
     if (uint16_t(m.reason) > kLastRefusalReason || (m.reason != RefusalReason::None && m.code != ErrorCode::TooManyTasks)) {
@@ -273,8 +274,10 @@ DecodeError decode_body(Type type, Reader& r, Body& body) {
     }
     case Type::Idle: if (n != 8) return DecodeError::BadSize; body = Idle{r.u64()}; break;
     case Type::Heartbeat: {
-      if (n != 16) return DecodeError::BadSize;
+      if (n != 20) return DecodeError::BadSize;
       Heartbeat m; m.memory_used = r.u64(); m.memory_refusals = r.u32(); m.memory_cap_mib = r.u32();
+      m.slice_us = r.u16();
+      if (!r.zeros(2)) return DecodeError::BadField;
       body = m;
       break;
     }

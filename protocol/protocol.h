@@ -13,9 +13,10 @@
 namespace fikit::protocol {
 
 constexpr uint32_t kMagic = 0x54494B46;   // "FKIT" in little-endian byte order
-constexpr uint16_t kVersion = 5;          // 3: sessions, epochs, 64-bit sequences, state directives;
+constexpr uint16_t kVersion = 6;          // 3: sessions, epochs, 64-bit sequences, state directives;
                                           // 4: SM holds and partitions, estimators, memory, refusal reasons;
-                                          // 5: a service's objective in its register
+                                          // 5: a service's objective in its register;
+                                          // 6: a job's own time slice (directive, heartbeat)
 constexpr size_t kHeaderSize = 40;
 constexpr size_t kMacSize = 32;           // HMAC-SHA256 trailer when kFlagMac is set
 constexpr size_t kMaxDatagram = 512;      // the largest message (a register) with its MAC fits
@@ -156,6 +157,9 @@ struct Directive {
   uint8_t confine = 0;
   uint64_t return_ns = 0;        // Run: when the task above is predicted back (CLOCK_MONOTONIC; 0: not predicted)
   uint64_t memory_cap = 0;       // device memory the task may hold (bytes; 0: no cap from the daemon)
+  // Time-sliced: the time slice the task's own contexts run at (us; 0: each its driver's default),
+  // so that the GPU switches it out within that when a task above has work (the regime preempt).
+  uint16_t slice_us = 0;
 };
 struct Registered {
   uint32_t lease_ms = 0;
@@ -176,7 +180,13 @@ struct Want { uint64_t kernel_id = 0; uint64_t predicted_ns = 0; uint8_t flags =
 // A sign of life; with what the task's allocations hold on its GPU (0: not accounted), how many it
 // refused over its limit, and the daemon's memory cap it applies, in MiB rounded up (0: none): the
 // daemon counts a cap it sent as in force until a heartbeat says it arrived (docs/memory.md).
-struct Heartbeat { uint64_t memory_used = 0; uint32_t memory_refusals = 0; uint32_t memory_cap_mib = 0; };
+// And the time slice its own contexts run at as it applied the directive's (0: their default;
+// kSliceRefused: the directive asked for one and the driver, or the hook, could not set it).
+struct Heartbeat {
+  uint64_t memory_used = 0; uint32_t memory_refusals = 0; uint32_t memory_cap_mib = 0;
+  uint16_t slice_us = 0;
+};
+constexpr uint16_t kSliceRefused = 0xFFFF;
 // A cap as a heartbeat carries it: MiB, rounded up.
 constexpr uint32_t cap_mib(uint64_t bytes) noexcept {
   const uint64_t mib = (bytes >> 20) + ((bytes & ((1u << 20) - 1)) != 0);

@@ -21,7 +21,7 @@ import subprocess
 import tempfile
 import time
 
-MAGIC, VERSION, REGISTER = 0x54494B46, 5, 1   # protocol/protocol.h kVersion
+MAGIC, VERSION, REGISTER = 0x54494B46, 6, 1   # protocol/protocol.h kVersion
 
 
 def register(session, seq, key):

@@ -16,6 +16,7 @@
 #include "log.h"
 #include "memory/guard.h"
 #include "mode.h"
+#include "preempt/own_slice.h"
 
 namespace fikit::hook::share {
 
@@ -240,10 +241,22 @@ void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
   if (opts_.registration.priority > 0 && memory::set_scheduler_cap(opts_.device_ordinal, d.memory_cap)) send_heartbeat();
 }
 
+// The regime preempt's slice (preempt/own_slice.h): set by RM calls here, on the receiver thread,
+// never on a launch. A service keeps its own; a job that lost the daemon goes back to its own.
+void Client::apply_slice(uint16_t slice_us) noexcept {
+  if (opts_.registration.priority == 0 || slice_us == slice_asked_) return;
+  // Refused once, it stays so: the daemon holds the job instead, and would only ask again.
+  if (slice_now_.load(std::memory_order_relaxed) == protocol::kSliceRefused) return;
+  slice_asked_ = slice_us;
+  const uint16_t applied = preempt::set_own_slice(slice_us);
+  if (slice_now_.exchange(applied) != applied) send_heartbeat();
+}
+
 void Client::send_heartbeat() noexcept {
   send(protocol::Type::Heartbeat,
        protocol::Heartbeat{memory::used(opts_.device_ordinal), memory::refusals(opts_.device_ordinal),
-                           protocol::cap_mib(memory::scheduler_cap(opts_.device_ordinal))});
+                           protocol::cap_mib(memory::scheduler_cap(opts_.device_ordinal)),
+                           slice_now_.load(std::memory_order_relaxed)});
 }
 
 void Client::set_disconnected(const char* why) noexcept {
@@ -253,6 +266,7 @@ void Client::set_disconnected(const char* why) noexcept {
   // what it took for good, the reserve with it (the service's allocations failed 12 of 12). A
   // service (priority 0) is never capped.
   cell_.wake_all();   // waiting launches pass through now
+  apply_slice(0);     // nobody above it to switch to it: its own slice again
   if (was && !said_lost_.exchange(true)) {
     lost_at_ns_.store(monotonic_ns(), std::memory_order_relaxed);
     log(LogLevel::Warn, "share mode: scheduler %s:%u not answering (%s): running unscheduled until it is back",
@@ -291,6 +305,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
       if (auto listener = estimators_listener_.load(std::memory_order_acquire)) listener(estimators_context_, estimators);
     cell_.store(r->directive, fresh);
     apply_memory_cap(r->directive);
+    apply_slice(r->directive.slice_us);
     last_heard_ns_.store(now, std::memory_order_release);
     bell_slot_.store(r->bell_slot, std::memory_order_relaxed);
     // The bell of this daemon (a restarted one makes a new board). A board once mapped stays
@@ -368,6 +383,7 @@ void Client::handle(const protocol::Message& m, uint64_t now) noexcept {
     const protocol::State before = cell_.state();
     if (!cell_.store(*d, false)) return;
     apply_memory_cap(*d);
+    apply_slice(d->slice_us);
     stats_.directive();
     // The holder came back (unless the bell said so first): how long this task kept launching.
     if (before == protocol::State::Run && d->state != protocol::State::Run && d->cause_ns != 0) {

@@ -114,6 +114,7 @@ class Client {
   void set_disconnected(const char* why) noexcept;
   // The daemon's memory cap for this task's GPU (hook/memory/guard.h).
   void apply_memory_cap(const protocol::Directive& d) noexcept;
+  void apply_slice(uint16_t slice_us) noexcept;   // receiver thread
   void send_heartbeat() noexcept;   // with what its allocations hold and the cap it applies
   bool wait_registered_for(uint32_t timeout_ms) noexcept;
   void schedule_register(uint64_t now, uint64_t at_least_ns) noexcept;   // receiver thread
@@ -162,7 +163,9 @@ class Client {
   std::atomic<uint64_t> last_go_ns_{0};
   std::atomic<uint32_t> bad_mac_{0};             // datagrams from the daemon's address that did not verify
   std::atomic<int32_t> refusal_{-1};             // the last refusal's reason (-1: none)
+  std::atomic<uint16_t> slice_now_{0};          // this job's own time slice as applied (Heartbeat::slice_us)
   // Receiver thread only.
+  uint16_t slice_asked_ = 0;                     // the last directive's slice_us
   protocol::ReplayWindow window_;
   uint64_t next_register_ns_ = 0, backoff_ns_ = 0, next_grew_ns_ = 0;
 };

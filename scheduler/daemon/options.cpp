@@ -59,6 +59,10 @@ constexpr DurationSetting kDurations[] = {
     {"short-hold", &policy::Settings::short_hold_ns, 0, protocol::kMaxU32Ns,
      "under MPS, lower launches whose blocks hold an SM up to this are short holds: they run beside an active "
      "service in the regimes short-beside and beside; longer ones are long holds (0: none)"},
+    {"preempt-slice", &policy::Settings::preempt_slice_ns, 0, uint64_t(protocol::kSliceRefused - 1) * kUs,
+     "time-sliced: in the regime preempt, the job's own contexts run at this time slice, so that the GPU switches "
+     "it out within about this when the service above has work; only a job alone below the service gets it "
+     "(0: no regime preempt)"},
     {"max-predicted", &policy::Settings::max_predicted_ns, 1 * kUs, protocol::kMaxPredictedNs,
      "a client's prediction of a kernel the daemon has no profile of is capped at this"},
     {"lease", &policy::Settings::lease_ns, protocol::kMinLeaseMs * kMs, protocol::kMaxLeaseMs * kMs,
@@ -340,16 +344,17 @@ const Setting kSettings[] = {
                           : e == policy::DurationEstimator::P50 ? "p50"
                                                                 : "p90");
      }},
-    {"regime", "auto|hold-narrow|hold|partition|short-beside|beside|free",
+    {"regime", "auto|hold-narrow|hold|partition|short-beside|beside|preempt|free",
      [] {
        return std::string("what the jobs may do while a service above them is active: auto, each service's "
                           "controller chooses from its measured periods; a name fixes that regime for all (below a "
-                          "time-sliced service only hold and free differ; free: as without FIKIT)");
+                          "time-sliced service only hold, preempt and free differ; preempt: as without FIKIT at a "
+                          "short time slice of the job's own; free: as without FIKIT)");
      },
      true,
      [](Options& o, const std::string& v, std::string& why) {
        if (policy::regime_from_string(v.c_str(), o.policy.regime_auto, o.policy.fixed_regime)) return true;
-       why = "'" + v + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside, free";
+       why = "'" + v + "' is not one of auto, hold-narrow, hold, partition, short-beside, beside, preempt, free";
        return false;
      },
      [](const Options& o) {

@@ -100,6 +100,7 @@ const char* regime_words(policy::Regime r) {
     case policy::Regime::Partition: return "run on an SM partition while it is active";
     case policy::Regime::ShortBeside: return "short kernels beside it, the rest on an SM partition";
     case policy::Regime::Beside: return "run beside it";
+    case policy::Regime::Preempt: return "run as without FIKIT, switched out within a short time slice when it has work";
     case policy::Regime::Free: return "run as without FIKIT";
   }
   return "?";
@@ -140,6 +141,11 @@ std::string job_line(const policy::TaskStatus& t) {
     case protocol::State::Run:
       what = d.confine & protocol::kConfineFree ? "runs as without FIKIT: the service above keeps its objective so"
                                                 : "runs: nothing above it is active";
+      if (d.slice_us != 0) {
+        what += fmt::format(", at a time slice of {} us so that the service switches it out", d.slice_us);
+        if (t.slice_us == protocol::kSliceRefused) what += " (its driver refused that slice: it runs at its own)";
+        else if (t.slice_us != d.slice_us) what += " (not applied yet)";
+      }
       break;
     case protocol::State::Hold: what = "held: a service above it is being measured, or its baseline is"; break;
     case protocol::State::Fill:
@@ -309,7 +315,9 @@ std::string format_json(const DaemonSnapshot& s) {
           {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
           {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns},
           {"judged_ns", t.judged_ns}, {"beside_ns", t.beside_ns}, {"memory_used", t.memory_used},
-          {"memory_cap", t.directive.memory_cap}, {"memory_refusals", t.memory_refusals}});
+          {"memory_cap", t.directive.memory_cap}, {"memory_refusals", t.memory_refusals},
+          {"slice_us", t.directive.slice_us},
+          {"slice_applied_us", t.slice_us == protocol::kSliceRefused ? -1 : int(t.slice_us)}});
       tasks.push_back(std::move(row));
     }
   }

@@ -10,7 +10,7 @@
 namespace fikit::policy {
 
 namespace {
-constexpr const char* kRegimeNames[kRegimes] = {"held", "hold-narrow", "hold", "partition", "short-beside", "beside", "free"};
+constexpr const char* kRegimeNames[kRegimes] = {"held", "hold-narrow", "hold", "partition", "short-beside", "beside", "preempt", "free"};
 }
 
 const char* to_string(Regime r) { return unsigned(r) < unsigned(kRegimes) ? kRegimeNames[unsigned(r)] : "?"; }
@@ -44,8 +44,8 @@ Controller::Controller(const ControllerSettings& s) : s_(s) {
 }
 
 bool Controller::is_step(Regime r) const {
-  if (s_.timesliced) return r == Regime::Hold || r == Regime::Free;
-  return s_.partition || (r != Regime::HoldNarrow && r != Regime::Partition);
+  if (s_.timesliced) return r == Regime::Hold || r == Regime::Free || (r == Regime::Preempt && s_.preempt);
+  return r != Regime::Preempt && (s_.partition || (r != Regime::HoldNarrow && r != Regime::Partition));
 }
 
 Regime Controller::step_up(Regime r) const {
@@ -207,6 +207,16 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     return;
   }
   climb(now);
+}
+
+void Controller::allow_preempt(uint64_t now, bool on) {
+  if (!s_.timesliced || s_.preempt == on) return;
+  s_.preempt = on;
+  if (on) return;
+  // The window under way was under a step that is no more: it says nothing of the one after.
+  const bool trial = phase_ == Phase::Trial && trial_ == Regime::Preempt;
+  if (adopted_ == Regime::Preempt) adopted_ = step_down(Regime::Preempt);
+  if (trial || (phase_ == Phase::Steady && n_ != 0)) begin(now, Phase::Steady);
 }
 
 void Controller::climb(uint64_t now) {

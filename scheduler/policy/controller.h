@@ -19,6 +19,10 @@ enum class Regime : uint8_t {
   Partition,     // while it is active everything runs on the partition instead of waiting
   ShortBeside,   // ... and launches that hold SMs briefly run beside it at full width
   Beside,        // everything beside it at full width, within the in-flight bound
+  // Time-sliced: the job runs as without FIKIT, its own contexts at a short time slice, so that the
+  // GPU switches it out within about that slice when the service has work (instead of the GPU's
+  // default slice of 1-2 ms, or draining what it queued).
+  Preempt,
   // Nothing held: the jobs run as they would without FIKIT (under MPS beside it with client
   // priority, time-sliced in the GPU's own slices), so the ladder's top is what the baselines give.
   Free,
@@ -49,9 +53,10 @@ struct ControllerSettings {
   uint64_t first_pause_ns = 2'000'000'000;      // a refused step is tried again after this, doubling...
   uint64_t max_pause_ns = 60'000'000'000;       // ...up to this (load changes: try again within a minute)
   bool partition = true;            // the SM partition exists (HoldNarrow and Partition are steps)
-  // A time-sliced service: only Hold and Free are steps. Beside another context nothing runs at
-  // once, so the steps between (what may run beside it, or on a partition) change nothing.
+  // A time-sliced service: only Hold, Preempt and Free are steps. Beside another context nothing
+  // runs at once, so the steps between (what may run beside it, or on a partition) change nothing.
   bool timesliced = false;
+  bool preempt = false;             // time-sliced: Preempt is a step (allow_preempt)
   Regime top = Regime::Free;        // the most generous step it may climb to
 };
 
@@ -71,6 +76,10 @@ class Controller {
   // A period ended, `len` long, under regime() from its start to its end, with a task below
   // exposed to it. Decides the next regime.
   void on_period(uint64_t now, uint64_t len);
+  // Time-sliced: whether Preempt is a step now (a job below it can be switched out at a short slice
+  // of its own: policy.cpp, preemptible). Taken away, a trial of it ends and an adopted Preempt is
+  // Hold again; given, the next climb from Hold tries it.
+  void allow_preempt(uint64_t now, bool on);
   // The longest a period under regime() may last before it is a violation, counted from its start
   // (UINT64_MAX: no limit: held, or no baseline yet).
   uint64_t limit_ns() const;

@@ -23,7 +23,7 @@ bool same(const Directive& a, const Directive& b, uint64_t now) {
   if (a.role != b.role || a.state != b.state || a.bound_ns != b.bound_ns || a.short_hold_ns != b.short_hold_ns ||
       a.watch_slot != b.watch_slot || a.watch_generation != b.watch_generation || ca != cb ||
       a.partition_pct != b.partition_pct || a.confine != b.confine || a.return_ns != b.return_ns ||
-      a.memory_cap != b.memory_cap)
+      a.memory_cap != b.memory_cap || a.slice_us != b.slice_us)
     return false;
   return !ca || (a.credit_ns == b.credit_ns && a.credit_until_ns == b.credit_until_ns);
 }
@@ -97,6 +97,27 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
+// A job the GPU can switch out at a short slice of its own: time-sliced itself (an MPS client's
+// work runs in the MPS server's context), its hook able to set it (its heartbeat says when not),
+// and the only task below the top service, so that a short slice never makes the GPU switch
+// between jobs.
+bool Policy::preemptible(const Task& t) const {
+  if (t.backend == Backend::Mps || t.slice_us == protocol::kSliceRefused) return false;
+  int top = t.priority;
+  for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
+  for (const auto& [id, u] : tasks_)
+    if (id != t.id && u.priority > top) return false;
+  return t.priority > top;
+}
+
+// Whether the regime preempt is a step of `s`'s controller: a job below it can be switched out so.
+bool Policy::preempt_below(const Task& s) const {
+  if (settings_.preempt_slice_ns == 0 || s.backend == Backend::Mps) return false;
+  for (const auto& [id, u] : tasks_)
+    if (u.priority > s.priority && preemptible(u)) return true;
+  return false;
+}
+
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
@@ -117,12 +138,17 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
   // The regime of the services above decides what runs beside them (a baseline window holds
   // everything; Free lets everything go as without FIKIT). Time-sliced, only those two and Hold
   // differ: nothing runs beside an active context anyway.
-  const Regime regime = above ? regime_for(now, t) : Regime::Hold;
+  Regime regime = above ? regime_for(now, t) : Regime::Hold;
   if (regime == Regime::Held) hold = true;
-  if (regime == Regime::Free && !hold) {
+  // Preempt: as free, at a short slice of its own; a job that cannot be switched out so (an MPS
+  // client, or one of several jobs) waits as under hold.
+  if (regime == Regime::Preempt && !preemptible(t)) regime = Regime::Hold;
+  if ((regime == Regime::Free || regime == Regime::Preempt) && !hold) {
     d.state = State::Run;
     d.bound_ns = UINT32_MAX;
     d.confine = protocol::kConfineFree;
+    if (regime == Regime::Preempt)
+      d.slice_us = uint16_t(std::clamp<uint64_t>(settings_.preempt_slice_ns / 1000, 1, protocol::kSliceRefused - 1));
     return d;
   }
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
@@ -145,7 +171,7 @@ Directive Policy::directive_for(uint64_t now, const Task& t) const {
       case Regime::ShortBeside:
         d.confine = protocol::kConfineShortBeside | (partition ? protocol::kConfineActive : 0);
         break;
-      case Regime::Free:   // handled above
+      case Regime::Free: case Regime::Preempt:   // handled above
         break;
       case Regime::Beside:
         // At full width within the bound: a step down then finds little of it queued. Unbounded
@@ -245,6 +271,7 @@ uint32_t Policy::on_register(uint64_t now, uint32_t existing, const Registration
     if (reg.objective_permille != 0) cs.objective_permille = reg.objective_permille;
     cs.partition = settings_.partition_pct != 0;
     cs.timesliced = reg.backend != Backend::Mps;
+    cs.preempt = false;   // until a job it can preempt is below it (schedule)
     task->controller = Controller(cs);
     task->period = Period{};
   }
@@ -292,6 +319,7 @@ void Policy::on_message(uint64_t now, uint32_t id, const protocol::Body& body, s
     handle_want(now, *t, *w);
   } else if (const auto* h = std::get_if<protocol::Heartbeat>(&body)) {
     t->memory_used = h->memory_used;
+    t->slice_us = h->slice_us;
     t->memory_refusals = h->memory_refusals;
     // The cap it applies now is the last one sent: once a lease has passed since, its hook has heard
     // it or been dropped, whatever it says. (A task that kept saying an older, larger cap kept that
@@ -496,6 +524,7 @@ void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
 void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns, uint32_t always_to) {
   next_wake_ = kNever;
   for (auto& [id, t] : tasks_) {
+    if (t.mode == TaskMode::Share) t.controller.allow_preempt(now, preempt_below(t));
     // A share task that stopped launching without saying so (no sync) is not active forever.
     if (t.mode == TaskMode::Share && t.active) {
       const uint64_t quiet_end = t.last_launch + settings_.holder_quiet_ns;

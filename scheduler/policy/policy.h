@@ -68,6 +68,11 @@ struct Settings {
   // controller (controller.h) from its measured periods, or one regime for every service.
   bool regime_auto = true;
   Regime fixed_regime = Regime::Hold;
+  // Time-sliced: the time slice of a job's own contexts in the regime preempt (0: no such regime).
+  // The GPU switches a job out within about this when the service has work; each switch costs
+  // about 100-170 us of GPU time, so a short slice is given only to a job alone below the service
+  // (two jobs at short slices would spend the GPU switching between themselves).
+  uint64_t preempt_slice_ns = 100'000;
   // The controller's windows and pauses, and the objective of services that state none.
   ControllerSettings controller;
   uint64_t max_predicted_ns = 100'000'000;     // a client's prediction of a kernel the daemon has no profile of
@@ -181,6 +186,8 @@ struct TaskIdentity {
   // over its cap.
   uint64_t memory_used = 0;
   uint32_t memory_refusals = 0;
+  // The time slice its own contexts run at, as its last heartbeat said (protocol::Heartbeat).
+  uint16_t slice_us = 0;
 
   // Takes the TASK rows of a registration (its key names the task from its first; the priority in
   // force is the policy's to decide).
@@ -348,6 +355,8 @@ class Policy {
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
+  bool preemptible(const Task& t) const;
+  bool preempt_below(const Task& s) const;
   // Nothing above `t` is active, and each is outside its tight span: `t` may keep run_bound_idle_ns
   // in flight.
   bool relaxed_bound(uint64_t now, const Task& t) const;

@@ -22,9 +22,9 @@ Regime Policy::regime_for(uint64_t now, const Task& below) const {
   for (const auto& [id, u] : tasks_) {
     if (u.priority >= below.priority || u.mode != TaskMode::Share) continue;
     if (settings_.regime_auto) r = std::min(r, regime_of(now, u));
-    // Below a time-sliced service only Hold and Free differ: beside it the jobs would take its time
-    // slices (MPS jobs too: the MPS server's context time-slices with it).
-    else if (u.backend != Backend::Mps && r != Regime::Free) r = std::min(r, Regime::Hold);
+    // Below a time-sliced service only Hold, Preempt and Free differ: beside it the jobs would take
+    // its time slices (MPS jobs too: the MPS server's context time-slices with it).
+    else if (u.backend != Backend::Mps && r != Regime::Free && r != Regime::Preempt) r = std::min(r, Regime::Hold);
   }
   return r;
 }

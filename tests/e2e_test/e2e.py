@@ -69,6 +69,14 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  the service gets every allocation, and status shows what each holds and the refusals.
   stall          the daemon is stopped (SIGSTOP) for 8 s, then the job and the service for 3 s each (leases of
                  1 s): each time both programs are registered again within 2 s and stay registered.
+  preempt        time-sliced, a service of one 500-us kernel a request (Poisson, 100 a second) beside a job
+                 of 5-ms kernels: under --regime hold each request that meets a job kernel in flight waits
+                 for its end; under --regime preempt the job runs as without FIKIT at its own time slice
+                 of 100 us (the simulated device switches it out at the end of the slice its work
+                 arrives in), so the service's p99 is under half hold's and the job runs at least as
+                 fast as under hold. The job's device statistics show its preemptions (and its own slice
+                 back once the service left), status the slice it applied. With the daemon's defaults
+                 the controller adopts preempt.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
   context_reset  a job below an idle service resets its device twice (cudaDeviceReset's
@@ -726,7 +734,7 @@ def controller(env):
     run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp, "measure HP")
     for name, flags in jobs.items():
         run(env, env.fikit("measure", name, 5) + [env.a.train, "--duration-s", "1"] + flags, "measure " + name)
-    steps = ["held", "hold-narrow", "hold", "partition", "short-beside", "beside", "free"]
+    steps = ["held", "hold-narrow", "hold", "partition", "short-beside", "beside", "preempt", "free"]
     ok = True
     # Each job meets a controller that starts from its baseline. Beside the small job the objective
     # is 2: on a 2-core machine beside two busy loops the service's periods (host time included)
@@ -856,6 +864,59 @@ def timesliced_free(env):
                             f"{name}: on this host the job barely slows the service's clients (uncoordinated "
                             f"{p50(dflt_hp) / p50(held):.2f}x of held); under the controller their p50 stays within "
                             f"1.3x of held ({p50(hp) / p50(held):.2f}x)")
+    return ok
+
+
+def preempt(env):
+    """Issue 53, the regime preempt on the simulated GPU (docs above)."""
+    hp_flags = ["--kernels", "1", "--kernel-us", "500", "--cpu-us", "0", "--arrival", "poisson", "--rate", "100"]
+    lp_flags = ["--kernel-us", "5000", "--sync-every", "5"]
+    run(env, env.fikit("measure", "hp", 0) + [env.a.infer, "--requests", "100"] + hp_flags, "measure HP")
+    run(env, env.fikit("measure", "lp", 5) + [env.a.train, "--duration-s", "1"] + lp_flags, "measure LP")
+    hp_cmd = env.fikit("share", "hp", 0) + [env.a.infer, "--requests", "400"] + hp_flags
+    lp_cmd = env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags
+    ok = True
+    got = {}
+    for regime in ("hold", "preempt", "auto"):
+        env.start_daemon("--regime", regime)
+        lp = Run(env, lp_cmd, f"job under {regime}").start()
+        time.sleep(0.3)
+        seen, job_rows = [], []
+        try:
+            hp = Run(env, hp_cmd, f"service under {regime}").start()
+            while hp.proc.poll() is None:
+                time.sleep(0.2)
+                tasks = {t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])}
+                if tasks.get("hp", {}).get("regime_adopted"):
+                    seen.append(tasks["hp"]["regime_adopted"])
+                if "lp" in tasks:
+                    job_rows.append(tasks["lp"])
+            hp.finish(timeout=30)
+        finally:
+            lp.finish(timeout=30, terminate=True)
+        env.stop_daemon()
+        rate = lp.result["kernels"] / lp.result["wall_s"]
+        jct = hp.result["jct_us"]
+        got[regime] = (jct, rate, lp, seen, job_rows)
+        slices = sorted({d.get("slice_ns", 0) for d in lp.device})
+        print(f"{regime}: service p50 {jct['p50']:.0f} us, p99 {jct['p99']:.0f} us; job {rate:.1f} kernels/s, its "
+              f"context's slices {slices} ns, preempted {sum(d.get('preemptions', 0) for d in lp.device)} times; "
+              f"adopted {sorted(set(seen))}", flush=True)
+    (hold_jct, hold_rate, hold_lp, _, _), (pre_jct, pre_rate, pre_lp, _, pre_rows) = got["hold"], got["preempt"]
+    ok &= check(pre_jct["p99"] <= 0.5 * hold_jct["p99"],
+                f"under preempt the service's p99 {pre_jct['p99']:.0f} us is under half of hold's {hold_jct['p99']:.0f} us")
+    ok &= check(pre_rate >= 0.95 * hold_rate,
+                f"under preempt the job ran {pre_rate:.1f} kernels/s, at least hold's {hold_rate:.1f} (5 % margin)")
+    # (Its slice is its own again by the time it exits: the service said goodbye before.)
+    ok &= check(sum(d.get("preemptions", 0) for d in pre_lp.device) > 0 and
+                all(d.get("slice_ns", 0) == 0 for d in pre_lp.device),
+                "under preempt the job's context was switched out at its slice, which it gave back once the service left")
+    ok &= check(sum(d.get("preemptions", 0) for d in hold_lp.device) == 0, "under hold the job kept its own slice")
+    ok &= check(any(r.get("slice_us") == 100 and r.get("slice_applied_us") == 100 for r in pre_rows),
+                "status showed the slice asked of the job and applied by it")
+    auto_seen = got["auto"][3]
+    ok &= check("preempt" in auto_seen, f"with the daemon's defaults the controller adopted preempt "
+                                        f"(adopted: {sorted(set(auto_seen))})")
     return ok
 
 
@@ -1127,7 +1188,7 @@ def main():
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "fresh_job", "two_gpus", "memory_reserve",
                                                  "auto_progress", "controller", "context_reset", "stall", "graph_job",
                                                  "partition_refused", "graph_sets_nodes", "graph_stale_nodes",
-                                                 "whole_graph_job", "timesliced_free"])
+                                                 "whole_graph_job", "timesliced_free", "preempt"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -1163,6 +1224,8 @@ def main():
                 ok = whole_graph_job(env)
             elif args.case == "timesliced_free":
                 ok = timesliced_free(env)
+            elif args.case == "preempt":
+                ok = preempt(env)
             elif args.case == "partition_refused":
                 ok = partition_refused(env)
             elif args.case == "graph_sets_nodes":

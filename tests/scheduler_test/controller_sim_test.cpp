@@ -18,14 +18,15 @@ namespace {
 
 constexpr uint64_t kMs = 1'000'000, kS = 1'000'000'000;
 
-// What each regime costs a service's period (1.0: nothing), by kind of service.
+// What each regime costs a service's period (1.0: nothing), by kind of service (an MPS client's:
+// preempt, a time-sliced step, costs what free does).
 using Costs = std::array<double, kRegimes>;   // indexed by Regime
 // CPU-bound eager (an LM generating token by token): nothing beside it costs it much.
-constexpr Costs kCpuBound = {1.0, 1.0, 1.01, 1.02, 1.03, 1.05, 1.08};
+constexpr Costs kCpuBound = {1.0, 1.0, 1.01, 1.02, 1.03, 1.05, 1.08, 1.08};
 // A CUDA-graph replay that keeps the GPU busy: every SM a job holds is one it loses.
-constexpr Costs kBusyGraph = {1.0, 1.02, 1.05, 1.12, 1.45, 2.2, 4.0};
+constexpr Costs kBusyGraph = {1.0, 1.02, 1.05, 1.12, 1.45, 2.2, 4.0, 4.0};
 // Memory-bound: bandwidth shared on a partition as much as beside it.
-constexpr Costs kMemoryBound = {1.0, 1.03, 1.06, 1.5, 1.6, 1.9, 2.5};
+constexpr Costs kMemoryBound = {1.0, 1.03, 1.06, 1.5, 1.6, 1.9, 2.5, 2.5};
 
 class Service {
  public:

@@ -536,6 +536,55 @@ TEST_F(ControlTest, BelowATimeSlicedServiceTheJobsWaitOrRunAsWithoutFikit) {
   }
 }
 
+// A job alone below a time-sliced service: between hold and free, the controller tries preempt,
+// where the job runs as without FIKIT at a short slice of its own (the GPU switches it out within
+// about that when the service has work), then free.
+TEST_F(ControlTest, AJobAloneBelowATimeSlicedServiceIsPreemptedBeforeItRunsFree) {
+  const uint32_t hp = reg(T0, "hp", 0), job = reg(T0, "lp", 5);
+  uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
+  ASSERT_EQ(status_of(hp, at).adopted, Regime::Hold);
+  ASSERT_EQ(status_of(hp, at).regime, Regime::Preempt);   // the trial of the step above hold
+  notify(at, hp, k1, true);
+  EXPECT_EQ(state(job), State::Run);                      // while the service is active too
+  EXPECT_EQ(last[job].confine, protocol::kConfineFree);
+  EXPECT_EQ(last[job].slice_us, settings.preempt_slice_ns / 1000);
+  send(at + us(1000), hp, protocol::Idle{kEnd});
+  at = periods(hp, at + us(3000), 15, us(1000));
+  EXPECT_EQ(status_of(hp, at).adopted, Regime::Preempt);
+  // Next, free: the job's own slice again.
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Free);
+  EXPECT_EQ(last[job].slice_us, 0u);
+  EXPECT_EQ(last[job].confine, protocol::kConfineFree);
+}
+
+// Two jobs at short slices would make the GPU switch between them whenever the service rests
+// (two such jobs kept 23 % each of an H100 at 200 us): a second job takes preempt away, and a job
+// whose driver refused the slice is held instead.
+TEST_F(ControlTest, PreemptIsAStepOnlyWhileOneJobThatTookTheSliceIsBelow) {
+  const uint32_t hp = reg(T0, "hp", 0), job = reg(T0, "lp", 5);
+  uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
+  ASSERT_EQ(status_of(hp, at).regime, Regime::Preempt);
+  ASSERT_EQ(last[job].slice_us, settings.preempt_slice_ns / 1000);
+  const uint32_t second = reg(at, "lp2", 5);
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);   // the trial ends with nothing judged
+  EXPECT_EQ(last[job].slice_us, 0u);
+  notify(at + 1, hp, k1, true);
+  EXPECT_EQ(state(job), State::Fill);
+  EXPECT_EQ(state(second), State::Fill);
+  send(at + us(1000), hp, protocol::Idle{kEnd});
+  // The second goes: preempt is a step again, tried at the next climb (after a window at hold).
+  send(at + us(2000), second, protocol::Goodbye{});
+  at = periods(hp, at + us(3000), 16, us(1000));
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Preempt);
+  EXPECT_EQ(last[job].slice_us, settings.preempt_slice_ns / 1000);
+  // Its hook could not set the slice: it waits while the service is active, as under hold.
+  send(at, job, protocol::Heartbeat{0, 0, 0, protocol::kSliceRefused});
+  EXPECT_EQ(last[job].slice_us, 0u);
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);
+  notify(at + 1, hp, k1, true);
+  EXPECT_EQ(state(job), State::Fill);
+}
+
 TEST_F(ControlTest, AServiceMayStateItsOwnObjectiveAndAFixedRegimeRunsNoController) {
   Registration r;
   r.priority = 0;

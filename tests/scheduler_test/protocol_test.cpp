@@ -98,6 +98,7 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   d.credit_ns = 80'000;
   d.credit_until_ns = 987654321012ull;
   d.cause_ns = 123456789ull;
+  d.slice_us = 100;
   Message m = decoded(encoded(header(), d));
   const auto& got = std::get<Directive>(m.body);
   EXPECT_EQ(got.role, d.role);
@@ -112,6 +113,7 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   EXPECT_EQ(got.credit_ns, 80'000u);
   EXPECT_EQ(got.credit_until_ns, 987654321012ull);
   EXPECT_EQ(got.cause_ns, 123456789ull);
+  EXPECT_EQ(got.slice_us, 100u);
 
   Registered r;
   r.lease_ms = 1000;
@@ -140,7 +142,8 @@ TEST(Protocol, DirectiveAndTheOtherMessagesRoundTrip) {
   m = decoded(encoded(header(), Error{ErrorCode::TooManyTasks, 1500, RefusalReason::UserQuota}));
   EXPECT_EQ(std::get<Error>(m.body).retry_after_ms, 1500u);
   EXPECT_EQ(std::get<Error>(m.body).reason, RefusalReason::UserQuota);
-  m = decoded(encoded(header(), Heartbeat{3ull << 30, 7, 5120}));
+  m = decoded(encoded(header(), Heartbeat{3ull << 30, 7, 5120, kSliceRefused}));
+  EXPECT_EQ(std::get<Heartbeat>(m.body).slice_us, kSliceRefused);
   EXPECT_EQ(std::get<Heartbeat>(m.body).memory_used, 3ull << 30);
   EXPECT_EQ(std::get<Heartbeat>(m.body).memory_refusals, 7u);
   EXPECT_EQ(std::get<Heartbeat>(m.body).memory_cap_mib, 5120u);
@@ -157,6 +160,9 @@ TEST(Protocol, DirectiveFieldsThatContradictEachOtherAreRejected) {
   d.partition_pct = 101;
   EXPECT_EQ(encode(header(), d, out), 0u);
   d.partition_pct = 30;
+  d.slice_us = kSliceRefused;   // a heartbeat's answer, never a slice to run at
+  EXPECT_EQ(encode(header(), d, out), 0u);
+  d.slice_us = 0;
   ASSERT_GT(encode(header(), d, out), 0u);
   d.confine = kConfineShortBeside;   // needs no partition
   d.partition_pct = 0;

@@ -509,4 +509,16 @@ CUresult cuGetErrorString(CUresult error, const char** str) {
   return cuGetErrorName(error, str);  // the name is the best description the simulator has
 }
 
+// The simulator's stand-in for a process setting its own channel groups' time slice through the
+// resource manager (hook/preempt/): every context of this process, and those it makes later, at
+// `us` (0: none of its own). 0 on success; -1 before cuInit.
+__attribute__((visibility("default"))) int fikit_sim_set_timeslice(unsigned long long us) {
+  if (!g_device) return -1;
+  g_settings.slice_ns.store(us * 1000, std::memory_order_relaxed);
+  DeviceLock lock(*g_device);
+  if (!lock.ok()) return -1;
+  set_process_slice(*g_device, getpid(), us * 1000);
+  return 0;
+}
+
 }  // extern "C"

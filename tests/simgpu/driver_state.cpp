@@ -48,10 +48,11 @@ void write_stats(const CtxSlot& s) {
   const int n = std::snprintf(
       line, sizeof line,
       "{\"pid\":%d,\"device\":%u,\"priority\":%u,\"ops\":%llu,\"busy_ns\":%llu,\"wait_ns\":%llu,"
-      "\"max_wait_ns\":%llu,\"overlap_ns\":%llu}\n",
+      "\"max_wait_ns\":%llu,\"overlap_ns\":%llu,\"slice_ns\":%llu,\"preemptions\":%llu}\n",
       s.pid, s.device, s.priority, static_cast<unsigned long long>(s.stats.ops_done),
       static_cast<unsigned long long>(s.stats.busy_ns), static_cast<unsigned long long>(s.stats.wait_ns),
-      static_cast<unsigned long long>(s.stats.max_wait_ns), static_cast<unsigned long long>(s.stats.overlap_ns));
+      static_cast<unsigned long long>(s.stats.max_wait_ns), static_cast<unsigned long long>(s.stats.overlap_ns),
+      static_cast<unsigned long long>(s.slice_ns), static_cast<unsigned long long>(s.stats.preemptions));
   const int fd = open(g_settings.stats_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return;
   ssize_t ignored = write(fd, line, static_cast<size_t>(n));   // O_APPEND: one line, one write
@@ -143,6 +144,7 @@ CUresult create_context(int device, bool primary, Context** out) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   g_device->ctx[slot].local_id = static_cast<uint32_t>(g_contexts.index_of(ctx));
+  g_device->ctx[slot].slice_ns = g_settings.slice_ns.load(std::memory_order_relaxed);
   ctx->slot = slot;
   ctx->gen = g_device->ctx[slot].gen;
   ctx->device = device;

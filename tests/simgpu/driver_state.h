@@ -173,6 +173,7 @@ struct Settings {
   uint64_t kernel_ns = 5000;
   double copy_gbps = 25.0;
   uint32_t mps_priority = 0;    // CUDA_MPS_CLIENT_PRIORITY (0 normal, 1 below normal)
+  std::atomic<uint64_t> slice_ns{0};   // the process's own time slice (fikit_sim_set_timeslice), for its new contexts too
   char stats_path[512] = {};    // FIKIT_SIMGPU_STATS: one JSON line per context at its release
   uint64_t die_in_lock_at = 0;  // test only: SIGKILL this process inside the lock on that submit
   // Test only (FIKIT_SIMGPU_RECORD_STALL=DEVICE:NTH:US[:before]): the NTH cuEventRecord on a stream

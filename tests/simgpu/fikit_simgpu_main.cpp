@@ -48,15 +48,16 @@ int status(const char* name) {
                 static_cast<unsigned long long>(g.ops_run), static_cast<unsigned long long>(g.switches),
                 g.running_count);
   }
-  std::printf("%-5s %-8s %-4s %-4s %-6s %-8s %-10s %-10s %-10s %-10s\n", "slot", "pid", "dev", "prio", "ctx",
-              "pending", "ops done", "busy ms", "wait ms", "overlap ms");
+  std::printf("%-5s %-8s %-4s %-4s %-6s %-8s %-10s %-10s %-10s %-10s %-9s %-8s\n", "slot", "pid", "dev", "prio", "ctx",
+              "pending", "ops done", "busy ms", "wait ms", "overlap ms", "slice us", "preempts");
   for (int i = 0; i < kMaxContexts; ++i) {
     const CtxSlot& s = dev->ctx[i];
     if (s.state != SlotState::Live) continue;
-    std::printf("%-5d %-8d %-4u %-4u %-6u %-8llu %-10llu %-10.3f %-10.3f %-10.3f\n", i, s.pid, s.device, s.priority,
-                s.local_id, static_cast<unsigned long long>(s.tail - s.head),
+    std::printf("%-5d %-8d %-4u %-4u %-6u %-8llu %-10llu %-10.3f %-10.3f %-10.3f %-9llu %-8llu\n", i, s.pid, s.device,
+                s.priority, s.local_id, static_cast<unsigned long long>(s.tail - s.head),
                 static_cast<unsigned long long>(s.stats.ops_done), s.stats.busy_ns * ms, s.stats.wait_ns * ms,
-                s.stats.overlap_ns * ms);
+                s.stats.overlap_ns * ms, static_cast<unsigned long long>(s.slice_ns / 1000),
+                static_cast<unsigned long long>(s.stats.preemptions));
   }
   return kOk;
 }

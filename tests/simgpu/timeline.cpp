@@ -41,13 +41,15 @@ void start(DeviceState& st, int i, uint64_t exec_start) {
   CtxSlot& s = st.ctx[i];
   DeviceSim& d = st.dev[s.device];
   const Op& op = head_op(s);
+  const bool resumed = s.left_ns != 0;   // preempted before: its wait was counted at its first start
   const uint64_t ready = std::max(op.submit_ns, s.last_end_ns);
-  const uint64_t wait = exec_start > ready ? exec_start - ready : 0;
+  const uint64_t wait = exec_start > ready && !resumed ? exec_start - ready : 0;
   s.stats.wait_ns += wait;
   s.stats.max_wait_ns = std::max(s.stats.max_wait_ns, wait);
   s.running = 1;
   s.running_threads = 0;
-  s.run_end_ns = s.op_end_ns = exec_start + op.duration_ns;
+  s.run_end_ns = s.op_end_ns = exec_start + (resumed ? s.left_ns : op.duration_ns);
+  s.left_ns = 0;
   s.batch_count = 0;
   if (st.sharing == Sharing::Mps) {
     // Blocks of at most the device, as many as the op's threads make; the time of one block is the
@@ -63,6 +65,7 @@ void start(DeviceState& st, int i, uint64_t exec_start) {
     s.op_end_ns = exec_start;
   }
   ++d.running_count;
+  if (resumed) return;
   d.busy_ns += op.duration_ns;
   ++d.ops_run;
 }
@@ -121,11 +124,37 @@ void retire_batches(DeviceState& st, CtxSlot& s, uint64_t t) {
   if (kept == 0 && s.blocks_left == 0) finish(st, s);
 }
 
-// Time-slice: when the device is free, the next context round-robin after the one that ran last
+// Time-slice: the end of the resident context's slice that is current at `t` (its slices follow
+// each other from when it got the device; kNever: it has none).
+uint64_t slice_end(const DeviceSim& d, const CtxSlot& s, uint64_t t) {
+  if (s.slice_ns == 0) return kNever;
+  const uint64_t since = std::min(d.resident_since_ns, t);
+  return since + ((t - since) / s.slice_ns + 1) * s.slice_ns;
+}
+
+// Time-slice: whether a context other than the resident one has an op submitted by `t`.
+bool other_waits(const DeviceState& st, uint32_t device, int resident, uint64_t t) {
+  for (int i = 0; i < kMaxContexts; ++i)
+    if (i != resident && startable(st.ctx[i], device, t)) return true;
+  return false;
+}
+
+// Time-slice: when the device is free, the resident context goes on if it has a slice of its own;
+// otherwise the next context round-robin after it
 // starts its head op, after a switch if it is another context.
 void dispatch_time_slice(DeviceState& st, uint32_t device, uint64_t t) {
   DeviceSim& d = st.dev[device];
   if (d.running_count > 0) return;
+  if (d.resident >= 0) {
+    const CtxSlot& r = st.ctx[d.resident];
+    // Its slice goes on (preemption_at ends it when another context waits); an op of it that was
+    // just preempted waits for its turn.
+    if (r.slice_ns != 0 && r.gen == d.resident_gen && startable(r, device, t) &&
+        (r.left_ns == 0 || !other_waits(st, device, d.resident, t))) {
+      start(st, d.resident, t);
+      return;
+    }
+  }
   const int from = d.resident < 0 ? 0 : d.resident + 1;
   for (int k = 0; k < kMaxContexts; ++k) {
     const int i = (from + k) % kMaxContexts;
@@ -135,9 +164,38 @@ void dispatch_time_slice(DeviceState& st, uint32_t device, uint64_t t) {
     if (!same && !first) ++d.switches;
     d.resident = i;
     d.resident_gen = st.ctx[i].gen;
-    start(st, i, t + (same || first ? 0 : st.switch_ns));
+    const uint64_t at = t + (same || first ? 0 : st.switch_ns);
+    if (!same) d.resident_since_ns = at;
+    start(st, i, at);
     return;
   }
+}
+
+// Time-slice: when the running op of a context with a slice is preempted (its slice ends while
+// another context waits), kNever when it is not.
+uint64_t preemption_at(const DeviceState& st, uint32_t device, const CtxSlot& s, int slot, uint64_t cur) {
+  const DeviceSim& d = st.dev[device];
+  if (st.sharing != Sharing::TimeSlice || !s.running || s.slice_ns == 0 || !live(s) || slot != d.resident) return kNever;
+  // The earliest another context has work: now, or its next submission.
+  uint64_t waits = kNever;
+  for (int i = 0; i < kMaxContexts; ++i) {
+    const CtxSlot& o = st.ctx[i];
+    if (i == slot || o.device != device || !has_pending(o) || o.running || head_op(o).kind == OpKind::EventMarker) continue;
+    waits = std::min(waits, std::max(head_op(o).submit_ns, cur));
+  }
+  if (waits == kNever) return kNever;
+  const uint64_t at = std::max(waits, d.resident_since_ns);
+  const uint64_t end = slice_end(d, s, at == d.resident_since_ns ? at : at - 1);
+  return end < s.run_end_ns ? end : kNever;
+}
+
+// The op stops where it is: what is left goes on when the context's turn comes again.
+void preempt(DeviceState& st, CtxSlot& s, uint64_t t) {
+  DeviceSim& d = st.dev[s.device];
+  s.left_ns = s.run_end_ns - t;
+  s.running = 0;
+  --d.running_count;
+  ++s.stats.preemptions;
 }
 
 // MPS: the ops with blocks to place (started or ready to start), in order of client priority, then
@@ -186,17 +244,23 @@ void advance_device(DeviceState& st, uint32_t device, uint64_t now) {
     if (st.ctx[i].device == device) complete_event_markers(st.ctx[i]);
   for (;;) {
     // Completions due by `cur`, then whatever may start at `cur`.
-    for (CtxSlot& s : st.ctx) {
-      if (!s.running || s.device != device || s.run_end_ns > cur) continue;
+    for (int i = 0; i < kMaxContexts; ++i) {
+      CtxSlot& s = st.ctx[i];
+      if (!s.running || s.device != device) continue;
+      if (s.run_end_ns > cur) {
+        if (preemption_at(st, device, s, i, cur) <= cur) preempt(st, s, cur);
+        continue;
+      }
       if (st.sharing == Sharing::Mps) retire_batches(st, s, cur);
       else finish(st, s);
     }
     if (st.sharing == Sharing::Mps) dispatch_mps(st, device, cur); else dispatch_time_slice(st, device, cur);
-    // The next event: a running op ending, or a later submission arriving.
+    // The next event: a running op ending or preempted, or a later submission arriving.
     uint64_t next = kNever;
-    for (const CtxSlot& s : st.ctx) {
+    for (int i = 0; i < kMaxContexts; ++i) {
+      const CtxSlot& s = st.ctx[i];
       if (s.device != device) continue;
-      if (s.running) next = std::min(next, s.run_end_ns);
+      if (s.running) next = std::min({next, s.run_end_ns, preemption_at(st, device, s, i, cur)});
       else if (has_pending(s) && head_op(s).submit_ns > cur) next = std::min(next, head_op(s).submit_ns);
     }
     const uint64_t until = std::min(next, now);
@@ -246,11 +310,22 @@ int claim_slot(DeviceState& st, int32_t pid, uint32_t local_id, uint64_t now_ns,
     s.last_end_ns = now_ns;
     s.stats = CtxStats{};
     s.memory_used = 0;
+    s.slice_ns = s.left_ns = 0;
     for (EventSlot& e : s.events) e = EventSlot{UINT64_MAX, 0};
     s.state = SlotState::Live;
     return i;
   }
   return -1;
+}
+
+int set_process_slice(DeviceState& st, int32_t pid, uint64_t slice_ns) {
+  int n = 0;
+  for (CtxSlot& s : st.ctx)
+    if (live(s) && s.pid == pid) {
+      s.slice_ns = slice_ns;
+      ++n;
+    }
+  return n;
 }
 
 void release_slot(DeviceState& st, int slot) {

@@ -9,8 +9,8 @@
 namespace fikit::simgpu {
 
 inline constexpr uint64_t kMagic = 0x5550474d49534b46ull;  // "FKSIMGPU"
-inline constexpr uint32_t kLayoutVersion = 4;   // 2: several devices, MPS-like sharing, wait statistics; 3: memory;
-                                                // 4: MPS places kernels block by block
+inline constexpr uint32_t kLayoutVersion = 5;   // 2: several devices, MPS-like sharing, wait statistics; 3: memory;
+                                                // 4: MPS places kernels block by block; 5: time slices
 inline constexpr int kMaxContexts = 64;
 inline constexpr int kMaxDevices = 8;
 inline constexpr uint32_t kRingOps = 4096;    // pending ops per context, like a bounded pushbuffer
@@ -23,7 +23,12 @@ enum class OpKind : uint8_t { Kernel = 1, Copy = 2, Set = 3, EventMarker = 4 };
 
 // How the contexts of one device share it.
 //   TimeSlice: one op at a time, round-robin between contexts, a switch cost between contexts (the
-//              default compute mode without MPS).
+//              default compute mode without MPS). A context with a time slice of its own (CtxSlot::
+//              slice_ns, set by its process: fikit_sim_set_timeslice) keeps the device for its next
+//              ops while its slice lasts, and is preempted at the end of a slice when another context
+//              has work: its op stops where it is and goes on, for what is left of it, when its turn
+//              comes again (a GPU saves a context's state and switches). A context without one runs
+//              each op to its end and gives the device to the next context that has work.
 //   Mps:       contexts run side by side, block by block, as a GPU's block scheduler places them: a
 //              kernel's blocks go onto the device as far as their threads fit (kDeviceThreads), the
 //              rest as running blocks end; a block, once placed, runs to its end (a resident block is
@@ -68,6 +73,7 @@ struct CtxStats {
   uint64_t wait_ns;      // sum over ops of (start - ready): ready to run but the device was not
   uint64_t max_wait_ns;
   uint64_t overlap_ns;   // time an op of this context ran while another context's op ran (MPS)
+  uint64_t preemptions;  // time-slice: its op was switched out at the end of its slice
 };
 
 // One context of one process. Ops [head, tail) are pending; op sequence numbers are these counters,
@@ -90,6 +96,8 @@ struct CtxSlot {
   uint32_t batch_count;
   Batch batches[kMaxBatches];
   uint64_t memory_used;  // device memory its process allocated in it (given back when it is released)
+  uint64_t slice_ns;     // time-slice: its own time slice (0: none, each op runs to its end)
+  uint64_t left_ns;      // time-slice: what is left of its head op after a preemption (0: not preempted)
   CtxStats stats;
   Op ring[kRingOps];
   EventSlot events[kMaxEvents];
@@ -99,6 +107,7 @@ struct DeviceSim {
   uint64_t cur_ns;        // events are simulated up to this time
   int32_t resident;       // time-slice: slot whose op ran last (-1: none yet)
   uint32_t resident_gen;
+  uint64_t resident_since_ns;   // time-slice: when the resident context got the device (its slices count from then)
   uint32_t running_count;
   uint64_t free_threads;  // MPS: what the running ops leave
   uint64_t switches, ops_run, busy_ns;
@@ -133,6 +142,8 @@ void advance(DeviceState& st, uint64_t now_ns);
 // Claims a free slot for (pid, local_id) on `device`; -1 if all are taken.
 int claim_slot(DeviceState& st, int32_t pid, uint32_t local_id, uint64_t now_ns, uint32_t device = 0,
                uint32_t priority = 0);
+// The time slice of every live context of `pid` (time-slice sharing; 0: none). Returns how many.
+int set_process_slice(DeviceState& st, int32_t pid, uint64_t slice_ns);
 // Releases a slot and drops its pending ops (an op already on the device finishes on its own).
 void release_slot(DeviceState& st, int slot);
 

@@ -273,5 +273,63 @@ TEST_F(TimelineTest, DeviceMemoryIsChargedToContextsAndComesBackWithThem) {
   EXPECT_FALSE(charge_memory(*dev_, c, UINT64_MAX));
 }
 
+
+// A context with a slice of its own (a job whose hook shortened it: the regime preempt) is switched
+// out at the end of the slice in which another context's work arrives, and its op goes on later
+// for what was left of it.
+TEST_F(TimelineTest, AContextWithASliceIsSwitchedOutWhenAnotherHasWork) {
+  int job = claim_slot(*dev_, 1, 0, 0);
+  int svc = claim_slot(*dev_, 2, 0, 0);
+  ASSERT_EQ(set_process_slice(*dev_, 1, 100'000), 1);
+  const uint64_t long_op = kernel(job, 0, 10'000'000);   // 10 ms, on the device from 0
+  advance(*dev_, 0);
+  ASSERT_EQ(running(), job);
+  const uint64_t request = kernel(svc, 250'000, 50'000);
+  // Its slices end at 100, 200, 300 us: the one the request arrived in ends at 300 us.
+  advance(*dev_, 299'999);
+  EXPECT_EQ(running(), job);
+  advance(*dev_, 300'000);
+  EXPECT_EQ(dev_->ctx[job].stats.preemptions, 1u);
+  EXPECT_EQ(dev_->ctx[job].left_ns, 10'000'000u - 300'000u);
+  // The service runs after the switch, and its op ends 50 us later.
+  advance(*dev_, 300'000 + kSwitch + 50'000);
+  EXPECT_TRUE(done(svc, request));
+  EXPECT_EQ(dev_->ctx[svc].stats.max_wait_ns, 300'000u + kSwitch - 250'000u);
+  // Then the job's op goes on (another switch) for what was left, and is counted once.
+  advance(*dev_, 300'000 + 2 * kSwitch + 50'000 + 9'700'000 - 1);
+  EXPECT_FALSE(done(job, long_op));
+  advance(*dev_, 300'000 + 2 * kSwitch + 50'000 + 9'700'000);
+  EXPECT_TRUE(done(job, long_op));
+  EXPECT_EQ(dev_->ctx[job].stats.busy_ns, 10'000'000u);
+  EXPECT_EQ(device0().ops_run, 2u);
+}
+
+// Without a slice of its own an op runs to its end, whatever waits (the model before slices).
+TEST_F(TimelineTest, WithoutASliceAnOpRunsToItsEndWhateverWaits) {
+  int job = claim_slot(*dev_, 1, 0, 0);
+  int svc = claim_slot(*dev_, 2, 0, 0);
+  kernel(job, 0, 10'000'000);
+  advance(*dev_, 0);
+  const uint64_t request = kernel(svc, 250'000, 50'000);
+  advance(*dev_, 10'000'000 + kSwitch + 50'000 - 1);
+  EXPECT_FALSE(done(svc, request));
+  advance(*dev_, 10'000'000 + kSwitch + 50'000);
+  EXPECT_TRUE(done(svc, request));
+  EXPECT_EQ(dev_->ctx[job].stats.preemptions, 0u);
+}
+
+// Alone, a context with a slice keeps the device op after op: no switch, no preemption.
+TEST_F(TimelineTest, ASliceCostsNothingWhileNobodyElseHasWork) {
+  int job = claim_slot(*dev_, 1, 0, 0);
+  claim_slot(*dev_, 2, 0, 0);
+  set_process_slice(*dev_, 1, 50'000);
+  uint64_t last = 0;
+  for (int i = 0; i < 20; ++i) last = kernel(job, 0, 1'000'000);
+  advance(*dev_, 20'000'000);
+  EXPECT_TRUE(done(job, last));
+  EXPECT_EQ(dev_->ctx[job].stats.preemptions, 0u);
+  EXPECT_EQ(device0().switches, 0u);
+}
+
 }  // namespace
 }  // namespace fikit::simgpu

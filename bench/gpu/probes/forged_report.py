@@ -12,7 +12,7 @@ import struct
 import sys
 import time
 
-MAGIC, VERSION, REGISTER, REGISTERED, HEARTBEAT = 0x54494B46, 5, 1, 2, 7   # protocol/protocol.h kVersion
+MAGIC, VERSION, REGISTER, REGISTERED, HEARTBEAT = 0x54494B46, 6, 1, 2, 7   # protocol/protocol.h kVersion
 HEADER = "<IHBBQQQII"
 
 
@@ -41,7 +41,7 @@ def main():
     while time.monotonic() < end:
         seq += 1
         s.send(struct.pack(HEADER, MAGIC, VERSION, HEARTBEAT, 0, session, epoch, seq, task, 0) +
-               struct.pack("<QII", 1 << 40, 0, 0))
+               struct.pack("<QIIHH", 1 << 40, 0, 0, 0, 0))
         time.sleep(0.2)
 
 
