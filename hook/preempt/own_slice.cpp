@@ -31,12 +31,12 @@ int observed_ioctl(int fd, unsigned long request, ...) {
   return rc;
 }
 
-bool is_job(const Config& cfg) { return cfg.priority > 0 && cfg.mode != ModeKind::Off; }
+bool scheduled(const Config& cfg) { return cfg.mode != ModeKind::Off; }
 
 }  // namespace
 
 void watch_driver() noexcept {
-  if (g_watch.load(std::memory_order_acquire) != kNotTried || !is_job(config())) return;
+  if (g_watch.load(std::memory_order_acquire) != kNotTried || !scheduled(config())) return;
   void* driver = dlopen("libcuda.so.1", RTLD_NOLOAD | RTLD_LAZY);
   if (driver == nullptr) return;   // not loaded yet: a later call
   int expected = kNotTried;
@@ -81,8 +81,8 @@ uint16_t set_own_slice(uint16_t us) noexcept {
   if (ok) return us;
   if (us == 0) return 0;
   if (!g_said_refused.exchange(true))
-    log(LogLevel::Warn, "preempt: this job's time slice could not be set to %u us (%s): it waits while the service "
-        "above is active instead", unsigned(us), why);
+    log(LogLevel::Warn, "preempt: this program's time slice could not be set to %u us (%s)%s", unsigned(us), why,
+        config().priority > 0 ? ": it waits while the service above is active instead" : "");
   return kRefused;
 }
 

@@ -1,15 +1,16 @@
 #pragma once
-// A job's own time slice (the regime preempt, docs/scheduling.md): its contexts' channel groups
-// run at the slice the daemon's directive asks, so that the GPU switches the job out within about
-// that when the service above has work, instead of at its default slice of 1-2 ms. Only this
+// A program's own time slice (the regime preempt, docs/scheduling.md): its contexts' channel groups
+// run at the slice the daemon's directive asks: a job's short, so that the GPU switches it out
+// within about that when the service above has work, instead of at its default slice of 1-2 ms;
+// the service's long, so that it keeps the GPU through its request. Only this
 // process's own contexts, through its own driver client; the slice dies with them, so a crash
 // leaves nothing behind. On the simulated GPU, its own call (fikit_sim_set_timeslice) instead.
 #include <cstdint>
 
 namespace fikit::hook::preempt {
 
-// Once the driver is loaded and before its first context: a job (priority above 0, a mode on)
-// starts watching the driver's channel groups. Called from the hook's load, its dlsym and its
+// Once the driver is loaded and before its first context: a scheduled program (a mode on) starts
+// watching the driver's channel groups. Called from the hook's load, its dlsym and its
 // first driver lookup; the first call that finds the driver loaded does it. Cheap after that.
 void watch_driver() noexcept;
 // The receiver thread: run this process's contexts at `us` (0: the slice each had). Returns what

@@ -241,10 +241,11 @@ void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
   if (opts_.registration.priority > 0 && memory::set_scheduler_cap(opts_.device_ordinal, d.memory_cap)) send_heartbeat();
 }
 
-// The regime preempt's slice (preempt/own_slice.h): set by RM calls here, on the receiver thread,
-// never on a launch. A service keeps its own; a job that lost the daemon goes back to its own.
+// The regime preempt's slices (preempt/own_slice.h): a job's short one, its service's long one. Set
+// by RM calls here, on the receiver thread, never on a launch; a task that lost the daemon goes
+// back to its own.
 void Client::apply_slice(uint16_t slice_us) noexcept {
-  if (opts_.registration.priority == 0 || slice_us == slice_asked_) return;
+  if (slice_us == slice_asked_) return;
   // Refused once, it stays so: the daemon holds the job instead, and would only ask again.
   if (slice_now_.load(std::memory_order_relaxed) == protocol::kSliceRefused) return;
   slice_asked_ = slice_us;

@@ -118,7 +118,23 @@ bool Policy::preempt_below(const Task& s) const {
   return false;
 }
 
+// A service whose jobs are under preempt keeps the GPU through its requests at a long slice of its
+// own (Settings::preempt_service_slice_ns).
+uint16_t Policy::service_slice_us(uint64_t now, const Task& t) const {
+  if (settings_.preempt_service_slice_ns == 0 || t.mode != TaskMode::Share || !preempt_below(t)) return 0;
+  const Regime r = settings_.regime_auto ? regime_of(now, t) : settings_.fixed_regime;
+  if (r != Regime::Preempt) return 0;
+  return uint16_t(std::clamp<uint64_t>(settings_.preempt_service_slice_ns / 1000, 1, protocol::kSliceRefused - 1));
+}
+
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
+  Directive d = directive_core(now, t);
+  // A task both below a service and above a job is a job first: its short slice wins.
+  if (d.slice_us == 0) d.slice_us = service_slice_us(now, t);
+  return d;
+}
+
+Directive Policy::directive_core(uint64_t now, const Task& t) const {
   Directive d;
   d.bound_ns = u32(settings_.run_bound_ns);
   d.memory_cap = memory_cap_for(t);

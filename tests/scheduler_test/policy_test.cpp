@@ -548,12 +548,15 @@ TEST_F(ControlTest, AJobAloneBelowATimeSlicedServiceIsPreemptedBeforeItRunsFree)
   EXPECT_EQ(state(job), State::Run);                      // while the service is active too
   EXPECT_EQ(last[job].confine, protocol::kConfineFree);
   EXPECT_EQ(last[job].slice_us, settings.preempt_slice_ns / 1000);
+  // The service keeps the GPU through its requests at a long slice of its own.
+  EXPECT_EQ(last[hp].slice_us, settings.preempt_service_slice_ns / 1000);
   send(at + us(1000), hp, protocol::Idle{kEnd});
   at = periods(hp, at + us(3000), 15, us(1000));
   EXPECT_EQ(status_of(hp, at).adopted, Regime::Preempt);
-  // Next, free: the job's own slice again.
+  // Next, free: both at their own slices again.
   EXPECT_EQ(status_of(hp, at).regime, Regime::Free);
   EXPECT_EQ(last[job].slice_us, 0u);
+  EXPECT_EQ(last[hp].slice_us, 0u);
   EXPECT_EQ(last[job].confine, protocol::kConfineFree);
 }
 
@@ -568,6 +571,7 @@ TEST_F(ControlTest, PreemptIsAStepOnlyWhileOneJobThatTookTheSliceIsBelow) {
   const uint32_t second = reg(at, "lp2", 5);
   EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);   // the trial ends with nothing judged
   EXPECT_EQ(last[job].slice_us, 0u);
+  EXPECT_EQ(last[hp].slice_us, 0u);
   notify(at + 1, hp, k1, true);
   EXPECT_EQ(state(job), State::Fill);
   EXPECT_EQ(state(second), State::Fill);

@@ -18,7 +18,11 @@
  *                              occupancy, ITERS iterations each) back to back for SECONDS (from the
  *                              CLOCK_REALTIME instant START_EPOCH if given), report the kernel rate,
  *                              restore the slice
- *   service N PERIOD_US        a tiny kernel every PERIOD_US, N times; host launch-to-completion latency
+ *   service N PERIOD_US [RAW] [ITERS] [SLICE_US]
+ *                              a tiny kernel (or, ITERS > 0, a burn kernel of ITERS iterations) every
+ *                              PERIOD_US, N times; host launch-to-completion latency; SLICE_US > 0 sets
+ *                              the service's own slice first (restored at the end)
+ *   raise                      SET to 2000 4000 8000 16000 32000 65535 us on each TSG, read back, restore
  *
  * Build: nvcc -O2 -o timeslice_probe timeslice_probe.c -lcuda -ldl -Xlinker -export-dynamic
  */
@@ -384,15 +388,46 @@ static int cmp_d(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-static int mode_service(int n, double period_us, const char* raw_path) {
+static int mode_raise(void) {
+  cuda_up();
+  static const uint64_t tries[] = {2000, 4000, 8000, 16000, 32000, 65535};
+  for (int t = 0; t < n_tsgs; ++t) {
+    uint64_t orig = 0;
+    uint32_t s = get_slice(&tsgs[t], &orig);
+    printf("TSG %d: GET -> 0x%x %s %llu us\n", t, s, nv_status_name(s), (unsigned long long)orig);
+    if (s != 0) continue;
+    for (unsigned i = 0; i < sizeof tries / sizeof tries[0]; ++i) {
+      uint32_t ss = set_slice(&tsgs[t], tries[i]);
+      uint64_t back = 0;
+      uint32_t gs = get_slice(&tsgs[t], &back);
+      printf("TSG %d: SET %llu us -> 0x%x %s; GET -> 0x%x %llu us\n", t, (unsigned long long)tries[i], ss,
+             nv_status_name(ss), gs, (unsigned long long)back);
+    }
+    uint32_t rs = set_slice(&tsgs[t], orig);
+    uint64_t back = 0;
+    get_slice(&tsgs[t], &back);
+    printf("TSG %d: restore %llu -> 0x%x; GET %llu (%s)\n", t, (unsigned long long)orig, rs, (unsigned long long)back,
+           back == orig ? "restored" : "NOT RESTORED");
+  }
+  printf("RESULT raise done\n");
+  return 0;
+}
+
+static int mode_service(int n, double period_us, const char* raw_path, unsigned iters, uint64_t slice) {
   cuda_up();
   uint64_t mine = 0;
+  uint64_t orig[64];
+  for (int t = 0; t < n_tsgs; ++t) {
+    if (get_slice(&tsgs[t], &orig[t]) != 0) orig[t] = 0;
+    if (slice > 0 && orig[t] > 0) set_slice(&tsgs[t], slice);
+  }
   if (n_tsgs) get_slice(&tsgs[0], &mine);
   CUstream s;
   CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   void* args[] = {&dbuf};
   for (int i = 0; i < 20; ++i) { /* warm-up */
-    CK(cuLaunchKernel(f_tiny, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+    if (iters > 0) launch_burn(s, iters);
+    else CK(cuLaunchKernel(f_tiny, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
     CK(cuStreamSynchronize(s));
   }
   double* lat = (double*)malloc(sizeof(double) * n);
@@ -403,10 +438,13 @@ static int mode_service(int n, double period_us, const char* raw_path) {
     while (next.tv_nsec >= 1000000000L) { next.tv_nsec -= 1000000000L; ++next.tv_sec; }
     clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL);
     double t0 = now_us();
-    CK(cuLaunchKernel(f_tiny, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+    if (iters > 0) launch_burn(s, iters);
+    else CK(cuLaunchKernel(f_tiny, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
     CK(cuStreamSynchronize(s));
     lat[i] = now_us() - t0;
   }
+  for (int t = 0; t < n_tsgs; ++t)
+    if (slice > 0 && orig[t] > 0) set_slice(&tsgs[t], orig[t]);
   if (raw_path) {
     FILE* f = fopen(raw_path, "w");
     if (f) { for (int i = 0; i < n; ++i) fprintf(f, "%.1f\n", lat[i]); fclose(f); }
@@ -426,7 +464,11 @@ int main(int argc, char** argv) {
   if (!strcmp(m, "probe")) return mode_probe();
   if (!strcmp(m, "calib")) return mode_calib(argc > 2 ? atof(argv[2]) : 10.0);
   if (!strcmp(m, "job") && argc > 4) return mode_job(strtoull(argv[2], 0, 10), (unsigned)atol(argv[3]), atof(argv[4]), argc > 5 ? atof(argv[5]) : 0);
-  if (!strcmp(m, "service") && argc > 3) return mode_service(atoi(argv[2]), atof(argv[3]), argc > 4 ? argv[4] : NULL);
-  fprintf(stderr, "usage: %s probe | calib MS | job SLICE_US ITERS SECONDS [START_EPOCH] | service N PERIOD_US [RAW]\n", argv[0]);
+  if (!strcmp(m, "raise")) return mode_raise();
+  if (!strcmp(m, "service") && argc > 3)
+    return mode_service(atoi(argv[2]), atof(argv[3]), argc > 4 && strcmp(argv[4], "-") ? argv[4] : NULL,
+                        argc > 5 ? (unsigned)atol(argv[5]) : 0, argc > 6 ? strtoull(argv[6], 0, 10) : 0);
+  fprintf(stderr, "usage: %s probe | raise | calib MS | job SLICE_US ITERS SECONDS [START_EPOCH] | "
+          "service N PERIOD_US [RAW|-] [ITERS] [SLICE_US]\n", argv[0]);
   return 1;
 }
