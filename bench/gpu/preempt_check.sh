@@ -3,8 +3,8 @@
 # channel groups and take the regime preempt's slice there? The synthetic service
 # (fikit-example-infer, one 300-us kernel a request, 100 a second) beside the synthetic job
 # (fikit-example-train, 5-ms kernels), both time-sliced under fikit-scheduler, once under each of
-# --regime hold and --regime preempt: the daemon's status of the job mid-run (the slice asked and
-# the slice applied), the job's log, and both programs' JSON.
+# --regime hold and --regime preempt: the daemon's status mid-run (the slices asked of the job and
+# of the service, and those they applied), the job's log, and both programs' JSON.
 #   bench/gpu/preempt_check.sh PREFIX OUT
 set -uo pipefail
 prefix=$1 out=$2
@@ -49,11 +49,12 @@ out = sys.argv[1]
 for line in open(os.path.join(out, "runs.txt")):
     r = json.loads(line)
     st = json.load(open(os.path.join(out, "status-%s.json" % r["regime"])))
-    job = [t for t in st.get("tasks", []) if t.get("key") == "job"]
-    j = job[0] if job else {}
-    print("%-8s service p50 %6.0f us p99 %6.0f us; job %.1f kernels/s; status: slice asked %s us, applied %s us"
+    rows = {t.get("key"): t for t in st.get("tasks", [])}
+    j, s = rows.get("job", {}), rows.get("svc", {})
+    print("%-8s service p50 %6.0f us p99 %6.0f us; job %.1f kernels/s; status: the job's slice asked %s us, applied "
+          "%s us; the service's asked %s us, applied %s us"
           % (r["regime"], r["hp"]["jct_us"]["p50"], r["hp"]["jct_us"]["p99"], r["lp"]["kernels"] / r["lp"]["wall_s"],
-             j.get("slice_us"), j.get("slice_applied_us")))
+             j.get("slice_us"), j.get("slice_applied_us"), s.get("slice_us"), s.get("slice_applied_us")))
 PY
 grep -h "preempt" "$out"/job-*.err | head -5
 rm -rf "$work"
