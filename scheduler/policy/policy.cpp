@@ -97,25 +97,32 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
-// A job the GPU can switch out at a short slice of its own: time-sliced itself (an MPS client's
-// work runs in the MPS server's context), its hook able to set it (its heartbeat says when not),
-// and the only task below the top service, so that a short slice never makes the GPU switch
-// between jobs.
-bool Policy::preemptible(const Task& t) const {
-  if (t.backend == Backend::Mps || t.slice_us == protocol::kSliceRefused) return false;
-  int top = t.priority;
+// The job the GPU can switch out at a short slice of its own, 0 if none: the only task below the top
+// service (a short slice must never make the GPU switch between jobs), time-sliced itself (an MPS
+// client's work runs in the MPS server's context), its hook able to set it (its heartbeat says when
+// not). Once per schedule(), so that each directive asks it in constant time (256 tasks would
+// otherwise cost every datagram millions of steps).
+uint32_t Policy::find_preempt_job() const {
+  int top = protocol::kPriorityLevels;
   for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
-  for (const auto& [id, u] : tasks_)
-    if (id != t.id && u.priority > top) return false;
-  return t.priority > top;
+  uint32_t sole = 0;
+  for (const auto& [id, u] : tasks_) {
+    if (u.priority <= top) continue;
+    if (sole != 0) return 0;
+    sole = id;
+  }
+  if (sole == 0) return 0;
+  const Task& j = tasks_.at(sole);
+  return j.backend != Backend::Mps && j.slice_us != protocol::kSliceRefused ? sole : 0;
 }
+
+bool Policy::preemptible(const Task& t) const { return t.id == preempt_job_; }
 
 // Whether the regime preempt is a step of `s`'s controller: a job below it can be switched out so.
 bool Policy::preempt_below(const Task& s) const {
-  if (settings_.preempt_slice_ns == 0 || s.backend == Backend::Mps) return false;
-  for (const auto& [id, u] : tasks_)
-    if (u.priority > s.priority && preemptible(u)) return true;
-  return false;
+  if (settings_.preempt_slice_ns == 0 || s.backend == Backend::Mps || preempt_job_ == 0) return false;
+  auto it = tasks_.find(preempt_job_);
+  return it != tasks_.end() && it->second.priority > s.priority;
 }
 
 // A service whose jobs are under preempt keeps the GPU through its requests at a long slice of its
@@ -539,6 +546,7 @@ void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
 
 void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns, uint32_t always_to) {
   next_wake_ = kNever;
+  preempt_job_ = find_preempt_job();
   for (auto& [id, t] : tasks_) {
     if (t.mode == TaskMode::Share) t.controller.allow_preempt(now, preempt_below(t));
     // A share task that stopped launching without saying so (no sync) is not active forever.

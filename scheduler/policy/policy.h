@@ -360,6 +360,7 @@ class Policy {
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
+  uint32_t find_preempt_job() const;
   bool preemptible(const Task& t) const;
   bool preempt_below(const Task& s) const;
   uint16_t service_slice_us(uint64_t now, const Task& t) const;
@@ -421,6 +422,7 @@ class Policy {
   const uint32_t id_base_;
   uint32_t next_local_id_ = 1;
   uint32_t holder_ = 0;              // 0: none
+  uint32_t preempt_job_ = 0;         // find_preempt_job() at the last schedule()
   Gap gap_;
   uint64_t next_wake_ = kNever;
   uint64_t last_event_ns_ = 0;       // notice_time()
