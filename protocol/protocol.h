@@ -187,6 +187,10 @@ struct Heartbeat {
   uint16_t slice_us = 0;
 };
 constexpr uint16_t kSliceRefused = 0xFFFF;
+// The longest slice a job (priority above 0) takes, whatever a directive says: never longer than
+// a GPU's default (1-2 ms), so that nothing answering on the daemon's port can make a job hold the
+// GPU longer against a service.
+constexpr uint16_t kMaxJobSliceUs = 1000;
 // A cap as a heartbeat carries it: MiB, rounded up.
 constexpr uint32_t cap_mib(uint64_t bytes) noexcept {
   const uint64_t mib = (bytes >> 20) + ((bytes & ((1u << 20) - 1)) != 0);

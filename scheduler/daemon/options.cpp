@@ -59,7 +59,7 @@ constexpr DurationSetting kDurations[] = {
     {"short-hold", &policy::Settings::short_hold_ns, 0, protocol::kMaxU32Ns,
      "under MPS, lower launches whose blocks hold an SM up to this are short holds: they run beside an active "
      "service in the regimes short-beside and beside; longer ones are long holds (0: none)"},
-    {"preempt-slice", &policy::Settings::preempt_slice_ns, 0, uint64_t(protocol::kSliceRefused - 1) * kUs,
+    {"preempt-slice", &policy::Settings::preempt_slice_ns, 0, uint64_t(protocol::kMaxJobSliceUs) * kUs,
      "time-sliced: in the regime preempt, the job's own contexts run at this time slice, so that the GPU switches "
      "it out within about this when the service above has work; only a job alone below the service gets it "
      "(0: no regime preempt)"},
