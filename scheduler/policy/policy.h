@@ -393,7 +393,7 @@ class Policy {
   // A share task below `t`.
   bool share_below(const Task& t) const;
   // Whether `t`'s controller runs: it is a share task with a share task below it. A time-sliced
-  // service's ladder is Hold and Free (controller.h).
+  // service's ladder is Hold, Preempt (one job below that took its slice) and Free (controller.h).
   bool controlled(const Task& t) const {
     return settings_.regime_auto && t.mode == protocol::TaskMode::Share && share_below(t);
   }

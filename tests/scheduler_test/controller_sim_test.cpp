@@ -132,7 +132,7 @@ struct Queued {
 };
 Queued queued_service(double load, double free_cost, uint32_t seed) {
   ControllerSettings s = settings();
-  s.timesliced = true;    // hold and free
+  s.timesliced = true;    // hold and free (preempt needs allow_preempt: a job that took a short slice)
   Controller c(s);
   std::mt19937 rng(seed);
   const double alone = 17.0 * kMs;   // an eager UNet step

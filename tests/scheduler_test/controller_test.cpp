@@ -251,6 +251,39 @@ TEST_F(ControllerTest, ATimeSlicedServicesLadderIsHoldAndFree) {
   EXPECT_EQ(c.drops(), 1u);
 }
 
+// With a job below that can be switched out at a short slice of its own, preempt is the step
+// between hold and free; taken away (a second job came), a trial of it ends with nothing judged and
+// an adopted preempt is hold again; given back, the next climb tries it.
+TEST_F(ControllerTest, PreemptIsATimeSlicedStepWhileAllowed) {
+  s.timesliced = true;
+  c = Controller(s);
+  c.allow_preempt(now, true);
+  periods(16, ms(5));
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_EQ(c.regime(), Regime::Preempt);
+  periods(8, ms(5));
+  c.allow_preempt(now, false);   // mid-trial
+  EXPECT_EQ(c.regime(), Regime::Hold);
+  EXPECT_EQ(c.climbs(), 0u);
+  periods(16, ms(5));            // a window at hold: the next climb is to free, preempt being no step
+  EXPECT_EQ(c.regime(), Regime::Free);
+  periods(32, ms(8));            // free hurts: back to hold
+  ASSERT_EQ(c.adopted(), Regime::Hold);
+  c.allow_preempt(now, true);
+  EXPECT_TRUE(until(Regime::Preempt, [](Regime r) { return r == Regime::Free ? ms(8) : ms(5); }, 2000));
+  periods(16, ms(5));
+  EXPECT_EQ(c.adopted(), Regime::Preempt);
+  c.allow_preempt(now, false);   // adopted
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_NE(c.regime(), Regime::Preempt);
+  // An MPS client's ladder never has it.
+  s.timesliced = false;
+  c = Controller(s);
+  c.allow_preempt(now, true);
+  EXPECT_TRUE(until(Regime::Free, [](Regime) { return ms(5); }));
+  EXPECT_EQ(c.adopted(), Regime::Beside);
+}
+
 // Where free hurts, the ladder stops below it: a job that slows the service whenever it runs beside
 // it keeps the regime that protects it.
 TEST_F(ControllerTest, AServiceThatFreeHurtsStaysBelowIt) {
@@ -309,6 +342,8 @@ TEST(RegimeNames, AutoAndEveryStepButHeldAreAccepted) {
   EXPECT_TRUE(regime_from_string("short-beside", automatic, r));
   EXPECT_FALSE(automatic);
   EXPECT_EQ(r, Regime::ShortBeside);
+  EXPECT_TRUE(regime_from_string("preempt", automatic, r));
+  EXPECT_EQ(r, Regime::Preempt);
   EXPECT_FALSE(regime_from_string("held", automatic, r));
   EXPECT_FALSE(regime_from_string("besides", automatic, r));
 }
