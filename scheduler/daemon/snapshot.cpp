@@ -130,6 +130,7 @@ std::string service_line(const policy::TaskStatus& t) {
                        rules::mps_bought_nothing(t.judged_ns, t.beside_ns)
                            ? ": as an MPS client it gains nothing, and fikit-run starts it time-sliced next"
                            : "");
+  if (t.preempt_off != nullptr) out += fmt::format("    no regime preempt for its jobs: {}\n", t.preempt_off);
   return out;
 }
 
@@ -317,6 +318,7 @@ std::string format_json(const DaemonSnapshot& s) {
           {"judged_ns", t.judged_ns}, {"beside_ns", t.beside_ns}, {"memory_used", t.memory_used},
           {"memory_cap", t.directive.memory_cap}, {"memory_refusals", t.memory_refusals},
           {"slice_us", t.directive.slice_us},
+          {"preempt_off", t.preempt_off != nullptr ? nlohmann::ordered_json(t.preempt_off) : nlohmann::ordered_json()},
           {"slice_applied_us", t.slice_us == protocol::kSliceRefused ? -1 : int(t.slice_us)}});
       tasks.push_back(std::move(row));
     }

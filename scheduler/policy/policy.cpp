@@ -125,6 +125,20 @@ bool Policy::preempt_below(const Task& s) const {
   return it != tasks_.end() && it->second.priority > s.priority;
 }
 
+// For status: why a controlled time-sliced service's ladder lacks preempt (what to change).
+const char* Policy::why_no_preempt(const Task& s) const {
+  if (s.backend == Backend::Mps || !controlled(s) || preempt_below(s)) return nullptr;
+  if (settings_.preempt_slice_ns == 0) return "the daemon's preempt-slice is 0";
+  int below = 0;
+  const Task* job = nullptr;
+  for (const auto& [id, u] : tasks_)
+    if (u.priority > s.priority) ++below, job = &u;
+  if (below > 1) return "more than one job below it (at short slices they would switch between themselves)";
+  if (job != nullptr && job->backend == Backend::Mps) return "its job is an MPS client (its work runs in the MPS server's context)";
+  if (job != nullptr && job->slice_us == protocol::kSliceRefused) return "its job's driver refused it a slice of its own";
+  return "a service above it has its jobs";
+}
+
 // A service whose jobs are under preempt keeps the GPU through its requests at a long slice of its
 // own (Settings::preempt_service_slice_ns).
 uint16_t Policy::service_slice_us(uint64_t now, const Task& t) const {
@@ -676,6 +690,7 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.held_ns = t.controller.held_ns();
     s.judged_ns = t.judged_ns;
     s.beside_ns = t.beside_ns;
+    s.preempt_off = why_no_preempt(t);
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),

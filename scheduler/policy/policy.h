@@ -224,6 +224,9 @@ struct TaskStatus : TaskIdentity {
   // of that the time under a regime that let them run beside it (above hold): what being an MPS
   // client bought its jobs (rules/backend_rule.h, fikit-run's next start).
   uint64_t judged_ns = 0, beside_ns = 0;
+  // A controlled time-sliced service whose ladder lacks the regime preempt, and why (nullptr: it
+  // has it, or it is no such service).
+  const char* preempt_off = nullptr;
 };
 
 class Policy {
@@ -361,6 +364,7 @@ class Policy {
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
   uint32_t find_preempt_job() const;
+  const char* why_no_preempt(const Task& s) const;
   bool preemptible(const Task& t) const;
   bool preempt_below(const Task& s) const;
   uint16_t service_slice_us(uint64_t now, const Task& t) const;

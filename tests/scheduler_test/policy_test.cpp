@@ -568,8 +568,11 @@ TEST_F(ControlTest, PreemptIsAStepOnlyWhileOneJobThatTookTheSliceIsBelow) {
   uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
   ASSERT_EQ(status_of(hp, at).regime, Regime::Preempt);
   ASSERT_EQ(last[job].slice_us, settings.preempt_slice_ns / 1000);
+  EXPECT_EQ(status_of(hp, at).preempt_off, nullptr);
   const uint32_t second = reg(at, "lp2", 5);
   EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);   // the trial ends with nothing judged
+  ASSERT_NE(status_of(hp, at).preempt_off, nullptr);   // and status says why
+  EXPECT_NE(std::string(status_of(hp, at).preempt_off).find("more than one job"), std::string::npos);
   EXPECT_EQ(last[job].slice_us, 0u);
   EXPECT_EQ(last[hp].slice_us, 0u);
   notify(at + 1, hp, k1, true);
@@ -585,6 +588,8 @@ TEST_F(ControlTest, PreemptIsAStepOnlyWhileOneJobThatTookTheSliceIsBelow) {
   send(at, job, protocol::Heartbeat{0, 0, 0, protocol::kSliceRefused});
   EXPECT_EQ(last[job].slice_us, 0u);
   EXPECT_EQ(status_of(hp, at).regime, Regime::Hold);
+  ASSERT_NE(status_of(hp, at).preempt_off, nullptr);
+  EXPECT_NE(std::string(status_of(hp, at).preempt_off).find("refused"), std::string::npos);
   notify(at + 1, hp, k1, true);
   EXPECT_EQ(state(job), State::Fill);
 }
