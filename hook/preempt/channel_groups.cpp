@@ -18,9 +18,22 @@ void ChannelGroups::record(int fd, const void* params, uint32_t size) noexcept {
     return;
   }
   if (status != 0 || klass != rm::kChannelGroupClass) return;
-  const uint32_t i = __atomic_fetch_add(&count_, 1, __ATOMIC_ACQ_REL);
-  if (i >= kMax) return;   // more groups than any context has: the rest keep their slice
-  Group& g = groups_[i];
+  // A slot of a group freed since is taken first (a program that makes and destroys contexts all
+  // its life never runs out), else a new one.
+  Group* slot = nullptr;
+  const uint32_t n = __atomic_load_n(&count_, __ATOMIC_ACQUIRE);
+  for (uint32_t i = 0; i < n && i < kMax && slot == nullptr; ++i) {
+    uint32_t gone = kGone;
+    if (__atomic_compare_exchange_n(&groups_[i].state, &gone, uint32_t(kWriting), false, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED))
+      slot = &groups_[i];
+  }
+  if (slot == nullptr) {
+    const uint32_t i = __atomic_fetch_add(&count_, 1, __ATOMIC_ACQ_REL);
+    if (i >= kMax) return;   // more live groups than any program has: the rest keep their slice
+    slot = &groups_[i];
+  }
+  Group& g = *slot;
   __atomic_store_n(&g.state, uint32_t(kWriting), __ATOMIC_RELAXED);
   g.fd = fd, g.client = root, g.object = object, g.original_us = 0;
   __atomic_store_n(&g.state, uint32_t(kLive), __ATOMIC_RELEASE);

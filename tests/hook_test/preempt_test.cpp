@@ -117,6 +117,20 @@ TEST_F(ChannelGroupsTest, AGroupFreedOrUnknownToTheResourceManagerIsForgotten) {
   EXPECT_EQ(g_controls, before);
 }
 
+// A program that makes and destroys contexts all its life reuses the slots of freed groups.
+TEST_F(ChannelGroupsTest, FreedGroupsMakeRoomForNewOnes) {
+  for (uint32_t round = 0; round < 3 * ChannelGroups::kMax; ++round) {
+    const uint32_t object = 0x5c100000 + round;
+    allocated(object);
+    rm::Free00 f{kClient, kClient, object, kOk};
+    if (round + 1 < 3 * ChannelGroups::kMax)
+      groups.observe(3, _IOC(_IOC_READ | _IOC_WRITE, rm::kIoctlMagic, rm::kEscFree, sizeof f), &f, 0);
+  }
+  EXPECT_EQ(groups.live(), 1u);
+  EXPECT_EQ(groups.set_all(100), 1u);
+  EXPECT_EQ((g_slices[{kClient, 0x5c100000 + 3 * ChannelGroups::kMax - 1}]), 100u);
+}
+
 TEST_F(ChannelGroupsTest, AForkedChildForgetsItsParentsGroups) {
   allocated(0x5c000001);
   groups.forget();
