@@ -134,7 +134,9 @@ const char* Policy::why_no_preempt(const Task& s) const {
   for (const auto& [id, u] : tasks_)
     if (u.priority > s.priority) ++below, job = &u;
   if (below > 1) return "more than one job below it (at short slices they would switch between themselves)";
-  if (job != nullptr && job->backend == Backend::Mps) return "its job is an MPS client (its work runs in the MPS server's context)";
+  if (job != nullptr && job->backend == Backend::Mps)
+    return "its job is an MPS client, whose work runs in the MPS server's context (fikit-run --backend timeslice "
+           "starts a job outside MPS)";
   if (job != nullptr && job->slice_us == protocol::kSliceRefused) return "its job's driver refused it a slice of its own";
   return "a service above it has its jobs";
 }
