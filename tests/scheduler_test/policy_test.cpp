@@ -594,6 +594,18 @@ TEST_F(ControlTest, PreemptIsAStepOnlyWhileOneJobThatTookTheSliceIsBelow) {
   EXPECT_EQ(state(job), State::Fill);
 }
 
+// A job that is an MPS client cannot be switched out at a slice of its own (its work runs in the MPS
+// server's context): the time-sliced service's ladder is hold and free, and status says why.
+TEST_F(ControlTest, AnMpsClientJobBelowATimeSlicedServiceIsNeverPreempted) {
+  const uint32_t hp = reg(T0, "hp", 0), job = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  const uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
+  EXPECT_EQ(status_of(hp, at).regime, Regime::Free);   // straight from hold
+  EXPECT_EQ(last[job].slice_us, 0u);
+  EXPECT_EQ(last[hp].slice_us, 0u);
+  ASSERT_NE(status_of(hp, at).preempt_off, nullptr);
+  EXPECT_NE(std::string(status_of(hp, at).preempt_off).find("MPS client"), std::string::npos);
+}
+
 TEST_F(ControlTest, AServiceMayStateItsOwnObjectiveAndAFixedRegimeRunsNoController) {
   Registration r;
   r.priority = 0;
