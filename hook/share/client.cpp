@@ -245,7 +245,9 @@ void Client::apply_memory_cap(const protocol::Directive& d) noexcept {
 // by RM calls here, on the receiver thread, never on a launch; a task that lost the daemon goes
 // back to its own.
 void Client::apply_slice(uint16_t slice_us) noexcept {
-  if (opts_.registration.priority > 0) slice_us = std::min(slice_us, protocol::kMaxJobSliceUs);
+  // A job, as it asked or as the daemon placed it, never takes a long one.
+  if (opts_.registration.priority > 0 || priority_.load(std::memory_order_relaxed) > 0)
+    slice_us = std::min(slice_us, protocol::kMaxJobSliceUs);
   if (slice_us == slice_asked_) return;
   // Refused once, it stays so: the daemon holds the job instead, and would only ask again.
   if (slice_now_.load(std::memory_order_relaxed) == protocol::kSliceRefused) return;

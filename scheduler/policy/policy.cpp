@@ -30,6 +30,11 @@ bool same(const Directive& a, const Directive& b, uint64_t now) {
 
 uint32_t u32(uint64_t v) { return uint32_t(std::min<uint64_t>(v, UINT32_MAX)); }
 
+// A directive's slice (us) from a setting (ns): 0 stays 0 (none), kSliceRefused is never one.
+uint16_t slice_us_of(uint64_t ns) {
+  return ns == 0 ? 0 : uint16_t(std::clamp<uint64_t>(ns / 1000, 1, protocol::kSliceRefused - 1));
+}
+
 // The estimators travel as their enum values.
 static_assert(uint8_t(GapEstimator::P10) == protocol::kGapP10 && uint8_t(DurationEstimator::P90) == protocol::kDurationP90);
 
@@ -97,30 +102,36 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
-// The job the GPU can switch out at a short slice of its own, 0 if none: the only task below the top
-// service (a short slice must never make the GPU switch between jobs), time-sliced itself (an MPS
-// client's work runs in the MPS server's context), its hook able to set it (its heartbeat says when
-// not). Once per schedule(), so that each directive asks it in constant time (256 tasks would
-// otherwise cost every datagram millions of steps).
-uint32_t Policy::find_preempt_job() const {
+// The job the GPU can switch out at a short slice of its own, 0 if none (and why: `why_not`): the
+// only task below the top service (a short slice must never make the GPU switch between jobs),
+// time-sliced itself (an MPS client's work runs in the MPS server's context), its hook able to set
+// it (its heartbeat says when not). Once per schedule(), so that each directive asks it in constant
+// time (256 tasks would otherwise cost every datagram millions of steps).
+uint32_t Policy::find_preempt_job(const char*& why_not) const {
+  why_not = nullptr;
+  if (settings_.preempt_slice_ns == 0) return why_not = "the daemon's preempt-slice is 0", 0;
   int top = protocol::kPriorityLevels;
   for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
   uint32_t sole = 0;
   for (const auto& [id, u] : tasks_) {
     if (u.priority <= top) continue;
-    if (sole != 0) return 0;
+    if (sole != 0) return why_not = "more than one job below it (at short slices they would switch between themselves)", 0;
     sole = id;
   }
   if (sole == 0) return 0;
   const Task& j = tasks_.at(sole);
-  return j.backend != Backend::Mps && j.slice_us != protocol::kSliceRefused ? sole : 0;
+  if (j.backend == Backend::Mps)
+    return why_not = "its job is an MPS client, whose work runs in the MPS server's context (fikit-run --backend "
+                     "timeslice starts a job outside MPS)", 0;
+  if (j.slice_us == protocol::kSliceRefused) return why_not = "its job's driver refused it a slice of its own", 0;
+  return sole;
 }
 
 bool Policy::preemptible(const Task& t) const { return t.id == preempt_job_; }
 
 // Whether the regime preempt is a step of `s`'s controller: a job below it can be switched out so.
 bool Policy::preempt_below(const Task& s) const {
-  if (settings_.preempt_slice_ns == 0 || s.backend == Backend::Mps || preempt_job_ == 0) return false;
+  if (s.backend == Backend::Mps || preempt_job_ == 0) return false;
   auto it = tasks_.find(preempt_job_);
   return it != tasks_.end() && it->second.priority > s.priority;
 }
@@ -128,17 +139,7 @@ bool Policy::preempt_below(const Task& s) const {
 // For status: why a controlled time-sliced service's ladder lacks preempt (what to change).
 const char* Policy::why_no_preempt(const Task& s) const {
   if (s.backend == Backend::Mps || !controlled(s) || preempt_below(s)) return nullptr;
-  if (settings_.preempt_slice_ns == 0) return "the daemon's preempt-slice is 0";
-  int below = 0;
-  const Task* job = nullptr;
-  for (const auto& [id, u] : tasks_)
-    if (u.priority > s.priority) ++below, job = &u;
-  if (below > 1) return "more than one job below it (at short slices they would switch between themselves)";
-  if (job != nullptr && job->backend == Backend::Mps)
-    return "its job is an MPS client, whose work runs in the MPS server's context (fikit-run --backend timeslice "
-           "starts a job outside MPS)";
-  if (job != nullptr && job->slice_us == protocol::kSliceRefused) return "its job's driver refused it a slice of its own";
-  return "a service above it has its jobs";
+  return no_preempt_why_ != nullptr ? no_preempt_why_ : "a service above it has its jobs";
 }
 
 // A service whose jobs are under preempt keeps the GPU through its requests at a long slice of its
@@ -146,8 +147,7 @@ const char* Policy::why_no_preempt(const Task& s) const {
 uint16_t Policy::service_slice_us(uint64_t now, const Task& t) const {
   if (settings_.preempt_service_slice_ns == 0 || t.mode != TaskMode::Share || !preempt_below(t)) return 0;
   const Regime r = settings_.regime_auto ? regime_of(now, t) : settings_.fixed_regime;
-  if (r != Regime::Preempt) return 0;
-  return uint16_t(std::clamp<uint64_t>(settings_.preempt_service_slice_ns / 1000, 1, protocol::kSliceRefused - 1));
+  return r == Regime::Preempt ? slice_us_of(settings_.preempt_service_slice_ns) : 0;
 }
 
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
@@ -186,8 +186,7 @@ Directive Policy::directive_core(uint64_t now, const Task& t) const {
     d.state = State::Run;
     d.bound_ns = UINT32_MAX;
     d.confine = protocol::kConfineFree;
-    if (regime == Regime::Preempt)
-      d.slice_us = uint16_t(std::clamp<uint64_t>(settings_.preempt_slice_ns / 1000, 1, protocol::kSliceRefused - 1));
+    if (regime == Regime::Preempt) d.slice_us = slice_us_of(settings_.preempt_slice_ns);
     return d;
   }
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;
@@ -562,7 +561,7 @@ void Policy::handle_want(uint64_t now, Task& t, const protocol::Want& w) {
 
 void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns, uint32_t always_to) {
   next_wake_ = kNever;
-  preempt_job_ = find_preempt_job();
+  preempt_job_ = find_preempt_job(no_preempt_why_);
   for (auto& [id, t] : tasks_) {
     if (t.mode == TaskMode::Share) t.controller.allow_preempt(now, preempt_below(t));
     // A share task that stopped launching without saying so (no sync) is not active forever.

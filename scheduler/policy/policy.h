@@ -70,7 +70,7 @@ struct Settings {
   Regime fixed_regime = Regime::Hold;
   // Time-sliced: the time slice of a job's own contexts in the regime preempt (0: no such regime).
   // The GPU switches a job out within about this when the service has work; each switch costs
-  // about 100-170 us of GPU time, so a short slice is given only to a job alone below the service
+  // a tenth of a millisecond or more of GPU time, so a short slice is given only to a job alone below the service
   // (two jobs at short slices would spend the GPU switching between themselves).
   uint64_t preempt_slice_ns = 100'000;
   // ... and the service's own, so that once it has the GPU it keeps it through its request instead
@@ -363,7 +363,7 @@ class Policy {
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
-  uint32_t find_preempt_job() const;
+  uint32_t find_preempt_job(const char*& why_not) const;
   const char* why_no_preempt(const Task& s) const;
   bool preemptible(const Task& t) const;
   bool preempt_below(const Task& s) const;
@@ -426,7 +426,8 @@ class Policy {
   const uint32_t id_base_;
   uint32_t next_local_id_ = 1;
   uint32_t holder_ = 0;              // 0: none
-  uint32_t preempt_job_ = 0;         // find_preempt_job() at the last schedule()
+  uint32_t preempt_job_ = 0;         // find_preempt_job() at the last schedule()...
+  const char* no_preempt_why_ = nullptr;   // ...and why there is none
   Gap gap_;
   uint64_t next_wake_ = kNever;
   uint64_t last_event_ns_ = 0;       // notice_time()

@@ -242,6 +242,15 @@ def pair(env, hp_cmd, lp_cmd, what, lp_prio=None, hp_prio=None, lp_env=None):
     return hp, lp
 
 
+def statuses_while(env, run, period_s):
+    """The daemon's task rows by key, polled every period_s while `run`'s process runs."""
+    polls = []
+    while run.proc.poll() is None:
+        time.sleep(period_s)
+        polls.append({t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])})
+    return polls
+
+
 def check(ok, message):
     print(("ok:   " if ok else "FAIL: ") + message, flush=True)
     return ok
@@ -809,14 +818,11 @@ def timesliced_free(env):
         env.start_daemon()
         lp = Run(env, env.fikit("share", "lp-" + name, 5) + lp_plain, name + " LP").start()
         time.sleep(0.3)
-        seen, last = [], {}
         try:
             hp = Run(env, env.fikit("share", "hp-" + name, 0) + hp_plain, name + " HP").start()
-            while hp.proc.poll() is None:
-                time.sleep(0.1)
-                last = {t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])}.get("hp-" + name, last)
-                if last.get("regime_adopted"):
-                    seen.append(last["regime_adopted"])
+            rows = [r["hp-" + name] for r in statuses_while(env, hp, 0.1) if "hp-" + name in r]
+            last = rows[-1] if rows else {}
+            seen = [r["regime_adopted"] for r in rows if r.get("regime_adopted")]
             hp.finish(timeout=30)
         finally:
             lp.finish(timeout=30, terminate=True)
@@ -883,16 +889,11 @@ def preempt(env):
         env.start_daemon("--regime", regime)
         lp = Run(env, lp_cmd, f"job under {regime}").start()
         time.sleep(0.3)
-        seen, job_rows = [], []
         try:
             hp = Run(env, hp_cmd, f"service under {regime}").start()
-            while hp.proc.poll() is None:
-                time.sleep(0.2)
-                tasks = {t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])}
-                if tasks.get("hp", {}).get("regime_adopted"):
-                    seen.append(tasks["hp"]["regime_adopted"])
-                if "lp" in tasks:
-                    job_rows.append(tasks["lp"])
+            polls = statuses_while(env, hp, 0.2)
+            seen = [r["hp"]["regime_adopted"] for r in polls if r.get("hp", {}).get("regime_adopted")]
+            job_rows = [r["lp"] for r in polls if "lp" in r]
             hp.finish(timeout=30)
         finally:
             lp.finish(timeout=30, terminate=True)
