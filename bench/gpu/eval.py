@@ -132,14 +132,7 @@ class Harness:
 
     def _variants(self):
         """[(label suffix, scheduler flags)] from --settings; one with the defaults if none."""
-        out = []
-        for group in self.a.settings or [""]:
-            flags = []
-            for item in [s for s in group.split(",") if s.strip()]:
-                k, v = item.split("=", 1)
-                flags += ["--" + k.strip().lstrip("-"), v.strip()]
-            out.append(("" if not group else "[%s]" % group, flags))
-        return out
+        return [("" if not group else "[%s]" % group, es.settings_flags(group)) for group in self.a.settings or [""]]
 
     def _load_results(self):
         try:
@@ -262,7 +255,8 @@ def parse_args(argv):
     g.add_argument("--sim-lib", help="folder with the simulated libcuda.so.1 (when there is no GPU)")
     g = ap.add_argument_group("setups")
     g.add_argument("--setups", default=",".join(es.PAIR_SETUPS),
-                   help="pair setups, 'alone' first, from these and %s [%s]" % (",".join(es.EXTRA_SETUPS),
+                   help="pair setups, 'alone' first, from these and %s; a FIKIT setup may name its own settings, "
+                        "e.g. fikit[regime=hold] [%s]" % (",".join(es.EXTRA_SETUPS),
                                                                                  ",".join(es.PAIR_SETUPS)))
     g.add_argument("--settings", action="append", metavar="K=V[,K=V]",
                    help="fikit-scheduler settings for one more variant of every FIKIT setup (repeatable), e.g. "
@@ -337,7 +331,7 @@ def parse_args(argv):
         ap.error("--reps, --hp-requests and --synthetic-requests must be >= 1, --load > 0, --warmup >= 0")
     if a.fresh_every < 0:
         ap.error("--fresh-every must be >= 0")
-    setups = a.setups.split(",")
+    setups = es.split_setups(a.setups)
     if setups[0] != "alone":
         ap.error("--setups must start with alone (every ratio is to alone)")
     try:

@@ -87,7 +87,7 @@ def _admit(h, kind, label, longest):
 
 def pairs(h):
     out = h.results.setdefault("pairs", {})
-    setups = es.pair_setups(h.a.setups.split(","), h.variants, h.gpu.real)
+    setups = es.pair_setups(es.split_setups(h.a.setups), h.variants, h.gpu.real)
     longest = 0.0
     for text in h.a.pairs.split(","):
         hp_name, lp_name, arrival = wl.parse_pair(text, h.a.arrival)

@@ -2,6 +2,7 @@
 setups (time-sliced, MPS, MPS with client priority, FIKIT, FIKIT on MPS), the CPU pinning, and the
 command line and environment that follow from them."""
 import os
+import re
 import shutil
 import subprocess
 
@@ -49,11 +50,45 @@ class Setup:
         return key
 
 
+def split_setups(text):
+    """'alone,fikit[regime=hold,min-gap=10us],default' -> its names: commas inside [] stay."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+            continue
+        depth += (ch == "[") - (ch == "]")
+        cur += ch
+    out.append(cur)
+    return [n.strip() for n in out if n.strip()]
+
+
+def settings_flags(group):
+    """'regime=hold,min-gap=10us' -> ['--regime', 'hold', '--min-gap', '10us']."""
+    flags = []
+    for item in [s for s in group.split(",") if s.strip()]:
+        if "=" not in item:
+            raise ValueError("settings want KEY=VALUE[,KEY=VALUE...], got '%s'" % group)
+        k, v = item.split("=", 1)
+        flags += ["--" + k.strip().lstrip("-"), v.strip()]
+    return flags
+
+
 def pair_setups(names, variants, real_gpu):
     """Setups for the pairs scenario, in the order of `names`. variants: [(suffix, flags)], e.g.
-    [("", []), ("[min-gap=10us]", ["--min-gap", "10us"])]: each FIKIT setup once per variant."""
+    [("", []), ("[min-gap=10us]", ["--min-gap", "10us"])]: each FIKIT setup once per variant.
+    A FIKIT setup named with its settings ("fikit[regime=hold]") runs once, with those only."""
     out = []
     for name in names:
+        inline = re.fullmatch(r"(fikit|fikit-mps|fikit-mps-client)\[(.*)\]", name)
+        if inline:
+            base, group = inline.group(1), inline.group(2)
+            on_mps = base != "fikit"
+            out.append(Setup(name, base=base, mps=on_mps, client_prio=on_mps and not real_gpu,
+                             hook="share", scheduler=name, flags=settings_flags(group),
+                             env={"FIKIT_BACKEND": "mps"} if base == "fikit-mps-client" else None))
+            continue
         if name in ("alone", "alone-b"):
             out.append(Setup(name, alone=True))
         elif name == "default":
