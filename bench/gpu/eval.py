@@ -275,7 +275,7 @@ def parse_args(argv):
     g.add_argument("--startup-limit-s", type=float, default=180, help="worker start-up until ready [180]")
     g.add_argument("--progress-ms", type=float, default=20, help="LP progress line period [20]")
     g = ap.add_argument_group("pairs")
-    g.add_argument("--pairs", help="HP:LP[@closed|@poisson] list; HP in %s; LP in %s; 'synthetic' = "
+    g.add_argument("--pairs", action="append", help="HP:LP[@closed|@poisson] list (repeatable: the lists join); HP in %s; LP in %s; 'synthetic' = "
                                    "synthetic:synthetic-train [GPU: %s; simulator: %s]"
                                    % (", ".join(wl.HP_NAMES), ", ".join(wl.LP_NAMES), GPU_DEFAULTS["pairs"],
                                       SIM_DEFAULTS["pairs"]))
@@ -358,6 +358,8 @@ def resolve_defaults(ap, a, real_gpu):
     for k, v in defaults.items():
         if getattr(a, k) is None:
             setattr(a, k, v)
+    if isinstance(a.pairs, list):
+        a.pairs = ",".join(a.pairs)
     try:
         for text in a.pairs.split(","):
             wl.parse_pair(text, a.arrival)
