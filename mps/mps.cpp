@@ -182,8 +182,8 @@ std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* exist
   return out;
 }
 
-bool publish_reserve(const std::string& dir, const std::string& text, std::string& error) {
-  const std::string path = reserve_file_of(dir), tmp = path + ".tmp";
+bool publish(const std::string& dir, const char* name, const std::string& text, std::string& error) {
+  const std::string path = published_file_of(dir, name), tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << text << "\n";
@@ -200,17 +200,21 @@ bool publish_reserve(const std::string& dir, const std::string& text, std::strin
   return true;
 }
 
-void unpublish_reserve(const std::string& dir) noexcept { unlink(reserve_file_of(dir).c_str()); }
+void unpublish(const std::string& dir, const char* name) noexcept { unlink(published_file_of(dir, name).c_str()); }
 
-std::optional<std::string> published_reserve(const std::string& dir) {
-  const std::string path = reserve_file_of(dir);
+std::optional<std::string> published(const std::string& dir, const char* name) {
+  const std::string path = published_file_of(dir, name);
   struct stat st;
-  if (!protocol::trusted_folder(dir) || lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || !protocol::trusted(st))
+  // Bounded: a line of a few words is all any of these files holds.
+  if (!protocol::trusted_folder(dir) || lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || !protocol::trusted(st) ||
+      st.st_size > 4096)
     return std::nullopt;
   std::ifstream in(path);
-  std::string text;
-  if (!(in >> text) || text.empty()) return std::nullopt;
-  return text;
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  const size_t first = line.find_first_not_of(" \t"), last = line.find_last_not_of(" \t\r");
+  if (first == std::string::npos) return std::nullopt;
+  return line.substr(first, last - first + 1);
 }
 
 std::optional<uint64_t> smallest_gpu_memory() { return nvml::Nvml::get().smallest_gpu_memory(); }

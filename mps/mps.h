@@ -43,15 +43,22 @@ std::optional<std::string> client_priority(int priority, const char* existing);
 std::optional<std::string> pinned_memory_limit(uint64_t bytes, const char* existing, const char* visible,
                                                const std::string& dev_dir = "/dev");
 
-// The reserve fikit-scheduler --mps keeps for priority-0 tasks (--reserve-memory), published in its
-// MPS folder (DIR/reserve, mode 644: "3221225472B" or "25%") so that fikit-run can give the jobs it
-// starts an MPS pinned-memory limit that keeps it: then the MPS server holds a job to it even when
-// the job's program escapes the hook (docs/memory.md).
-inline std::string reserve_file_of(const std::string& dir) { return dir + "/reserve"; }
-bool publish_reserve(const std::string& dir, const std::string& text, std::string& error);
-void unpublish_reserve(const std::string& dir) noexcept;
-// What DIR/reserve says, if the file is there and trusted (owned_files.h).
-std::optional<std::string> published_reserve(const std::string& dir);
+// What fikit-scheduler --mps tells the fikit-run of each program it starts, published as a file in
+// its MPS folder (mode 644, one line: words separated by spaces), read back only from a folder and
+// file this user or root owns and no one else may write (owned_files.h).
+//   reserve       the reserve it keeps for priority-0 tasks (--reserve-memory): "3221225472B" or
+//                 "25%"; fikit-run gives the jobs it starts an MPS pinned-memory limit that keeps it,
+//                 so the MPS server holds a job to it even when the job's program escapes the hook
+//                 (docs/memory.md).
+//   jobs-backend  "timeslice P": a job below priority P starts outside MPS (Policy::job_backend),
+//                 where the regime preempt can switch it out; absent: jobs are MPS clients.
+inline constexpr const char* kReserveFile = "reserve";
+inline constexpr const char* kJobsBackendFile = "jobs-backend";
+inline std::string published_file_of(const std::string& dir, const char* name) { return dir + "/" + name; }
+bool publish(const std::string& dir, const char* name, const std::string& text, std::string& error);
+void unpublish(const std::string& dir, const char* name) noexcept;
+// The words of DIR/name, if the file is there, trusted and not empty.
+std::optional<std::string> published(const std::string& dir, const char* name);
 // The smallest GPU on this machine, in bytes, as NVML tells (nullopt without NVML: the simulated
 // GPU, a machine without NVIDIA's driver).
 std::optional<uint64_t> smallest_gpu_memory();

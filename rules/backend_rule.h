@@ -99,10 +99,12 @@ inline BackendChoice choose_backend(const std::vector<BackendRun>& runs, uint64_
 
 // What being an MPS client bought a service's jobs, from its last run as one (fikit-scheduler
 // --mps records it: mps/outcomes.h): of its active time judged with jobs below (judged_ns), the
-// part under a regime above hold that its controller adopted (beside_ns). Where its jobs ran beside
-// it less than a tenth of that time, its controller could only hold them: outside MPS they get the
-// same (its idle time) and it pays no MPS cost, so it starts time-sliced, whatever the cost rule
-// above says. Judged on at least 20 s of such time: a run too short to say leaves the cost rule.
+// part under a regime adopted by its controller that runs them beside it at full width (beside_ns:
+// above the partition). Where its jobs ran so less than a tenth of that time, its controller could
+// only hold them or keep them on an SM partition: outside MPS they get its idle time, a sole job its
+// gaps too (the regime preempt), and it pays no MPS cost, so it starts time-sliced, whatever the
+// cost rule above says (on an H100, beside three GPU-bound services, the regime preempt gave the
+// service and the job more than MPS's partition: docs/results.md). Judged on at least 20 s of such time: a run too short to say leaves the cost rule.
 // Kept until its jobs change (the daemon forgets the outcome then, and the next start tries MPS).
 inline constexpr uint64_t kOutcomeMinJudgedNs = 20'000'000'000;
 inline constexpr uint32_t kOutcomeBesidePermille = 100;

@@ -233,13 +233,13 @@ int main(int argc, char** argv) {
   struct Published {
     std::string dir;
     ~Published() {
-      if (!dir.empty()) fikit::mps::unpublish_reserve(dir);
+      if (!dir.empty()) fikit::mps::unpublish(dir, fikit::mps::kReserveFile);
     }
   } published;
   if (!opts.mps_dir.empty() && !opts.policy.reserve_memory.is_zero()) {
     const auto& r = opts.policy.reserve_memory;
     const std::string text = r.is_share() ? fmt::format("{:.4f}%", r.ppm / 10'000.0) : fmt::format("{}B", r.bytes);
-    if (fikit::mps::publish_reserve(opts.mps_dir, text, error)) published.dir = opts.mps_dir;
+    if (fikit::mps::publish(opts.mps_dir, fikit::mps::kReserveFile, text, error)) published.dir = opts.mps_dir;
     else spdlog::warn("--reserve-memory: {}: jobs get no MPS pinned-memory limit from it", error);
   }
   // Profiles are read off the event loop; a read reaches the daemon through it (Server::profile_ready).

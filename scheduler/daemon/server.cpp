@@ -16,6 +16,7 @@
 #include "domains.h"
 #include "log_limiter.h"
 #include "metrics.h"
+#include "mps.h"
 #include "nvml.h"
 #include "peer_uid.h"
 #include "sessions.h"
@@ -228,6 +229,7 @@ struct Server::Impl {
       return;
     }
     sessions.bind(h, reg.device, reply_to.to, authenticated, owner, task);
+    tasks_changed = true;
     const values::MemorySize& reserve = opts.settings.reserve_memory;
     if (!reserve.is_share() && reserve.bytes != 0 && reg.memory_total != 0 && reserve.bytes >= reg.memory_total) {
       char size[32];
@@ -318,8 +320,46 @@ struct Server::Impl {
       sessions.forget(dropped);
       domains.free_empty();
       log_limited(kLogLeft, spdlog::level::info, "{} task(s) left (goodbye or lease expired)", dropped.size());
+      tasks_changed = true;
     }
+    if (tasks_changed) publish_jobs_backend();
     arm_timer();
+  }
+
+  // For fikit-run: the backend a job started now should take (Policy::job_backend), in the MPS
+  // folder, rewritten only when it changes. Time-sliced only where every GPU's policy says so.
+  void publish_jobs_backend() {
+    tasks_changed = false;
+    if (opts.outcomes_dir.empty()) return;
+    int above = protocol::kPriorityLevels;
+    const char* why = nullptr;
+    bool any = false, all = true;
+    domains.each([&](const Domains::Domain& d) {
+      int a = 0;
+      const char* w = nullptr;
+      any = true;
+      if (d.policy->job_backend(a, w) != protocol::Backend::TimeSlice) {
+        all = false;
+        why = w;
+      } else {
+        above = std::min(above, a);
+        if (all) why = w;
+      }
+    });
+    const bool timesliced = any && all;
+    const std::string text = timesliced ? fmt::format("timeslice {}", above) : std::string();
+    if (text == jobs_backend) return;
+    jobs_backend = text;
+    std::string error;
+    if (text.empty()) {
+      mps::unpublish(opts.outcomes_dir, mps::kJobsBackendFile);
+    } else if (!mps::publish(opts.outcomes_dir, mps::kJobsBackendFile, text, error)) {
+      log_limited(kLogOutcomes, spdlog::level::warn, "{}: jobs start as MPS clients meanwhile", error);
+      jobs_backend.clear();
+      return;
+    }
+    spdlog::info("jobs started now {}: {}", timesliced ? "start outside MPS" : "are MPS clients",
+                 why != nullptr ? why : "no service is registered");
   }
 
   void on_timer(uint64_t now) {
@@ -398,6 +438,8 @@ struct Server::Impl {
   asio::steady_timer timer;
   asio::steady_timer outcome_timer;
   mps::OutcomeBook outcomes;
+  bool tasks_changed = false;   // since publish_jobs_backend()
+  std::string jobs_backend;     // what it published ("": nothing)
   asio::signal_set signals;
   std::unique_ptr<ControlServer> control;
   DepartedTasks departed;   // what processes that left had counted, for the per-key metrics
@@ -464,6 +506,7 @@ void Server::stop() {
     impl_->socket.close(ec);
     impl_->timer.cancel();
     impl_->record_outcomes_now();   // the last seconds of the services still running
+    if (!impl_->opts.outcomes_dir.empty()) mps::unpublish(impl_->opts.outcomes_dir, mps::kJobsBackendFile);
     impl_->outcome_timer.cancel();
     impl_->signals.cancel();
     impl_->control.reset();

@@ -28,7 +28,8 @@ struct ServerOptions {
   policy::Settings settings;
   std::string mps;                    // for status: the MPS control daemon fikit-scheduler runs ("": none)
   // Where what each service's jobs did beside it is recorded for fikit-run (mps/outcomes.h: the MPS
-  // folder; "": nowhere), read back at start and written every outcome_every_ms and at stop.
+  // folder; "": nowhere), read back at start and written every outcome_every_ms and at stop; and
+  // where the backend a job started now should take is published (mps.h, kJobsBackendFile).
   std::string outcomes_dir;
   uint32_t outcome_every_ms = 5'000;
   Quotas quotas;                      // per-user limits (sessions.h); unauthenticated_tasks set from the key

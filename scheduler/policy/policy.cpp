@@ -127,6 +127,22 @@ uint32_t Policy::find_preempt_job(const char*& why_not) const {
   return sole;
 }
 
+protocol::Backend Policy::job_backend(int& above, const char*& why) const {
+  above = protocol::kPriorityLevels;
+  if (settings_.preempt_slice_ns == 0 || (!settings_.regime_auto && settings_.fixed_regime != Regime::Preempt))
+    return why = "the daemon never preempts jobs (--regime, --preempt-slice)", protocol::Backend::Mps;
+  int top = protocol::kPriorityLevels;
+  for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
+  if (top == protocol::kPriorityLevels) return why = "no service is registered", protocol::Backend::Mps;
+  for (const auto& [id, u] : tasks_) {
+    if (u.priority > top)
+      return why = "a job already runs below the service (one job at a time is preempted)", protocol::Backend::Mps;
+    if (u.backend == protocol::Backend::Mps) return why = "the service is an MPS client", protocol::Backend::Mps;
+  }
+  above = top;
+  return why = "the service above runs time-sliced and has no job below it", protocol::Backend::TimeSlice;
+}
+
 bool Policy::preemptible(const Task& t) const { return t.id == preempt_job_; }
 
 // Whether the regime preempt is a step of `s`'s controller: a job below it can be switched out so.

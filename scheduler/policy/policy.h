@@ -257,6 +257,12 @@ class Policy {
   // Tasks dropped since the last call (lease expired, goodbye): the daemon forgets their sessions.
   std::vector<uint32_t> take_dropped() { return std::exchange(dropped_, {}); }
 
+  // The backend a job starting now should take where both are open to it (fikit-scheduler --mps
+  // on; fikit-run asks): time-sliced, for a job below priority `above`, when the top services are
+  // time-sliced and have no job below them yet, so that the job can be their regime preempt's
+  // (find_preempt_job: an MPS client's work runs in the MPS server's context, which FIKIT never
+  // touches); else MPS, where jobs run beside each other. `why`: what it found, for fikit-run to say.
+  protocol::Backend job_backend(int& above, const char*& why) const;
   // The holder is active and sends gap notifications: more are coming soon (the daemon polls).
   bool notifications_expected() const;
   std::vector<TaskStatus> status(uint64_t now) const;

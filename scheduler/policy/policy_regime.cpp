@@ -78,10 +78,12 @@ void Policy::end_period(uint64_t now, Task& t) {
                      p.regime == t.controller.regime() && exposed(now, t);
   p.valid = false;
   if (!valid) return;
-  // Beside: under a regime above hold that it adopted (a trial counts as far as the regime adopted
-  // under it: one from hold that fails says the jobs could not run beside it).
+  // Beside: under a regime that runs its jobs beside it at full width, adopted (a trial counts as far
+  // as the regime adopted under it: one from the partition that fails says they could not run
+  // beside it). Hold and the partition are not: outside MPS its jobs get its idle time, and under
+  // the regime preempt its gaps too (rules::mps_bought_nothing).
   t.judged_ns += p.last_idle - p.start;
-  if (std::min(p.regime, t.controller.adopted()) > Regime::Hold) t.beside_ns += p.last_idle - p.start;
+  if (std::min(p.regime, t.controller.adopted()) > Regime::Partition) t.beside_ns += p.last_idle - p.start;
   const Controller before = t.controller;
   // Judged as its clients wait: the request's estimated response, queueing behind the one before
   // included, not the period alone.

@@ -39,6 +39,7 @@
 #include "snapshot.h"
 #include "server.h"
 #include "accept_limiter.h"
+#include "mps.h"
 #include "outcomes.h"
 
 // What the share client logged (the hook's logger, replaced below).
@@ -457,6 +458,44 @@ TEST(Daemon, WhatEachServicesJobsDidBesideItIsRecordedInItsMpsFolder) {
     EXPECT_NE(book->find("earlier", true), nullptr) << "what the file held is kept";
     EXPECT_EQ(book->find("train", true), nullptr) << "a job is not a service";
   }
+  fs::remove_all(dir);
+}
+
+// fikit-scheduler --mps publishes in its MPS folder the backend a job started now should take
+// (Policy::job_backend): outside MPS while a time-sliced service has no job below it, so that the
+// job can be preempted; nothing otherwise, and nothing once the daemon stops.
+TEST(Daemon, TheBackendAJobShouldStartWithIsPublishedInItsMpsFolder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("fikit-daemon-jobs-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directory(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  scheduler::ServerOptions o = Daemon::options(std::nullopt, "", 0);
+  o.settings.regime_auto = true;   // the ladder with the regime preempt (the tests' default holds)
+  o.settings.lease_ns = 10'000'000'000;   // no heartbeats here
+  o.outcomes_dir = dir.string();
+  const auto published = [&](const char* want) {
+    std::optional<std::string> text;
+    for (int i = 0; i < 100; ++i) {   // written by the daemon's thread after the reply
+      text = mps::published(dir.string(), mps::kJobsBackendFile);
+      if (want == nullptr ? !text : text && *text == want) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return text;
+  };
+  {
+    Daemon d(o);
+    EXPECT_FALSE(published(nullptr)) << "no service yet";
+    Peer svc(d.port()), job(d.port());
+    ASSERT_TRUE(svc.register_as("svc", 0));
+    EXPECT_EQ(published("timeslice 0").value_or("none"), "timeslice 0");
+    ASSERT_TRUE(job.register_as("train", 5));
+    EXPECT_FALSE(published(nullptr)) << "a second job would not be preempted";
+    job.send(protocol::Goodbye{});
+    EXPECT_EQ(published("timeslice 0").value_or("none"), "timeslice 0") << "the job left";
+    EXPECT_EQ(fs::status(dir / mps::kJobsBackendFile).permissions() & fs::perms::others_write, fs::perms::none);
+  }
+  EXPECT_FALSE(fs::exists(dir / mps::kJobsBackendFile)) << "it outlived the daemon";
   fs::remove_all(dir);
 }
 

@@ -438,9 +438,11 @@ TEST_F(ControlTest, TheJobsDirectiveFollowsTheServicesControllerUpTheLadder) {
   EXPECT_EQ(status_of(hp, at).inflation_permille, 1000u);
 }
 
-// What being an MPS client bought the jobs: of the service's judged active time, the part under a
-// regime above hold it had adopted (fikit-run starts it time-sliced next when that is small).
-TEST_F(ControlTest, TheTimeItsJobsRanBesideItCountsOnlyUnderAdoptedRegimesAboveHold) {
+// What being an MPS client bought the jobs: of the service's judged active time, the part under an
+// adopted regime that runs them beside it at full width (fikit-run starts it time-sliced next when
+// that is small). Hold and the partition are not: outside MPS its jobs get its idle time, and with
+// one job the regime preempt its gaps too.
+TEST_F(ControlTest, TheTimeItsJobsRanBesideItCountsOnlyUnderAdoptedRegimesAbovePartition) {
   const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps);
   reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(100), 16 + 16, us(1000));   // the baseline, then hold on trial
@@ -449,16 +451,18 @@ TEST_F(ControlTest, TheTimeItsJobsRanBesideItCountsOnlyUnderAdoptedRegimesAboveH
   EXPECT_EQ(status_of(hp, at).beside_ns, 0u);
   at = periods(hp, at, 16, us(1000));   // partition on trial: adopted at the window's end
   ASSERT_EQ(status_of(hp, at).adopted, Regime::Partition);
-  EXPECT_EQ(status_of(hp, at).judged_ns, 48 * us(1000));
-  EXPECT_EQ(status_of(hp, at).beside_ns, 0u) << "a trial from hold is not beside";
-  at = periods(hp, at, 8, us(1000));    // above an adopted partition: beside, trial or not
+  at = periods(hp, at, 16, us(1000));   // short kernels beside on trial: adopted at the window's end
+  ASSERT_EQ(status_of(hp, at).adopted, Regime::ShortBeside);
+  EXPECT_EQ(status_of(hp, at).judged_ns, 64 * us(1000));
+  EXPECT_EQ(status_of(hp, at).beside_ns, 0u) << "the partition, and a trial from it, is not beside";
+  at = periods(hp, at, 8, us(1000));    // above an adopted short-beside: beside, trial or not
   EXPECT_EQ(status_of(hp, at).beside_ns, 8 * us(1000));
-  // Periods past the objective: the next step's trial refused (8 more), then partition given up
-  // after two windows (32): judged all along, beside until partition is given up.
+  // Periods past the objective: the next step's trial refused (8 more), then short-beside given up
+  // after two windows (32): judged all along, beside until it is given up.
   at = periods(hp, at, 56, us(3000));
   const TaskStatus s = status_of(hp, at);
-  EXPECT_LE(s.adopted, Regime::Hold);
-  EXPECT_EQ(s.judged_ns, 56 * us(1000) + 56 * us(3000));
+  EXPECT_LE(s.adopted, Regime::Partition);
+  EXPECT_EQ(s.judged_ns, 72 * us(1000) + 56 * us(3000));
   EXPECT_EQ(s.beside_ns, 8 * us(1000) + 40 * us(3000));
 }
 
@@ -604,6 +608,45 @@ TEST_F(ControlTest, AnMpsClientJobBelowATimeSlicedServiceIsNeverPreempted) {
   EXPECT_EQ(last[hp].slice_us, 0u);
   ASSERT_NE(status_of(hp, at).preempt_off, nullptr);
   EXPECT_NE(std::string(status_of(hp, at).preempt_off).find("MPS client"), std::string::npos);
+}
+
+// What fikit-run under fikit-scheduler --mps asks before a job starts: outside MPS only where the
+// job would be the sole one below time-sliced services, and the daemon may preempt it there.
+TEST_F(ControlTest, AJobIsToldToStartTimeSlicedOnlyWhereItWouldBeTheSoleJobOfATimeSlicedService) {
+  int above = -1;
+  const char* why = nullptr;
+  EXPECT_EQ(policy().job_backend(above, why), Backend::Mps);
+  EXPECT_STREQ(why, "no service is registered");
+  reg(T0, "hp", 0);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::TimeSlice);
+  EXPECT_EQ(above, 0);
+  reg(T0, "hp2", 0);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::TimeSlice) << "two time-sliced services, no job";
+  reg(T0, "job", 5);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::Mps);
+  EXPECT_NE(std::string(why).find("a job already runs"), std::string::npos) << why;
+  p.reset();
+  reg(T0, "hp", 0);
+  reg(T0, "hp-mps", 0, TaskMode::Share, Backend::Mps);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::Mps);
+  EXPECT_NE(std::string(why).find("MPS client"), std::string::npos) << why;
+  p.reset();
+  reg(T0, "hp", 0, TaskMode::Measure);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::TimeSlice) << "measuring, it is time-sliced still";
+  settings.regime_auto = false;   // hold fixed: never preempted
+  p.reset();
+  reg(T0, "hp", 0);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::Mps);
+  settings.fixed_regime = Regime::Preempt;
+  p.reset();
+  reg(T0, "hp", 0);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::TimeSlice);
+  settings.regime_auto = true;
+  settings.preempt_slice_ns = 0;
+  p.reset();
+  reg(T0, "hp", 0);
+  EXPECT_EQ(policy().job_backend(above, why), Backend::Mps);
+  EXPECT_NE(std::string(why).find("never preempts"), std::string::npos) << why;
 }
 
 TEST_F(ControlTest, AServiceMayStateItsOwnObjectiveAndAFixedRegimeRunsNoController) {

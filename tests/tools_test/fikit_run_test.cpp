@@ -526,6 +526,54 @@ TEST_F(FikitRun, AServiceWhoseJobsOnlyWaitedBesideItAsAnMpsClientStartsTimeSlice
   fs::remove_all(mps_dir);
 }
 
+// Under FIKIT's own MPS control daemon, a job starts outside MPS when the daemon publishes that a
+// job started now would be the only one below time-sliced services (Policy::job_backend): an MPS
+// client's work runs in the MPS server's context, which the regime preempt cannot switch out.
+TEST_F(FikitRun, AJobStartsOutsideMpsWhereTheDaemonSaysItCanBePreempted) {
+  const fs::path mps_dir = "/tmp/fikit-mps-job-" + std::to_string(getpid());
+  fs::remove_all(mps_dir);
+  fs::create_directory(mps_dir);
+  fs::permissions(mps_dir, fs::perms::owner_all, fs::perm_options::replace);
+  FakeMpsControl control(mps_dir / "pipe");
+  const auto publish = [&](const char* name, const std::string& text, fs::perms mode = fs::perms(0644)) {
+    std::ofstream((mps_dir / name).string()) << text << "\n";
+    fs::permissions(mps_dir / name, mode, fs::perm_options::replace);
+  };
+  const std::string none = "/tmp/fikit-no-mps-" + std::to_string(geteuid()), pipe = (mps_dir / "pipe").string();
+  struct Start {
+    std::string pipe, err;
+  };
+  const auto start = [&](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), {"--task-key", "trainB", "--db", (dir_ / "profiles.db").string()});
+    flags.push_back("/usr/bin/env");
+    const Result r = run_with_hook(flags, {"FIKIT_MPS_DIR=" + mps_dir.string()});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return Start{parse_env(r.out)["CUDA_MPS_PIPE_DIRECTORY"], r.err};
+  };
+  EXPECT_EQ(start({"--priority", "5"}).pipe, pipe) << "nothing published: an MPS client";
+  publish("jobs-backend", "timeslice 0");
+  Start s = start({"--priority", "5"});
+  EXPECT_EQ(s.pipe, none);
+  EXPECT_NE(s.err.find("job 'trainB' starts outside MPS: the service above it runs time-sliced"), std::string::npos)
+      << s.err;
+  EXPECT_EQ(start({"--priority", "5", "--backend", "mps"}).pipe, pipe) << "the user's choice wins";
+  EXPECT_EQ(start({"--priority", "5", "--mode", "off"}).pipe, pipe);
+  EXPECT_EQ(start({"--priority", "0"}).pipe, pipe) << "not for a service: its own rules decide";
+  publish("jobs-backend", "timeslice 5");
+  EXPECT_EQ(start({"--priority", "5"}).pipe, pipe) << "not below the services it names";
+  EXPECT_EQ(start({"--priority", "6"}).pipe, none);
+  for (const char* bad : {"mps 0", "timeslice", "timeslice x", "timeslice 0 1", "", "timeslice -1"}) {
+    publish("jobs-backend", bad);
+    EXPECT_EQ(start({"--priority", "5"}).pipe, pipe) << "'" << bad << "' is not believed";
+  }
+  publish("jobs-backend", "timeslice 0", fs::perms(0666));
+  EXPECT_EQ(start({"--priority", "5"}).pipe, pipe) << "a file anyone may write is not believed";
+  publish("jobs-backend", "timeslice 0");
+  publish("reserve", "3221225472B");
+  EXPECT_EQ(start({"--priority", "5"}).pipe, pipe) << "a memory reserve, which MPS enforces, keeps it an MPS client";
+  fs::remove_all(mps_dir);
+}
+
 // --memory-limit: the hook's FIKIT_MEMORY_LIMIT, checked by the same rules the hook reads it with;
 // under MPS, for a size, MPS's own cap for each GPU the program can see (the user's is kept).
 TEST_F(FikitRun, AMemoryLimitIsCheckedAndBecomesEnvironment) {

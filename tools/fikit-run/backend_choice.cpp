@@ -3,8 +3,10 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "measure_progress.h"
+#include "mps.h"
 #include "outcomes.h"
 #include "profiledb.h"
 
@@ -44,6 +46,25 @@ std::optional<ServiceBackend> service_backend(const RunSettings& settings, const
   return b;
 }
 
+std::optional<std::string> jobs_backend_says_outside(int priority, const std::string& key, const std::string& mps_dir) {
+  const auto text = mps::published(mps_dir, mps::kJobsBackendFile);
+  // A reserve the daemon keeps for its services is enforced on a job by the MPS server too (its
+  // pinned-memory limit), whether or not the job's program goes through the hook: that guarantee
+  // outweighs what preempting the job would give it.
+  if (!text || mps::published(mps_dir, mps::kReserveFile)) return std::nullopt;
+  unsigned above = 0;
+  char word[16] = "";
+  char extra = 0;
+  // "timeslice P" and nothing else; anything else is ignored (an MPS client, as without the file).
+  if (std::sscanf(text->c_str(), "%15s %u %c", word, &above, &extra) != 2 || std::strcmp(word, "timeslice") != 0 ||
+      priority <= 0 || unsigned(priority) <= above)
+    return std::nullopt;
+  return "fikit-run: " + (key.empty() ? std::string("the job") : "job '" + key + "'") +
+         " starts outside MPS: the service above it runs time-sliced with no other job below it, and outside MPS "
+         "the service can switch this job out within the job's short time slice (regime preempt) rather than "
+         "waiting for it (--backend mps to keep it an MPS client)";
+}
+
 std::optional<std::string> outcome_says_outside(const RunSettings& settings, const std::vector<std::string>& command,
                                                 const std::string& mps_dir) {
   const auto key = expected_task_key(settings, command);
@@ -56,8 +77,9 @@ std::optional<std::string> outcome_says_outside(const RunSettings& settings, con
   std::snprintf(text, sizeof text, "%.0f%% of %.0f s", o->judged_ms ? 100.0 * double(o->beside_ms) / double(o->judged_ms) : 0.0,
                 double(o->judged_ms) / 1000.0);
   return "fikit-run: task '" + *key + "' runs outside MPS: in its last run as an MPS client its jobs ran beside it " +
-         text + " of its active time (its controller held them), which they get outside MPS too, without its MPS "
-         "cost; it tries MPS again once its jobs change (--backend mps to choose it)";
+         text + " of its active time (its controller held them or kept them on an SM partition); outside MPS they "
+         "get its idle time, a sole job its gaps too, without its MPS cost; it tries MPS again once its jobs "
+         "change (--backend mps to choose it)";
 }
 
 std::string backend_line(const ServiceBackend& b) {

@@ -30,6 +30,13 @@ std::optional<ServiceBackend> service_backend(const RunSettings& settings, const
 std::optional<std::string> outcome_says_outside(const RunSettings& settings, const std::vector<std::string>& command,
                                                 const std::string& mps_dir);
 
+// Whether a job (`priority` above 0) starts outside MPS: fikit-scheduler --mps publishes in
+// `mps_dir` when a job started now would be the only one below time-sliced services, where its own
+// short time slice lets them switch it out (the regime preempt; Policy::job_backend), unless it keeps
+// a memory reserve (which the MPS server enforces on its clients). The line fikit-run says then;
+// nothing otherwise (an MPS client, as before).
+std::optional<std::string> jobs_backend_says_outside(int priority, const std::string& key, const std::string& mps_dir);
+
 // What fikit-run says of it: the trial (always: the program is measured this start) or the choice
 // (a line for FIKIT_LOG_LEVEL=info).
 std::string backend_line(const ServiceBackend& b);

@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
   std::string outside_why = "--backend timeslice";
   // A service left to choose (--backend auto) is an MPS client unless its measured runs say that
   // costs it more than --mps-cost-limit; while it measures, its runs alternate between the two
-  // (rules/backend_rule.h). Jobs are always MPS clients here: the service's regime governs them.
+  // (rules/backend_rule.h). Jobs are MPS clients here, unless the daemon says a job started now can
+  // be preempted beside a time-sliced service (Policy::job_backend).
   const std::string mode = settings.text("FIKIT_MODE");
   // Before that, what being an MPS client bought its jobs in its last run as one: nothing (its
   // controller could only hold them) sends it outside MPS.
@@ -187,6 +188,14 @@ int main(int argc, char** argv) {
           !settings.set("FIKIT_MEASURE_RUNS", std::to_string(service->runs_stored + service->choice.measure_more), &error))
         return fikit::cli::usage_error("fikit-run", error);
       if (service->choice.trial || verbose) std::fprintf(stderr, "%s\n", fikit::run::backend_line(*service).c_str());
+    }
+  } else if (mps.running && mps.fikit_owned && priority > 0 && backend == "auto" && mode != "off") {
+    const auto key = fikit::run::expected_task_key(settings, opts.command);
+    if (const auto line = fikit::run::jobs_backend_says_outside(priority, key.value_or(""),
+                                                                fikit::mps::default_directory())) {
+      outside_mps = true;
+      outside_why = "to be preempted beside a time-sliced service";
+      std::fprintf(stderr, "%s\n", line->c_str());
     }
   }
   if (outside_mps) {
@@ -218,7 +227,7 @@ int main(int argc, char** argv) {
     // leaves of the smallest GPU, so that a program that escapes the hook still cannot take it.
     std::string pinned_why = "its --memory-limit";
     if (priority > 0 && mps.fikit_owned)
-      if (auto reserve_text = fikit::mps::published_reserve(fikit::mps::default_directory())) {
+      if (auto reserve_text = fikit::mps::published(fikit::mps::default_directory(), fikit::mps::kReserveFile)) {
         fikit::values::MemorySize reserve;
         const auto total = fikit::mps::smallest_gpu_memory();
         if (fikit::values::parse_memory_size(*reserve_text, reserve) == nullptr && total &&
