@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Engine v5 D4 on a GPU: does a service whose jobs could only wait beside it as an MPS client start
-# time-sliced the next time, and what does that change for it and its job? The recommended setup
-# (fikit-scheduler --mps DIR: its own MPS control daemon), the UNet step replayed as one CUDA graph
-# (examples/pytorch/infer.py) at Poisson load LOAD, GraphSAGE training (train.py) as the job, both
-# in share mode under fikit-run's defaults otherwise:
+# Engine v5 D4 and issue 53 on a GPU: does a service whose jobs could only wait beside it as an MPS
+# client (held, or on the SM partition) start time-sliced the next time, does a job started below it
+# then start outside MPS and reach the regime preempt, and what does each change for the service
+# and the job? The recommended setup (fikit-scheduler --mps DIR: its own MPS control daemon), a
+# service replayed as CUDA graphs at Poisson load LOAD (SERVICE: unet-graph, the UNet step of
+# examples/pytorch/infer.py; lm-graph2, the LLM decode of lm.py, 2 tokens a request), GraphSAGE
+# training (train.py) as the job, both in share mode under fikit-run's defaults otherwise:
 #   alone     the service by itself, outside MPS (sizes the arrival rate: LOAD of its median)
 #   first     its first start beside the job: an MPS client (nothing recorded yet)
 #   second    its next start beside the same job: the backend fikit-run chooses by the outcome the
 #             daemon recorded of the first (mps/outcomes.h); its line is kept
+#   third     its next start, the job restarted once it runs: the backend fikit-run gives the job
+#             by what the daemon publishes (Policy::job_backend); their lines and status kept
 #   job-alone the job by itself, for its alone rate
 # One run of each (a functional check, not a figure): service, job and daemons on disjoint cores.
-#   bench/gpu/backend_outcome_check.sh PREFIX OUT [REQUESTS] [LOAD]
+#   bench/gpu/backend_outcome_check.sh PREFIX OUT [REQUESTS] [LOAD] [SERVICE]
 set -uo pipefail
-prefix=$1 out=$2 requests=${3:-5000} load=${4:-0.4}
+prefix=$1 out=$2 requests=${3:-5000} load=${4:-0.4} service=${5:-unet-graph}
 mkdir -p "$out"
 bin="$prefix/bin"
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,7 +25,11 @@ port=47913
 db="$work/p.db" ctl="$work/c.sock" mps="$work/mps"
 export FIKIT_MPS_DIR=$mps   # where fikit-run finds the daemon's MPS folder (and its outcomes)
 run=("$bin/fikit-run" --db "$db" --scheduler "127.0.0.1:$port" --mode share)
-svc=(python3 "$root/examples/pytorch/infer.py" --model unet --batch 2 --cuda-graph --warmup 50)
+case $service in
+  unet-graph) svc=(python3 "$root/examples/pytorch/infer.py" --model unet --batch 2 --cuda-graph --warmup 50) ;;
+  lm-graph2) svc=(python3 "$root/examples/pytorch/lm.py" --cuda-graph --tokens 2 --warmup 50) ;;
+  *) echo "backend_outcome_check.sh: SERVICE is unet-graph or lm-graph2, not '$service'" >&2; exit 2 ;;
+esac
 job=(python3 "$root/examples/pytorch/train.py" --model graphsage --duration-s 3600 --progress-ms 500)
 d_pin=(taskset -c 0-1) hp_pin=(taskset -c 2-8) lp_pin=(taskset -c 9-15)
 [ "$(nproc)" -ge 16 ] || d_pin=() hp_pin=() lp_pin=()
@@ -75,6 +83,29 @@ for start in first second; do
   cp "$mps/outcomes" "$out/$start-outcomes.txt" 2>/dev/null
   say "  recorded: $(grep -v '^#' "$mps/outcomes" 2>/dev/null | tr '\n' ';')"
 done
+# third: the service starts (time-sliced if the second did), the job is restarted below it once it
+# has registered, and fikit-run gives the job the backend the daemon publishes. The service's first
+# 30 s or so are warm-up requests (closed loop, 2 ms apart), not measured: the job is loading then.
+kill -TERM "$job_pid" 2>/dev/null && wait "$job_pid"
+job_pid=
+warm=$(python3 -c "print(int(30e6 / ($(field "$out/alone.json" 'service_us["p50"]') + 2000)))")
+"${hp_pin[@]}" "${run[@]}" --priority 0 --task-key svc -- "${svc[@]}" --warmup "$warm" --requests "$requests" \
+  --arrival poisson --rate "$rate" --seed 7 >"$out/third.json" 2>"$out/third.err" &
+svc_pid=$!
+for _ in $(seq 300); do grep -q "service svc" <("$bin/fikit-scheduler" status --control "$ctl" 2>/dev/null) && break; sleep 0.1; done
+cp "$mps/jobs-backend" "$out/third-jobs-backend.txt" 2>/dev/null
+"${lp_pin[@]}" "${run[@]}" --priority 5 --task-key job -- "${job[@]}" >"$out/job-third.json" 2>"$out/job-third.err" &
+job_pid=$!
+sleep 40
+"$bin/fikit-scheduler" status --control "$ctl" >"$out/third-status.txt" 2>&1
+t0=$(now)
+wait "$svc_pid"
+t1=$(now)
+say "third: p50 $(field "$out/third.json" 'jct_us["p50"]') us, p99 $(field "$out/third.json" 'jct_us["p99"]') us;" \
+    "job $(job_rate "$out/job-third.err" "$t0" "$t1") it/s (its last $(python3 -c "print('%.0f' % ($t1 - $t0))") s);" \
+    "published: $(cat "$out/third-jobs-backend.txt" 2>/dev/null || echo nothing);" \
+    "job's fikit-run: $(grep -o "job 'job' starts outside MPS" "$out/job-third.err" | head -1)"
 t0=$(now); sleep 15; t1=$(now)
-say "job-alone: $(job_rate "$out/job.err" "$t0" "$t1") it/s"
-grep -h "ran beside it\|service svc" "$out"/first-status.txt "$out"/second-status.txt | tee -a "$out/summary.txt"
+say "job-alone: $(job_rate "$out/job-third.err" "$t0" "$t1") it/s"
+grep -h "ran beside it\|service svc\|job job\|preempt" "$out"/first-status.txt "$out"/second-status.txt "$out"/third-status.txt |
+  tee -a "$out/summary.txt"
