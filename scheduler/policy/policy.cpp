@@ -121,8 +121,8 @@ uint32_t Policy::find_preempt_job(const char*& why_not) const {
   if (sole == 0) return 0;
   const Task& j = tasks_.at(sole);
   if (j.backend == Backend::Mps)
-    return why_not = "its job is an MPS client, whose work runs in the MPS server's context (fikit-run --backend "
-                     "timeslice starts a job outside MPS)", 0;
+    return why_not = "its job is an MPS client, whose work runs in the MPS server's context (a job started after "
+                     "the service starts outside MPS: restart it, or fikit-run --backend timeslice)", 0;
   if (j.slice_us == protocol::kSliceRefused) return why_not = "its job's driver refused it a slice of its own", 0;
   return sole;
 }
