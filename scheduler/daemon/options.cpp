@@ -60,13 +60,13 @@ constexpr DurationSetting kDurations[] = {
      "under MPS, lower launches whose blocks hold an SM up to this are short holds: they run beside an active "
      "service in the regimes short-beside and beside; longer ones are long holds (0: none)"},
     {"preempt-slice", &policy::Settings::preempt_slice_ns, 0, uint64_t(protocol::kMaxJobSliceUs) * kUs,
-     "time-sliced: in the regime preempt, the job's own contexts run at this time slice, so that the GPU switches "
-     "it out within about this when the service above has work; only a job alone below the service gets it "
-     "(0: no regime preempt)"},
+     "time-sliced: a job alone below a time-sliced service runs its own contexts at this time slice in every "
+     "step below free (and unscheduled under the regime preempt), so that the GPU switches it out within about "
+     "this when the service has work (0: none, and no regime preempt)"},
     {"preempt-service-slice", &policy::Settings::preempt_service_slice_ns, 0,
      uint64_t(protocol::kSliceRefused - 1) * kUs,
-     "time-sliced: in the regime preempt, the service's own contexts run at this time slice, so that once it has "
-     "the GPU it keeps it through its request (0: the service keeps its own slice)"},
+     "time-sliced: while its job runs at preempt-slice, the service's own contexts run at this time slice, so that "
+     "once it has the GPU it keeps it through its request (0: the service keeps its own slice)"},
     {"max-predicted", &policy::Settings::max_predicted_ns, 1 * kUs, protocol::kMaxPredictedNs,
      "a client's prediction of a kernel the daemon has no profile of is capped at this"},
     {"lease", &policy::Settings::lease_ns, protocol::kMinLeaseMs * kMs, protocol::kMaxLeaseMs * kMs,

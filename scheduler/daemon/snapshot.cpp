@@ -142,11 +142,6 @@ std::string job_line(const policy::TaskStatus& t) {
     case protocol::State::Run:
       what = d.confine & protocol::kConfineFree ? "runs as without FIKIT: the service above keeps its objective so"
                                                 : "runs: nothing above it is active";
-      if (d.slice_us != 0) {
-        what += fmt::format(", at a time slice of {} us so that the service switches it out", d.slice_us);
-        if (t.slice_us == protocol::kSliceRefused) what += " (its driver refused that slice: it runs at its own)";
-        else if (t.slice_us != d.slice_us) what += " (not applied yet)";
-      }
       break;
     case protocol::State::Hold: what = "held: a service above it is being measured, or its baseline is"; break;
     case protocol::State::Fill:
@@ -156,6 +151,11 @@ std::string job_line(const policy::TaskStatus& t) {
       if (d.confine & protocol::kConfinePartition)
         what += fmt::format(" (the rest on an SM partition of {} %)", d.partition_pct);
       break;
+  }
+  if (d.slice_us != 0) {
+    what += fmt::format(", at a time slice of {} us so that the service switches it out", d.slice_us);
+    if (t.slice_us == protocol::kSliceRefused) what += " (its driver refused that slice: it runs at its own)";
+    else if (t.slice_us != d.slice_us) what += " (not applied yet)";
   }
   if (t.waiting) what += ", waiting for a gap";
   std::string out = fmt::format("  job {} (task {}, pid {}, priority {}", t.key, t.id, t.pid, t.priority);

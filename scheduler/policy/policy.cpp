@@ -129,8 +129,8 @@ uint32_t Policy::find_preempt_job(const char*& why_not) const {
 
 protocol::Backend Policy::job_backend(int& above, const char*& why) const {
   above = protocol::kPriorityLevels;
-  if (settings_.preempt_slice_ns == 0 || (!settings_.regime_auto && settings_.fixed_regime != Regime::Preempt))
-    return why = "the daemon never preempts jobs (--regime, --preempt-slice)", protocol::Backend::Mps;
+  if (settings_.preempt_slice_ns == 0 || (!settings_.regime_auto && settings_.fixed_regime == Regime::Free))
+    return why = "the daemon never preempts jobs (--regime free, or --preempt-slice 0)", protocol::Backend::Mps;
   int top = protocol::kPriorityLevels;
   for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
   if (top == protocol::kPriorityLevels) return why = "no service is registered", protocol::Backend::Mps;
@@ -158,12 +158,13 @@ const char* Policy::why_no_preempt(const Task& s) const {
   return no_preempt_why_ != nullptr ? no_preempt_why_ : "a service above it has its jobs";
 }
 
-// A service whose jobs are under preempt keeps the GPU through its requests at a long slice of its
-// own (Settings::preempt_service_slice_ns).
+// A service whose job can be preempted keeps the GPU through its requests at a long slice of its
+// own (Settings::preempt_service_slice_ns), in every step below free: under hold too, the job runs
+// in its idle time and would otherwise take a slice in the middle of its next request.
 uint16_t Policy::service_slice_us(uint64_t now, const Task& t) const {
   if (settings_.preempt_service_slice_ns == 0 || t.mode != TaskMode::Share || !preempt_below(t)) return 0;
   const Regime r = settings_.regime_auto ? regime_of(now, t) : settings_.fixed_regime;
-  return r == Regime::Preempt ? slice_us_of(settings_.preempt_service_slice_ns) : 0;
+  return r != Regime::Free ? slice_us_of(settings_.preempt_service_slice_ns) : 0;
 }
 
 Directive Policy::directive_for(uint64_t now, const Task& t) const {
@@ -195,14 +196,18 @@ Directive Policy::directive_core(uint64_t now, const Task& t) const {
   // differ: nothing runs beside an active context anyway.
   Regime regime = above ? regime_for(now, t) : Regime::Hold;
   if (regime == Regime::Held) hold = true;
-  // Preempt: as free, at a short slice of its own; a job that cannot be switched out so (an MPS
-  // client, or one of several jobs) waits as under hold.
+  // A job the service can switch out (the sole time-sliced one below it) runs at a short slice of
+  // its own in every step below free: under hold it runs in the service's idle time, and the
+  // service's next request would otherwise wait for its slice (1-2 ms) to end. Hold and preempt then
+  // differ in whether its launches wait while the service is active.
+  if (preemptible(t) && regime != Regime::Free) d.slice_us = slice_us_of(settings_.preempt_slice_ns);
+  // Preempt: as free, at that slice; a job that cannot be switched out so (an MPS client, or one of
+  // several jobs) waits as under hold.
   if (regime == Regime::Preempt && !preemptible(t)) regime = Regime::Hold;
   if ((regime == Regime::Free || regime == Regime::Preempt) && !hold) {
     d.state = State::Run;
     d.bound_ns = UINT32_MAX;
     d.confine = protocol::kConfineFree;
-    if (regime == Regime::Preempt) d.slice_us = slice_us_of(settings_.preempt_slice_ns);
     return d;
   }
   d.state = hold ? State::Hold : fill ? State::Fill : State::Run;

@@ -70,13 +70,14 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
   stall          the daemon is stopped (SIGSTOP) for 8 s, then the job and the service for 3 s each (leases of
                  1 s): each time both programs are registered again within 2 s and stay registered.
   preempt        time-sliced, a service of one 500-us kernel a request (Poisson, 100 a second) beside a job
-                 of 5-ms kernels: under --regime hold each request that meets a job kernel in flight waits
-                 for its end; under --regime preempt the job runs as without FIKIT at its own time slice
-                 of 100 us (the simulated device switches it out at the end of the slice its work
-                 arrives in) and the service at 16 ms, so the service's p99 is under half hold's and the job runs at least as
-                 fast as under hold. The job's device statistics show its preemptions (and its own slice
-                 back once the service left), status the slice it applied. With the daemon's defaults
-                 the controller adopts preempt.
+                 of 5-ms kernels: under --regime hold with --preempt-slice 0 (no slices) each request that
+                 meets a job kernel in flight waits for its end; with the job's own time slice short
+                 (the simulated device switches it out at the end of the slice its work arrives in) and
+                 the service's at 16 ms, under hold and under preempt (where the job runs as without
+                 FIKIT), the service's p99 is under half that, and the job runs under preempt at least
+                 as fast as under hold. The job's device statistics show its preemptions (and its own
+                 slice back once the service left), status the slice it applied. With the daemon's
+                 defaults the controller adopts preempt.
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
   context_reset  a job below an idle service resets its device twice (cudaDeviceReset's
@@ -390,7 +391,9 @@ def graph_job(env):
     ok = check(len(measured) == 10 and all(1_500_000 <= d <= 2_500_000 for _, d in measured),
                f"measure mode timed the job's graph segment by segment: {len(measured)} of 10 in the profile, "
                f"about 2 ms each ({measured[:1]}...)")
-    env.start_daemon("--regime", "hold")   # what segments do at the gate, not the controller's choice (fresh_job says why)
+    # What segments do at the gate: not the controller's choice (fresh_job says why), nor the job's
+    # short slice (which switches a whole graph out as well).
+    env.start_daemon("--regime", "hold", "--preempt-slice", "0")
     hp_cmd = env.fikit("share", "hp", 0) + [env.a.infer, "--requests", str(requests)] + hp_flags
     lp_cmd = env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags
     waits = {"segments": [], "whole": []}
@@ -885,12 +888,15 @@ def preempt(env):
     lp_cmd = env.fikit("share", "lp", 5) + [env.a.train, "--duration-s", "600"] + lp_flags
     ok = True
     got = {}
-    for regime in ("hold", "preempt", "auto"):
-        env.start_daemon("--regime", regime)
-        lp = Run(env, lp_cmd, f"job under {regime}").start()
+    slice_us = 50
+    for name, flags in (("hold-no-slice", ["--regime", "hold", "--preempt-slice", "0"]),
+                        ("hold", ["--regime", "hold", "--preempt-slice", f"{slice_us}us"]),
+                        ("preempt", ["--regime", "preempt", "--preempt-slice", f"{slice_us}us"]), ("auto", [])):
+        env.start_daemon(*flags)
+        lp = Run(env, lp_cmd, f"job under {name}").start()
         time.sleep(0.3)
         try:
-            hp = Run(env, hp_cmd, f"service under {regime}").start()
+            hp = Run(env, hp_cmd, f"service under {name}").start()
             polls = statuses_while(env, hp, 0.2)
             seen = [r["hp"]["regime_adopted"] for r in polls if r.get("hp", {}).get("regime_adopted")]
             job_rows = [r["lp"] for r in polls if "lp" in r]
@@ -900,27 +906,32 @@ def preempt(env):
         env.stop_daemon()
         rate = lp.result["kernels"] / lp.result["wall_s"]
         jct = hp.result["jct_us"]
-        got[regime] = (jct, rate, lp, seen, job_rows, hp)
+        got[name] = (jct, rate, lp, seen, job_rows, hp)
         slices = sorted({d.get("slice_ns", 0) for d in lp.device})
-        print(f"{regime}: service p50 {jct['p50']:.0f} us, p99 {jct['p99']:.0f} us; job {rate:.1f} kernels/s, its "
+        print(f"{name}: service p50 {jct['p50']:.0f} us, p99 {jct['p99']:.0f} us; job {rate:.1f} kernels/s, its "
               f"context's slices {slices} ns, preempted {sum(d.get('preemptions', 0) for d in lp.device)} times; "
               f"adopted {sorted(set(seen))}", flush=True)
-    (hold_jct, hold_rate, hold_lp, _, _, hold_hp), (pre_jct, pre_rate, pre_lp, _, pre_rows, pre_hp) = \
-        got["hold"], got["preempt"]
-    ok &= check(pre_jct["p99"] <= 0.5 * hold_jct["p99"],
-                f"under preempt the service's p99 {pre_jct['p99']:.0f} us is under half of hold's {hold_jct['p99']:.0f} us")
+    (bare_jct, _, bare_lp, _, _, bare_hp) = got["hold-no-slice"]
+    for name in ("hold", "preempt"):
+        jct, rate, lp, _, rows, hp = got[name]
+        ok &= check(jct["p99"] <= 0.5 * bare_jct["p99"],
+                    f"under {name} the service's p99 {jct['p99']:.0f} us is under half of hold's without slices "
+                    f"({bare_jct['p99']:.0f} us)")
+        # (Its slice is its own again by the time it exits: the service said goodbye before.)
+        ok &= check(sum(d.get("preemptions", 0) for d in lp.device) > 0 and
+                    all(d.get("slice_ns", 0) == 0 for d in lp.device),
+                    f"under {name} the job's context was switched out at its slice, which it gave back once the "
+                    "service left")
+        ok &= check(any(d.get("slice_ns") == 16_000_000 for d in hp.device),
+                    f"under {name} the service ran at its own 16-ms slice")
+        ok &= check(any(r.get("slice_us") == slice_us and r.get("slice_applied_us") == slice_us for r in rows),
+                    f"under {name} status showed the slice asked of the job and applied by it")
+    hold_rate, pre_rate = got["hold"][1], got["preempt"][1]
     ok &= check(pre_rate >= 0.95 * hold_rate,
                 f"under preempt the job ran {pre_rate:.1f} kernels/s, at least hold's {hold_rate:.1f} (5 % margin)")
-    # (Its slice is its own again by the time it exits: the service said goodbye before.)
-    ok &= check(sum(d.get("preemptions", 0) for d in pre_lp.device) > 0 and
-                all(d.get("slice_ns", 0) == 0 for d in pre_lp.device),
-                "under preempt the job's context was switched out at its slice, which it gave back once the service left")
-    ok &= check(sum(d.get("preemptions", 0) for d in hold_lp.device) == 0, "under hold the job kept its own slice")
-    ok &= check(any(d.get("slice_ns") == 16_000_000 for d in pre_hp.device) and
-                all(d.get("slice_ns", 0) == 0 for d in hold_hp.device),
-                "under preempt the service ran at its own 16-ms slice, under hold at its own")
-    ok &= check(any(r.get("slice_us") == 100 and r.get("slice_applied_us") == 100 for r in pre_rows),
-                "status showed the slice asked of the job and applied by it")
+    ok &= check(sum(d.get("preemptions", 0) for d in bare_lp.device) == 0 and
+                all(d.get("slice_ns", 0) == 0 for d in bare_hp.device),
+                "without slices the job and the service kept their own")
     auto_seen = got["auto"][3]
     ok &= check("preempt" in auto_seen, f"with the daemon's defaults the controller adopted preempt "
                                         f"(adopted: {sorted(set(auto_seen))})")

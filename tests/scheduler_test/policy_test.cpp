@@ -542,9 +542,14 @@ TEST_F(ControlTest, BelowATimeSlicedServiceTheJobsWaitOrRunAsWithoutFikit) {
 
 // A job alone below a time-sliced service: between hold and free, the controller tries preempt,
 // where the job runs as without FIKIT at a short slice of its own (the GPU switches it out within
-// about that when the service has work), then free.
+// about that when the service has work), then free. Below free the slices hold in every step: in
+// the baseline and under hold the job runs in the service's idle time, and the service's next
+// request would otherwise wait out the job's default slice.
 TEST_F(ControlTest, AJobAloneBelowATimeSlicedServiceIsPreemptedBeforeItRunsFree) {
   const uint32_t hp = reg(T0, "hp", 0), job = reg(T0, "lp", 5);
+  ASSERT_EQ(status_of(hp, T0).regime, Regime::Held);
+  EXPECT_EQ(last[job].slice_us, settings.preempt_slice_ns / 1000);
+  EXPECT_EQ(last[hp].slice_us, settings.preempt_service_slice_ns / 1000);
   uint64_t at = periods(hp, T0 + us(100), 16, us(1000));
   ASSERT_EQ(status_of(hp, at).adopted, Regime::Hold);
   ASSERT_EQ(status_of(hp, at).regime, Regime::Preempt);   // the trial of the step above hold
@@ -633,11 +638,12 @@ TEST_F(ControlTest, AJobIsToldToStartTimeSlicedOnlyWhereItWouldBeTheSoleJobOfATi
   p.reset();
   reg(T0, "hp", 0, TaskMode::Measure);
   EXPECT_EQ(policy().job_backend(above, why), Backend::TimeSlice) << "measuring, it is time-sliced still";
-  settings.regime_auto = false;   // hold fixed: never preempted
+  settings.regime_auto = false;
+  settings.fixed_regime = Regime::Free;   // never switched out: the job at its default slice
   p.reset();
   reg(T0, "hp", 0);
   EXPECT_EQ(policy().job_backend(above, why), Backend::Mps);
-  settings.fixed_regime = Regime::Preempt;
+  settings.fixed_regime = Regime::Hold;   // held while the service is active, at the short slice
   p.reset();
   reg(T0, "hp", 0);
   EXPECT_EQ(policy().job_backend(above, why), Backend::TimeSlice);
