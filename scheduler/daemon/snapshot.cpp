@@ -119,9 +119,13 @@ std::string service_line(const policy::TaskStatus& t) {
   if (t.inflation_permille == 0)
     return out + fmt::format("objective {:g}x, not judged yet; its jobs {}\n", objective, regime_words(t.regime));
   const double inflation = t.inflation_permille / 1000.0;
+  // The window is judged by a rank test of its 16 periods, not by its median: a median past the
+  // objective that the test could not tell from it is said as such, never as kept.
+  const char* judged = !t.inflation_within                         ? "missed: stepping back"
+                       : t.inflation_permille > t.objective_permille ? "past it in this window, within its noise"
+                                                                     : "kept";
   out += fmt::format("its requests at {:.2f}x of alone (median, queueing included), objective {:g}x ({}); its "
-                     "jobs {}\n", inflation, objective, t.inflation_within ? "kept" : "missed: stepping back",
-                     regime_words(t.regime));
+                     "jobs {}\n", inflation, objective, judged, regime_words(t.regime));
   // Under MPS, a service whose jobs can only wait beside it gets nothing from being an MPS client
   // and may pay for it: fikit-run starts it time-sliced next (rules::mps_bought_nothing).
   if (t.backend == protocol::Backend::Mps && t.judged_ns > 0)

@@ -1567,6 +1567,12 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   // Kept or missed is the window's whole judgement (its upper quartile and tail too), not the median.
   s.domains[0].tasks[0].inflation_within = true;
   EXPECT_NE(scheduler::format_summary(s).find("objective 1.2x (kept)"), std::string::npos);
+  // A median past the objective that the window's test could not tell from it is not "kept".
+  s.domains[0].tasks[0].inflation_permille = 1700;
+  EXPECT_NE(scheduler::format_summary(s).find("at 1.70x of alone (median, queueing included), objective 1.2x (past "
+                                              "it in this window, within its noise)"),
+            std::string::npos) << scheduler::format_summary(s);
+  s.domains[0].tasks[0].inflation_permille = 1070;
   // An MPS client is told how long its jobs ran beside it, and when that is too little for MPS to
   // be worth its cost, that its next start is time-sliced; a time-sliced one is not.
   s.domains[0].tasks[0].judged_ns = 40'000'000'000;
