@@ -73,6 +73,9 @@ struct Server::Impl {
         spdlog::warn("{}: fikit-run chooses each service's backend by its cost until the services run again", why);
       }
       arm_outcome_timer();
+      // What a daemon before this one published (one killed before it could take it back) says
+      // nothing of the tasks now: none are registered yet.
+      mps::unpublish(opts.outcomes_dir, mps::kJobsBackendFile);
     }
     if (!opts.metrics_host.empty())
       metrics = std::make_unique<MetricsServer>(io, opts.metrics_host, opts.metrics_port,

@@ -483,8 +483,12 @@ TEST(Daemon, TheBackendAJobShouldStartWithIsPublishedInItsMpsFolder) {
     }
     return text;
   };
+  // A file left by a daemon killed before it could take it back.
+  std::ofstream((dir / mps::kJobsBackendFile).string()) << "timeslice 0\n";
+  fs::permissions(dir / mps::kJobsBackendFile, fs::perms(0644), fs::perm_options::replace);
   {
     Daemon d(o);
+    EXPECT_FALSE(fs::exists(dir / mps::kJobsBackendFile)) << "a stale file outlived the start";
     EXPECT_FALSE(published(nullptr)) << "no service yet";
     Peer svc(d.port()), job(d.port());
     ASSERT_TRUE(svc.register_as("svc", 0));
