@@ -78,6 +78,11 @@ the LP's hook writes how long the HP's return took to reach it and what it had i
                  as fast as under hold. The job's device statistics show its preemptions (and its own
                  slice back once the service left), status the slice it applied. With the daemon's
                  defaults the controller adopts preempt.
+  mps_jobs       the recommended setup's daemon (fikit-scheduler --mps, a stand-in for NVIDIA's control
+                 daemon): with a time-sliced service registered and no job, the daemon publishes that a
+                 job starts outside MPS; the next job's fikit-run starts it so and says so, the job
+                 registers time-sliced, takes the short slice, and the service's ladder has preempt;
+                 then nothing is published, and a second job is an MPS client (fikit-run says nothing).
   fork           a program under the hook forks a child that exits at once: the child exits fast (it
                  does not drain its parent's measurement), and does not say goodbye for its parent.
   context_reset  a job below an idle service resets its device twice (cudaDeviceReset's
@@ -938,6 +943,91 @@ def preempt(env):
     return ok
 
 
+FAKE_MPS_CONTROL = r"""#!/usr/bin/env bash
+# A stand-in for nvidia-cuda-mps-control (as tests/scheduler_test/mps_owned_test.sh's): -d starts a
+# sleeper and keeps the pid file real MPS keeps; "quit" on stdin stops it.
+if [ "${1:-}" = "-d" ]; then
+  [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && [ -d "$CUDA_MPS_PIPE_DIRECTORY" ] || exit 3
+  setsid sleep 600 </dev/null >/dev/null 2>&1 &
+  echo $! > "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
+  exit 0
+fi
+read -r cmd
+if [ "$cmd" = quit ]; then
+  kill "$(cat "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid")"
+  rm -f "$CUDA_MPS_PIPE_DIRECTORY/nvidia-cuda-mps-control.pid"
+fi
+"""
+
+
+def mps_jobs(env):
+    """A job below a time-sliced service starts outside MPS under fikit-scheduler --mps (docs above)."""
+    fake = os.path.join(env.work, "fake-mps-control")
+    with open(fake, "w") as f:
+        f.write(FAKE_MPS_CONTROL)
+    os.chmod(fake, 0o755)
+    mps_dir = os.path.join(env.work, "mps")
+    published = os.path.join(mps_dir, "jobs-backend")
+    env.start_daemon("--mps", mps_dir, "--mps-control", fake)
+    mps_env = {"FIKIT_MPS_DIR": mps_dir}
+
+    def read_published():
+        try:
+            with open(published) as f:
+                return f.read().strip()
+        except OSError:
+            return None
+
+    def wait_for(what, timeout_s=10):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            got = what()
+            if got:
+                return got
+            time.sleep(0.05)
+        return what()
+
+    hp_cmd = env.fikit("share", "hp", 0)[:-1] + ["--backend", "timeslice", "--", env.a.infer, "--requests", "3000",
+                                                 "--kernels", "1", "--kernel-us", "500", "--cpu-us", "0",
+                                                 "--arrival", "poisson", "--rate", "100"]
+    lp_args = ["--duration-s", "600", "--kernel-us", "5000", "--sync-every", "5"]
+    ok = check(read_published() is None, "nothing is published before a service registers")
+    hp = Run(env, hp_cmd, "service", extra_env=mps_env).start()
+    lp = lp2 = None
+    try:
+        ok &= check(wait_for(lambda: read_published() == "timeslice 0") is True,
+                    f"with the time-sliced service alone, the daemon published: {read_published()!r}")
+        lp = Run(env, env.fikit("share", "lp", 5) + [env.a.train] + lp_args, "job", extra_env=mps_env).start()
+        rows = wait_for(lambda: (lambda t: t if "lp" in t and t["lp"].get("slice_applied_us", 0) > 0 else None)(
+            {t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])}))
+        rows = rows or {t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])}
+        job = rows.get("lp", {})
+        ok &= check(job.get("backend") == "timeslice" and job.get("slice_applied_us") == job.get("slice_us") > 0,
+                    f"the job registered time-sliced and took its short slice (backend {job.get('backend')}, slice "
+                    f"asked {job.get('slice_us')} us, applied {job.get('slice_applied_us')} us)")
+        ok &= check(rows.get("hp", {}).get("preempt_off", "absent") is None,
+                    f"the service's ladder has preempt (preempt_off: {rows.get('hp', {}).get('preempt_off')!r})")
+        ok &= check(wait_for(lambda: read_published() is None) is True,
+                    f"with a job below it, nothing is published (file: {read_published()!r})")
+        lp2 = Run(env, env.fikit("share", "lp2", 5) + [env.a.train] + lp_args, "second job",
+                  extra_env=mps_env).start()
+        rows = wait_for(lambda: (lambda t: t if "lp2" in t else None)(
+            {t["key"]: t for t in (env.status(quiet=True) or {}).get("tasks", [])})) or {}
+        ok &= check("more than one job" in (rows.get("hp", {}).get("preempt_off") or ""),
+                    f"with a second job, status says why preempt is off: {rows.get('hp', {}).get('preempt_off')!r}")
+    finally:
+        for r in (lp2, lp):
+            if r is not None:
+                r.finish(timeout=30, terminate=True)
+        hp.proc.send_signal(signal.SIGTERM)
+        hp.proc.communicate(timeout=30)
+    ok &= check("job 'lp' starts outside MPS" in lp.err, "the job's fikit-run said it starts it outside MPS")
+    ok &= check("starts outside MPS" not in lp2.err, "the second job's fikit-run started it as an MPS client")
+    env.stop_daemon()
+    ok &= check(read_published() is None, "the daemon took the file back when it stopped")
+    return ok
+
+
 def partition_refused(env):
     # The job launches its kernels in thread-block clusters of 2 (cuLaunchKernelEx), and the simulated
     # green context refuses clusters above 1 block, as an H200's partition refused a JAX job's cuBLASLt
@@ -1206,7 +1296,7 @@ def main():
     p.add_argument("case", choices=list(CASES) + ["fork", "relearn", "fresh_job", "two_gpus", "memory_reserve",
                                                  "auto_progress", "controller", "context_reset", "stall", "graph_job",
                                                  "partition_refused", "graph_sets_nodes", "graph_stale_nodes",
-                                                 "whole_graph_job", "timesliced_free", "preempt"])
+                                                 "whole_graph_job", "timesliced_free", "preempt", "mps_jobs"])
     for opt in ("--bin-run", "--hook", "--scheduler", "--infer", "--train", "--probe", "--memory-probe"):
         p.add_argument(opt, required=True)
     p.add_argument("--port", type=int, required=True)
@@ -1244,6 +1334,8 @@ def main():
                 ok = timesliced_free(env)
             elif args.case == "preempt":
                 ok = preempt(env)
+            elif args.case == "mps_jobs":
+                ok = mps_jobs(env)
             elif args.case == "partition_refused":
                 ok = partition_refused(env)
             elif args.case == "graph_sets_nodes":
