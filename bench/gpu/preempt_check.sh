@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Issue 53 on a GPU, a functional check (single runs, no figure): does a job's hook find its own
-# channel groups and take the regime preempt's slice there? The synthetic service
-# (fikit-example-infer, one 300-us kernel a request, 100 a second) beside the synthetic job
+# channel groups and take its short slice there, and the service its long one? The synthetic
+# service (fikit-example-infer, one 300-us kernel a request, 100 a second) beside the synthetic job
 # (fikit-example-train, 5-ms kernels), both time-sliced under fikit-scheduler, once under each of
-# --regime hold and --regime preempt: the daemon's status mid-run (the slices asked of the job and
-# of the service, and those they applied), the job's log, and both programs' JSON.
+# --regime hold with --preempt-slice 0 (no slices), --regime hold and --regime preempt (both with
+# the slices): the daemon's status mid-run (the slices asked of the job and of the service, and
+# those they applied), the job's log, and both programs' JSON.
 #   bench/gpu/preempt_check.sh PREFIX OUT
 set -uo pipefail
 prefix=$1 out=$2
@@ -22,9 +23,11 @@ if [ "$(nproc)" -ge 10 ]; then hp_pin=(taskset -c 0-3) lp_pin=(taskset -c 4-7) d
   --requests 200 >/dev/null 2>"$out/measure-hp.err"
 "${lp_pin[@]}" "${run[@]}" --mode measure --priority 5 --task-key job -- "$bin/fikit-example-train" --kernel-us 5000 \
   --sync-every 5 --duration-s 2 >/dev/null 2>"$out/measure-lp.err"
-for regime in hold preempt; do
+for regime in hold-no-slice hold preempt; do
+  flags=(--regime "${regime%-no-slice}")
+  [ "$regime" = hold-no-slice ] && flags+=(--preempt-slice 0)
   "${d_pin[@]}" "$bin/fikit-scheduler" --listen "127.0.0.1:$port" --db "$db" --control "$work/c.sock" \
-    --regime "$regime" >"$out/scheduler-$regime.log" 2>&1 &
+    "${flags[@]}" >"$out/scheduler-$regime.log" 2>&1 &
   daemon=$!
   sleep 1
   FIKIT_LOG_LEVEL=info "${lp_pin[@]}" "${run[@]}" --mode share --priority 5 --task-key job -- \
@@ -51,7 +54,7 @@ for line in open(os.path.join(out, "runs.txt")):
     st = json.load(open(os.path.join(out, "status-%s.json" % r["regime"])))
     rows = {t.get("key"): t for t in st.get("tasks", [])}
     j, s = rows.get("job", {}), rows.get("svc", {})
-    print("%-8s service p50 %6.0f us p99 %6.0f us; job %.1f kernels/s; status: the job's slice asked %s us, applied "
+    print("%-13s service p50 %6.0f us p99 %6.0f us; job %.1f kernels/s; status: the job's slice asked %s us, applied "
           "%s us; the service's asked %s us, applied %s us"
           % (r["regime"], r["hp"]["jct_us"]["p50"], r["hp"]["jct_us"]["p99"], r["lp"]["kernels"] / r["lp"]["wall_s"],
              j.get("slice_us"), j.get("slice_applied_us"), s.get("slice_us"), s.get("slice_applied_us")))
