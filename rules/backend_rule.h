@@ -103,8 +103,10 @@ inline BackendChoice choose_backend(const std::vector<BackendRun>& runs, uint64_
 // above the partition). Where its jobs ran so less than a tenth of that time, its controller could
 // only hold them or keep them on an SM partition: outside MPS they get its idle time, a sole job its
 // gaps too (the regime preempt), and it pays no MPS cost, so it starts time-sliced, whatever the
-// cost rule above says (on an H100, beside three GPU-bound services, the regime preempt gave the
-// service and the job more than MPS's partition: docs/results.md). Judged on at least 20 s of such time: a run too short to say leaves the cost rule.
+// cost rule above says (on an H100, beside three GPU-bound services replayed as CUDA graphs, the
+// fixed regime preempt read better than FIKIT on MPS on every column, significantly beside one:
+// docs/results.md; untried on other families). Judged on at least 20 s of such time: a run too
+// short to say leaves the cost rule.
 // Kept until its jobs change (the daemon forgets the outcome then, and the next start tries MPS).
 inline constexpr uint64_t kOutcomeMinJudgedNs = 20'000'000'000;
 inline constexpr uint32_t kOutcomeBesidePermille = 100;

@@ -107,11 +107,16 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
 // time-sliced itself (an MPS client's work runs in the MPS server's context), its hook able to set
 // it (its heartbeat says when not). Once per schedule(), so that each directive asks it in constant
 // time (256 tasks would otherwise cost every datagram millions of steps).
+int Policy::top_priority() const {
+  int top = protocol::kPriorityLevels;
+  for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
+  return top;
+}
+
 uint32_t Policy::find_preempt_job(const char*& why_not) const {
   why_not = nullptr;
   if (settings_.preempt_slice_ns == 0) return why_not = "the daemon's preempt-slice is 0", 0;
-  int top = protocol::kPriorityLevels;
-  for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
+  const int top = top_priority();
   uint32_t sole = 0;
   for (const auto& [id, u] : tasks_) {
     if (u.priority <= top) continue;
@@ -131,8 +136,7 @@ protocol::Backend Policy::job_backend(int& above, const char*& why) const {
   above = protocol::kPriorityLevels;
   if (settings_.preempt_slice_ns == 0 || (!settings_.regime_auto && settings_.fixed_regime == Regime::Free))
     return why = "the daemon never preempts jobs (--regime free, or --preempt-slice 0)", protocol::Backend::Mps;
-  int top = protocol::kPriorityLevels;
-  for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
+  const int top = top_priority();
   if (top == protocol::kPriorityLevels) return why = "no service is registered", protocol::Backend::Mps;
   for (const auto& [id, u] : tasks_) {
     if (u.priority > top)
@@ -634,8 +638,7 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
 
   // The holder: the one share task at the highest registered priority (none when it shares that
   // priority with another task: equal priorities run side by side).
-  int top = protocol::kPriorityLevels;
-  for (const auto& [id, t] : tasks_) top = std::min(top, t.priority);
+  const int top = top_priority();
   uint32_t holder = 0;
   int at_top = 0;
   for (const auto& [id, t] : tasks_)

@@ -74,7 +74,8 @@ struct Settings {
   // so a short slice is given only to a job alone below the service (two jobs at short slices would
   // spend the GPU switching between themselves). A job alone switches as often at any slice (when
   // the service's work arrives): beside the LLM decode graph service on an H100 25, 50 and 100 us
-  // kept GraphSAGE at the same share, the service's p99 at 1.36x, 1.38x and 1.45x (docs/results.md).
+  // kept GraphSAGE at the same share, the service's p99 at 1.36x, 1.38x and 1.45x, within each
+  // other's intervals (docs/results.md; one pair, other families untried).
   uint64_t preempt_slice_ns = 50'000;
   // ... and the service's own, so that once it has the GPU it keeps it through its request instead
   // of giving the job a slice and two switches every 1-2 ms (0: the service keeps its own). On an
@@ -261,11 +262,10 @@ class Policy {
   std::vector<uint32_t> take_dropped() { return std::exchange(dropped_, {}); }
 
   // The backend a job starting now should take where both are open to it (fikit-scheduler --mps
-  // on; fikit-run asks): time-sliced, for a job below priority `above`, when the top services are
-  // time-sliced and have no job below them yet, so that they can switch the job out (its short
-  // slice in every step below free, and the regime preempt: directive_core)
-  // (find_preempt_job: an MPS client's work runs in the MPS server's context, which FIKIT never
-  // touches); else MPS, where jobs run beside each other. `why`: what it found, for fikit-run to say.
+  // on publishes it for fikit-run): time-sliced, for a job below priority `above`, when the top
+  // services are time-sliced and have no job below them yet, so that they can switch the job out
+  // at its short slice (directive_core; an MPS client's work runs in the MPS server's context,
+  // which FIKIT never touches); else MPS, where jobs run beside each other. `why`: what it found.
   protocol::Backend job_backend(int& above, const char*& why) const;
   // The holder is active and sends gap notifications: more are coming soon (the daemon polls).
   bool notifications_expected() const;
@@ -373,6 +373,7 @@ class Policy {
   bool blocks(uint64_t now, const Task& above, const Task& below) const;
   bool measuring_hold(uint64_t now, const Task& t) const;
   bool only_holder_blocks(uint64_t now, const Task& t) const;
+  int top_priority() const;   // the highest registered (lowest number); kPriorityLevels: none
   uint32_t find_preempt_job(const char*& why_not) const;
   const char* why_no_preempt(const Task& s) const;
   bool preemptible(const Task& t) const;
