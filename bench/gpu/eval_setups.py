@@ -79,17 +79,18 @@ def pair_setups(names, variants, real_gpu):
     """Setups for the pairs scenario, in the order of `names`. variants: [(suffix, flags)], e.g.
     [("", []), ("[min-gap=10us]", ["--min-gap", "10us"])]: each FIKIT setup once per variant.
     A FIKIT setup named with its settings ("fikit[regime=hold]") runs once, with those only."""
+    def fikit(base, suffix, flags):
+        on_mps = base != "fikit"
+        return Setup(base + suffix, base=base, mps=on_mps, client_prio=on_mps and not real_gpu, hook="share",
+                     scheduler=base + suffix, flags=flags,
+                     env={"FIKIT_BACKEND": "mps"} if base == "fikit-mps-client" else None)
+
     out = []
     for name in names:
-        inline = re.fullmatch(r"(fikit|fikit-mps|fikit-mps-client)\[(.*)\]", name)
+        inline = re.fullmatch(r"(fikit|fikit-mps|fikit-mps-client)(\[(.*)\])", name)
         if inline:
-            base, group = inline.group(1), inline.group(2)
-            on_mps = base != "fikit"
-            out.append(Setup(name, base=base, mps=on_mps, client_prio=on_mps and not real_gpu,
-                             hook="share", scheduler=name, flags=settings_flags(group),
-                             env={"FIKIT_BACKEND": "mps"} if base == "fikit-mps-client" else None))
-            continue
-        if name in ("alone", "alone-b"):
+            out.append(fikit(inline.group(1), inline.group(2), settings_flags(inline.group(3))))
+        elif name in ("alone", "alone-b"):
             out.append(Setup(name, alone=True))
         elif name == "default":
             out.append(Setup(name))
@@ -101,11 +102,7 @@ def pair_setups(names, variants, real_gpu):
             out.append(Setup(name, mps=True, client_prio=True,
                              lp_env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": MPS_PCT_LP}))
         elif name in ("fikit", "fikit-mps", "fikit-mps-client"):
-            on_mps = name != "fikit"
-            for suffix, flags in variants:
-                out.append(Setup(name + suffix, base=name, mps=on_mps, client_prio=on_mps and not real_gpu,
-                                 hook="share", scheduler=name + suffix, flags=flags,
-                                 env={"FIKIT_BACKEND": "mps"} if name == "fikit-mps-client" else None))
+            out.extend(fikit(name, suffix, flags) for suffix, flags in variants)
         else:
             raise ValueError("unknown setup '%s' (from %s)" % (name, ", ".join(PAIR_SETUPS + EXTRA_SETUPS)))
     return out
