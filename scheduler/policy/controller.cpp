@@ -110,13 +110,13 @@ void Controller::refuse(uint64_t now) {
   // A drop gives a step up: a trial's, or the adopted one's (at the bottom there is none to give).
   if (phase_ == Phase::Trial || step_down(adopted_) != adopted_) ++drops_;
   if (phase_ == Phase::Trial) {
-    next_trial_ = now + pause_;
+    next_trial_ = service_ns_ + pause_;
     pause_ = std::min(2 * pause_, s_.max_pause_ns);
   } else if (step_down(adopted_) != adopted_) {
     // The adopted step hurts now (the load or either program changed): one step down at once, and
     // the step given up is tried again after the pause as any refused one.
     adopted_ = step_down(adopted_);
-    next_trial_ = now + pause_;
+    next_trial_ = service_ns_ + pause_;
   } else if (now - last_refresh_ >= kBottomRefreshNs) {
     // Even the most protective step reads past the objective: the baseline no longer says what the
     // service takes alone (its load, its requests, or a host that got busier), or nothing can
@@ -135,7 +135,17 @@ void Controller::on_overrun(uint64_t now) {
   refuse(now);
 }
 
+void Controller::tick(uint64_t now, uint64_t len) {
+  const uint64_t start = now > len ? now - len : 0;
+  if (last_end_ != 0 && now > last_end_) {
+    const uint64_t gap = start > last_end_ ? start - last_end_ : 0;
+    service_ns_ += std::min(gap, kIdleCountedNs) + (now - std::max(start, last_end_));
+  }
+  last_end_ = std::max(last_end_, now);
+}
+
 void Controller::on_period(uint64_t now, uint64_t len) {
+  tick(now, len);
   if (warmup_left_ > 0) {
     --warmup_left_;
     return;
@@ -221,7 +231,7 @@ void Controller::allow_preempt(uint64_t now, bool on) {
 
 void Controller::climb(uint64_t now) {
   // Straight on after a baseline or a window that passed; a refused step waits out its pause.
-  if (phase_ != Phase::Steady || now < next_trial_ || step_up(adopted_) == adopted_) return;
+  if (phase_ != Phase::Steady || service_ns_ < next_trial_ || step_up(adopted_) == adopted_) return;
   trial_ = step_up(adopted_);
   ++trials_;
   begin(now, Phase::Trial);

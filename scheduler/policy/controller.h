@@ -50,7 +50,7 @@ struct ControllerSettings {
   // must find nothing of theirs in flight), but no longer than this after it went idle: a service
   // that rests longer does not stop them, and its next period is not counted.
   uint64_t baseline_idle_max_ns = 500'000'000;
-  uint64_t first_pause_ns = 2'000'000'000;      // a refused step is tried again after this, doubling...
+  uint64_t first_pause_ns = 2'000'000'000;      // a refused step is tried again after this, doubling (the service's time)...
   uint64_t max_pause_ns = 60'000'000'000;       // ...up to this (load changes: try again within a minute)
   bool partition = true;            // the SM partition exists (HoldNarrow and Partition are steps)
   // A time-sliced service: only Hold, Preempt and Free are steps. Beside another context nothing
@@ -109,6 +109,13 @@ class Controller {
   static constexpr size_t kWindowMax = 64;
   static constexpr uint64_t kBottomRefreshNs = 10'000'000'000;   // a baseline again after a window past the objective at the bottom
   static constexpr uint64_t kFirstRefreshNs = 10'000'000'000;    // the first baseline is measured again this soon
+  // A refused step's pause runs on the service's own clock (service_ns_): time from one period to
+  // the next, each gap before a period counted up to this. A trial costs the service the requests it
+  // spans, so its pause is counted in the service's time too: a service that is idle for minutes
+  // between bursts of requests is not tried at the start of every burst (on a wall clock each burst
+  // began with a trial the pause had long expired for), while one with requests every few hundred
+  // milliseconds, whatever its load, sees its pauses as they are set.
+  static constexpr uint64_t kIdleCountedNs = 1'000'000'000;
   bool is_step(Regime r) const;       // a step of this service's ladder
   Regime step_up(Regime r) const;     // the next more generous step (r when none)
   Regime step_down(Regime r) const;   // the next more protective step, never Held (r when none)
@@ -125,6 +132,7 @@ class Controller {
   void begin(uint64_t now, Phase p);
   void refuse(uint64_t now);
   void climb(uint64_t now);
+  void tick(uint64_t now, uint64_t len);   // the service's clock on to the end of a period
 
   ControllerSettings s_;
   Phase phase_ = Phase::Baseline;
@@ -134,7 +142,9 @@ class Controller {
   uint32_t baseline_needed_ = 0;      // held periods still to measure in this baseline window
   std::array<uint64_t, kWindowMax> window_{};
   uint32_t n_ = 0, warmup_left_ = 0;
-  uint64_t phase_since_ = 0, last_refresh_ = 0, next_trial_ = 0, pause_ = 0;
+  uint64_t phase_since_ = 0, last_refresh_ = 0, pause_ = 0;
+  uint64_t service_ns_ = 0, last_end_ = 0;   // the service's clock (kIdleCountedNs), the last period's end
+  uint64_t next_trial_ = 0;                  // on the service's clock
   uint32_t inflation_ = 0;
   bool overran_ = false, within_ = false;
   bool strike_ = false;               // the adopted step's last window read past the objective

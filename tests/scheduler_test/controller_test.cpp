@@ -229,7 +229,37 @@ TEST_F(ControllerTest, AWindowPastTheObjectiveAtTheBottomMeasuresTheBaselineAgai
   periods(8, ms(15) / 2);
   EXPECT_EQ(c.baselines(), 2u);
   EXPECT_EQ(c.baseline_quantile(50), ms(15) / 2);   // off by more than the objective: replaced
-  EXPECT_EQ(c.regime(), Regime::Hold);              // and the climb goes on at once
+  // The refused trial's pause (2 s) goes on where it was: the 10 s the service was idle counted 1 s
+  // of it and its 32 periods since 0.32 s, so the climb waits for windows passed until 2 s.
+  EXPECT_EQ(c.regime(), Regime::HoldNarrow);
+  int n = 0;
+  for (; n < 200 && c.regime() == Regime::HoldNarrow; ++n) periods(1, ms(15) / 2);
+  EXPECT_EQ(c.regime(), Regime::Hold);
+  EXPECT_GE(n, 60);   // 2 s - 1.32 s of the service's time: 68 periods, to the end of a window
+  EXPECT_LE(n, 90);
+}
+
+// A service that is idle for a long time between bursts of requests: a refused step's pause runs on
+// its own time (each gap counted up to 1 s), so the bursts do not each begin with a trial.
+TEST_F(ControllerTest, AServiceIdleBetweenBurstsIsNotTriedAtEveryBurst) {
+  s.timesliced = true;
+  c = Controller(s);
+  const auto costly_free = [](Regime r) { return r == Regime::Free ? ms(12) : ms(5); };
+  periods(16, ms(5));
+  ASSERT_EQ(c.regime(), Regime::Free);
+  periods(8, costly_free);
+  ASSERT_EQ(c.adopted(), Regime::Hold);
+  ASSERT_EQ(c.trials(), 1u);
+  // 20 bursts of 50 requests (0.5 s of the service's time each), 30 s apart: 10 minutes. On a wall
+  // clock the pauses (2, 4, ... 60 s) had expired at most bursts' starts. On the service's clock
+  // (each burst 1.5 s of it, the idle second included) they expire after 2, 6, 14 and 30 s of it.
+  for (int burst = 0; burst < 20; ++burst) {
+    now += ms(30'000);
+    periods(50, costly_free);
+  }
+  EXPECT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_GE(c.trials(), 3u);   // still tried
+  EXPECT_LE(c.trials(), 5u);
 }
 
 // A time-sliced service: beside another context nothing runs at once, so its jobs either wait while
