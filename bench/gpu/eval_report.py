@@ -42,6 +42,9 @@ def summarise_pair(pr, seed):
             if mine and theirs and None not in mine and None not in theirs:
                 rows[s]["own"] = st.bootstrap_ratio(mine, theirs, seed=seed)
             rows[s]["reps"] = len(runs.get(s) or [])
+            reading = status_against_clients(runs.get(s), st.median(_values(alone, ("hp", "p50"))))
+            if reading:
+                rows[s]["status_reading"] = reading
     marks = st.pareto({s: r for s, r in rows.items() if s != "alone-b"})
     # What a user runs: the recommended setup, not the best of the ones measured (variants of the
     # settings are for exploring; they are not what a user gets).
@@ -55,6 +58,17 @@ def summarise_pair(pr, seed):
                                                   _values(runs.get(b), ("lp_rate",)), seed=seed)}
     return {"alone": {m: st.median(_values(alone, path)) for m, path in metrics.items()}, "rows": rows,
             "pareto": marks, "default_fikit": best, "versus": versus}
+
+
+def status_against_clients(runs, alone_p50):
+    """What status said of the service's requests (its reading, x alone) against what its clients
+    measured in the same window (their p50 over the alone setup's median), one ratio a repetition:
+    {"median", "lo", "hi", "n"} (the median and range of the ratios), or None without readings."""
+    ratios = [r["status_reading"] / (r["hp"]["p50"] / alone_p50) for r in runs or []
+              if r.get("status_reading") and alone_p50 and r["hp"].get("p50")]
+    if not ratios:
+        return None
+    return {"median": st.median(ratios), "lo": min(ratios), "hi": max(ratios), "n": len(ratios)}
 
 
 def summarise_ratios(entry, base, metrics, seed):
@@ -184,6 +198,12 @@ def pair_block(label, pr, workers):
                                                  interval(v["lp"], unit="x"), verdict(v["lp"], False))
                  for b, v in s["versus"].items()]
         text += "\n  FIKIT as set up by default (%s) vs %s" % (best, "; vs ".join(parts) if parts else "no baseline ran")
+    readings = ["%s %.2f (%.2f-%.2f, %d)" % (setup, r["status_reading"]["median"], r["status_reading"]["lo"],
+                                            r["status_reading"]["hi"], r["status_reading"]["n"])
+                for setup, r in (s.get("rows") or {}).items() if r.get("status_reading")]
+    if readings:
+        text += ("\n  status's reading of the HP's requests over its clients' p50 x alone, median (range, windows): "
+                 + "; ".join(readings))
     capped = ["%s %d of %d" % (setup, sum(1 for r in runs if r["hp"].get("capped")), len(runs))
               for setup, runs in pr["runs"].items() if any(r["hp"].get("capped") for r in runs)]
     if capped:

@@ -27,17 +27,23 @@ def rotated(items, k):
     return items[k:] + items[:k]
 
 
+# A service's line in `fikit-scheduler status`: what its clients saw lately, as FIKIT reads it.
+STATUS_READING = re.compile(r"^\s*service .*?its requests at ([0-9.]+)x of alone", re.M)
+
+
 def _status(h, setup, label):
-    """Saves the setup's fikit-scheduler status; returns (file name, warning). Taken while the LP
-    still runs (a C++ example's task is gone once its process exits), so no task means FIKIT did
-    not engage."""
+    """Saves the setup's fikit-scheduler status; returns (file name, warning, reading). Taken while
+    the LP still runs (a C++ example's task is gone once its process exits), so no task means FIKIT
+    did not engage. reading: the first service's requests lately as status says (None: not said)."""
     text = h.pool.scheduler_status(setup)
     if text is None:
-        return None, None
+        return None, None, None
     name = h.name("status-" + epool.file_safe(label))
     with open(os.path.join(h.logs, name + ".txt"), "w") as f:
         f.write(text + "\n")
-    return name + ".txt", ("fikit-scheduler saw no task: FIKIT did not engage" if " 0 task(s)" in text else None)
+    m = STATUS_READING.search(text)
+    return (name + ".txt", ("fikit-scheduler saw no task: FIKIT did not engage" if " 0 task(s)" in text else None),
+            float(m.group(1)) if m else None)
 
 
 def _hp_numbers(res):
@@ -207,7 +213,7 @@ def phased_window(h, hp, lp, setup, requests, options, label):
         finally:
             lp_h.pause(timeout)
         rates = [lp_h.rate(t0, t1)] * len(results)
-        statuses = [(None, None)] * len(results)
+        statuses = [(None, None, None)] * len(results)
     else:
         lp_h.go(timeout)
         try:
@@ -219,13 +225,14 @@ def phased_window(h, hp, lp, setup, requests, options, label):
             lp_h.pause(timeout)
         rates = [lp_h.rate(r["t0"], r["t1"]) for r in results]
     out = []
-    for i, (res, rate, (status_file, warning)) in enumerate(zip(results, rates, statuses)):
+    for i, (res, rate, (status_file, warning, reading)) in enumerate(zip(results, rates, statuses)):
         warnings = [warning] if warning else []
         if rate is None:
             warnings.append("the LP's progress records do not cover " + ("phase %d" % (i + 1) if phased else "the window"))
         for w in warnings:
             h.warn("%s: %s" % (label, w))
-        out.append({"hp": _hp_numbers(res), "lp_rate": rate, "status": status_file, "warning": "; ".join(warnings) or None})
+        out.append({"hp": _hp_numbers(res), "lp_rate": rate, "status": status_file, "status_reading": reading,
+                    "warning": "; ".join(warnings) or None})
     return out
 
 
@@ -301,7 +308,7 @@ def lp_overhead(h):
                     t0 = ep.monotonic()
                     time.sleep(h.a.lpo_window_s)
                     t1 = ep.monotonic()
-                    status_file, warning = _status(h, setup, "lp-overhead %s %s rep %d" % (lp.name, setup.name, rep + 1))
+                    status_file, warning, _ = _status(h, setup, "lp-overhead %s %s rep %d" % (lp.name, setup.name, rep + 1))
                 finally:
                     job.pause(timeout)
             finally:
@@ -381,7 +388,7 @@ def overhead(h):
                 requests, {"warmup": h.a.warmup, "arrival": "closed", "think_ms": h.a.think_ms,
                            "max_s": h.a.window_max_s}, h.limit(h.a.run_limit_s))
             # No engagement check here: with no competitor there may be nothing for the daemon to do.
-            status_file, _ = _status(h, setup, "overhead %s %s rep %d" % (hp.name, setup.name, rep + 1))
+            status_file, _, _ = _status(h, setup, "overhead %s %s rep %d" % (hp.name, setup.name, rep + 1))
             return {"hp": _hp_numbers(r), "status": status_file}
 
         res["fresh_every"] = h.a.fresh_every

@@ -171,7 +171,7 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
     int priority = INT32_MAX;
     uint32_t busy_pct = 0;
     bool controlled = false;
-    uint32_t regime = 0, objective = 0, inflation = 0;
+    uint32_t regime = 0, objective = 0, inflation = 0, recent = 0;
     uint64_t memory_used = 0, memory_cap = 0, memory_refusals = 0, processes = 0;
     policy::WaitHistogram waits;
     std::map<std::string, uint64_t> states;
@@ -187,6 +187,7 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
         k.regime = k.controlled ? std::min(k.regime, uint32_t(t.regime)) : uint32_t(t.regime);
         k.objective = t.objective_permille;
         k.inflation = std::max(k.inflation, t.inflation_permille);
+        k.recent = std::max(k.recent, t.recent_permille);
         k.controlled = true;
       }
       k.memory_used += t.memory_used, k.memory_cap += memory_cap(t), k.memory_refusals += t.memory_refusals;
@@ -225,7 +226,8 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
           "Share of its requests' time the task keeps the GPU busy, from its profile (docs/scheduling.md).",
           [](const KeyTotals& k) { return k.busy_pct / 100.0; });
   // A controlled service: its objective, its last judged inflation (0 until a window was judged),
-  // and its regime as the ladder's step (0 held .. 6 free: policy/controller.h).
+  // what its requests took lately, and its regime as the ladder's step (0 held .. 7 free:
+  // policy/controller.h).
   auto per_service = [&](const char* name, const char* help, auto get) {
     out.add(name, T::Gauge, help);
     for (const auto& [_, k] : by_key)
@@ -236,7 +238,10 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   per_service("fikit_service_inflation_ratio",
               "The service's last judged window: its requests' median response (queueing included) over its baseline's (0: none yet).",
               [](const KeyTotals& k) { return k.inflation / 1000.0; });
-  per_service("fikit_service_regime", "What the tasks below the service may do: 0 held, 1 hold-narrow, 2 hold, 3 partition, 4 short-beside, 5 beside, 6 free.",
+  per_service("fikit_service_recent_inflation_ratio",
+              "The service's requests lately: the median response (queueing included) of its latest periods, whatever regime each met, over its baseline's (0: no baseline yet).",
+              [](const KeyTotals& k) { return k.recent / 1000.0; });
+  per_service("fikit_service_regime", "What the tasks below the service may do: 0 held, 1 hold-narrow, 2 hold, 3 partition, 4 short-beside, 5 beside, 6 preempt, 7 free.",
               [](const KeyTotals& k) { return k.regime; });
   // The state the daemon holds each task in: one series per state, 1 for the current one (processes
   // of one key may differ: each counts).

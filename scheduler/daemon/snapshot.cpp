@@ -83,11 +83,11 @@ nlohmann::ordered_json counters_json(const policy::Counters& p) {
   return j;
 }
 
-// A controlled service's regime and its last judged window against its objective, e.g.
-// "short-beside 1.07x/1.2x" ("-": no controller runs for it; "?" before a window was judged).
+// A controlled service's regime and what its requests took lately against its objective, e.g.
+// "short-beside 1.07x/1.2x" ("-": no controller runs for it; "?" before its baseline was measured).
 std::string regime_text(const policy::TaskStatus& t) {
   if (!t.controlled) return "-";
-  const std::string measured = t.inflation_permille ? fmt::format("{:.2f}x", t.inflation_permille / 1000.0) : "?";
+  const std::string measured = t.recent_permille ? fmt::format("{:.2f}x", t.recent_permille / 1000.0) : "?";
   return fmt::format("{} {}/{:g}x", policy::to_string(t.regime), measured, t.objective_permille / 1000.0);
 }
 
@@ -113,19 +113,24 @@ std::string service_line(const policy::TaskStatus& t) {
     return out + "being measured: the jobs below it wait until it shares\n";
   if (!t.controlled) return out + "no job below it\n";
   const double objective = t.objective_permille / 1000.0;
+  // What its clients saw lately: its last periods, whatever regime each met.
+  const std::string lately = t.recent_permille == 0
+                                 ? std::string()
+                                 : fmt::format("its requests at {:.2f}x of alone (median of its last {}, queueing "
+                                               "included), ", t.recent_permille / 1000.0, t.recent_periods);
   if (t.inflation_overrun)
-    return out + fmt::format("one of its active periods ran past 4x its objective ({:g}x): its jobs were stepped "
-                             "back, and now {}\n", objective, regime_words(t.regime));
+    return out + fmt::format("{}objective {:g}x; one of its active periods ran past 4x it: its jobs were stepped "
+                             "back, and now {}\n", lately, objective, regime_words(t.regime));
   if (t.inflation_permille == 0)
-    return out + fmt::format("objective {:g}x, not judged yet; its jobs {}\n", objective, regime_words(t.regime));
-  const double inflation = t.inflation_permille / 1000.0;
-  // The window is judged by a rank test of its 16 periods, not by its median: a median past the
-  // objective that the test could not tell from it is said as such, never as kept.
+    return out + fmt::format("{}objective {:g}x, not judged yet; its jobs {}\n", lately, objective, regime_words(t.regime));
+  // Then the controller's verdict on its last window of 16. The window is judged by a rank test of
+  // its periods, not by its median: a median past the objective that the test could not tell from
+  // it is said as such, never as kept.
   const char* judged = !t.inflation_within                         ? "missed: stepping back"
                        : t.inflation_permille > t.objective_permille ? "past it in this window, within its noise"
                                                                      : "kept";
-  out += fmt::format("its requests at {:.2f}x of alone (median, queueing included), objective {:g}x ({}); its "
-                     "jobs {}\n", inflation, objective, judged, regime_words(t.regime));
+  out += fmt::format("{}objective {:g}x; last window {:.2f}x ({}); its jobs {}\n", lately, objective,
+                     t.inflation_permille / 1000.0, judged, regime_words(t.regime));
   // Under MPS, a service whose jobs can only wait beside it gets nothing from being an MPS client
   // and may pay for it: fikit-run starts it time-sliced next (rules::mps_bought_nothing).
   if (t.backend == protocol::Backend::Mps && t.judged_ns > 0)
@@ -315,7 +320,8 @@ std::string format_json(const DaemonSnapshot& s) {
           {"regime", policy::to_string(t.regime)},
           {"regime_adopted", policy::to_string(t.adopted)}, {"objective", t.objective_permille / 1000.0},
           {"inflation", t.inflation_permille / 1000.0}, {"inflation_overrun", t.inflation_overrun},
-          {"inflation_within", t.inflation_within},
+          {"inflation_within", t.inflation_within}, {"recent_inflation", t.recent_permille / 1000.0},
+          {"recent_periods", t.recent_periods},
           {"baseline_period_ns", t.baseline_period_ns},
           {"regime_trials", t.regime_trials}, {"regime_climbs", t.regime_climbs},
           {"regime_drops", t.regime_drops}, {"baseline_held_ns", t.held_ns},

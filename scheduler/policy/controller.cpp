@@ -60,6 +60,13 @@ Regime Controller::step_down(Regime r) const {
   return r;
 }
 
+uint32_t Controller::recent_permille() const {
+  const uint64_t b = baseline_quantile(50);
+  if (b == 0 || recent_count_ == 0) return 0;
+  const uint64_t m = sample_quantile(recent_, std::min(recent_count_, kRecent), 50);
+  return uint32_t(std::min<uint64_t>(m * 1000 / b, UINT32_MAX));
+}
+
 uint64_t Controller::baseline_quantile(unsigned pct) const {
   return sample_quantile(baseline_, std::min(baseline_count_, kBaselineRing), pct);
 }
@@ -150,6 +157,7 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     --warmup_left_;
     return;
   }
+  recent_[recent_count_++ % kRecent] = len;
   if (phase_ == Phase::Baseline) {
     window_[n_++] = len;
     if (n_ < baseline_needed_) return;

@@ -706,6 +706,8 @@ std::vector<TaskStatus> Policy::status(uint64_t now) const {
     s.adopted = t.controller.adopted();
     s.objective_permille = t.controller.objective_permille();
     s.inflation_permille = t.controller.inflation_permille();
+    s.recent_permille = t.controller.recent_permille();
+    s.recent_periods = t.controller.recent_periods();
     s.inflation_overrun = t.controller.inflation_overran();
     s.inflation_within = t.controller.within_objective();
     s.baseline_period_ns = t.controller.baseline_quantile(50);

@@ -220,6 +220,8 @@ struct TaskStatus : TaskIdentity {
   bool controlled = false;
   Regime regime = Regime::Held, adopted = Regime::Held;   // in force (a trial's, a baseline's); adopted
   uint32_t objective_permille = 0, inflation_permille = 0;
+  // What its clients saw lately (Controller::recent_permille), over how many of its periods.
+  uint32_t recent_permille = 0, recent_periods = 0;
   bool inflation_overrun = false;    // inflation_permille is the limit a period ran past, not a measurement
   bool inflation_within = false;     // the last judged window kept the objective (its median, upper quartile and tail)
   uint64_t baseline_period_ns = 0;

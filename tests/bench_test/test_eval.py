@@ -206,6 +206,29 @@ class PairSummary(unittest.TestCase):
         row = next(l for l in text.splitlines() if l.split() and l.split()[0] == "fikit-mps")
         self.assertIn("1.10 [", row)
 
+    def test_status_reading_against_the_clients_p50(self):
+        # alone p50 medians ~800 us; fikit-mps ~840 us (1.05x). Status read 1.10x in three windows
+        # and 0.95x in two: each window's reading over its own clients' figure.
+        for r, reading in zip(self.pr["runs"]["fikit-mps"], (1.10, 1.10, 0.95, 1.10, 0.95)):
+            r["status_reading"] = reading
+        alone = sorted(r["hp"]["p50"] for r in self.pr["runs"]["alone"])[2]
+        expected = sorted(r["status_reading"] / (r["hp"]["p50"] / alone) for r in self.pr["runs"]["fikit-mps"])
+        s = er.summarise_pair(self.pr, seed=1)
+        got = s["rows"]["fikit-mps"]["status_reading"]
+        self.assertAlmostEqual(got["median"], expected[2])
+        self.assertEqual((got["lo"], got["hi"], got["n"]), (expected[0], expected[-1], 5))
+        self.assertNotIn("status_reading", s["rows"]["default"])   # no FIKIT status there
+        text = er.pair_block("p1", dict(self.pr, summary=s), {})
+        self.assertIn("status's reading of the HP's requests over its clients' p50 x alone, median (range, windows): "
+                      "fikit-mps %.2f (%.2f-%.2f, 5)" % (expected[2], expected[0], expected[-1]), text)
+
+    def test_status_reading_is_parsed_from_the_service_line(self):
+        text = ("GPU-0: 2 task(s)\n  service svc (task 1, pid 9): active; its requests at 1.34x of alone (median of "
+                "its last 128, queueing included), objective 1.2x; last window 1.41x (kept); its jobs wait\n"
+                "  job job (task 2, pid 10, priority 5): runs\n")
+        self.assertEqual(float(esc.STATUS_READING.search(text).group(1)), 1.34)
+        self.assertIsNone(esc.STATUS_READING.search("  service svc (task 1, pid 9): idle; no job below it\n"))
+
     def test_capped_windows_are_counted(self):
         for r in self.pr["runs"]["default"][:3]:
             r["hp"]["capped"] = True

@@ -239,6 +239,22 @@ TEST_F(ControllerTest, AWindowPastTheObjectiveAtTheBottomMeasuresTheBaselineAgai
   EXPECT_LE(n, 90);
 }
 
+// What status shows as the service's requests lately: the median of its last 128 counted periods
+// (baseline, trials and adopted steps alike) over the baseline's median; 0 before a baseline.
+TEST_F(ControllerTest, WhatTheClientsSawLatelyIsTheMedianOfItsLast128Periods) {
+  c = Controller(s);
+  periods(15, ms(5));
+  EXPECT_EQ(c.recent_permille(), 0u);   // no baseline yet
+  periods(1, ms(5));
+  EXPECT_EQ(c.recent_permille(), 1000u);
+  periods(100, ms(11) / 2);             // 1.1x, whatever regime each period met
+  EXPECT_EQ(c.recent_periods(), 116u);
+  EXPECT_EQ(c.recent_permille(), 1100u);
+  periods(128, ms(5));                  // the older periods are gone from the reading
+  EXPECT_EQ(c.recent_periods(), 128u);
+  EXPECT_EQ(c.recent_permille(), 1000u);
+}
+
 // A service that is idle for a long time between bursts of requests: a refused step's pause runs on
 // its own time (each gap counted up to 1 s), so the bursts do not each begin with a trial.
 TEST_F(ControllerTest, AServiceIdleBetweenBurstsIsNotTriedAtEveryBurst) {

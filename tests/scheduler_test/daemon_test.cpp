@@ -1548,6 +1548,8 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
     svc.regime = policy::Regime::ShortBeside;
     svc.objective_permille = 1200;
     svc.inflation_permille = 1070;
+    svc.recent_permille = 1090;
+    svc.recent_periods = 128;
     d.tasks.push_back(svc);
     s.domains.push_back(d);
   }
@@ -1557,24 +1559,27 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
                            "fikit_baselines_total{device=\"GPU-b\"} 3",
                            "fikit_service_objective_ratio{device=\"GPU-a\",key=\"svc\"} 1.2",
                            "fikit_service_inflation_ratio{device=\"GPU-a\",key=\"svc\"} 1.07",
+                           "fikit_service_recent_inflation_ratio{device=\"GPU-a\",key=\"svc\"} 1.09",
                            "fikit_service_regime{device=\"GPU-a\",key=\"svc\"} 4"})
     EXPECT_NE(metrics.find(line), std::string::npos) << line << "\n" << metrics;
   // Not controlled on GPU-b: no series there.
   EXPECT_EQ(metrics.find("fikit_service_regime{device=\"GPU-b\""), std::string::npos) << metrics;
   const std::string text = scheduler::format_text(s);
-  EXPECT_NE(text.find("short-beside 1.07x/1.2x"), std::string::npos) << text;
+  // What its clients saw lately leads (the short form too); the last window is the verdict.
+  EXPECT_NE(text.find("short-beside 1.09x/1.2x"), std::string::npos) << text;
   const std::string summary = scheduler::format_summary(s);
-  EXPECT_NE(summary.find("service svc (task 1, pid 0): idle; its requests at 1.07x of alone (median, queueing "
-                         "included), objective 1.2x (missed: stepping back); its jobs short kernels beside it, the "
-                         "rest on an SM partition"),
+  EXPECT_NE(summary.find("service svc (task 1, pid 0): idle; its requests at 1.09x of alone (median of its last 128, "
+                         "queueing included), objective 1.2x; last window 1.07x (missed: stepping back); its jobs short "
+                         "kernels beside it, the rest on an SM partition"),
             std::string::npos) << summary;
+  EXPECT_NE(scheduler::format_json(s).find("\"recent_inflation\":1.09,\"recent_periods\":128"), std::string::npos)
+      << scheduler::format_json(s);
   // Kept or missed is the window's whole judgement (its upper quartile and tail too), not the median.
   s.domains[0].tasks[0].inflation_within = true;
-  EXPECT_NE(scheduler::format_summary(s).find("objective 1.2x (kept)"), std::string::npos);
+  EXPECT_NE(scheduler::format_summary(s).find("last window 1.07x (kept)"), std::string::npos);
   // A median past the objective that the window's test could not tell from it is not "kept".
   s.domains[0].tasks[0].inflation_permille = 1700;
-  EXPECT_NE(scheduler::format_summary(s).find("at 1.70x of alone (median, queueing included), objective 1.2x (past "
-                                              "it in this window, within its noise)"),
+  EXPECT_NE(scheduler::format_summary(s).find("last window 1.70x (past it in this window, within its noise)"),
             std::string::npos) << scheduler::format_summary(s);
   s.domains[0].tasks[0].inflation_permille = 1070;
   // An MPS client is told how long its jobs ran beside it, and when that is too little for MPS to
@@ -1595,7 +1600,9 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   s.domains[0].tasks[0].inflation_overrun = true;
   const std::string overrun = scheduler::format_summary(s);
   EXPECT_EQ(overrun.find("4.80x"), std::string::npos) << overrun;
-  EXPECT_NE(overrun.find("ran past 4x its objective (1.2x)"), std::string::npos) << overrun;
+  EXPECT_NE(overrun.find("its requests at 1.09x of alone (median of its last 128, queueing included), objective "
+                         "1.2x; one of its active periods ran past 4x it"),
+            std::string::npos) << overrun;
   EXPECT_NE(scheduler::format_json(s).find("\"inflation_overrun\":true"), std::string::npos);
   const std::string json = scheduler::format_json(s);
   EXPECT_NE(json.find("\"regime\":\"short-beside\""), std::string::npos) << json;
