@@ -4,7 +4,8 @@
 #   2. if SET_TIMESLICE works: a busy job (own slice default or shortened) beside a service that runs a
 #      tiny kernel every 2 ms (latency), interleaved, REPS repetitions; and two busy jobs with the same
 #      slice side by side (their summed kernel rate: what the extra switches cost)
-#   3. graph_green_probe.cu with a green context of 16 SMs
+#   3. graph_green_probe.cu with a green context of 16 SMs, and graph_rebind_probe.cu (a graph made in
+#      the primary context confined afterwards, its kernel nodes given the green context)
 # Usage: bash bench/gpu/probes/preempt_probes.sh [OUT]   (env: REPS=5 SLICES="0 1000 200 100 50" BUDGET_S=250)
 set -u
 OUT=${1:-${OUT:-./out}}
@@ -28,6 +29,7 @@ ENV="$OUT/env.txt"
   echo "# build"
   nvcc -O2 -o $B/timeslice_probe "$HERE/timeslice_probe.c" -lcuda -ldl -Xlinker -export-dynamic 2>&1 && echo "timeslice_probe built"
   nvcc -O2 -o $B/graph_green_probe "$HERE/graph_green_probe.cu" -lcuda 2>&1 && echo "graph_green_probe built"
+  nvcc -O2 -arch=sm_90 -o $B/graph_rebind_probe "$HERE/graph_rebind_probe.cu" -lcuda 2>&1 && echo "graph_rebind_probe built"
 } >"$ENV" 2>&1
 chmod 755 $B/* 2>/dev/null
 TS=$B/timeslice_probe
@@ -54,6 +56,8 @@ cat "$OUT/timeslice-probe-nobody.txt"
 echo "== probe 3 (graphs in a green context)"
 { timeout 60 $B/graph_green_probe 16; echo "rc $?"; } >"$OUT/graph-green-probe.txt" 2>&1
 cat "$OUT/graph-green-probe.txt"
+{ timeout 60 $B/graph_rebind_probe 16; echo "rc $?"; } >"$OUT/graph-rebind-probe.txt" 2>&1
+cat "$OUT/graph-rebind-probe.txt"
 
 if ! grep -qE "RESULT probe .*smallest_accepted_us=[1-9]" "$OUT/timeslice-probe-root.txt"; then
   echo "== probe 2 skipped: SET_TIMESLICE was not accepted"
