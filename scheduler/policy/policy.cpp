@@ -102,17 +102,17 @@ bool Policy::only_holder_blocks(uint64_t now, const Task& t) const {
   return holder_blocks;
 }
 
-// The job the GPU can switch out at a short slice of its own, 0 if none (and why: `why_not`): the
-// only task below the top service (a short slice must never make the GPU switch between jobs),
-// time-sliced itself (an MPS client's work runs in the MPS server's context), its hook able to set
-// it (its heartbeat says when not). Once per schedule(), so that each directive asks it in constant
-// time (256 tasks would otherwise cost every datagram millions of steps).
 int Policy::top_priority() const {
   int top = protocol::kPriorityLevels;
   for (const auto& [id, u] : tasks_) top = std::min(top, u.priority);
   return top;
 }
 
+// The job the GPU can switch out at a short slice of its own, 0 if none (and why: `why_not`): the
+// only task below the top service (a short slice must never make the GPU switch between jobs),
+// time-sliced itself (an MPS client's work runs in the MPS server's context), its hook able to set
+// it (its heartbeat says when not). Once per schedule(), so that each directive asks it in constant
+// time (256 tasks would otherwise cost every datagram millions of steps).
 uint32_t Policy::find_preempt_job(const char*& why_not) const {
   why_not = nullptr;
   if (settings_.preempt_slice_ns == 0) return why_not = "the daemon's preempt-slice is 0", 0;
