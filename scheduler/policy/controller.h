@@ -136,6 +136,7 @@ class Controller {
   // the time instead of 14-31 %.
   static constexpr double kBodySignificance = 0.2, kTailSignificance = 0.1, kEarlySignificance = 0.01;
   double body_p() const;              // that the window's periods read this long within the objective
+  double far_p() const;               // ... this long within twice the objective
   bool tail_within() const;           // no more periods past the objective of the baseline's p90 than chance gives
   void judge_inflation(bool within);   // the window's median against the baseline's, and the verdict
   void begin(uint64_t now, Phase p);

@@ -260,7 +260,7 @@ TEST_F(ControllerTest, WhatTheClientsSawLatelyIsTheMedianOfItsLast128Periods) {
 TEST_F(ControllerTest, AServiceIdleBetweenBurstsIsNotTriedAtEveryBurst) {
   s.timesliced = true;
   c = Controller(s);
-  const auto costly_free = [](Regime r) { return r == Regime::Free ? ms(12) : ms(5); };
+  const auto costly_free = [](Regime r) { return r == Regime::Free ? ms(10) : ms(5); };   // 2x: short of far
   periods(16, ms(5));
   ASSERT_EQ(c.regime(), Regime::Free);
   periods(8, costly_free);
@@ -276,6 +276,41 @@ TEST_F(ControllerTest, AServiceIdleBetweenBurstsIsNotTriedAtEveryBurst) {
   EXPECT_EQ(c.adopted(), Regime::Hold);
   EXPECT_GE(c.trials(), 3u);   // still tried
   EXPECT_LE(c.trials(), 5u);
+}
+
+// A step read past twice the objective beyond doubt is not refused by noise: it waits the longest
+// pause (60 s of the service's time), where one refused nearer the objective is tried after 2 s, 4 s, ...
+TEST_F(ControllerTest, AStepReadFarPastTheObjectiveWaitsTheLongestPause) {
+  s.timesliced = true;
+  c = Controller(s);
+  const auto far_free = [](Regime r) { return r == Regime::Free ? ms(15) : ms(5); };   // 3x of 1.2x
+  periods(16, ms(5));
+  ASSERT_EQ(c.regime(), Regime::Free);
+  periods(8, far_free);
+  ASSERT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_EQ(c.inflation_permille(), 3000u);
+  const uint64_t refused = now;
+  ASSERT_TRUE(until(Regime::Free, far_free, 10'000));
+  EXPECT_GE(now - refused, ms(60'000));
+  EXPECT_LE(now - refused, ms(61'000));
+  EXPECT_EQ(c.trials(), 2u);
+  // One period past the limit is no such evidence (a burst of requests queueing gives one): the
+  // pause doubles from where it is (4 s by now).
+  c.on_overrun(now);
+  ASSERT_EQ(c.adopted(), Regime::Hold);
+  const uint64_t overran = now;
+  ASSERT_TRUE(until(Regime::Free, far_free, 10'000));
+  EXPECT_GE(now - overran, ms(4'000));
+  EXPECT_LE(now - overran, ms(5'000));
+  // Nearer the objective (1.4x) the same: 8 s, not a minute.
+  const auto near_free = [](Regime r) { return r == Regime::Free ? ms(7) : ms(5); };
+  periods(8, near_free);
+  ASSERT_EQ(c.adopted(), Regime::Hold);
+  EXPECT_EQ(c.inflation_permille(), 1400u);
+  const uint64_t near = now;
+  ASSERT_TRUE(until(Regime::Free, near_free, 10'000));
+  EXPECT_GE(now - near, ms(8'000));
+  EXPECT_LE(now - near, ms(9'000));
 }
 
 // A time-sliced service: beside another context nothing runs at once, so its jobs either wait while
