@@ -243,14 +243,14 @@ class Pool:
             self.schedulers[setup.scheduler] = (p, port)
         return self.schedulers[setup.scheduler][1]
 
-    def scheduler_status(self, setup):
-        """`fikit-scheduler status` of the setup's instance, as text (None without one)."""
+    def scheduler_status(self, setup, json_form=False):
+        """`fikit-scheduler status` of the setup's instance, as text or its `--json` (None without one)."""
         if setup.scheduler not in self.schedulers:
             return None
         port = self.schedulers[setup.scheduler][1]
         try:
-            r = subprocess.run([self.h.paths.tool("fikit-scheduler"), "status", "--scheduler", "127.0.0.1:%d" % port],
-                               capture_output=True, text=True, timeout=5)
+            r = subprocess.run([self.h.paths.tool("fikit-scheduler"), "status", "--scheduler", "127.0.0.1:%d" % port]
+                               + (["--json"] if json_form else []), capture_output=True, text=True, timeout=5)
             return r.stdout.strip() or r.stderr.strip()
         except (OSError, subprocess.TimeoutExpired) as e:
             return "status failed: %s" % e

@@ -41,6 +41,12 @@ def _status(h, setup, label):
     name = h.name("status-" + epool.file_safe(label))
     with open(os.path.join(h.logs, name + ".txt"), "w") as f:
         f.write(text + "\n")
+    # Its --json beside it: each service's baseline (baseline_period_ns) and readings, to set against
+    # the service's time alone when the reading and the clients' figures part.
+    detail = h.pool.scheduler_status(setup, json_form=True)
+    if detail is not None:
+        with open(os.path.join(h.logs, name + ".json"), "w") as f:
+            f.write(detail + "\n")
     m = STATUS_READING.search(text)
     return (name + ".txt", ("fikit-scheduler saw no task: FIKIT did not engage" if " 0 task(s)" in text else None),
             float(m.group(1)) if m else None)
