@@ -71,19 +71,12 @@ uint64_t Controller::baseline_quantile(unsigned pct) const {
   return sample_quantile(baseline_, std::min(baseline_count_, kBaselineRing), pct);
 }
 
-// The window's periods at the objective's reach: each taken down by the objective, against the
-// baseline's. One-sided rank test (rank_test.h): the chance that they read this much longer when
-// the step costs the service no more than its objective.
-double Controller::body_p() const {
+// The window's periods at a reach of `permille` of the baseline (the objective, or twice it): each
+// taken down by it, against the baseline's. One-sided rank test (rank_test.h): the chance that they
+// read this much longer when the step costs the service no more than that.
+double Controller::past_p(uint32_t permille) const {
   std::vector<uint64_t> window(window_.begin(), window_.begin() + n_), baseline;
-  for (uint64_t& w : window) w = w * 1000 / s_.objective_permille;
-  baseline.assign(baseline_.begin(), baseline_.begin() + std::min(baseline_count_, kBaselineRing));
-  return rules::rank_test_p(window, baseline);
-}
-
-double Controller::far_p() const {
-  std::vector<uint64_t> window(window_.begin(), window_.begin() + n_), baseline;
-  for (uint64_t& w : window) w = w * 1000 / (2 * s_.objective_permille);
+  for (uint64_t& w : window) w = w * 1000 / permille;
   baseline.assign(baseline_.begin(), baseline_.begin() + std::min(baseline_count_, kBaselineRing));
   return rules::rank_test_p(window, baseline);
 }
@@ -130,7 +123,7 @@ void Controller::refuse(uint64_t now) {
   // trials in the first minute. Not so one period past the limit (a burst of queued requests gives
   // one), nor a window's median alone: at 40 % load queueing reads 2.4x in windows of a job that
   // costs nothing (ControllerSim: free kept 58 % of the time instead of 70 % or more).
-  const bool far = !overran_ && n_ != 0 && far_p() <= kEarlySignificance;
+  const bool far = !overran_ && n_ != 0 && past_p(2 * s_.objective_permille) <= kEarlySignificance;
   const uint64_t pause = far ? s_.max_pause_ns : pause_;
   if (phase_ == Phase::Trial) {
     next_trial_ = service_ns_ + pause;
@@ -198,13 +191,13 @@ void Controller::on_period(uint64_t now, uint64_t len) {
   }
   window_[n_++] = len;
   // Half a window in, a step the service plainly cannot take is given up at once.
-  if (phase_ == Phase::Trial && n_ == s_.early_judge && body_p() <= kEarlySignificance) {
+  if (phase_ == Phase::Trial && n_ == s_.early_judge && past_p(s_.objective_permille) <= kEarlySignificance) {
     judge_inflation(false);
     refuse(now);
     return;
   }
   if (n_ < s_.window) return;
-  judge_inflation(body_p() > kBodySignificance && tail_within());
+  judge_inflation(past_p(s_.objective_permille) > kBodySignificance && tail_within());
   const bool ok = within_;
   // Faster than the baseline by more than the objective: the baseline is what is off (a service
   // still warming up, or one whose requests got shorter). Measure it again before going on.

@@ -135,8 +135,9 @@ class Controller {
   // before an adopted step goes keep chance from dropping it) and gives up a 1.3x step 1-18 % of
   // the time instead of 14-31 %.
   static constexpr double kBodySignificance = 0.2, kTailSignificance = 0.1, kEarlySignificance = 0.01;
-  double body_p() const;              // that the window's periods read this long within the objective
-  double far_p() const;               // ... this long within twice the objective
+  // That the window's periods read this long within `permille` of the baseline (the objective: the
+  // body; twice it: a step far past).
+  double past_p(uint32_t permille) const;
   bool tail_within() const;           // no more periods past the objective of the baseline's p90 than chance gives
   void judge_inflation(bool within);   // the window's median against the baseline's, and the verdict
   void begin(uint64_t now, Phase p);
