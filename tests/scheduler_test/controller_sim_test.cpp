@@ -120,6 +120,42 @@ TEST(ControllerSim, WhatMeasuringCostsTheJobIsBoundedByTheBaselinesAndTheTrials)
   EXPECT_GE(c.baselines(), 5u);   // refreshed about once a minute
 }
 
+// A service measured in short windows of requests with idle between them (a benchmark's windows, or
+// bursts of traffic): beside a job that free slows 3x and preempt 1.15x, each window that holds a
+// trial of free has its worst requests at 3x, so the clients' p99 of that window is the trial's.
+// A step refused far past the objective waits the longest pause: of 10 windows of 100 requests,
+// 20 s apart, one holds a trial (the first); with the doubling pause alone (2, 4, 8 ... s of the
+// service's time, each window about 1.4 s of it) three did.
+TEST(ControllerSim, AStepFarPastTheObjectiveIsTriedInOneWindowOfTen) {
+  ControllerSettings s = settings();
+  s.timesliced = true;
+  Controller c(s);
+  Service svc(1'500'000, 0.4, 5);
+  constexpr Costs kLlmGraph = {1.0, 1.0, 1.15, 1.0, 1.0, 1.0, 1.15, 3.0};
+  uint64_t now = 0;
+  c.allow_preempt(now, true);
+  for (int i = 0; i < 40; ++i) {   // warm-up and the first baseline
+    const auto [at, len] = svc.next(now, c.regime(), kLlmGraph);
+    c.on_period(at, len);
+    now = at;
+  }
+  int windows_tried = 0;
+  for (int window = 0; window < 10; ++window) {
+    bool tried = false;
+    for (int i = 0; i < 100; ++i) {
+      const Regime r = c.regime();
+      tried |= r == Regime::Free;
+      const auto [at, len] = svc.next(now, r, kLlmGraph);
+      c.on_period(at, len);
+      now = at;
+    }
+    windows_tried += tried;
+    now += 20 * kS;
+  }
+  EXPECT_EQ(c.adopted(), Regime::Preempt);
+  EXPECT_EQ(windows_tried, 1);
+}
+
 // Requests that queue: at 40 % load a Poisson service's requests often arrive while the one before
 // still runs, and what its clients wait (queueing included, as the policy hands the controller:
 // request_estimate.h) varies from window to window far more than its work does. The controller must
