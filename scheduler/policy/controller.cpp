@@ -162,8 +162,11 @@ void Controller::tick(uint64_t now, uint64_t len) {
 
 void Controller::on_period(uint64_t now, uint64_t len) {
   tick(now, len);
+  // The first baseline's hold began with the service's first period, or with its last warm-up one
+  // (regime()); counted from the clock's zero it read as the host's uptime.
+  if (phase_since_ == 0) phase_since_ = now > len ? now - len : 1;
   if (warmup_left_ > 0) {
-    --warmup_left_;
+    if (--warmup_left_ == 1) phase_since_ = now;
     return;
   }
   recent_[recent_count_++ % kRecent] = len;

@@ -54,6 +54,9 @@ TEST_F(ControllerTest, ClimbsFromAHeldBaselineToFreeWhileTheServiceKeepsItsPace)
   periods(1, ms(5));
   // Straight into a trial of the step above the most protective one.
   EXPECT_EQ(c.baselines(), 1u);
+  // Held from the first period's start (5 ms before the first end, at 1 s of the clock) to the 16th's
+  // end: not from the clock's zero.
+  EXPECT_EQ(c.held_ns(), ms(155));
   EXPECT_EQ(c.adopted(), Regime::HoldNarrow);
   EXPECT_EQ(c.regime(), Regime::Hold);
   for (Regime next : {Regime::Partition, Regime::ShortBeside, Regime::Beside, Regime::Free}) {
