@@ -161,6 +161,7 @@ class Controller {
   size_t recent_count_ = 0;
   bool overran_ = false, within_ = false;
   bool strike_ = false;               // the adopted step's last window read past the objective
+  bool confirmed_off_ = false;        // the last refresh read off the baseline: the next one decides
   uint64_t trials_ = 0, climbs_ = 0, drops_ = 0, baselines_ = 0, held_ns_ = 0;
 };
 
