@@ -120,10 +120,11 @@ void Controller::refuse(uint64_t now) {
   // judged) is not one that noise refused: the service's load or its jobs must change before it can
   // keep it, so it waits the longest pause. Each trial of it costs the service's clients the requests
   // it spans (8 at least: a window's upper percentiles), and the doubling from 2 s spent five such
-  // trials in the first minute. Not so one period past the limit (a burst of queued requests gives
-  // one), nor a window's median alone: at 40 % load queueing reads 2.4x in windows of a job that
-  // costs nothing (ControllerSim: free kept 58 % of the time instead of 70 % or more).
-  const bool far = !overran_ && n_ != 0 && past_p(2 * s_.objective_permille) <= kEarlySignificance;
+  // trials in the first minute. A period past the limit is weighed with the trial's periods before
+  // it (a trial that bad is mostly refused so, before its eighth period); alone it is not enough (a
+  // burst of queued requests gives one), nor is a window's median: at 40 % load queueing reads 2.4x
+  // in windows of a job that costs nothing (ControllerSim: free kept 58 % of the time, not 70 %).
+  const bool far = n_ != 0 && past_p(2 * s_.objective_permille) <= kEarlySignificance;
   const uint64_t pause = far ? s_.max_pause_ns : pause_;
   if (phase_ == Phase::Trial) {
     next_trial_ = service_ns_ + pause;
@@ -199,6 +200,7 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     return;
   }
   if (len > limit_ns()) {
+    window_[n_++] = len;   // n_ < window here: the far test in refuse() weighs it with the others
     on_overrun(now);
     return;
   }

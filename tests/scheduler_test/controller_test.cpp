@@ -347,6 +347,14 @@ TEST_F(ControllerTest, AStepReadFarPastTheObjectiveWaitsTheLongestPause) {
   ASSERT_TRUE(until(Regime::Free, near_free, 10'000));
   EXPECT_GE(now - near, ms(8'000));
   EXPECT_LE(now - near, ms(9'000));
+  // A trial that overruns after periods already far past it is far: a minute, not the 16 s the
+  // doubling has reached.
+  periods(1, far_free);
+  c.on_period(now, ms(30));   // past the limit (4 x 5 ms x 1.2): with the one before, beyond doubt
+  ASSERT_EQ(c.adopted(), Regime::Hold);
+  const uint64_t overran_far = now;
+  ASSERT_TRUE(until(Regime::Free, far_free, 10'000));
+  EXPECT_GE(now - overran_far, ms(60'000));
 }
 
 // A time-sliced service: beside another context nothing runs at once, so its jobs either wait while
