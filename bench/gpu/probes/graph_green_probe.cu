@@ -20,13 +20,9 @@
 #include <cstdio>
 #include <string>
 #include <cstdlib>
-#include <set>
-#include <vector>
 
 #include "smid_ptx.h"
-
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s_ = nullptr; cuGetErrorString(r_, &s_); \
-  std::printf("FAIL %s:%d %s -> %d %s\n", __FILE__, __LINE__, #x, int(r_), s_ ? s_ : "?"); std::exit(1); } } while (0)
+#include "smid_readback.h"
 
 static const std::string kPtxText = std::string(kProbePtxHeader) + kSmidKernelPtx + R"(
 )";
@@ -37,18 +33,10 @@ static CUdeviceptr g_out;
 static unsigned long long g_spin = 20000;
 static void* g_args[] = {&g_out, &g_spin};
 
-// distinct SMs that ran the blocks of what was just launched on stream s (-1: a launch error)
 static int distinct_after(CUresult launch_rc, CUstream s, unsigned* max_id) {
-  if (launch_rc != CUDA_SUCCESS) return -1;
-  CK(cuStreamSynchronize(s));
-  std::vector<unsigned> ids(g_blocks);
-  CK(cuMemcpyDtoH(ids.data(), g_out, g_blocks * 4));
-  std::set<unsigned> used(ids.begin(), ids.end());
-  *max_id = *used.rbegin();
-  return int(used.size());
+  return smid_distinct_after(launch_rc, s, g_out, g_blocks, max_id);
 }
-
-static void reset_out() { CK(cuMemsetD32(g_out, 0xFFFFFFFF, g_blocks)); CK(cuCtxSynchronize()); }
+static void reset_out() { smid_reset(g_out, g_blocks); }
 
 static void report_graph(const char* name, CUgraph graph, CUcontext inst_ctx, CUstream green, CUstream app) {
   CUgraphExec exec = nullptr;

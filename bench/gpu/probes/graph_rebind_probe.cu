@@ -26,14 +26,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <set>
 #include <string>
 #include <vector>
 
 #include "smid_ptx.h"
+#include "smid_readback.h"
 
-#define CK(x) do { CUresult r_ = (x); if (r_ != CUDA_SUCCESS) { const char* s_ = nullptr; cuGetErrorString(r_, &s_); \
-  std::printf("FAIL %s:%d %s -> %d %s\n", __FILE__, __LINE__, #x, int(r_), s_ ? s_ : "?"); std::exit(1); } } while (0)
 #define RT(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
   std::printf("FAIL %s:%d %s -> %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); std::exit(1); } } while (0)
 
@@ -54,15 +52,9 @@ static unsigned long long g_spin = 20000;
 static void* g_args[] = {&g_out, &g_spin};
 
 static int distinct_after(CUresult launch_rc, CUstream s, unsigned* max_id) {
-  if (launch_rc != CUDA_SUCCESS) return -int(launch_rc);
-  CK(cuStreamSynchronize(s));
-  std::vector<unsigned> ids(g_blocks);
-  CK(cuMemcpyDtoH(ids.data(), g_out, g_blocks * 4));
-  std::set<unsigned> used(ids.begin(), ids.end());
-  *max_id = *used.rbegin();
-  return int(used.size());
+  return smid_distinct_after(launch_rc, s, g_out, g_blocks, max_id);
 }
-static void reset_out() { CK(cuMemsetD32(g_out, 0xFFFFFFFF, g_blocks)); CK(cuCtxSynchronize()); }
+static void reset_out() { smid_reset(g_out, g_blocks); }
 
 static void report_exec(const char* name, CUgraphExec exec, CUstream green, CUstream app) {
   unsigned mg = 0, ma = 0;
