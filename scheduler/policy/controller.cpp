@@ -176,27 +176,28 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     if (n_ < baseline_needed_) return;
     // A refresh whose median is off the older baseline's by more than the objective either way
     // says the service itself changed (its requests, its load), or that its 8 periods met a burst
-    // of requests queueing behind each other: on an H100 one such refresh took an LLM decode
-    // service's baseline from 1.6 to 2.7 ms while it ran alone at 1.65 ms throughout, and status
-    // read 1.01x where its clients saw 1.41x. So it replaces the baseline only when the next
-    // refresh, one window later (a burst seldom spans both), is off too; it is set aside, and the
-    // window between is judged against neither (the regime stays; an overrun still drops it).
-    bool add = true;
+    // of requests queueing behind each other (on an H100 such a refresh set an LLM decode service's
+    // baseline far above its time alone, and status read it near alone while its clients saw much
+    // worse: docs/results.md, "The far-refusal pause"). So it replaces the baseline only when the
+    // next refresh, one window later (a burst seldom spans both), is off too; until then it is set
+    // aside, and the window between is judged against neither (the regime stays; an overrun still
+    // drops it).
+    bool off = false;
     if (baseline_count_ != 0) {
       const uint64_t fresh = sample_quantile(window_, n_, 50), old = baseline_quantile(50);
       const uint64_t obj = s_.objective_permille;
-      const bool off = fresh * 1000 > old * obj || old * 1000 > fresh * obj;
-      if (off && confirmed_off_) baseline_count_ = 0;
-      add = !off || confirmed_off_;
-      confirmed_off_ = off && !confirmed_off_;
+      off = fresh * 1000 > old * obj || old * 1000 > fresh * obj;
     }
-    if (add)
+    const bool replace = off && suspect_refresh_;
+    suspect_refresh_ = off && !replace;
+    if (replace) baseline_count_ = 0;
+    if (!suspect_refresh_)
       for (uint32_t i = 0; i < n_; ++i) baseline_[baseline_count_++ % kBaselineRing] = window_[i];
     ++baselines_;
     held_ns_ += now - phase_since_;
     last_refresh_ = now;
     begin(now, Phase::Steady);
-    if (!confirmed_off_) climb(now);
+    if (!suspect_refresh_) climb(now);
     return;
   }
   if (len > limit_ns()) {
@@ -212,7 +213,7 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     return;
   }
   if (n_ < s_.window) return;
-  if (confirmed_off_) {
+  if (suspect_refresh_) {
     begin(now, Phase::Baseline);
     return;
   }

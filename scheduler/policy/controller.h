@@ -92,8 +92,9 @@ class Controller {
   // What the service's clients saw lately: the median of its last kRecent counted periods (under
   // baselines, trials and adopted steps alike, as its requests met them) over the baseline's median,
   // permille (0: no baseline yet). A judged window is 16 periods, a few seconds of a loaded service:
-  // its median read 0.9-1.4x of what the clients saw over 120 requests on an H100, so status and
-  // the metrics show this reading, and the window's only as the verdict the controller acts on.
+  // its median strays far from what the clients see over a hundred requests (docs/results.md, "What
+  // the controller reads against what the clients see"), so status and the metrics show this
+  // reading, and the window's only as the verdict the controller acts on.
   uint32_t recent_permille() const;
   uint32_t recent_periods() const { return uint32_t(std::min(recent_count_, kRecent)); }
   // Whether that window kept the objective: its body and its tail (ControllerSettings::objective_permille).
@@ -161,7 +162,7 @@ class Controller {
   size_t recent_count_ = 0;
   bool overran_ = false, within_ = false;
   bool strike_ = false;               // the adopted step's last window read past the objective
-  bool confirmed_off_ = false;        // the last refresh read off the baseline: the next one decides
+  bool suspect_refresh_ = false;      // the last refresh read off the baseline, set aside: the next one decides
   uint64_t trials_ = 0, climbs_ = 0, drops_ = 0, baselines_ = 0, held_ns_ = 0;
 };
 
