@@ -10,6 +10,7 @@
 
 Each scenario stores raw per-repetition numbers in results; eval_report turns them into ratios
 with intervals."""
+import json
 import os
 import re
 import time
@@ -27,8 +28,14 @@ def rotated(items, k):
     return items[k:] + items[:k]
 
 
-# A service's line in `fikit-scheduler status`: what its clients saw lately, as FIKIT reads it.
-STATUS_READING = re.compile(r"^\s*service .*?its requests at ([0-9.]+)x of alone", re.M)
+def service_reading(status_json):
+    """What `fikit-scheduler status --json` says the first controlled service's requests took
+    lately, x alone (its `recent_inflation`), or None: no such service, or no baseline yet."""
+    try:
+        tasks = json.loads(status_json).get("tasks") or []
+    except (ValueError, AttributeError):
+        return None
+    return next((t["recent_inflation"] for t in tasks if t.get("recent_periods") and t.get("recent_inflation")), None)
 
 
 def _status(h, setup, label):
@@ -47,9 +54,8 @@ def _status(h, setup, label):
     if detail is not None:
         with open(os.path.join(h.logs, name + ".json"), "w") as f:
             f.write(detail + "\n")
-    m = STATUS_READING.search(text)
     return (name + ".txt", ("fikit-scheduler saw no task: FIKIT did not engage" if " 0 task(s)" in text else None),
-            float(m.group(1)) if m else None)
+            service_reading(detail) if detail is not None else None)
 
 
 def _hp_numbers(res):

@@ -1,5 +1,6 @@
 """Unit tests of bench/gpu/eval.py's statistics, report and worker protocol, and of trace_gaps.py's analysis (run by ctest:
 tests/bench_test/CMakeLists.txt). No GPU, no simulator, no PyTorch needed."""
+import json
 import os
 import random
 import shutil
@@ -222,12 +223,14 @@ class PairSummary(unittest.TestCase):
         self.assertIn("status's reading of the HP's requests over its clients' p50 x alone, median (range, windows): "
                       "fikit-mps %.2f (%.2f-%.2f, 5)" % (expected[2], expected[0], expected[-1]), text)
 
-    def test_status_reading_is_parsed_from_the_service_line(self):
-        text = ("GPU-0: 2 task(s)\n  service svc (task 1, pid 9): active; its requests at 1.34x of alone (median of "
-                "its last 128, queueing included), objective 1.2x; last window 1.41x (kept); its jobs wait\n"
-                "  job job (task 2, pid 10, priority 5): runs\n")
-        self.assertEqual(float(esc.STATUS_READING.search(text).group(1)), 1.34)
-        self.assertIsNone(esc.STATUS_READING.search("  service svc (task 1, pid 9): idle; no job below it\n"))
+    def test_status_reading_is_the_services_recent_inflation(self):
+        status = json.dumps({"tasks": [
+            {"key": "job", "priority": 5, "recent_inflation": 0.0, "recent_periods": 0},
+            {"key": "svc", "priority": 0, "recent_inflation": 1.34, "recent_periods": 128, "inflation": 1.41}]})
+        self.assertEqual(esc.service_reading(status), 1.34)
+        self.assertIsNone(esc.service_reading(json.dumps({"tasks": [
+            {"key": "svc", "priority": 0, "recent_inflation": 0.0, "recent_periods": 0}]})))   # no baseline yet
+        self.assertIsNone(esc.service_reading("status failed: timed out"))
 
     def test_capped_windows_are_counted(self):
         for r in self.pr["runs"]["default"][:3]:
