@@ -178,18 +178,20 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     // says the service itself changed (its requests, its load), or that its 8 periods met a burst
     // of requests queueing behind each other (on an H100 such a refresh set an LLM decode service's
     // baseline far above its time alone, and status read it near alone while its clients saw much
-    // worse: docs/results.md, "The far-refusal pause"). So it replaces the baseline only when the
-    // next refresh, one window later (a burst seldom spans both), is off too; until then it is set
-    // aside, and the window between is judged against neither (the regime stays; an overrun still
-    // drops it).
-    bool off = false;
+    // worse: docs/results.md, "The far-refusal pause"). So a slower one replaces the baseline only
+    // when the next refresh, one window later (a burst seldom spans both), is off too; until then it
+    // is set aside, and the window between is judged against neither (the regime stays; an overrun
+    // still drops it). A faster one replaces it at once: a burst makes held periods longer, never
+    // shorter, so it says the baseline itself was taken slow (a busy start).
+    bool slower = false, faster = false;
     if (baseline_count_ != 0) {
       const uint64_t fresh = sample_quantile(window_, n_, 50), old = baseline_quantile(50);
       const uint64_t obj = s_.objective_permille;
-      off = fresh * 1000 > old * obj || old * 1000 > fresh * obj;
+      slower = fresh * 1000 > old * obj;
+      faster = old * 1000 > fresh * obj;
     }
-    const bool replace = off && suspect_refresh_;
-    suspect_refresh_ = off && !replace;
+    const bool replace = faster || (slower && suspect_refresh_);
+    suspect_refresh_ = slower && !replace;
     if (replace) baseline_count_ = 0;
     if (!suspect_refresh_)
       for (uint32_t i = 0; i < n_; ++i) baseline_[baseline_count_++ % kBaselineRing] = window_[i];
