@@ -120,11 +120,13 @@ void Controller::refuse(uint64_t now) {
   // judged) is not one that noise refused: the service's load or its jobs must change before it can
   // keep it, so it waits the longest pause. Each trial of it costs the service's clients the requests
   // it spans (8 at least: a window's upper percentiles), and the doubling from 2 s spent five such
-  // trials in the first minute. A period past the limit is weighed with the trial's periods before
-  // it (a trial that bad is mostly refused so, before its eighth period); alone it is not enough (a
-  // burst of queued requests gives one), nor is a window's median: at 40 % load queueing reads 2.4x
-  // in windows of a job that costs nothing (ControllerSim: free kept 58 % of the time, not 70 %).
-  const bool far = n_ != 0 && past_p(2 * s_.objective_permille) <= kEarlySignificance;
+  // trials in the first minute. It takes as many periods as the early judgement (a period past the
+  // limit counts among them): fewer, however long, are what a burst of queued requests or a host
+  // short of CPU gives (with two, e2e.timesliced_free's quiet job lost free for the rest of its run
+  // in 2 of 3 runs beside one busy loop); nor is a window's median enough: at 40 % load queueing
+  // reads 2.4x in windows of a job that costs nothing (ControllerSim: free kept 58 % of the time,
+  // not 70 %).
+  const bool far = n_ >= s_.early_judge && past_p(2 * s_.objective_permille) <= kEarlySignificance;
   const uint64_t pause = far ? s_.max_pause_ns : pause_;
   if (phase_ == Phase::Trial) {
     next_trial_ = service_ns_ + pause;
