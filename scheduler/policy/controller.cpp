@@ -63,8 +63,14 @@ Regime Controller::step_down(Regime r) const {
 uint32_t Controller::recent_permille() const {
   const uint64_t b = baseline_quantile(50);
   if (b == 0 || recent_count_ == 0) return 0;
-  const uint64_t m = sample_quantile(recent_, std::min(recent_count_, kRecent), 50);
-  return uint32_t(std::min<uint64_t>(m * 1000 / b, UINT32_MAX));
+  const size_t n = std::min(recent_count_, kRecent);
+  const uint64_t m = sample_quantile(recent_, n, 50), load = std::max<uint64_t>(1000, sample_quantile(recent_load_, n, 50));
+  return uint32_t(std::min<uint64_t>(m * 1000 * 1000 / load / b, UINT32_MAX));
+}
+
+uint64_t Controller::alone_work_ns() const {
+  if (baseline_count_ != 0) return sample_quantile(baseline_work_, std::min(baseline_count_, kBaselineRing), 50);
+  return phase_ == Phase::Baseline && warmup_left_ == 0 && n_ != 0 ? sample_quantile(window_work_, n_, 50) : 0;
 }
 
 uint64_t Controller::baseline_quantile(unsigned pct) const {
@@ -74,8 +80,15 @@ uint64_t Controller::baseline_quantile(unsigned pct) const {
 // The window's periods at a reach of `permille` of the baseline (the objective, or twice it): each
 // taken down by it, against the baseline's. One-sided rank test (rank_test.h): the chance that they
 // read this much longer when the step costs the service no more than that.
+std::vector<uint64_t> Controller::judged_window() const {
+  const uint64_t load = n_ == 0 ? 1000 : std::max<uint64_t>(1000, sample_quantile(window_load_, n_, 50));
+  std::vector<uint64_t> window(window_.begin(), window_.begin() + n_);
+  for (uint64_t& w : window) w = w * 1000 / load;
+  return window;
+}
+
 double Controller::past_p(uint32_t permille) const {
-  std::vector<uint64_t> window(window_.begin(), window_.begin() + n_), baseline;
+  std::vector<uint64_t> window = judged_window(), baseline;
   for (uint64_t& w : window) w = w * 1000 / permille;
   baseline.assign(baseline_.begin(), baseline_.begin() + std::min(baseline_count_, kBaselineRing));
   return rules::rank_test_p(window, baseline);
@@ -87,12 +100,13 @@ bool Controller::tail_within() const {
   // hurts the service's tail though its body keeps.
   const uint64_t bound = baseline_quantile(90) * s_.objective_permille / 1000;
   uint32_t over = 0;
-  for (uint32_t i = 0; i < n_; ++i) over += window_[i] > bound;
+  for (uint64_t w : judged_window()) over += w > bound;
   return rules::binomial_tail_p(n_, over, 0.1) > kTailSignificance;
 }
 
 void Controller::judge_inflation(bool within) {
-  const uint64_t b = baseline_quantile(50), w = sample_quantile(window_, n_, 50);
+  const std::vector<uint64_t> window = judged_window();
+  const uint64_t b = baseline_quantile(50), w = sample_quantile(window, 50);
   inflation_ = b == 0 ? 0 : uint32_t(std::min<uint64_t>(w * 1000 / b, UINT32_MAX));
   overran_ = false;
   within_ = within;
@@ -163,7 +177,7 @@ void Controller::tick(uint64_t now, uint64_t len) {
   last_end_ = std::max(last_end_, now);
 }
 
-void Controller::on_period(uint64_t now, uint64_t len) {
+void Controller::on_period(uint64_t now, uint64_t len, uint64_t work_ns, uint32_t load_permille) {
   tick(now, len);
   // The first baseline's hold began with the service's first period, or with its last warm-up one
   // (regime()); counted from the clock's zero it read as the host's uptime.
@@ -172,7 +186,11 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     if (--warmup_left_ == 1) phase_since_ = now;
     return;
   }
+  load_permille = std::max<uint32_t>(load_permille, 1000);
+  recent_load_[recent_count_ % kRecent] = load_permille;
   recent_[recent_count_++ % kRecent] = len;
+  window_load_[n_] = load_permille;
+  window_work_[n_] = work_ns;
   if (phase_ == Phase::Baseline) {
     window_[n_++] = len;
     if (n_ < baseline_needed_) return;
@@ -185,9 +203,10 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     // is set aside, and the window between is judged against neither (the regime stays; an overrun
     // still drops it). A faster one replaces it at once: a burst makes held periods longer, never
     // shorter, so it says the baseline itself was taken slow (a busy start).
+    const std::vector<uint64_t> judged = judged_window();
     bool slower = false, faster = false;
     if (baseline_count_ != 0) {
-      const uint64_t fresh = sample_quantile(window_, n_, 50), old = baseline_quantile(50);
+      const uint64_t fresh = sample_quantile(judged, 50), old = baseline_quantile(50);
       const uint64_t obj = s_.objective_permille;
       slower = fresh * 1000 > old * obj;
       faster = old * 1000 > fresh * obj;
@@ -196,7 +215,10 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     suspect_refresh_ = slower && !replace;
     if (replace) baseline_count_ = 0;
     if (!suspect_refresh_)
-      for (uint32_t i = 0; i < n_; ++i) baseline_[baseline_count_++ % kBaselineRing] = window_[i];
+      for (uint32_t i = 0; i < n_; ++i) {
+        baseline_work_[baseline_count_ % kBaselineRing] = window_work_[i];
+        baseline_[baseline_count_++ % kBaselineRing] = judged[i];
+      }
     ++baselines_;
     held_ns_ += now - phase_since_;
     last_refresh_ = now;
@@ -204,7 +226,8 @@ void Controller::on_period(uint64_t now, uint64_t len) {
     if (!suspect_refresh_) climb(now);
     return;
   }
-  if (len > limit_ns()) {
+  // (The limit is at no load: the policy stretches it by the load of the request under way.)
+  if (len * 1000 / load_permille > limit_ns()) {
     window_[n_++] = len;   // n_ < window here: the far test in refuse() weighs it with the others
     on_overrun(now);
     return;

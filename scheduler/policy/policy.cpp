@@ -605,9 +605,9 @@ void Policy::schedule(uint64_t now, std::vector<Action>& out, uint64_t cause_ns,
     // A period that runs past its controller's limit: the regime is given up at once. (One whose
     // idle came and which only waits out its last kernel's gap is judged by that idle.)
     if (t.active && t.period.valid && !(t.idle_at != 0 && t.period.last_idle != 0)) {
-      const uint64_t limit = t.controller.limit_ns();
+      const uint64_t limit = t.requests.at_actual_load(t.controller.limit_ns());
       if (limit != UINT64_MAX && t.period.regime == t.controller.regime()) {
-        // Counted from its request's estimated arrival, as it is judged.
+        // Counted from its request's estimated arrival, as it is judged (at alone's load).
         if (now - std::min(now, t.period.arrival) >= limit) {
           overrun(now, t);
         } else {

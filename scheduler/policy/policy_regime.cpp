@@ -41,7 +41,7 @@ void Policy::begin_period(Task& t, uint64_t launched) {
   // A baseline period counts only when the tasks below were held all through the rest before it.
   const bool held_rest = r != Regime::Held || launched - std::min(launched, t.inactive_since) <
                                                   settings_.controller.baseline_idle_max_ns;
-  const uint64_t arrival = t.requests.begin(launched);
+  const uint64_t arrival = t.requests.begin(launched, t.controller.alone_work_ns());
   t.period = Period{launched, 0, arrival, controlled(t) && held_rest, r};
 }
 
@@ -86,8 +86,9 @@ void Policy::end_period(uint64_t now, Task& t) {
   if (std::min(p.regime, t.controller.adopted()) > Regime::Partition) t.beside_ns += p.last_idle - p.start;
   const Controller before = t.controller;
   // Judged as its clients wait: the request's estimated response, queueing behind the one before
-  // included, not the period alone.
-  t.controller.on_period(now, response);
+  // included, not the period alone; with the load it met, so that a window is judged against the
+  // same requests served alone (request_estimate.h), not against how other requests happened to bunch.
+  t.controller.on_period(now, response, p.last_idle - p.start, t.requests.load_permille());
   count_controller(before, t.controller);
 }
 

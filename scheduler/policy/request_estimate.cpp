@@ -5,7 +5,7 @@
 
 namespace fikit::policy {
 
-uint64_t RequestEstimate::begin(uint64_t start) {
+uint64_t RequestEstimate::begin(uint64_t start, uint64_t alone_ns) {
   if (start_ != 0 && start > start_) {
     const double interval = double(start - start_);
     // A moving average over about 32 requests: the rate may change with the load.
@@ -23,7 +23,27 @@ uint64_t RequestEstimate::begin(uint64_t start) {
   start_ = start;
   arrival_ = arrival;
   ended_ = false;
+  // The replay: one server taking the same arrivals in order, each request alone_ns long.
+  alone_ = alone_ns;
+  if (alone_ == 0) {
+    replay_end_ = replay_response_ = 0;
+  } else {
+    replay_end_ = std::max(arrival, replay_end_) + alone_;
+    replay_response_ = replay_end_ - arrival;
+  }
   return arrival;
+}
+
+uint32_t RequestEstimate::load_permille() const {
+  if (alone_ == 0 || replay_response_ <= alone_) return 1000;
+  return uint32_t(std::min<uint64_t>(replay_response_ * 1000 / alone_, UINT32_MAX));
+}
+
+uint64_t RequestEstimate::at_actual_load(uint64_t limit) const {
+  const uint32_t load = load_permille();
+  if (limit == UINT64_MAX || load == 1000) return limit;
+  const double stretched = double(limit) * load / 1000;
+  return stretched >= 1.8e19 ? UINT64_MAX : uint64_t(stretched);
 }
 
 uint64_t RequestEstimate::end(uint64_t end, bool by_idle) {

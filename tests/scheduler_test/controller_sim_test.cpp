@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "controller.h"
+#include "request_estimate.h"
 
 namespace fikit::policy {
 namespace {
@@ -158,7 +159,8 @@ TEST(ControllerSim, AStepFarPastTheObjectiveIsTriedInOneWindowOfTen) {
 
 // Requests that queue: at 40 % load a Poisson service's requests often arrive while the one before
 // still runs, and what its clients wait (queueing included, as the policy hands the controller:
-// request_estimate.h) varies from window to window far more than its work does. The controller must
+// request_estimate.h, with the load each request met) varies from window to window far more than
+// its work does. The controller must
 // not read that noise as the job's doing (it kept free 9 % of the time beside a job that cost the
 // service nothing when windows were judged at their quantiles alone), and must still give up a step
 // that costs the service more than its objective.
@@ -170,6 +172,7 @@ Queued queued_service(double load, double free_cost, uint32_t seed) {
   ControllerSettings s = settings();
   s.timesliced = true;    // hold and free (preempt needs allow_preempt: a job that took a short slice)
   Controller c(s);
+  RequestEstimate requests;   // what the policy hands the controller: responses from the periods alone
   std::mt19937 rng(seed);
   const double alone = 17.0 * kMs;   // an eager UNet step
   std::exponential_distribution<double> gap(load / alone);
@@ -179,27 +182,36 @@ Queued queued_service(double load, double free_cost, uint32_t seed) {
   while (arrival < 600.0 * kS) {
     arrival += gap(rng);
     const double len = alone * noise(rng) * (c.regime() == Regime::Free ? free_cost : 1.0);
-    free_at = std::max(arrival, free_at) + len;
+    const double start = std::max(arrival, free_at + 30e3);
+    free_at = start + len;
     if (c.adopted() == Regime::Free) free_time += free_at - last;
     last = free_at;
     waits.push_back(free_at - arrival);
-    c.on_period(uint64_t(free_at), uint64_t(free_at - arrival));
+    requests.begin(uint64_t(start), c.alone_work_ns());
+    const uint64_t response = requests.end(uint64_t(free_at));
+    c.on_period(uint64_t(free_at), response, uint64_t(len), requests.load_permille());
   }
   std::nth_element(waits.begin(), waits.begin() + long(waits.size() / 2), waits.end());
   return {free_time / last, waits[waits.size() / 2] / double(kMs)};
 }
 
-TEST(ControllerSim, AtFortyPercentLoadQueueingIsNotReadAsTheJobsCost) {
-  double alone_p50 = 0;
-  for (uint32_t seed = 1; seed <= 3; ++seed) {
-    SCOPED_TRACE(seed);
-    const Queued none = queued_service(0.4, 1.0, seed), slight = queued_service(0.4, 1.1, seed),
-                 heavy = queued_service(0.4, 1.5, seed);
-    if (seed == 1) alone_p50 = queued_service(0.4, 1.0, 99).p50_ms;   // free costs nothing: as alone
-    EXPECT_GE(none.free_share, 0.7) << "beside a job that costs it nothing";
-    EXPECT_GE(slight.free_share, 0.4) << "beside one that costs it 1.1x";
-    EXPECT_LE(slight.p50_ms, 1.2 * alone_p50);
-    EXPECT_LE(heavy.free_share, 0.05) << "beside one that costs it 1.5x";
+TEST(ControllerSim, QueueingAtFortyAndSixtyPercentLoadIsNotReadAsTheJobsCost) {
+  // Beside a job that costs the service nothing, judged by responses against baselines of other
+  // requests (the load of the same arrivals alone not taken out), free was kept 76-94 % of the time
+  // at a load of 0.4 and 34-36 % at 0.6; taken out, 92-98 % and 82-89 %.
+  for (double load : {0.4, 0.6}) {
+    const double alone_p50 = queued_service(load, 1.0, 99).p50_ms;   // free costs nothing: as alone
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+      SCOPED_TRACE(testing::Message() << "load " << load << " seed " << seed);
+      const Queued none = queued_service(load, 1.0, seed), slight = queued_service(load, 1.1, seed),
+                   heavy = queued_service(load, 1.5, seed);
+      EXPECT_GE(none.free_share, load < 0.5 ? 0.85 : 0.75) << "beside a job that costs it nothing";
+      if (load < 0.5) {
+        EXPECT_GE(slight.free_share, 0.4) << "beside one that costs it 1.1x";
+      }
+      EXPECT_LE(slight.p50_ms, 1.2 * alone_p50);
+      EXPECT_LE(heavy.free_share, 0.05) << "beside one that costs it 1.5x";
+    }
   }
 }
 
