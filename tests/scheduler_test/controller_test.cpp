@@ -483,5 +483,30 @@ TEST(RegimeNames, AutoAndEveryStepButHeldAreAccepted) {
   EXPECT_FALSE(regime_from_string("besides", automatic, r));
 }
 
+TEST_F(ControllerTest, AWindowIsJudgedAtTheLoadItsRequestsMet) {
+  // A baseline of 5 ms responses that met no load (work 5 ms each), then a trial whose responses
+  // are 9 ms. Met at no load (nothing queued alone either), that is 1.8x: refused. Met where the
+  // same arrivals alone would have waited 8 ms (load 1600: requests queued behind each other), it
+  // is 9 / 8 of alone: kept, and what status reads of the clients is that, not 1.8x.
+  for (uint32_t load : {1000u, 1600u}) {
+    SCOPED_TRACE(load);
+    c = Controller(s);
+    for (int i = 0; i < 16; ++i, now += ms(10)) c.on_period(now, ms(5), ms(5), 1000);
+    EXPECT_EQ(c.alone_work_ns(), ms(5));
+    ASSERT_EQ(c.regime(), Regime::Hold);   // the trial above the most protective step
+    for (int i = 0; i < 16; ++i, now += ms(10)) c.on_period(now, ms(9), ms(5), load);
+    if (load == 1000) {
+      EXPECT_EQ(c.adopted(), Regime::HoldNarrow);
+      EXPECT_EQ(c.drops(), 1u);
+    } else {
+      EXPECT_EQ(c.adopted(), Regime::Hold);
+      EXPECT_EQ(c.inflation_permille(), 1125u);   // 9 ms over 5 ms, taken down by 1.6
+      EXPECT_EQ(c.recent_permille(), 1125u);     // (the upper middle of the 32: a 9 ms one, load 1.6)
+    }
+  }
+  // The limit a period under way may not pass is at no load: 4 upper quartiles at the objective.
+  EXPECT_EQ(c.limit_ns(), 4 * ms(5) * 1200 / 1000);
+}
+
 }  // namespace
 }  // namespace fikit::policy
