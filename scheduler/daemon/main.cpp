@@ -51,7 +51,7 @@ const Command kCommands[] = {
      "\n"
      "A service (priority 0, or the highest with jobs below it) is active or idle, and:\n"
      "  being measured          its first runs are timed; the jobs below it wait until it shares\n"
-     "  its requests at Nx of alone (median, queueing included), objective Mx\n"
+     "  its requests at Nx of alone at the same arrivals (median, queueing included), objective Mx\n"
      "                          its controller's last window: its requests' responses, estimated\n"
      "                          from its periods of GPU work, against the same with the jobs held;\n"
      "                          kept, its jobs get more; missed, they are stepped back\n"

@@ -236,10 +236,10 @@ std::string format_prometheus(const DaemonSnapshot& s, DepartedTasks* departed) 
   per_service("fikit_service_objective_ratio", "The service's objective: its periods at most this multiple of its baseline.",
               [](const KeyTotals& k) { return k.objective / 1000.0; });
   per_service("fikit_service_inflation_ratio",
-              "The service's last judged window: its requests' median response (queueing included) over its baseline's (0: none yet).",
+              "The service's last judged window: its requests' median response (queueing included) over its baseline's, at the load of the same arrivals alone (0: none yet).",
               [](const KeyTotals& k) { return k.inflation / 1000.0; });
   per_service("fikit_service_recent_inflation_ratio",
-              "The service's requests lately: the median response (queueing included) of its latest periods, whatever regime each met, over its baseline's (0: no baseline yet).",
+              "The service's requests lately: the median response (queueing included) of its latest periods, whatever regime each met, over its baseline's, at the load of the same arrivals alone (0: no baseline yet).",
               [](const KeyTotals& k) { return k.recent / 1000.0; });
   per_service("fikit_service_regime", "What the tasks below the service may do: 0 held, 1 hold-narrow, 2 hold, 3 partition, 4 short-beside, 5 beside, 6 preempt, 7 free.",
               [](const KeyTotals& k) { return k.regime; });

@@ -116,8 +116,8 @@ std::string service_line(const policy::TaskStatus& t) {
   // What its clients saw lately: its last periods, whatever regime each met.
   const std::string lately = t.recent_permille == 0
                                  ? std::string()
-                                 : fmt::format("its requests at {:.2f}x of alone (median of its last {}, queueing "
-                                               "included), ", t.recent_permille / 1000.0, t.recent_periods);
+                                 : fmt::format("its requests at {:.2f}x of alone at the same arrivals (median of its "
+                                               "last {}, queueing included), ", t.recent_permille / 1000.0, t.recent_periods);
   if (t.inflation_overrun)
     return out + fmt::format("{}objective {:g}x; one of its active periods ran past 4x it: its jobs were stepped "
                              "back, and now {}\n", lately, objective, regime_words(t.regime));

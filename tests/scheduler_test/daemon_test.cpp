@@ -1568,8 +1568,8 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   // What its clients saw lately leads (the short form too); the last window is the verdict.
   EXPECT_NE(text.find("short-beside 1.09x/1.2x"), std::string::npos) << text;
   const std::string summary = scheduler::format_summary(s);
-  EXPECT_NE(summary.find("service svc (task 1, pid 0): idle; its requests at 1.09x of alone (median of its last 128, "
-                         "queueing included), objective 1.2x; last window 1.07x (missed: stepping back); its jobs short "
+  EXPECT_NE(summary.find("service svc (task 1, pid 0): idle; its requests at 1.09x of alone at the same arrivals (median "
+                         "of its last 128, queueing included), objective 1.2x; last window 1.07x (missed: stepping back); its jobs short "
                          "kernels beside it, the rest on an SM partition"),
             std::string::npos) << summary;
   EXPECT_NE(scheduler::format_json(s).find("\"recent_inflation\":1.09,\"recent_periods\":128"), std::string::npos)
@@ -1600,7 +1600,7 @@ TEST(Snapshot, MetricsShowTheControllersAndEachServicesRegime) {
   s.domains[0].tasks[0].inflation_overrun = true;
   const std::string overrun = scheduler::format_summary(s);
   EXPECT_EQ(overrun.find("4.80x"), std::string::npos) << overrun;
-  EXPECT_NE(overrun.find("its requests at 1.09x of alone (median of its last 128, queueing included), objective "
+  EXPECT_NE(overrun.find("its requests at 1.09x of alone at the same arrivals (median of its last 128, queueing included), objective "
                          "1.2x; one of its active periods ran past 4x it"),
             std::string::npos) << overrun;
   EXPECT_NE(scheduler::format_json(s).find("\"inflation_overrun\":true"), std::string::npos);
