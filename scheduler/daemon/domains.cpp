@@ -68,6 +68,16 @@ std::vector<uint32_t> Domains::take_dropped() {
   return all;
 }
 
+std::vector<policy::Policy::ServicePeriod> Domains::take_service_periods() {
+  std::vector<policy::Policy::ServicePeriod> all;
+  for (Domain& d : domains_) {
+    if (!d.policy) continue;
+    auto periods = d.policy->take_service_periods();
+    all.insert(all.end(), std::make_move_iterator(periods.begin()), std::make_move_iterator(periods.end()));
+  }
+  return all;
+}
+
 void Domains::on_tick(uint64_t now, std::vector<policy::Action>& out) {
   for (Domain& d : domains_)
     if (d.policy && d.policy->next_wake() <= now) d.policy->on_tick(now, out);

@@ -56,6 +56,7 @@ class Domains {
   uint64_t next_wake() const;
   bool notifications_expected() const;
   std::vector<uint32_t> take_dropped();
+  std::vector<policy::Policy::ServicePeriod> take_service_periods();   // of every domain
   void on_tick(uint64_t now, std::vector<policy::Action>& out);
 
  private:

@@ -29,7 +29,7 @@ using asio::ip::udp;
 namespace {
 // Kinds of rate-limited log lines.
 enum LogKind { kLogRegistered = 1, kLogMalformed, kLogBadMac, kLogRefused, kLogLeft, kLogSend, kLogQuota, kLogReserve,
-               kLogMemory, kLogOutcomes };
+               kLogMemory, kLogOutcomes, kLogRegime };
 // A refused registration is tried again no sooner than this (the client's backoff keeps to it).
 constexpr uint32_t kRefusedRetryMs = 10'000;
 }  // namespace
@@ -317,7 +317,31 @@ struct Server::Impl {
                   ec.message());
   }
 
+  // What a service's controller did: a change of its jobs' regime at info (rate-limited: a service
+  // whose steps come and go says so a few times a minute), every judged period at debug, so that a
+  // run's decisions can be read beside what its clients measured (docs/scheduling.md).
+  void log_service_periods() {
+    for (const policy::Policy::ServicePeriod& p : domains.take_service_periods()) {
+      const std::string period =
+          p.overrun ? fmt::format("a period still under way ran past its limit ({:.2f} ms from its request's arrival)",
+                                  p.response_ns / 1e6)
+                    : fmt::format("a period of {:.2f} ms (response {:.2f} ms, load {:.2f}x) under {}", p.work_ns / 1e6,
+                                  p.response_ns / 1e6, p.load_permille / 1000.0, policy::to_string(p.regime));
+      if (p.changed) {
+        log_limited(kLogRegime, spdlog::level::info,
+                    "service {} (task {}): its jobs now under {} (adopted {}) after {}; {}", p.key, p.task_id,
+                    policy::to_string(p.next), policy::to_string(p.adopted), period,
+                    p.inflation_permille == 0 ? std::string("no window judged yet")
+                                              : fmt::format("last window {:.2f}x of alone at the same arrivals ({})",
+                                                            p.inflation_permille / 1000.0, p.within ? "kept" : "missed"));
+      } else if (spdlog::should_log(spdlog::level::debug)) {
+        spdlog::debug("service {} (task {}): {}", p.key, p.task_id, period);
+      }
+    }
+  }
+
   void after_event() {
+    log_service_periods();
     const auto dropped = domains.take_dropped();
     if (!dropped.empty()) {
       sessions.forget(dropped);

@@ -262,6 +262,22 @@ class Policy {
   uint64_t next_wake() const { return next_wake_; }
   // Tasks dropped since the last call (lease expired, goodbye): the daemon forgets their sessions.
   std::vector<uint32_t> take_dropped() { return std::exchange(dropped_, {}); }
+  // What services' controllers judged and decided since the last call (the daemon logs them: a
+  // change of regime at info, every judged period at debug), at most kMaxServicePeriods of them.
+  struct ServicePeriod {
+    uint32_t task_id = 0;
+    std::string key;
+    uint64_t response_ns = 0, work_ns = 0;   // the request's estimated response; its period alone
+    uint32_t load_permille = 1000;           // the load it met (RequestEstimate::load_permille)
+    Regime regime = Regime::Held;            // the regime it ran under
+    bool overrun = false;                    // ran past the limit: judged while under way
+    Regime next = Regime::Held, adopted = Regime::Held;   // the controller's regime and adopted step after it
+    bool changed = false;                    // either of them changed with it
+    uint32_t inflation_permille = 0;         // the last judged window's reading after it
+    bool within = false;                     // and whether it kept the objective
+  };
+  static constexpr size_t kMaxServicePeriods = 4096;
+  std::vector<ServicePeriod> take_service_periods() { return std::exchange(service_periods_, {}); }
 
   // The backend a job starting now should take where both are open to it (fikit-scheduler --mps
   // on publishes it for fikit-run): time-sliced, for a job below priority `above`, when the top
@@ -446,6 +462,8 @@ class Policy {
   uint64_t last_event_ns_ = 0;       // notice_time()
   bool resend_all_ = false;          // notice_time() saw the daemon's own stall
   std::vector<uint32_t> dropped_;
+  std::vector<ServicePeriod> service_periods_;
+  void note_period(const Task& t, const Controller& before, uint64_t response, uint64_t work, bool overrun);
   BellSlots own_bell_slots_{};
   BellSlots& bell_slot_used_;
   Counters counters_;

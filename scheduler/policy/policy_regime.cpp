@@ -63,6 +63,16 @@ void Policy::overrun(uint64_t now, Task& t) {
   const Controller before = t.controller;
   t.controller.on_overrun(now);
   count_controller(before, t.controller);
+  note_period(t, before, now - std::min(now, t.period.arrival), now - std::min(now, t.period.start), true);
+}
+
+void Policy::note_period(const Task& t, const Controller& before, uint64_t response, uint64_t work, bool overrun) {
+  const Controller& c = t.controller;
+  const bool changed = c.regime() != before.regime() || c.adopted() != before.adopted();
+  // Bounded: a daemon drains them after every event (a policy driven without one keeps the first).
+  if (service_periods_.size() >= kMaxServicePeriods) return;
+  service_periods_.push_back({t.id, t.key, response, work, t.requests.load_permille(), before.regime(), overrun, c.regime(),
+                              c.adopted(), changed, c.inflation_permille(), c.within_objective()});
 }
 
 // A period ends at its last idle (one that ended by silence says nothing of its length). It counts
@@ -90,6 +100,7 @@ void Policy::end_period(uint64_t now, Task& t) {
   // same requests served alone (request_estimate.h), not against how other requests happened to bunch.
   t.controller.on_period(now, response, p.last_idle - p.start, t.requests.load_permille());
   count_controller(before, t.controller);
+  note_period(t, before, response, p.last_idle - p.start, false);
 }
 
 }  // namespace fikit::policy

@@ -823,6 +823,8 @@ def timesliced_free(env):
         hp_plain = [env.a.infer, "--requests", str(requests)] + hp_flags
         lp_plain = [env.a.train, "--duration-s", "600"] + lp_flags
         dflt_hp, dflt_lp = pair(env, hp_plain, lp_plain, name + " uncoordinated")
+        log_path = os.path.join(env.work, "scheduler.log")
+        log_from = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         env.start_daemon()
         lp = Run(env, env.fikit("share", "lp-" + name, 5) + lp_plain, name + " LP").start()
         time.sleep(0.3)
@@ -843,7 +845,14 @@ def timesliced_free(env):
               f"{dflt_hp.result['jct_us']['p99']:.0f}), device wait {hp.wait_ms():.1f} ms (uncoordinated "
               f"{dflt_hp.wait_ms():.1f})", flush=True)
         ok &= check(last.get("controlled") is True, f"{name}: a controller ran for the time-sliced service")
+        with open(log_path, errors="replace") as f:
+            f.seek(log_from)
+            changes = [l.strip() for l in f if f"service hp-{name} (task " in l and "its jobs now under" in l]
+        print(f"{name}: the daemon logged {len(changes)} regime changes, the last: {changes[-1] if changes else None}")
         if name == "quiet":
+            # What the controller did is in the daemon's log, not only in status.
+            ok &= check(any("its jobs now under free (adopted free)" in l for l in changes),
+                        f"{name}: the daemon logged the step to free")
             ok &= check(last.get("regime_adopted") == "free", f"{name}: it let the job run free "
                                                                f"(adopted {last.get('regime_adopted')})")
             # The held baseline (24 periods of ~20 ms, of a run of ~8 s) is what it costs the job. On a
