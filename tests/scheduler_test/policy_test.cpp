@@ -466,6 +466,34 @@ TEST_F(ControlTest, TheTimeItsJobsRanBesideItCountsOnlyUnderAdoptedRegimesAboveP
   EXPECT_EQ(s.beside_ns, 8 * us(1000) + 40 * us(3000));
 }
 
+// What the daemon logs: every judged period, and which of them changed the jobs' regime.
+TEST_F(ControlTest, EachJudgedPeriodIsHandedToTheDaemonWithTheChangesItCaused) {
+  const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps);
+  reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
+  uint64_t at = periods(hp, T0 + us(100), 16, us(1000));   // the baseline: the 16th starts a trial
+  std::vector<Policy::ServicePeriod> seen = policy().take_service_periods();
+  ASSERT_EQ(seen.size(), 16u);
+  EXPECT_TRUE(policy().take_service_periods().empty()) << "taken once";
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].task_id, hp);
+    EXPECT_EQ(seen[i].key, "hp");
+    EXPECT_EQ(seen[i].regime, Regime::Held);
+    EXPECT_EQ(seen[i].work_ns, us(1000));
+    EXPECT_EQ(seen[i].changed, i == 15) << i;
+  }
+  EXPECT_EQ(seen[15].next, Regime::Hold);          // the trial
+  EXPECT_EQ(seen[15].adopted, Regime::HoldNarrow);
+  // Periods past the objective: the trial refused after half a window, one change again.
+  periods(hp, at, 8, us(3000));
+  seen = policy().take_service_periods();
+  ASSERT_EQ(seen.size(), 8u);
+  EXPECT_EQ(std::count_if(seen.begin(), seen.end(), [](const auto& p) { return p.changed; }), 1);
+  EXPECT_TRUE(seen.back().changed);
+  EXPECT_EQ(seen.back().regime, Regime::Hold);
+  EXPECT_EQ(seen.back().next, Regime::HoldNarrow);
+  EXPECT_FALSE(seen.back().within);
+}
+
 TEST_F(ControlTest, APeriodThatRunsPastTheLimitDropsTheRegimeWhileItRuns) {
   const uint32_t hp = reg(T0, "hp", 0, TaskMode::Share, Backend::Mps), mps = reg(T0, "mps", 5, TaskMode::Share, Backend::Mps);
   uint64_t at = periods(hp, T0 + us(100), 16 + 16, us(1000));
