@@ -77,9 +77,6 @@ uint64_t Controller::baseline_quantile(unsigned pct) const {
   return sample_quantile(baseline_, std::min(baseline_count_, kBaselineRing), pct);
 }
 
-// The window's periods at a reach of `permille` of the baseline (the objective, or twice it): each
-// taken down by it, against the baseline's. One-sided rank test (rank_test.h): the chance that they
-// read this much longer when the step costs the service no more than that.
 std::vector<uint64_t> Controller::judged_window() const {
   const uint64_t load = n_ == 0 ? 1000 : std::max<uint64_t>(1000, sample_quantile(window_load_, n_, 50));
   std::vector<uint64_t> window(window_.begin(), window_.begin() + n_);
@@ -87,6 +84,9 @@ std::vector<uint64_t> Controller::judged_window() const {
   return window;
 }
 
+// The window's periods at a reach of `permille` of the baseline (the objective, or twice it): each
+// taken down by it, against the baseline's. One-sided rank test (rank_test.h): the chance that they
+// read this much longer when the step costs the service no more than that.
 double Controller::past_p(uint32_t permille) const {
   std::vector<uint64_t> window = judged_window(), baseline;
   for (uint64_t& w : window) w = w * 1000 / permille;

@@ -25,18 +25,15 @@ uint64_t RequestEstimate::begin(uint64_t start, uint64_t alone_ns) {
   ended_ = false;
   // The replay: one server taking the same arrivals in order, each request alone_ns long.
   alone_ = alone_ns;
-  if (alone_ == 0) {
-    replay_end_ = replay_response_ = 0;
-  } else {
-    replay_end_ = std::max(arrival, replay_end_) + alone_;
-    replay_response_ = replay_end_ - arrival;
-  }
+  replay_end_ = alone_ == 0 ? 0 : std::max(arrival, replay_end_) + alone_;
   return arrival;
 }
 
 uint32_t RequestEstimate::load_permille() const {
-  if (alone_ == 0 || replay_response_ <= alone_) return 1000;
-  return uint32_t(std::min<uint64_t>(replay_response_ * 1000 / alone_, UINT32_MAX));
+  // The request's response in the replay over its work there.
+  const uint64_t replayed = replay_end_ - std::min(replay_end_, arrival_);
+  if (alone_ == 0 || replayed <= alone_) return 1000;
+  return uint32_t(std::min<uint64_t>(replayed * 1000 / alone_, UINT32_MAX));
 }
 
 uint64_t RequestEstimate::at_actual_load(uint64_t limit) const {

@@ -51,9 +51,9 @@ class RequestEstimate {
 
  private:
   uint64_t arrival_ = 0, start_ = 0, prev_arrival_ = 0, prev_end_ = 0;
-  // The replay: when the request begun last would have ended had every request taken alone_
-  // (0: none), and its response there.
-  uint64_t alone_ = 0, replay_end_ = 0, replay_response_ = 0;
+  // The replay: when the request begun last would have ended had every request taken alone_ (0:
+  // no replay).
+  uint64_t alone_ = 0, replay_end_ = 0;
   double mean_interval_ns_ = 0;   // between period starts, a moving average: the request rate's inverse
   bool ended_ = false;            // the period before this one ended (its end is prev_end_)
 };
