@@ -46,6 +46,13 @@ class ControllerTest : public ::testing::Test {
     const uint64_t from = now;
     return until(r, len, 10'000) ? now - from : UINT64_MAX;
   }
+  // That the trial of `r` begins within [at_least, at_most] of virtual time (the default: at all).
+  template <class F>
+  void expect_trial_after(Regime r, F len, uint64_t at_least, uint64_t at_most = UINT64_MAX - 1) {
+    const uint64_t waited = time_to_trial(r, len);
+    EXPECT_GE(waited, at_least);
+    EXPECT_LE(waited, at_most);
+  }
 
   ControllerSettings s;
   Controller c{s};
@@ -330,41 +337,31 @@ TEST_F(ControllerTest, AStepReadFarPastTheObjectiveWaitsTheLongestPause) {
   periods(8, far_free);
   ASSERT_EQ(c.adopted(), Regime::Hold);
   EXPECT_EQ(c.inflation_permille(), 3000u);
-  uint64_t waited = time_to_trial(Regime::Free, far_free);
-  EXPECT_GE(waited, ms(60'000));
-  EXPECT_LE(waited, ms(61'000));
+  expect_trial_after(Regime::Free, far_free, ms(60'000), ms(61'000));
   EXPECT_EQ(c.trials(), 2u);
   // One period past the limit is no such evidence (a burst of requests queueing gives one): the
   // pause doubles from where it is (4 s by now).
   c.on_overrun(now);
   ASSERT_EQ(c.adopted(), Regime::Hold);
-  waited = time_to_trial(Regime::Free, far_free);
-  EXPECT_GE(waited, ms(4'000));
-  EXPECT_LE(waited, ms(5'000));
+  expect_trial_after(Regime::Free, far_free, ms(4'000), ms(5'000));
   // Nearer the objective (1.4x) the same: 8 s, not a minute.
   const auto near_free = [](Regime r) { return r == Regime::Free ? ms(7) : ms(5); };
   periods(8, near_free);
   ASSERT_EQ(c.adopted(), Regime::Hold);
   EXPECT_EQ(c.inflation_permille(), 1400u);
-  waited = time_to_trial(Regime::Free, near_free);
-  EXPECT_GE(waited, ms(8'000));
-  EXPECT_LE(waited, ms(9'000));
+  expect_trial_after(Regime::Free, near_free, ms(8'000), ms(9'000));
   // Two long periods, the second past the limit (4 x 5 ms x 1.2), are what a burst of queued
   // requests or a host short of CPU gives: the doubling (16 s by now).
   periods(1, far_free);
   c.on_period(now, ms(30));
   ASSERT_EQ(c.adopted(), Regime::Hold);
-  waited = time_to_trial(Regime::Free, far_free);
-  EXPECT_GE(waited, ms(16'000));
-  EXPECT_LE(waited, ms(17'000));
+  expect_trial_after(Regime::Free, far_free, ms(16'000), ms(17'000));
   // A trial that overruns at its eighth period, the seven before it far past too: a minute, not the
   // 32 s the doubling has reached.
   periods(7, far_free);
   c.on_period(now, ms(30));
   ASSERT_EQ(c.adopted(), Regime::Hold);
-  waited = time_to_trial(Regime::Free, far_free);
-  EXPECT_GE(waited, ms(60'000));
-  EXPECT_NE(waited, UINT64_MAX);
+  expect_trial_after(Regime::Free, far_free, ms(60'000));
 }
 
 // A time-sliced service: beside another context nothing runs at once, so its jobs either wait while
